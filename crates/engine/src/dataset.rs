@@ -1,0 +1,1 @@
+//! CONTRACT placeholder: JSONL → examples → token ids + loss mask.

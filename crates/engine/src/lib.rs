@@ -1,0 +1,10 @@
+//! The Needle Studio engine: everything between a dataset file and a `.cact`, with no GUI dependency.
+//!
+//! The data path, one module per stage:
+//! file → examples ([`dataset`]) → tokens ([`tokenizer`]); model weights come from [`checkpoint`]
+//! (format-v2 pickles, read without executing anything) described by [`config`].
+
+pub mod checkpoint;
+pub mod config;
+pub mod dataset;
+pub mod tokenizer;
