@@ -6,6 +6,8 @@
 
 mod array;
 pub mod pickle;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

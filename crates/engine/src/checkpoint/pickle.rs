@@ -3,8 +3,9 @@
 //! `pickle.load` runs whatever callables a file names, so a checkpoint from the internet could run any code.
 //! This reader interprets the binary opcodes of protocols 2–5 as a pure stack machine over its own value
 //! types. The only callables it understands are an allow-list of numpy array/dtype/scalar constructors
-//! (numpy 1.x and 2.x spellings), `_codecs.encode` (how Python pickles `bytes` under protocol 2) and
-//! `collections.OrderedDict`; each is interpreted here, not imported. Any other global is refused with
+//! (numpy 1.x and 2.x spellings), `_codecs.encode` and the `bytes`/`bytearray`/`set`/`frozenset` builtins
+//! (how protocols 2–4 spell those types) and `collections.OrderedDict`; each is interpreted here, never
+//! imported. Any other global is refused with
 //! its `module.name` and the byte offset of the opcode that named it.
 //!
 //! Objects live in an arena and the stack holds references to them, because pickles mutate objects after
@@ -103,7 +104,7 @@ pub enum PickleErrorKind {
     #[error("opcode {opcode} is not supported: {why}")]
     UnsupportedOpcode { opcode: &'static str, why: &'static str },
     #[error(
-        "refusing global `{module}.{name}`: only numpy arrays, dtypes and scalars, `_codecs.encode` and \
+        "refusing global `{module}.{name}`: only numpy arrays, dtypes and scalars, builtin containers and \
          `collections.OrderedDict` are understood (nothing is ever imported or run); convert the object to \
          plain dicts, lists, numbers and numpy arrays before pickling"
     )]
@@ -159,6 +160,10 @@ enum Global {
     CodecsEncode,
     /// `builtins.bytes()`: how protocol 2 spells an empty `bytes` object.
     EmptyBytes,
+    /// `builtins.bytearray(data)`: how protocols 2–4 spell a `bytearray`.
+    ByteArray,
+    /// `builtins.set(items)` / `builtins.frozenset(items)`: how protocols 2–3 spell sets.
+    Set,
     /// `collections.OrderedDict()`: an empty dict that SETITEMS fills.
     OrderedDict,
 }
@@ -174,6 +179,8 @@ impl Global {
             ("_codecs", "encode") => Global::CodecsEncode,
             // Protocol 2 writes Python 3's `builtins` under its Python 2 name.
             ("builtins" | "__builtin__", "bytes") => Global::EmptyBytes,
+            ("builtins" | "__builtin__", "bytearray") => Global::ByteArray,
+            ("builtins" | "__builtin__", "set" | "frozenset") => Global::Set,
             ("collections", "OrderedDict") => Global::OrderedDict,
             _ => return None,
         })
@@ -188,6 +195,8 @@ impl Global {
             Global::FromBuffer => "numpy.core.numeric._frombuffer",
             Global::CodecsEncode => "_codecs.encode",
             Global::EmptyBytes => "builtins.bytes",
+            Global::ByteArray => "builtins.bytearray",
+            Global::Set => "builtins.set",
             Global::OrderedDict => "collections.OrderedDict",
         }
     }
@@ -868,6 +877,27 @@ impl<'a> Machine<'a> {
             Global::EmptyBytes => {
                 let [] = self.args(callable, args)?;
                 Ok(self.alloc(Obj::Bytes(Cow::Borrowed(&[]))))
+            }
+            // Only a bytes argument: bytearray(n) would allocate n bytes on the file's say-so.
+            Global::ByteArray => {
+                let [data] = self.args(callable, args)?;
+                match data {
+                    Value::Obj(id) if matches!(self.objects[id], Obj::Bytes(_)) => Ok(data),
+                    other => Err(self.bad_args(callable, format!("a {} instead of bytes", self.type_name(other)))),
+                }
+            }
+            Global::Set => {
+                let [items] = self.args(callable, args)?;
+                match items {
+                    Value::Obj(id) => match &self.objects[id] {
+                        Obj::List(items) => {
+                            let items = items.clone();
+                            Ok(self.alloc(Obj::Set(items)))
+                        }
+                        other => Err(self.bad_args(callable, format!("a {} instead of a list", other.type_name()))),
+                    },
+                    other => Err(self.bad_args(callable, format!("a {} instead of a list", self.type_name(other)))),
+                }
             }
             Global::OrderedDict => {
                 let [] = self.args(callable, args)?;
