@@ -410,7 +410,7 @@ fn opcode_soup() -> impl Strategy<Value = Vec<u8>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(400))]
+    #![proptest_config(ProptestConfig::with_cases(1000))]
 
     #[test]
     fn mutated_checkpoints_never_panic(bytes in mutated_checkpoint()) {
