@@ -7,4 +7,5 @@
 pub mod checkpoint;
 pub mod config;
 pub mod dataset;
+pub mod pyjson;
 pub mod tokenizer;
