@@ -39,22 +39,42 @@ impl Field {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Issue {
     /// Bytes that are not UTF-8, first bad one at `column` (1-based, in characters).
-    NotUtf8 { column: usize },
+    NotUtf8 {
+        column: usize,
+    },
     /// The line starts with U+FEFF, which Python's `json.loads` rejects.
     ByteOrderMark,
-    InvalidJson { column: usize, reason: String },
+    InvalidJson {
+        column: usize,
+        reason: String,
+    },
     /// Valid JSON, but not an object; `found` names what it is ("a list", ...).
-    NotAnObject { found: &'static str },
+    NotAnObject {
+        found: &'static str,
+    },
     MissingQuery,
     /// A field the template concatenates as text holds something else (the reference crashes).
-    NotAString { field: Field, found: &'static str },
+    NotAString {
+        field: Field,
+        found: &'static str,
+    },
     /// `tools`/`answers` is neither a list nor a string: kept and rendered as its JSON text,
     /// as the reference does, but probably not what was meant.
-    RenderedAsJson { field: Field, found: &'static str },
+    RenderedAsJson {
+        field: Field,
+        found: &'static str,
+    },
     /// `system` is a non-string that Python treats as false: kept, with no system turn.
-    SystemIgnored { found: &'static str },
+    SystemIgnored {
+        found: &'static str,
+    },
     /// The encoded example is longer than the run's sequence length and was cut at the end.
-    Truncated { tokens: usize, seq_len: usize, target_tokens: usize, target_tokens_kept: usize },
+    Truncated {
+        tokens: usize,
+        seq_len: usize,
+        target_tokens: usize,
+        target_tokens_kept: usize,
+    },
 }
 
 impl Issue {
@@ -129,7 +149,11 @@ impl fmt::Display for Problem {
         if let Some(column) = self.issue.column() {
             write!(f, ", column {column}")?;
         }
-        let outcome = if self.issue.skips_example() { " (line skipped)" } else { "" };
+        let outcome = if self.issue.skips_example() {
+            " (line skipped)"
+        } else {
+            ""
+        };
         write!(f, ": {}{outcome}", self.issue)
     }
 }

@@ -51,7 +51,12 @@ pub struct Sample {
 
 impl DatasetReport {
     /// `tokenized` holds `dataset.examples` in order, tokenized; `seq_len` was fitted under `cap`.
-    pub(super) fn new(dataset: &Dataset, tokenized: &[Tokenized], cap: usize, seq_len: usize) -> Self {
+    pub(super) fn new(
+        dataset: &Dataset,
+        tokenized: &[Tokenized],
+        cap: usize,
+        seq_len: usize,
+    ) -> Self {
         let mut problems = dataset.problems.clone();
         problems.extend(truncation_problems(tokenized, seq_len));
         // Stable: a line's reading problems stay ahead of its truncation.
@@ -64,13 +69,22 @@ impl DatasetReport {
             .take(SAMPLE_COUNT)
             .map(|(example, &tokens)| {
                 let (prompt, target) = render(example);
-                Sample { line: example.line, prompt, target, tokens }
+                Sample {
+                    line: example.line,
+                    prompt,
+                    target,
+                    tokens,
+                }
             })
             .collect();
         DatasetReport {
             path: dataset.path.display().to_string(),
             usable_examples: dataset.examples.len(),
-            skipped_lines: dataset.problems.iter().filter(|p| p.issue.skips_example()).count(),
+            skipped_lines: dataset
+                .problems
+                .iter()
+                .filter(|p| p.issue.skips_example())
+                .count(),
             truncated: lengths.iter().filter(|&&len| len > seq_len).count(),
             token_lengths: length_stats(&lengths),
             histogram: histogram(&lengths),
@@ -82,16 +96,22 @@ impl DatasetReport {
     }
 }
 
-fn truncation_problems(tokenized: &[Tokenized], seq_len: usize) -> impl Iterator<Item = Problem> + '_ {
-    tokenized.iter().filter(move |t| t.sequence_len() > seq_len).map(move |t| Problem {
-        line: t.line,
-        issue: Issue::Truncated {
-            tokens: t.sequence_len(),
-            seq_len,
-            target_tokens: t.target_ids.len(),
-            target_tokens_kept: t.target_tokens_kept(seq_len),
-        },
-    })
+fn truncation_problems(
+    tokenized: &[Tokenized],
+    seq_len: usize,
+) -> impl Iterator<Item = Problem> + '_ {
+    tokenized
+        .iter()
+        .filter(move |t| t.sequence_len() > seq_len)
+        .map(move |t| Problem {
+            line: t.line,
+            issue: Issue::Truncated {
+                tokens: t.sequence_len(),
+                seq_len,
+                target_tokens: t.target_ids.len(),
+                target_tokens_kept: t.target_tokens_kept(seq_len),
+            },
+        })
 }
 
 /// Min, median (mean of the middle two for an even count) and max; all zero for no rows.
@@ -118,7 +138,10 @@ fn histogram(lengths: &[usize]) -> Vec<HistogramBin> {
     let mut lower = 0;
     let mut up_to = FIRST_BUCKET;
     loop {
-        let count = lengths.iter().filter(|&&len| len > lower && len <= up_to).count();
+        let count = lengths
+            .iter()
+            .filter(|&&len| len > lower && len <= up_to)
+            .count();
         bins.push(HistogramBin { up_to, count });
         if up_to >= longest {
             return bins;
