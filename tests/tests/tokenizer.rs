@@ -127,3 +127,15 @@ fn variant_blobs_encode_like_the_reference_blob_tokenizer() {
         }
     }
 }
+
+/// Ids past the vocabulary are skipped (documented on `Tokenizer::decode`) instead of failing the call.
+#[test]
+fn decode_skips_out_of_range_ids() {
+    let tok = fixture_tokenizer();
+    let hello = tok.encode("hello <think> world");
+    let mut noisy = vec![512, u32::MAX];
+    noisy.extend(&hello);
+    noisy.push(100_000);
+    assert_eq!(tok.decode(&noisy), "hello <think> world");
+    assert_eq!(tok.decode(&noisy), tok.decode(&hello));
+}

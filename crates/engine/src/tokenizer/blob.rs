@@ -141,3 +141,82 @@ fn read_piece(reader: &mut Reader, id: usize) -> Result<Piece, TokenizerError> {
     })?;
     Ok(Piece { text: text.to_string(), score, kind })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokenizer::PieceProblem;
+
+    const BASE_BLOB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/tokenizer/variants/base.blob");
+
+    fn base_blob() -> Vec<u8> {
+        std::fs::read(BASE_BLOB).expect("variants/base.blob is committed")
+    }
+
+    /// Offset of piece 0's record: right after the 24-byte header.
+    const FIRST_RECORD: usize = 24;
+
+    fn blob_problem(blob: &[u8]) -> (usize, BlobProblem) {
+        match parse(blob) {
+            Err(TokenizerError::Blob { offset, problem }) => (offset, problem),
+            other => panic!("expected a blob error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn base_blob_round_trips() {
+        let blob = base_blob();
+        assert_eq!(parse(&blob).expect("base blob parses").to_cact_blob(), blob);
+    }
+
+    #[test]
+    fn every_truncation_is_reported_at_its_offset() {
+        let blob = base_blob();
+        for len in 0..blob.len() {
+            let (offset, problem) = blob_problem(&blob[..len]);
+            assert!(offset <= len, "offset {offset} beyond the {len} bytes given");
+            assert!(matches!(problem, BlobProblem::Truncated { .. }), "length {len}: {problem}");
+        }
+    }
+
+    #[test]
+    fn a_huge_piece_count_fails_on_the_missing_bytes() {
+        let mut blob = base_blob();
+        blob[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        let (offset, problem) = blob_problem(&blob);
+        assert_eq!(offset, blob.len());
+        assert!(matches!(problem, BlobProblem::Truncated { what: BlobField::Piece { id: 400, .. }, .. }), "{problem}");
+    }
+
+    #[test]
+    fn corrupt_fields_are_reported_at_their_offset() {
+        let corrupt = |offset: usize, byte: u8| {
+            let mut blob = base_blob();
+            blob[offset] = byte;
+            blob_problem(&blob)
+        };
+        assert_eq!(corrupt(4, 7), (4, BlobProblem::SpecialId { field: "pad_id", found: 7, expected: PAD_ID }));
+        assert_eq!(corrupt(16, 0), (16, BlobProblem::SpecialId { field: "unk_id", found: 0, expected: UNK_ID }));
+        assert_eq!(corrupt(21, 2), (21, BlobProblem::BadFlag { field: "byte_fallback", found: 2 }));
+        assert_eq!(corrupt(FIRST_RECORD + 4, 9), (FIRST_RECORD + 4, BlobProblem::BadKind { id: 0, code: 9 }));
+        let surface = FIRST_RECORD + RECORD_LEN;
+        let (offset, problem) = corrupt(surface + 1, 0xFF);
+        assert!(offset == surface + 1 && matches!(problem, BlobProblem::BadUtf8 { id: 0, .. }), "{problem}");
+        let mut blob = base_blob();
+        blob.push(0);
+        assert_eq!(blob_problem(&blob), (blob.len() - 1, BlobProblem::TrailingBytes(1)));
+    }
+
+    #[test]
+    fn blob_vocabulary_is_validated_like_a_model() {
+        // Piece 0 is "<pad>" and piece 1 "</s>": renaming piece 0 makes piece 1 a duplicate.
+        let mut pieces = parse(&base_blob()).expect("base blob parses").pieces().to_vec();
+        pieces[0].text = "</s>".into();
+        match parse(&write(&pieces)) {
+            Err(TokenizerError::Piece { origin, id: 1, problem: PieceProblem::Duplicate { first_id: 0, .. } }) => {
+                assert_eq!(origin, ORIGIN)
+            }
+            other => panic!("expected a duplicate-piece error, got {other:?}"),
+        }
+    }
+}

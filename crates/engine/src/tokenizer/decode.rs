@@ -8,8 +8,7 @@ pub(super) fn decode(tok: &Tokenizer, ids: &[u32]) -> String {
     // sentencepiece drops the `▁` the encoder added in front: it strips it from the first piece that starts
     // the text (leading CONTROL pieces and byte pieces decoding to nothing do not count). With
     // remove_extra_whitespaces it keeps stripping while the text stays empty.
-    let strips_leading_space =
-        tok.normalization.add_dummy_prefix || tok.normalization.remove_extra_whitespaces;
+    let strips_leading_space = tok.normalization.add_dummy_prefix || tok.normalization.remove_extra_whitespaces;
     let mut at_start = true;
     let mut stripped_space = false;
     for piece in ids.iter().filter_map(|&id| tok.pieces.get(id as usize)) {

@@ -26,28 +26,18 @@ pub enum TokenizerError {
     },
 
     #[error("{}: {setting} is {found}, but only {supported} is supported; {RETRAIN}", path.display())]
-    Unsupported {
-        path: PathBuf,
-        setting: &'static str,
-        found: String,
-        supported: &'static str,
-    },
+    Unsupported { path: PathBuf, setting: &'static str, found: String, supported: &'static str },
 
     #[error("{origin}: piece id {id}: {problem}; {RETRAIN}")]
-    Piece {
-        origin: String,
-        id: usize,
-        problem: PieceProblem,
-    },
+    Piece { origin: String, id: usize, problem: PieceProblem },
 
     #[error("{origin}: {problem}; {RETRAIN}")]
-    Vocabulary {
-        origin: String,
-        problem: VocabularyProblem,
-    },
+    Vocabulary { origin: String, problem: VocabularyProblem },
 
-    #[error("tokenizer blob, byte offset {offset}: {problem}; re-export the .cact (needle build) or pass the \
-             blob exactly as stored in the .cact's RAW tokenizer tensor")]
+    #[error(
+        "tokenizer blob, byte offset {offset}: {problem}; re-export the .cact (needle build) or pass the \
+         blob exactly as stored in the .cact's RAW tokenizer tensor"
+    )]
     Blob { offset: usize, problem: BlobProblem },
 }
 
@@ -64,19 +54,17 @@ pub enum PieceProblem {
     NanScore,
     #[error("{text:?} is already piece id {first_id}")]
     Duplicate { text: String, first_id: usize },
-    #[error("piece type {0} is not supported (NORMAL=1, UNKNOWN=2, CONTROL=3, USER_DEFINED=4 and BYTE=6 are; \
-             UNUSED=5 is not)")]
+    #[error(
+        "piece type {0} is not supported (NORMAL=1, UNKNOWN=2, CONTROL=3, USER_DEFINED=4 and BYTE=6 are; \
+         UNUSED=5 is not)"
+    )]
     UnsupportedType(i32),
     #[error("byte piece {0:?} is not of the form <0xNN> (two upper-case hex digits)")]
     BadByteName(String),
     #[error("byte piece {0:?} is present although byte_fallback is off")]
     ByteWithoutFallback(String),
     #[error("needle needs {expected} here, but the piece is {found:?} {text:?}")]
-    WrongSpecial {
-        expected: &'static str,
-        found: PieceKind,
-        text: String,
-    },
+    WrongSpecial { expected: &'static str, found: PieceKind, text: String },
 }
 
 /// What is wrong with the vocabulary as a whole.
@@ -96,26 +84,15 @@ pub enum VocabularyProblem {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum BlobProblem {
     #[error("expected {what} ({needed} bytes) but only {available} bytes remain")]
-    Truncated {
-        what: BlobField,
-        needed: usize,
-        available: usize,
-    },
+    Truncated { what: BlobField, needed: usize, available: usize },
     #[error("header field {field} is {found}, but needle's fixed id is {expected}")]
-    SpecialId {
-        field: &'static str,
-        found: u32,
-        expected: u32,
-    },
+    SpecialId { field: &'static str, found: u32, expected: u32 },
     #[error("header flag {field} is {found}; it must be 0 or 1")]
     BadFlag { field: &'static str, found: u8 },
     #[error("piece id {id} has type code {code}; codes are 0 NORMAL, 1 UNKNOWN, 2 CONTROL, 3 USER_DEFINED, 4 BYTE")]
     BadKind { id: usize, code: u8 },
     #[error("piece id {id}: the surface is not UTF-8 ({source})")]
-    BadUtf8 {
-        id: usize,
-        source: std::str::Utf8Error,
-    },
+    BadUtf8 { id: usize, source: std::str::Utf8Error },
     #[error("{0} bytes follow the last piece")]
     TrailingBytes(usize),
 }
