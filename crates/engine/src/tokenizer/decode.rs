@@ -13,6 +13,7 @@ pub(super) fn decode(tok: &Tokenizer, ids: &[u32]) -> String {
     let mut stripped_space = false;
     for piece in ids.iter().filter_map(|&id| tok.pieces.get(id as usize)) {
         if piece.kind == PieceKind::Byte {
+            // Byte pieces were checked to be <0xNN> on load, so this always yields the byte.
             if let Ok(byte) = byte_value(&piece.text) {
                 pending_bytes.push(byte);
             }

@@ -3,9 +3,11 @@ use std::path::PathBuf;
 
 use super::PieceKind;
 
-/// Fix advice for vocabulary problems: the settings the reference tokenizer is trained with.
-const RETRAIN: &str = "retrain with spm_train --model_type=bpe --pad_id=0 --eos_id=1 --bos_id=2 --unk_id=3 \
-                       --normalization_rule_name=identity (see tests/fixtures/make_fixtures.py)";
+/// Fix advice for vocabulary problems: the settings needle's tokenizer is trained with (a `.cact` blob
+/// inherits its vocabulary from such a model, so the same fix applies before re-exporting).
+const RETRAIN: &str = "retrain the tokenizer with spm_train --model_type=bpe --pad_id=0 --eos_id=1 --bos_id=2 \
+                       --unk_id=3 --normalization_rule_name=identity (see tests/fixtures/make_fixtures.py), and \
+                       re-export any .cact built from it";
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
