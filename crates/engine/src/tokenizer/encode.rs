@@ -16,7 +16,11 @@ pub(super) fn encode(tok: &Tokenizer, text: &str) -> Vec<u32> {
 /// Length of the unit the normaliser consumes at the start of `rest` (non-empty): a whole USER_DEFINED piece
 /// when one starts there (so its spaces are never collapsed), else one character.
 fn chunk_len(tok: &Tokenizer, rest: &str) -> usize {
-    tok.user_defined_prefix(rest).unwrap_or_else(|| rest.chars().next().map_or(rest.len(), char::len_utf8))
+    tok.user_defined_prefix(rest).unwrap_or_else(|| first_char_len(rest))
+}
+
+fn first_char_len(text: &str) -> usize {
+    text.chars().next().map_or(0, char::len_utf8)
 }
 
 /// sentencepiece's `Normalizer::Normalize` without a character map: optional removal of leading, trailing
@@ -106,7 +110,7 @@ fn initial_symbols(tok: &Tokenizer, normalized: &str) -> Vec<Symbol> {
     while start < normalized.len() {
         let rest = &normalized[start..];
         let user_defined = tok.user_defined_prefix(rest);
-        let len = user_defined.unwrap_or_else(|| chunk_len(tok, rest));
+        let len = user_defined.unwrap_or_else(|| first_char_len(rest));
         let index = symbols.len();
         symbols.push(Symbol {
             start,
