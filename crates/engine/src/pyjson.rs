@@ -100,9 +100,7 @@ pub fn python_float_repr(value: f64) -> String {
 /// (closest to the true value), the same digits Python's `repr` chooses; only the layout differs.
 fn shortest_digits(value: f64) -> (bool, String, i32) {
     let scientific = format!("{value:e}");
-    let (mantissa, exponent) = scientific
-        .split_once('e')
-        .unwrap_or((scientific.as_str(), "0"));
+    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((scientific.as_str(), "0"));
     let negative = mantissa.starts_with('-');
     let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
     (negative, digits, exponent.parse().unwrap_or(0))
@@ -174,14 +172,8 @@ mod tests {
         (r#"-0"#, r#"0"#),
         (r#"7"#, r#"7"#),
         (r#"-12"#, r#"-12"#),
-        (
-            r#"123456789012345678901234567890"#,
-            r#"123456789012345678901234567890"#,
-        ),
-        (
-            r#"-98765432109876543210987654321"#,
-            r#"-98765432109876543210987654321"#,
-        ),
+        (r#"123456789012345678901234567890"#, r#"123456789012345678901234567890"#),
+        (r#"-98765432109876543210987654321"#, r#"-98765432109876543210987654321"#),
         (r#"0.0"#, r#"0.0"#),
         (r#"-0.0"#, r#"-0.0"#),
         (r#"2.50"#, r#"2.5"#),
@@ -216,10 +208,7 @@ mod tests {
         (r#"1e22"#, r#"1e+22"#),
         (r#"1e21"#, r#"1e+21"#),
         (r#"123456789.123456789"#, r#"123456789.12345679"#),
-        (
-            r#"3.141592653589793238462643383279"#,
-            r#"3.141592653589793"#,
-        ),
+        (r#"3.141592653589793238462643383279"#, r#"3.141592653589793"#),
         (r#"0.1e1"#, r#"1.0"#),
         (r#"10E-1"#, r#"1.0"#),
         (r#"4.35"#, r#"4.35"#),
@@ -236,35 +225,20 @@ mod tests {
         (r#"{"a":1,"b":2,"a":3}"#, r#"{"a":3,"b":2}"#),
         (r#"{"a":{"x":1},"a":[2]}"#, r#"{"a":[2]}"#),
         (r#""plain""#, r#""plain""#),
-        (
-            r#""quote \" backslash \\ slash \/""#,
-            r#""quote \" backslash \\ slash /""#,
-        ),
+        (r#""quote \" backslash \\ slash \/""#, r#""quote \" backslash \\ slash /""#),
         (r#""\n\r\t\b\f""#, r#""\n\r\t\b\f""#),
-        (
-            r#""\u0000\u0001\u001f\u007f""#,
-            r#""\u0000\u0001\u001f\u007f""#,
-        ),
+        (r#""\u0000\u0001\u001f\u007f""#, r#""\u0000\u0001\u001f\u007f""#),
         (r#""café ü 中文""#, r#""caf\u00e9 \u00fc \u4e2d\u6587""#),
         (r#""\u00e9""#, r#""\u00e9""#),
-        (
-            r#""emoji 😀 clef 𝄞""#,
-            r#""emoji \ud83d\ude00 clef \ud834\udd1e""#,
-        ),
+        (r#""emoji 😀 clef 𝄞""#, r#""emoji \ud83d\ude00 clef \ud834\udd1e""#),
         (r#""\ud83d\ude00""#, r#""\ud83d\ude00""#),
-        (
-            r#""\u0080\u00a0\u2028\uffff""#,
-            r#""\u0080\u00a0\u2028\uffff""#,
-        ),
+        (r#""\u0080\u00a0\u2028\uffff""#, r#""\u0080\u00a0\u2028\uffff""#),
         (r#"-5e-324"#, r#"-5e-324"#),
         (r#"1e308"#, r#"1e+308"#),
         (r#"1234.5e-10"#, r#"1.2345e-07"#),
         (r#"1.5"#, r#"1.5"#),
         (r#""~ ` {}[]""#, r#""~ ` {}[]""#),
-        (
-            r#"{"café":"é","k\n":1}"#,
-            r#"{"caf\u00e9":"\u00e9","k\n":1}"#,
-        ),
+        (r#"{"café":"é","k\n":1}"#, r#"{"caf\u00e9":"\u00e9","k\n":1}"#),
         (
             r#" { "name" : "get_weather" , "arguments" : { "city" : "Paris" , "days" : 3 , "temp" : 21.50 } } "#,
             r#"{"name":"get_weather","arguments":{"city":"Paris","days":3,"temp":21.5}}"#,

@@ -30,11 +30,7 @@ impl Tokenized {
     /// (so no token spans the boundary between them).
     pub fn new(tokenizer: &Tokenizer, example: &Example) -> Self {
         let (prompt, target) = render(example);
-        Tokenized {
-            line: example.line,
-            prompt_ids: tokenizer.encode(&prompt),
-            target_ids: tokenizer.encode(&target),
-        }
+        Tokenized { line: example.line, prompt_ids: tokenizer.encode(&prompt), target_ids: tokenizer.encode(&target) }
     }
 
     /// Length of the full row before truncation or padding: BOS + prompt + target + EOS.
@@ -51,23 +47,15 @@ impl Tokenized {
         ids.extend_from_slice(&self.prompt_ids);
         ids.extend_from_slice(&self.target_ids);
         ids.push(EOS_ID);
-        let mut mask: Vec<f32> = (0..full_len)
-            .map(|i| if i < unmasked { 0.0 } else { 1.0 })
-            .collect();
+        let mut mask: Vec<f32> = (0..full_len).map(|i| if i < unmasked { 0.0 } else { 1.0 }).collect();
         ids.resize(max_len, PAD_ID);
         mask.resize(max_len, 0.0);
-        Encoded {
-            ids,
-            mask,
-            truncated: full_len > max_len,
-        }
+        Encoded { ids, mask, truncated: full_len > max_len }
     }
 
     /// How many target tokens survive in a row of `max_len` positions.
     pub fn target_tokens_kept(&self, max_len: usize) -> usize {
-        max_len
-            .saturating_sub(1 + self.prompt_ids.len())
-            .min(self.target_ids.len())
+        max_len.saturating_sub(1 + self.prompt_ids.len()).min(self.target_ids.len())
     }
 }
 

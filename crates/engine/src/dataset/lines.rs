@@ -12,10 +12,7 @@ pub(super) fn numbered_lines(bytes: &[u8]) -> impl Iterator<Item = (usize, &[u8]
             return None;
         }
         number += 1;
-        let end = rest
-            .iter()
-            .position(|&b| b == b'\n' || b == b'\r')
-            .unwrap_or(rest.len());
+        let end = rest.iter().position(|&b| b == b'\n' || b == b'\r').unwrap_or(rest.len());
         let line = &rest[..end];
         let ending = match rest.get(end..end + 2) {
             Some(b"\r\n") => 2,
@@ -43,10 +40,7 @@ pub(super) fn python_strip(line: &str) -> (usize, &str) {
 
 /// The 1-based character column of the byte at 1-based byte column `byte_column` of `text`.
 pub(super) fn char_column(text: &str, byte_column: usize) -> usize {
-    let prefix = text
-        .as_bytes()
-        .get(..byte_column)
-        .unwrap_or(text.as_bytes());
+    let prefix = text.as_bytes().get(..byte_column).unwrap_or(text.as_bytes());
     // Counting bytes that start a character counts the characters that begin in the prefix,
     // even when `byte_column` falls inside a multi-byte character.
     prefix.iter().filter(|&&b| b & 0xC0 != 0x80).count().max(1)
@@ -59,8 +53,7 @@ mod tests {
     #[test]
     fn universal_newlines_number_lines_like_python() {
         let lines: Vec<_> = numbered_lines(b"a\r\nb\rc\n\nd").collect();
-        let expected: Vec<(usize, &[u8])> =
-            vec![(1, b"a"), (2, b"b"), (3, b"c"), (4, b""), (5, b"d")];
+        let expected: Vec<(usize, &[u8])> = vec![(1, b"a"), (2, b"b"), (3, b"c"), (4, b""), (5, b"d")];
         assert_eq!(lines, expected);
     }
 

@@ -42,19 +42,12 @@ pub struct Example {
 #[derive(Debug, thiserror::Error)]
 pub enum DatasetError {
     #[error("cannot read dataset {path}: {source}; check the path and that the file is readable")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error(
         "no usable example in {path}: {summary}; every example must be one line holding a JSON object \
          with a \"query\" string"
     )]
-    NoUsableExample {
-        path: PathBuf,
-        summary: String,
-        problems: Vec<Problem>,
-    },
+    NoUsableExample { path: PathBuf, summary: String, problems: Vec<Problem> },
     #[error(
         "max_len (--max-len) is {cap}, but a training row needs at least {MIN_CAP} positions \
          (BOS and one trained token); use 128 or more"
@@ -105,10 +98,7 @@ enum LineOutcome {
 impl Dataset {
     /// Reads `path`; an error only when the file cannot be read or holds no usable example.
     pub fn load(path: &Path) -> Result<Dataset, DatasetError> {
-        let bytes = std::fs::read(path).map_err(|source| DatasetError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        let bytes = std::fs::read(path).map_err(|source| DatasetError::Read { path: path.to_owned(), source })?;
         let mut examples = Vec::new();
         let mut problems = Vec::new();
         for (line, raw) in lines::numbered_lines(&bytes) {
@@ -124,22 +114,11 @@ impl Dataset {
         if examples.is_empty() {
             let summary = match problems.first() {
                 None => "the file has no non-blank line".to_owned(),
-                Some(first) => format!(
-                    "{} line(s) have problems, the first: {first}",
-                    problems.len()
-                ),
+                Some(first) => format!("{} line(s) have problems, the first: {first}", problems.len()),
             };
-            return Err(DatasetError::NoUsableExample {
-                path: path.to_owned(),
-                summary,
-                problems,
-            });
+            return Err(DatasetError::NoUsableExample { path: path.to_owned(), summary, problems });
         }
-        Ok(Dataset {
-            path: path.to_owned(),
-            examples,
-            problems,
-        })
+        Ok(Dataset { path: path.to_owned(), examples, problems })
     }
 
     /// Tokenizes every example once, picks the sequence length for `cap` (`--max-len`) and
@@ -148,23 +127,11 @@ impl Dataset {
         if cap < MIN_CAP {
             return Err(DatasetError::CapTooSmall { cap });
         }
-        let tokenized: Vec<Tokenized> = self
-            .examples
-            .iter()
-            .map(|e| Tokenized::new(tokenizer, e))
-            .collect();
-        let longest = tokenized
-            .iter()
-            .map(Tokenized::sequence_len)
-            .max()
-            .unwrap_or(0);
+        let tokenized: Vec<Tokenized> = self.examples.iter().map(|e| Tokenized::new(tokenizer, e)).collect();
+        let longest = tokenized.iter().map(Tokenized::sequence_len).max().unwrap_or(0);
         let seq_len = fit_max_len(longest, cap);
         let report = DatasetReport::new(self, &tokenized, cap, seq_len);
-        Ok(Prepared {
-            seq_len,
-            tokenized,
-            report,
-        })
+        Ok(Prepared { seq_len, tokenized, report })
     }
 }
 
@@ -175,9 +142,7 @@ fn read_line(line: usize, raw: &[u8]) -> LineOutcome {
         Ok(text) => text,
         Err(error) => {
             let valid = String::from_utf8_lossy(&raw[..error.valid_up_to()]);
-            return LineOutcome::Skipped(Issue::NotUtf8 {
-                column: valid.chars().count() + 1,
-            });
+            return LineOutcome::Skipped(Issue::NotUtf8 { column: valid.chars().count() + 1 });
         }
     };
     let (leading, text) = lines::python_strip(text);
@@ -191,16 +156,11 @@ fn read_line(line: usize, raw: &[u8]) -> LineOutcome {
         Ok(value) => value,
         Err(error) => {
             let column = leading + lines::char_column(text, error.column());
-            return LineOutcome::Skipped(Issue::InvalidJson {
-                column,
-                reason: json_error_reason(&error),
-            });
+            return LineOutcome::Skipped(Issue::InvalidJson { column, reason: json_error_reason(&error) });
         }
     };
     let Value::Object(object) = value else {
-        return LineOutcome::Skipped(Issue::NotAnObject {
-            found: kind_of(&value),
-        });
+        return LineOutcome::Skipped(Issue::NotAnObject { found: kind_of(&value) });
     };
     match example_from_object(line, &object) {
         Ok((example, warnings)) => LineOutcome::Example(example, warnings),
@@ -218,65 +178,36 @@ fn json_error_reason(error: &serde_json::Error) -> String {
 }
 
 /// The fields of `render_example`, with its defaults, or why the reference could not use them.
-fn example_from_object(
-    line: usize,
-    object: &Map<String, Value>,
-) -> Result<(Example, Vec<Issue>), Issue> {
+fn example_from_object(line: usize, object: &Map<String, Value>) -> Result<(Example, Vec<Issue>), Issue> {
     let query = match object.get("query") {
         None => return Err(Issue::MissingQuery),
         Some(value) => required_text(Field::Query, value)?,
     };
-    let reasoning = object
-        .get("reasoning")
-        .map_or(Ok(String::new()), |v| required_text(Field::Reasoning, v))?;
+    let reasoning = object.get("reasoning").map_or(Ok(String::new()), |v| required_text(Field::Reasoning, v))?;
     let mut warnings = Vec::new();
     let system = match object.get("system") {
         None => String::new(),
         Some(Value::String(text)) => text.clone(),
         // `if system` in the reference: a false-y non-string means no system turn ...
         Some(value) if !python_truthy(value) => {
-            warnings.push(Issue::SystemIgnored {
-                found: kind_of(value),
-            });
+            warnings.push(Issue::SystemIgnored { found: kind_of(value) });
             String::new()
         }
         // ... and a true-y one is concatenated to a string, which raises.
-        Some(value) => {
-            return Err(Issue::NotAString {
-                field: Field::System,
-                found: kind_of(value),
-            })
-        }
+        Some(value) => return Err(Issue::NotAString { field: Field::System, found: kind_of(value) }),
     };
     let tools = json_text(Field::Tools, object.get("tools"), &mut warnings);
     let answers = match object.get("answers") {
         Some(value) => json_text(Field::Answers, Some(value), &mut warnings),
-        None => json_text(
-            Field::FunctionCalls,
-            object.get("function_calls"),
-            &mut warnings,
-        ),
+        None => json_text(Field::FunctionCalls, object.get("function_calls"), &mut warnings),
     };
-    Ok((
-        Example {
-            line,
-            system,
-            query,
-            reasoning,
-            tools,
-            answers,
-        },
-        warnings,
-    ))
+    Ok((Example { line, system, query, reasoning, tools, answers }, warnings))
 }
 
 fn required_text(field: Field, value: &Value) -> Result<String, Issue> {
     match value {
         Value::String(text) => Ok(text.clone()),
-        other => Err(Issue::NotAString {
-            field,
-            found: kind_of(other),
-        }),
+        other => Err(Issue::NotAString { field, found: kind_of(other) }),
     }
 }
 
@@ -288,10 +219,7 @@ fn json_text(field: Field, value: Option<&Value>, warnings: &mut Vec<Issue>) -> 
         Some(Value::String(text)) => text.clone(),
         Some(value) => {
             if !value.is_array() {
-                warnings.push(Issue::RenderedAsJson {
-                    field,
-                    found: kind_of(value),
-                });
+                warnings.push(Issue::RenderedAsJson { field, found: kind_of(value) });
             }
             pyjson::dumps_compact(value)
         }

@@ -80,10 +80,7 @@ pub enum Issue {
 impl Issue {
     /// Whether the line is left out of training (otherwise it trains, with this warning).
     pub fn skips_example(&self) -> bool {
-        !matches!(
-            self,
-            Issue::RenderedAsJson { .. } | Issue::SystemIgnored { .. } | Issue::Truncated { .. }
-        )
+        !matches!(self, Issue::RenderedAsJson { .. } | Issue::SystemIgnored { .. } | Issue::Truncated { .. })
     }
 
     fn column(&self) -> Option<usize> {
@@ -149,11 +146,7 @@ impl fmt::Display for Problem {
         if let Some(column) = self.issue.column() {
             write!(f, ", column {column}")?;
         }
-        let outcome = if self.issue.skips_example() {
-            " (line skipped)"
-        } else {
-            ""
-        };
+        let outcome = if self.issue.skips_example() { " (line skipped)" } else { "" };
         write!(f, ": {}{outcome}", self.issue)
     }
 }

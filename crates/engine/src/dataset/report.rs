@@ -51,12 +51,7 @@ pub struct Sample {
 
 impl DatasetReport {
     /// `tokenized` holds `dataset.examples` in order, tokenized; `seq_len` was fitted under `cap`.
-    pub(super) fn new(
-        dataset: &Dataset,
-        tokenized: &[Tokenized],
-        cap: usize,
-        seq_len: usize,
-    ) -> Self {
+    pub(super) fn new(dataset: &Dataset, tokenized: &[Tokenized], cap: usize, seq_len: usize) -> Self {
         let mut problems = dataset.problems.clone();
         problems.extend(truncation_problems(tokenized, seq_len));
         // Stable: a line's reading problems stay ahead of its truncation.
@@ -69,22 +64,13 @@ impl DatasetReport {
             .take(SAMPLE_COUNT)
             .map(|(example, &tokens)| {
                 let (prompt, target) = render(example);
-                Sample {
-                    line: example.line,
-                    prompt,
-                    target,
-                    tokens,
-                }
+                Sample { line: example.line, prompt, target, tokens }
             })
             .collect();
         DatasetReport {
             path: dataset.path.display().to_string(),
             usable_examples: dataset.examples.len(),
-            skipped_lines: dataset
-                .problems
-                .iter()
-                .filter(|p| p.issue.skips_example())
-                .count(),
+            skipped_lines: dataset.problems.iter().filter(|p| p.issue.skips_example()).count(),
             truncated: lengths.iter().filter(|&&len| len > seq_len).count(),
             token_lengths: length_stats(&lengths),
             histogram: histogram(&lengths),
@@ -96,22 +82,16 @@ impl DatasetReport {
     }
 }
 
-fn truncation_problems(
-    tokenized: &[Tokenized],
-    seq_len: usize,
-) -> impl Iterator<Item = Problem> + '_ {
-    tokenized
-        .iter()
-        .filter(move |t| t.sequence_len() > seq_len)
-        .map(move |t| Problem {
-            line: t.line,
-            issue: Issue::Truncated {
-                tokens: t.sequence_len(),
-                seq_len,
-                target_tokens: t.target_ids.len(),
-                target_tokens_kept: t.target_tokens_kept(seq_len),
-            },
-        })
+fn truncation_problems(tokenized: &[Tokenized], seq_len: usize) -> impl Iterator<Item = Problem> + '_ {
+    tokenized.iter().filter(move |t| t.sequence_len() > seq_len).map(move |t| Problem {
+        line: t.line,
+        issue: Issue::Truncated {
+            tokens: t.sequence_len(),
+            seq_len,
+            target_tokens: t.target_ids.len(),
+            target_tokens_kept: t.target_tokens_kept(seq_len),
+        },
+    })
 }
 
 /// Min, median (mean of the middle two for an even count) and max; all zero for no rows.
@@ -124,11 +104,7 @@ fn length_stats(lengths: &[usize]) -> LengthStats {
         (1, Some(&m)) => m as f64,
         (_, Some(&upper)) => (sorted[middle - 1] + upper) as f64 / 2.0,
     };
-    LengthStats {
-        min: sorted.first().copied().unwrap_or(0),
-        median,
-        max: sorted.last().copied().unwrap_or(0),
-    }
+    LengthStats { min: sorted.first().copied().unwrap_or(0), median, max: sorted.last().copied().unwrap_or(0) }
 }
 
 /// Counts per power-of-two bin, from 128 up to the first bound holding the longest row.
@@ -138,10 +114,7 @@ fn histogram(lengths: &[usize]) -> Vec<HistogramBin> {
     let mut lower = 0;
     let mut up_to = FIRST_BUCKET;
     loop {
-        let count = lengths
-            .iter()
-            .filter(|&&len| len > lower && len <= up_to)
-            .count();
+        let count = lengths.iter().filter(|&&len| len > lower && len <= up_to).count();
         bins.push(HistogramBin { up_to, count });
         if up_to >= longest {
             return bins;
