@@ -155,6 +155,10 @@ fn read_line(line: usize, raw: &[u8]) -> LineOutcome {
     let value: Value = match serde_json::from_str(text) {
         Ok(value) => value,
         Err(error) => {
+            if let Some(start) = python_only_literal_at(text, error.column()) {
+                let column = leading + lines::char_column(text, start);
+                return LineOutcome::Skipped(Issue::NonFiniteNumber { column });
+            }
             let column = leading + lines::char_column(text, error.column());
             return LineOutcome::Skipped(Issue::InvalidJson { column, reason: json_error_reason(&error) });
         }
@@ -166,6 +170,22 @@ fn read_line(line: usize, raw: &[u8]) -> LineOutcome {
         Ok((example, warnings)) => LineOutcome::Example(example, warnings),
         Err(issue) => LineOutcome::Skipped(issue),
     }
+}
+
+/// Where a `NaN`, `Infinity` or `-Infinity` starts (1-based byte column), when serde_json stopped
+/// at one: not JSON, but Python's `json.loads` reads them as floats. serde_json stops at the first
+/// byte of `NaN`/`Infinity`, and at the `I` of `-Infinity`.
+fn python_only_literal_at(text: &str, byte_column: usize) -> Option<usize> {
+    let at = byte_column.checked_sub(1)?;
+    let rest = text.get(at..)?;
+    if rest.starts_with("NaN") || rest.starts_with("-Infinity") {
+        return Some(byte_column);
+    }
+    if !rest.starts_with("Infinity") {
+        return None;
+    }
+    let after_minus = at.checked_sub(1).and_then(|minus| text.as_bytes().get(minus)) == Some(&b'-');
+    Some(if after_minus { byte_column - 1 } else { byte_column })
 }
 
 /// serde_json's message without its " at line 1 column N" suffix: we report the file's position.

@@ -48,6 +48,11 @@ pub enum Issue {
         column: usize,
         reason: String,
     },
+    /// `NaN`/`Infinity`/`-Infinity` at `column`: Python's json reads them (so the reference trains
+    /// on the line), standard JSON and we do not.
+    NonFiniteNumber {
+        column: usize,
+    },
     /// Valid JSON, but not an object; `found` names what it is ("a list", ...).
     NotAnObject {
         found: &'static str,
@@ -85,7 +90,9 @@ impl Issue {
 
     fn column(&self) -> Option<usize> {
         match self {
-            Issue::NotUtf8 { column } | Issue::InvalidJson { column, .. } => Some(*column),
+            Issue::NotUtf8 { column } | Issue::InvalidJson { column, .. } | Issue::NonFiniteNumber { column } => {
+                Some(*column)
+            }
             _ => None,
         }
     }
@@ -102,6 +109,11 @@ impl fmt::Display for Issue {
             Issue::InvalidJson { reason, .. } => {
                 write!(f, "invalid JSON ({reason}); each line must hold exactly one complete JSON object")
             }
+            Issue::NonFiniteNumber { .. } => write!(
+                f,
+                "NaN and Infinity are not JSON (Python's json accepts them, so the reference would train on this line); \
+                 write a finite number, a string or null"
+            ),
             Issue::NotAnObject { found } => write!(
                 f,
                 "the line is {found}, not a JSON object; write each example as {{\"query\": ..., \"tools\": [...], \"answers\": [...]}}"

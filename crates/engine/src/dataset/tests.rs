@@ -157,6 +157,8 @@ fn reports_each_bad_line_with_its_number() {
         (11, Issue::RenderedAsJson { field: Field::Answers, found: "null" }),
         (12, Issue::InvalidJson { column: 22, reason: "trailing comma".to_owned() }),
         (13, Issue::NotAnObject { found: "a string" }),
+        (15, Issue::NonFiniteNumber { column: 24 }),
+        (16, Issue::NonFiniteNumber { column: 24 }),
     ];
     assert_eq!(problem_summary(&dataset.problems), expected);
     let lines: Vec<usize> = dataset.examples.iter().map(|e| e.line).collect();
