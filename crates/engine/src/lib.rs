@@ -8,4 +8,5 @@ pub mod checkpoint;
 pub mod backend;
 pub mod config;
 pub mod dataset;
+pub mod pyjson;
 pub mod tokenizer;
