@@ -13,6 +13,7 @@ pub mod layout;
 pub mod merge;
 pub mod quant;
 pub mod reader;
+pub mod synthetic;
 pub mod writer;
 
 pub use bits::{BitsChoice, BitsMap, BitsMapError};

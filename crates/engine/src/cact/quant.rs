@@ -154,14 +154,23 @@ fn sum_of_squares(x: &[f32; GROUP]) -> f32 {
     ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
 }
 
-/// `np.searchsorted` (left) clipped to `[1, n-1]`, then the closer neighbour, ties to the lower
-/// level. A NaN sorts past every level, as numpy sorts it, and lands on the last one.
-fn nearest_index(x: f32, cb: &[f32]) -> u8 {
-    let first_not_less = cb.iter().position(|&c| c >= x).unwrap_or(cb.len());
-    let pos = first_not_less.clamp(1, cb.len() - 1);
-    let (left, right) = (cb[pos - 1], cb[pos]);
-    let chosen = if (x - left).abs() <= (x - right).abs() { pos - 1 } else { pos };
-    chosen as u8
+/// Per element: `np.searchsorted` (left) clipped to `[1, n-1]`, then the closer neighbour, ties to
+/// the lower level. A NaN sorts past every level, as numpy sorts it, and lands on the last one.
+/// The search is a count of smaller levels, done level by level across the whole group so it
+/// vectorises: this is the build's hot loop.
+fn nearest_indices(unit: &[f32; GROUP], cb: &[f32], out: &mut [u8; GROUP]) {
+    let mut below = [0u8; GROUP];
+    for &c in cb {
+        for (n, &x) in below.iter_mut().zip(unit) {
+            *n += u8::from(c < x);
+        }
+    }
+    let last = cb.len() - 1;
+    for ((o, &n), &x) in out.iter_mut().zip(&below).zip(unit) {
+        let pos = if x.is_nan() { last } else { usize::from(n).clamp(1, last) };
+        let (left, right) = (cb[pos - 1], cb[pos]);
+        *o = if (x - left).abs() <= (x - right).abs() { (pos - 1) as u8 } else { pos as u8 };
+    }
 }
 
 /// Ternary indices 0, 1, 2 are stored as crumbs 3, 0, 1 so that sign-extending a crumb yields -1, 0, +1.
@@ -210,16 +219,18 @@ struct QuantizedRow {
 
 fn quantize_row(row: &[f32], bits: Bits, cb: &[f32]) -> QuantizedRow {
     let in_pad = padded_width(row.len());
-    let mut indices = Vec::with_capacity(in_pad);
+    let mut indices = vec![0u8; in_pad];
     let mut norms = Vec::with_capacity(in_pad / GROUP);
-    for start in (0..in_pad).step_by(GROUP) {
+    for (start, out) in (0..in_pad).step_by(GROUP).zip(indices.chunks_exact_mut(GROUP)) {
         let mut group = [0.0f32; GROUP];
         let end = row.len().min(start + GROUP);
         group[..end - start].copy_from_slice(&row[start..end]);
         hadamard_in_place(&mut group);
         let norm = sum_of_squares(&group).sqrt();
         let divisor = norm.max(1e-12);
-        indices.extend(group.iter().map(|&v| nearest_index(v / divisor, cb)));
+        group.iter_mut().for_each(|v| *v /= divisor);
+        let out: &mut [u8; GROUP] = out.try_into().expect("chunks_exact yields GROUP-long chunks");
+        nearest_indices(&group, cb, out);
         norms.push(f16::from_f32(norm));
     }
     if bits == Bits::Ternary {
@@ -343,12 +354,11 @@ mod tests {
     #[test]
     fn nearest_index_breaks_ties_to_the_lower_level_and_clips_the_ends() {
         let cb = [-1.0f32, 0.0, 1.0];
-        assert_eq!(nearest_index(-0.5, &cb), 0);
-        assert_eq!(nearest_index(0.5, &cb), 1);
-        assert_eq!(nearest_index(0.5001, &cb), 2);
-        assert_eq!(nearest_index(-7.0, &cb), 0);
-        assert_eq!(nearest_index(7.0, &cb), 2);
-        assert_eq!(nearest_index(f32::NAN, &cb), 2);
+        let mut unit = [0.0f32; GROUP];
+        unit[..7].copy_from_slice(&[-0.5, 0.5, 0.5001, -7.0, 7.0, f32::NAN, 1.0]);
+        let mut out = [9u8; GROUP];
+        nearest_indices(&unit, &cb, &mut out);
+        assert_eq!(out[..8], [0, 1, 2, 0, 2, 2, 2, 1]);
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use half::f16;
+use rayon::prelude::*;
 use thiserror::Error;
 
 use super::bits::BitsChoice;
@@ -88,15 +89,21 @@ impl Param {
         Ok(self)
     }
 
-    /// A `[in, out]` kernel as the `[out, in]` matrix the runtime streams.
+    /// A `[in, out]` kernel as the `[out, in]` matrix the runtime streams. Copied in square tiles so
+    /// both the reads and the writes stay within a few cache lines.
     fn transposed(&self) -> Result<Param, BuildError> {
+        const TILE: usize = 32;
         let &[rows, cols] = self.shape.as_slice() else {
             return Err(self.bad_shape("a 2-D kernel"));
         };
         let mut values = vec![0.0f32; self.values.len()];
-        for (r, row) in self.values.chunks_exact(cols.max(1)).enumerate() {
-            for (c, &v) in row.iter().enumerate() {
-                values[c * rows + r] = v;
+        for r0 in (0..rows).step_by(TILE) {
+            for c0 in (0..cols).step_by(TILE) {
+                for r in r0..(r0 + TILE).min(rows) {
+                    for c in c0..(c0 + TILE).min(cols) {
+                        values[c * rows + r] = self.values[r * cols + c];
+                    }
+                }
             }
         }
         Ok(Param { path: self.path.clone(), shape: vec![cols, rows], values })
@@ -149,21 +156,33 @@ fn layer_tensors(ckpt: &Checkpoint, bits: &BitsChoice, out: &mut Vec<Tensor>) ->
         .iter()
         .map(|t| Param::load(ckpt, &format!("{BLOCK}/{}", t.path)))
         .collect::<Result<_, _>>()?;
-    for layer in 0..ckpt.config.num_layers {
-        for (spec, param) in LAYER_TENSORS.iter().zip(&stacked) {
+    // Layers are independent: slicing and transposing them in parallel keeps both cores busy
+    // between the row-parallel quantizations.
+    let layers: Vec<Vec<Tensor>> = (0..ckpt.config.num_layers)
+        .into_par_iter()
+        .map(|layer| one_layer(layer, &stacked, bits))
+        .collect::<Result<_, _>>()?;
+    out.extend(layers.into_iter().flatten());
+    Ok(())
+}
+
+fn one_layer(layer: usize, stacked: &[Param], bits: &BitsChoice) -> Result<Vec<Tensor>, BuildError> {
+    LAYER_TENSORS
+        .iter()
+        .zip(stacked)
+        .map(|(spec, param)| {
             let name = layout::layer_name(layer, spec.name);
             let slice = param.layer(layer)?;
-            out.push(if spec.kernel {
-                cq_tensor(name, &slice.transposed()?, bits)?
+            if spec.kernel {
+                cq_tensor(name, &slice.transposed()?, bits)
             } else if spec.name == "attn_gate" {
                 // A per-layer scalar, stored as a 1-element vector.
-                fp16_tensor(name, &slice.reshaped(vec![1])?)
+                Ok(fp16_tensor(name, &slice.reshaped(vec![1])?))
             } else {
-                fp16_tensor(name, &slice)
-            });
-        }
-    }
-    Ok(())
+                Ok(fp16_tensor(name, &slice))
+            }
+        })
+        .collect()
 }
 
 fn mhc_tensors(ckpt: &Checkpoint, bits: &BitsChoice, out: &mut Vec<Tensor>) -> Result<(), BuildError> {
