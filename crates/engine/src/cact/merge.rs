@@ -2,20 +2,28 @@
 //! `W + (scale * A @ B).astype(W.dtype)`, with the product in float32 and the sum in W's own dtype
 //! (so a float16 checkpoint adds the float16-rounded delta).
 
-use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use half::f16;
 use thiserror::Error;
 
-use crate::checkpoint::{Checkpoint, DType, NdArray};
+use crate::checkpoint::{Checkpoint, DType, NdArray, PickledAdapter};
+
+/// An adapter that does not fit the checkpoint; names the adapter file and the weight.
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("{}: {problem}", adapter.display())]
+pub struct MergeError {
+    pub adapter: PathBuf,
+    pub problem: MergeProblem,
+}
 
 #[derive(Debug, Error, PartialEq, Eq)]
-pub enum MergeError {
-    #[error("adapter targets `{path}`, which the checkpoint does not have; was the adapter trained on a different base?")]
-    MissingTarget { path: String },
-    #[error("adapter `{path}`: weight {weight:?}, A {a:?}, B {b:?} do not compose as W[.., in, out] + A[.., in, r] @ B[.., r, out]; was the adapter trained on a different base?")]
+pub enum MergeProblem {
+    #[error("targets `{path}`, which {} does not have; was the adapter trained on a different base?", checkpoint.display())]
+    MissingTarget { path: String, checkpoint: PathBuf },
+    #[error("`{path}`: weight {weight:?}, A {a:?}, B {b:?} do not compose as W[.., in, out] + A[.., in, r] @ B[.., r, out]; was the adapter trained on a different base?")]
     ShapeMismatch { path: String, weight: Vec<usize>, a: Vec<usize>, b: Vec<usize> },
-    #[error("adapter `{path}`: {which} is {dtype:?}; merging needs float16 or float32 arrays")]
+    #[error("`{path}`: {which} is {dtype:?}; merging needs float16 or float32 arrays")]
     UnsupportedDtype { path: String, which: &'static str, dtype: DType },
 }
 
@@ -48,10 +56,10 @@ fn scaled_delta(a: &[f32], b: &[f32], (batch, d_in, rank, d_out): (usize, usize,
     delta
 }
 
-fn check_float(path: &str, which: &'static str, arr: &NdArray) -> Result<(), MergeError> {
+fn check_float(path: &str, which: &'static str, arr: &NdArray) -> Result<(), MergeProblem> {
     match arr.dtype {
         DType::F16 | DType::F32 => Ok(()),
-        dtype => Err(MergeError::UnsupportedDtype { path: path.into(), which, dtype }),
+        dtype => Err(MergeProblem::UnsupportedDtype { path: path.into(), which, dtype }),
     }
 }
 
@@ -68,20 +76,28 @@ fn add_in_dtype(weight: &NdArray, delta: &[f32]) -> Vec<u8> {
     }
 }
 
-/// Adds every adapter pair (`path → (A, B)`) into the checkpoint's weights in place.
-pub fn merge_lora(ckpt: &mut Checkpoint, lora: &BTreeMap<String, (NdArray, NdArray)>, scale: f64) -> Result<(), MergeError> {
-    for (path, (a, b)) in lora {
-        let weight = ckpt.params.get_mut(path).ok_or_else(|| MergeError::MissingTarget { path: path.clone() })?;
+/// Adds every adapter pair into the checkpoint's weights in place.
+pub fn merge_lora(ckpt: &mut Checkpoint, adapter: &PickledAdapter) -> Result<(), MergeError> {
+    merge_factors(ckpt, adapter).map_err(|problem| MergeError { adapter: adapter.source.clone(), problem })
+}
+
+fn merge_factors(ckpt: &mut Checkpoint, adapter: &PickledAdapter) -> Result<(), MergeProblem> {
+    for (path, factors) in &adapter.lora {
+        let (a, b) = (&factors.a, &factors.b);
+        let weight = ckpt
+            .params
+            .get_mut(path)
+            .ok_or_else(|| MergeProblem::MissingTarget { path: path.clone(), checkpoint: ckpt.source.clone() })?;
         check_float(path, "the weight", weight)?;
         check_float(path, "A", a)?;
         check_float(path, "B", b)?;
-        let dims = merge_dims(&weight.shape, &a.shape, &b.shape).ok_or_else(|| MergeError::ShapeMismatch {
+        let dims = merge_dims(&weight.shape, &a.shape, &b.shape).ok_or_else(|| MergeProblem::ShapeMismatch {
             path: path.clone(),
             weight: weight.shape.clone(),
             a: a.shape.clone(),
             b: b.shape.clone(),
         })?;
-        let delta = scaled_delta(&a.to_f32(), &b.to_f32(), dims, scale);
+        let delta = scaled_delta(&a.to_f32(), &b.to_f32(), dims, adapter.scale);
         weight.data = add_in_dtype(weight, &delta);
     }
     Ok(())
@@ -90,6 +106,7 @@ pub fn merge_lora(ckpt: &mut Checkpoint, lora: &BTreeMap<String, (NdArray, NdArr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkpoint::LoraFactors;
     use crate::config::ModelConfig;
 
     fn array(dtype: DType, shape: &[usize], values: &[f32]) -> NdArray {
@@ -101,15 +118,30 @@ mod tests {
     }
 
     fn checkpoint(weight: NdArray) -> Checkpoint {
-        Checkpoint { params: [("w".to_string(), weight)].into(), config: ModelConfig::default(), step: None }
+        Checkpoint {
+            source: "base.pkl".into(),
+            params: [("w".to_string(), weight)].into(),
+            config: ModelConfig::default(),
+            step: None,
+        }
+    }
+
+    fn adapter(path: &str, a: NdArray, b: NdArray, scale: f64) -> PickledAdapter {
+        PickledAdapter {
+            source: "adapter.pkl".into(),
+            lora: [(path.to_string(), LoraFactors { a, b })].into(),
+            scale,
+            base: "base.pkl".into(),
+            rank: 1,
+        }
     }
 
     #[test]
     fn float16_weights_add_the_float16_rounded_delta() {
         // 1 + 2 * (1e-4 * 1) : the delta rounds to f16 before the f16 add.
         let mut ckpt = checkpoint(array(DType::F16, &[1, 1], &[1.0]));
-        let lora = [("w".to_string(), (array(DType::F32, &[1, 1], &[1e-4]), array(DType::F32, &[1, 1], &[1.0])))].into();
-        merge_lora(&mut ckpt, &lora, 2.0).unwrap();
+        let lora = adapter("w", array(DType::F32, &[1, 1], &[1e-4]), array(DType::F32, &[1, 1], &[1.0]), 2.0);
+        merge_lora(&mut ckpt, &lora).unwrap();
         let expected = f16::from_f32(1.0 + f16::from_f32(2e-4).to_f32());
         assert_eq!(ckpt.params["w"].data, expected.to_le_bytes().to_vec());
     }
@@ -119,7 +151,7 @@ mod tests {
         let mut ckpt = checkpoint(array(DType::F32, &[2, 2, 1], &[0.0; 4]));
         let a = array(DType::F32, &[2, 2, 1], &[1.0, 2.0, 3.0, 4.0]);
         let b = array(DType::F32, &[2, 1, 1], &[10.0, 100.0]);
-        merge_lora(&mut ckpt, &[("w".to_string(), (a, b))].into(), 0.5).unwrap();
+        merge_lora(&mut ckpt, &adapter("w", a, b, 0.5)).unwrap();
         assert_eq!(ckpt.params["w"].to_f32(), vec![5.0, 10.0, 150.0, 200.0]);
     }
 
@@ -128,9 +160,9 @@ mod tests {
         let mut ckpt = checkpoint(array(DType::F32, &[2, 2], &[0.0; 4]));
         let a = array(DType::F32, &[3, 1], &[0.0; 3]);
         let b = array(DType::F32, &[1, 2], &[0.0; 2]);
-        let err = merge_lora(&mut ckpt, &[("w".to_string(), (a.clone(), b.clone()))].into(), 1.0).unwrap_err();
-        assert!(matches!(err, MergeError::ShapeMismatch { .. }));
-        let err = merge_lora(&mut ckpt, &[("nope".to_string(), (a, b))].into(), 1.0).unwrap_err();
-        assert_eq!(err, MergeError::MissingTarget { path: "nope".into() });
+        let err = merge_lora(&mut ckpt, &adapter("w", a.clone(), b.clone(), 1.0)).unwrap_err();
+        assert!(matches!(err.problem, MergeProblem::ShapeMismatch { .. }));
+        let err = merge_lora(&mut ckpt, &adapter("nope", a, b, 1.0)).unwrap_err();
+        assert_eq!(err.to_string(), "adapter.pkl: targets `nope`, which base.pkl does not have; was the adapter trained on a different base?");
     }
 }

@@ -19,7 +19,8 @@ pub mod writer;
 pub use bits::{BitsChoice, BitsMap, BitsMapError};
 pub use quant::Bits;
 pub use reader::{CactFile, ReadError};
-pub use writer::{build_cact, write_cact, BuildError};
+pub use merge::{merge_lora, MergeError};
+pub use writer::{build_cact, write_cact, BuildError, BuiltCact, WriteError};
 
 /// First u32 of every `.cact`.
 pub const TAG: u32 = 0x05E1_2A83;

@@ -285,6 +285,11 @@ impl CactFile {
         Ok(file)
     }
 
+    /// Size of the whole file in bytes.
+    pub fn size(&self) -> usize {
+        self.bytes.len()
+    }
+
     /// The blob of tensor `index` (validated against the file size at parse time).
     pub fn blob(&self, index: usize) -> Option<&[u8]> {
         let r = self.records.get(index)?;

@@ -70,5 +70,5 @@ pub fn random_checkpoint(config: &ModelConfig, float16: bool, seed: u64) -> Resu
         };
         params.insert(path, array);
     }
-    Ok(Checkpoint { params, config: config.clone(), step: None })
+    Ok(Checkpoint { source: format!("<random seed {seed}>").into(), params, config: config.clone(), step: None })
 }

@@ -15,18 +15,25 @@ use super::quant::{self, Bits, GROUP};
 use super::{align_up, TensorKind, HEADER_LEN, MAX_NDIM, RECORD_LEN, TAG, TOKENIZER_HEADER_LEN};
 use crate::checkpoint::{Checkpoint, DType, NdArray};
 
-/// Why a checkpoint could not be turned into a `.cact`.
+/// Why a checkpoint could not be turned into a `.cact`; names the checkpoint file.
 #[derive(Debug, Error)]
-pub enum BuildError {
-    #[error("checkpoint has no parameter `{path}`; `needle build` needs a Needle 2 format-v2 checkpoint")]
+#[error("{}: {problem}", checkpoint.display())]
+pub struct BuildError {
+    pub checkpoint: PathBuf,
+    pub problem: BuildProblem,
+}
+
+#[derive(Debug, Error)]
+pub enum BuildProblem {
+    #[error("no parameter `{path}`; `needle build` needs a Needle 2 format-v2 checkpoint")]
     MissingParam { path: String },
-    #[error("parameter `{path}` has shape {found:?} but the export needs {expected}; the checkpoint does not match its config")]
+    #[error("parameter `{path}` has shape {found:?} but the export needs {expected}; the params do not match the config")]
     BadShape { path: String, expected: String, found: Vec<usize> },
     #[error("parameter `{path}` is {dtype:?}; the export reads float16 or float32 weights (re-save the checkpoint as float32)")]
     UnsupportedDtype { path: String, dtype: DType },
-    #[error("checkpoint config: {0}")]
+    #[error("config: {0}")]
     Geometry(#[from] GeometryError),
-    #[error("tokenizer has {tokenizer} pieces but the checkpoint's vocab_size is {config}; pass the tokenizer the model was trained with (--tokenizer)")]
+    #[error("the tokenizer has {tokenizer} pieces but the config's vocab_size is {config}; pass the tokenizer the model was trained with (--tokenizer)")]
     TokenizerVocab { tokenizer: usize, config: usize },
     #[error("tokenizer blob is {len} bytes, shorter than its {TOKENIZER_HEADER_LEN}-byte header; the tokenizer did not serialise")]
     TokenizerBlob { len: usize },
@@ -34,8 +41,14 @@ pub enum BuildError {
     TooManyDims { name: String, ndim: usize },
     #[error("{what} = {value} does not fit the .cact header's u32 field")]
     TooLarge { what: String, value: usize },
-    #[error("cannot write {}: {source}; check that the directory exists and is writable", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+}
+
+/// The `.cact` could not be written.
+#[derive(Debug, Error)]
+#[error("cannot write {}: {source}; check that the directory exists and is writable", path.display())]
+pub struct WriteError {
+    pub path: PathBuf,
+    pub source: std::io::Error,
 }
 
 /// A checkpoint parameter (or a slice of one) widened to f32, row-major.
@@ -47,14 +60,14 @@ struct Param {
 }
 
 impl Param {
-    fn load(ckpt: &Checkpoint, path: &str) -> Result<Self, BuildError> {
-        let arr = ckpt.params.get(path).ok_or_else(|| BuildError::MissingParam { path: path.into() })?;
+    fn load(ckpt: &Checkpoint, path: &str) -> Result<Self, BuildProblem> {
+        let arr = ckpt.params.get(path).ok_or_else(|| BuildProblem::MissingParam { path: path.into() })?;
         Self::from_array(path, arr)
     }
 
-    fn from_array(path: &str, arr: &NdArray) -> Result<Self, BuildError> {
+    fn from_array(path: &str, arr: &NdArray) -> Result<Self, BuildProblem> {
         if !matches!(arr.dtype, DType::F16 | DType::F32) {
-            return Err(BuildError::UnsupportedDtype { path: path.into(), dtype: arr.dtype });
+            return Err(BuildProblem::UnsupportedDtype { path: path.into(), dtype: arr.dtype });
         }
         let param = Self { path: path.into(), shape: arr.shape.clone(), values: arr.to_f32() };
         if param.values.len() != param.shape.iter().product::<usize>() {
@@ -63,12 +76,12 @@ impl Param {
         Ok(param)
     }
 
-    fn bad_shape(&self, expected: impl Into<String>) -> BuildError {
-        BuildError::BadShape { path: self.path.clone(), expected: expected.into(), found: self.shape.clone() }
+    fn bad_shape(&self, expected: impl Into<String>) -> BuildProblem {
+        BuildProblem::BadShape { path: self.path.clone(), expected: expected.into(), found: self.shape.clone() }
     }
 
     /// Element `index` along the leading (stacked-layers) axis.
-    fn layer(&self, index: usize) -> Result<Param, BuildError> {
+    fn layer(&self, index: usize) -> Result<Param, BuildProblem> {
         let (&layers, inner) = self.shape.split_first().ok_or_else(|| self.bad_shape("a leading layer axis"))?;
         if index >= layers {
             return Err(self.bad_shape(format!("at least {} entries on the layer axis", index + 1)));
@@ -81,7 +94,7 @@ impl Param {
         })
     }
 
-    fn reshaped(mut self, shape: Vec<usize>) -> Result<Param, BuildError> {
+    fn reshaped(mut self, shape: Vec<usize>) -> Result<Param, BuildProblem> {
         if shape.iter().product::<usize>() != self.values.len() {
             return Err(self.bad_shape(format!("{} elements (shape {shape:?})", shape.iter().product::<usize>())));
         }
@@ -91,7 +104,7 @@ impl Param {
 
     /// A `[in, out]` kernel as the `[out, in]` matrix the runtime streams. Copied in square tiles so
     /// both the reads and the writes stay within a few cache lines.
-    fn transposed(&self) -> Result<Param, BuildError> {
+    fn transposed(&self) -> Result<Param, BuildProblem> {
         const TILE: usize = 32;
         let &[rows, cols] = self.shape.as_slice() else {
             return Err(self.bad_shape("a 2-D kernel"));
@@ -110,7 +123,7 @@ impl Param {
     }
 
     /// The mHC phi stack `[L, nC, lanes]` as `[L*lanes, nC]`: `phi.transpose(0, 2, 1).reshape(...)`.
-    fn phi_rows(&self) -> Result<Param, BuildError> {
+    fn phi_rows(&self) -> Result<Param, BuildProblem> {
         let &[layers, n_c, lanes] = self.shape.as_slice() else {
             return Err(self.bad_shape("a 3-D [layers, nC, lanes] array"));
         };
@@ -138,7 +151,7 @@ fn fp16_tensor(name: impl Into<String>, p: &Param) -> Tensor {
     Tensor { name: name.into(), kind: TensorKind::Fp16, shape: p.shape.clone(), blob }
 }
 
-fn cq_tensor(name: impl Into<String>, matrix: &Param, bits: &BitsChoice) -> Result<Tensor, BuildError> {
+fn cq_tensor(name: impl Into<String>, matrix: &Param, bits: &BitsChoice) -> Result<Tensor, BuildProblem> {
     let name = name.into();
     let &[_, in_dim] = matrix.shape.as_slice() else {
         return Err(matrix.bad_shape("a 2-D matrix"));
@@ -151,7 +164,7 @@ fn cq_tensor(name: impl Into<String>, matrix: &Param, bits: &BitsChoice) -> Resu
 /// The stacked per-layer block every layer's tensors are sliced from.
 const BLOCK: &str = "stack/layers/block";
 
-fn layer_tensors(ckpt: &Checkpoint, bits: &BitsChoice, out: &mut Vec<Tensor>) -> Result<(), BuildError> {
+fn layer_tensors(ckpt: &Checkpoint, bits: &BitsChoice, out: &mut Vec<Tensor>) -> Result<(), BuildProblem> {
     let stacked: Vec<Param> = LAYER_TENSORS
         .iter()
         .map(|t| Param::load(ckpt, &format!("{BLOCK}/{}", t.path)))
@@ -166,7 +179,7 @@ fn layer_tensors(ckpt: &Checkpoint, bits: &BitsChoice, out: &mut Vec<Tensor>) ->
     Ok(())
 }
 
-fn one_layer(layer: usize, stacked: &[Param], bits: &BitsChoice) -> Result<Vec<Tensor>, BuildError> {
+fn one_layer(layer: usize, stacked: &[Param], bits: &BitsChoice) -> Result<Vec<Tensor>, BuildProblem> {
     LAYER_TENSORS
         .iter()
         .zip(stacked)
@@ -185,7 +198,7 @@ fn one_layer(layer: usize, stacked: &[Param], bits: &BitsChoice) -> Result<Vec<T
         .collect()
 }
 
-fn mhc_tensors(ckpt: &Checkpoint, bits: &BitsChoice, out: &mut Vec<Tensor>) -> Result<(), BuildError> {
+fn mhc_tensors(ckpt: &Checkpoint, bits: &BitsChoice, out: &mut Vec<Tensor>) -> Result<(), BuildProblem> {
     for name in MHC_FP16_TENSORS {
         out.push(fp16_tensor(name, &Param::load(ckpt, &format!("stack/{name}"))?));
     }
@@ -195,7 +208,7 @@ fn mhc_tensors(ckpt: &Checkpoint, bits: &BitsChoice, out: &mut Vec<Tensor>) -> R
     Ok(())
 }
 
-fn engram_tensors(ckpt: &Checkpoint, geo: &Geometry, bits: &BitsChoice, out: &mut Vec<Tensor>) -> Result<(), BuildError> {
+fn engram_tensors(ckpt: &Checkpoint, geo: &Geometry, bits: &BitsChoice, out: &mut Vec<Tensor>) -> Result<(), BuildProblem> {
     for site in 0..geo.sites.len() {
         let prefix = format!("engrams_{site}");
         let tables = Param::load(ckpt, &format!("{prefix}/embedding"))?
@@ -212,7 +225,7 @@ fn engram_tensors(ckpt: &Checkpoint, geo: &Geometry, bits: &BitsChoice, out: &mu
 
 /// The optional probe heads: a manifest of head codes, then `probes, proj (transposed), bias` per head,
 /// all FP16. A head without a bias gets zeros, as the reference writes.
-fn head_tensors(ckpt: &Checkpoint, out: &mut Vec<Tensor>) -> Result<(), BuildError> {
+fn head_tensors(ckpt: &Checkpoint, out: &mut Vec<Tensor>) -> Result<(), BuildProblem> {
     let present: Vec<(&str, u16)> = HEAD_CODES
         .iter()
         .copied()
@@ -241,7 +254,7 @@ fn head_tensors(ckpt: &Checkpoint, out: &mut Vec<Tensor>) -> Result<(), BuildErr
 }
 
 /// Every tensor of the export in canonical order (the tokenizer is appended by the caller).
-fn canonical_tensors(ckpt: &Checkpoint, geo: &Geometry, bits: &BitsChoice) -> Result<Vec<Tensor>, BuildError> {
+fn canonical_tensors(ckpt: &Checkpoint, geo: &Geometry, bits: &BitsChoice) -> Result<Vec<Tensor>, BuildProblem> {
     let embedding = Param::load(ckpt, "embedding/embedding")?;
     let mut out = vec![cq_tensor("embedding", &embedding, bits)?];
     layer_tensors(ckpt, bits, &mut out)?;
@@ -252,24 +265,24 @@ fn canonical_tensors(ckpt: &Checkpoint, geo: &Geometry, bits: &BitsChoice) -> Re
     Ok(out)
 }
 
-fn tokenizer_tensor(blob: &[u8], vocab_size: usize) -> Result<Tensor, BuildError> {
+fn tokenizer_tensor(blob: &[u8], vocab_size: usize) -> Result<Tensor, BuildProblem> {
     let pieces = blob
         .first_chunk::<4>()
         .map(|b| u32::from_le_bytes(*b) as usize)
         .filter(|_| blob.len() >= TOKENIZER_HEADER_LEN)
-        .ok_or(BuildError::TokenizerBlob { len: blob.len() })?;
+        .ok_or(BuildProblem::TokenizerBlob { len: blob.len() })?;
     if pieces != vocab_size {
-        return Err(BuildError::TokenizerVocab { tokenizer: pieces, config: vocab_size });
+        return Err(BuildProblem::TokenizerVocab { tokenizer: pieces, config: vocab_size });
     }
     Ok(Tensor { name: layout::TOKENIZER.into(), kind: TensorKind::Raw, shape: vec![], blob: blob.to_vec() })
 }
 
-fn u32_field(what: &str, value: usize) -> Result<u32, BuildError> {
-    u32::try_from(value).map_err(|_| BuildError::TooLarge { what: what.into(), value })
+fn u32_field(what: &str, value: usize) -> Result<u32, BuildProblem> {
+    u32::try_from(value).map_err(|_| BuildProblem::TooLarge { what: what.into(), value })
 }
 
 /// Pads a list to the header's four slots.
-fn four_slots(what: &str, values: &[usize]) -> Result<[u32; MAX_HEADER_LIST], BuildError> {
+fn four_slots(what: &str, values: &[usize]) -> Result<[u32; MAX_HEADER_LIST], BuildProblem> {
     let mut slots = [0u32; MAX_HEADER_LIST];
     for (slot, &v) in slots.iter_mut().zip(values) {
         *slot = u32_field(what, v)?;
@@ -277,7 +290,7 @@ fn four_slots(what: &str, values: &[usize]) -> Result<[u32; MAX_HEADER_LIST], Bu
     Ok(slots)
 }
 
-fn header_bytes(ckpt: &Checkpoint, geo: &Geometry, num_tensors: usize, codebooks: &[f32]) -> Result<Vec<u8>, BuildError> {
+fn header_bytes(ckpt: &Checkpoint, geo: &Geometry, num_tensors: usize, codebooks: &[f32]) -> Result<Vec<u8>, BuildProblem> {
     let cfg = &ckpt.config;
     let kv_bits = if cfg.kv_bits == 0 { 8 } else { cfg.kv_bits };
     let max_order = geo.orders.iter().copied().max().unwrap_or(0);
@@ -317,9 +330,9 @@ fn header_bytes(ckpt: &Checkpoint, geo: &Geometry, num_tensors: usize, codebooks
     Ok(bytes)
 }
 
-fn directory_record(t: &Tensor, offset: usize) -> Result<[u8; RECORD_LEN], BuildError> {
+fn directory_record(t: &Tensor, offset: usize) -> Result<[u8; RECORD_LEN], BuildProblem> {
     if t.shape.len() > MAX_NDIM {
-        return Err(BuildError::TooManyDims { name: t.name.clone(), ndim: t.shape.len() });
+        return Err(BuildProblem::TooManyDims { name: t.name.clone(), ndim: t.shape.len() });
     }
     let (group, bits) = match t.kind {
         TensorKind::Cq(b) => (GROUP as u32, b.record_bits()),
@@ -352,6 +365,10 @@ pub struct BuiltCact {
 /// `tokenizer_blob` is the RAW tokenizer dump (`Tokenizer::to_cact_blob`); its piece count must
 /// equal the config's `vocab_size`.
 pub fn build_cact(ckpt: &Checkpoint, bits: &BitsChoice, tokenizer_blob: &[u8]) -> Result<BuiltCact, BuildError> {
+    pack(ckpt, bits, tokenizer_blob).map_err(|problem| BuildError { checkpoint: ckpt.source.clone(), problem })
+}
+
+fn pack(ckpt: &Checkpoint, bits: &BitsChoice, tokenizer_blob: &[u8]) -> Result<BuiltCact, BuildProblem> {
     let geo = Geometry::of(&ckpt.config)?;
     let mut tensors = canonical_tensors(ckpt, &geo, bits)?;
     tensors.push(tokenizer_tensor(tokenizer_blob, ckpt.config.vocab_size)?);
@@ -377,8 +394,8 @@ pub fn build_cact(ckpt: &Checkpoint, bits: &BitsChoice, tokenizer_blob: &[u8]) -
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same directory, renamed over the
 /// target, so an interrupted build never leaves a half-written `.cact` for a runtime to mmap.
-pub fn write_cact(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
-    let io = |source| BuildError::Io { path: path.to_path_buf(), source };
+pub fn write_cact(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
+    let io = |source| WriteError { path: path.to_path_buf(), source };
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
