@@ -7,16 +7,6 @@ use std::time::Instant;
 use needle_engine::cact::{build_cact, synthetic, BitsChoice, Bits, CactFile};
 use needle_engine::config::ModelConfig;
 
-/// A tokenizer blob with `n` one-byte pieces: the build only needs the piece count to match.
-fn placeholder_tokenizer(n: usize) -> Vec<u8> {
-    let mut blob = (n as u32).to_le_bytes().to_vec();
-    blob.resize(needle_engine::cact::TOKENIZER_HEADER_LEN, 0);
-    for _ in 0..n {
-        blob.extend_from_slice(&[0, 0, 0, 0, 0, 1, 0, b'a']);
-    }
-    blob
-}
-
 /// CPU seconds (user + system, all threads) this process has used: on a shared machine wall time
 /// mostly measures the neighbours.
 fn cpu_seconds() -> f64 {
@@ -46,7 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ckpt = synthetic::random_checkpoint(&config, true, 0)?;
     let params: usize = ckpt.params.values().map(|a| a.shape.iter().product::<usize>()).sum();
     println!("random init: {params} params in {:.2} s", t.elapsed().as_secs_f64());
-    let tokenizer = placeholder_tokenizer(config.vocab_size);
+    let tokenizer = synthetic::placeholder_tokenizer_blob(config.vocab_size);
     for bits in [Bits::Four, Bits::Two] {
         let (t, cpu) = (Instant::now(), cpu_seconds());
         let built = build_cact(&ckpt, &BitsChoice::Uniform(bits), &tokenizer)?;

@@ -70,3 +70,6 @@ impl TensorKind {
 pub fn align_up(pos: usize) -> usize {
     pos.div_ceil(ALIGN) * ALIGN
 }
+
+#[cfg(test)]
+mod golden_tests;

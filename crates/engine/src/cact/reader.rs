@@ -433,3 +433,136 @@ pub enum VerifyError {
     #[error("tensor {index} ({name}): {problem}")]
     Tensor { index: usize, name: String, problem: String },
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::LazyLock;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::cact::synthetic::{placeholder_tokenizer_blob, random_checkpoint};
+    use crate::cact::{build_cact, BitsChoice};
+    use crate::config::ModelConfig;
+
+    /// A small but complete image: 2 layers, 2 engram sites, ragged widths, a tokenizer.
+    static IMAGE: LazyLock<Vec<u8>> = LazyLock::new(|| {
+        let config = ModelConfig {
+            vocab_size: 40,
+            d_model: 40,
+            num_heads: 4,
+            num_kv_heads: 2,
+            num_layers: 2,
+            engram_slots: 8,
+            engram_layers: vec![0, 1],
+            mhc_lanes: 2,
+            ..ModelConfig::default()
+        };
+        let ckpt = random_checkpoint(&config, false, 7).unwrap();
+        build_cact(&ckpt, &BitsChoice::Uniform(Bits::Two), &placeholder_tokenizer_blob(40)).unwrap().bytes
+    });
+
+    /// Everything a consumer does with a parsed file; must never panic whatever the bytes.
+    fn exercise(bytes: Vec<u8>) {
+        if let Ok(file) = CactFile::parse(bytes) {
+            for i in 0..file.records.len() {
+                let _ = file.values(i);
+            }
+            let _ = file.tokenizer_pieces();
+            let _ = file.verify();
+        }
+    }
+
+    fn record_at(index: usize) -> usize {
+        HEADER_LEN + quant::header_codebooks().len() * 4 + index * RECORD_LEN
+    }
+
+    #[test]
+    fn a_built_image_parses_names_and_verifies() {
+        let file = CactFile::parse(IMAGE.clone()).unwrap();
+        let names: Vec<&str> = file.records.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names.len(), 1 + 2 * 14 + 9 + 2 * 4 + 1 + 1);
+        assert_eq!(names[..3], ["embedding", "layer00.norm_in", "layer00.q_proj"]);
+        assert_eq!(names[names.len() - 2..], ["final_norm", "tokenizer"]);
+        assert_eq!(file.tokenizer_pieces(), Some(40));
+        let report = file.verify().unwrap();
+        assert_eq!(report.tokenizer_pieces, Some(40));
+        assert!(report.max_abs > 0.0 && report.max_abs < 1.0);
+    }
+
+    #[test]
+    fn a_foreign_file_is_a_bad_tag() {
+        let mut bytes = IMAGE.clone();
+        bytes[..4].copy_from_slice(b"PK\x03\x04");
+        assert_eq!(CactFile::parse(bytes).unwrap_err(), FormatError::BadTag { found: 0x0403_4b50 });
+    }
+
+    #[test]
+    fn truncation_names_what_is_missing() {
+        let len = IMAGE.len();
+        let err = CactFile::parse(IMAGE[..len - 1].to_vec()).unwrap_err();
+        assert!(
+            matches!(err, FormatError::Record { problem: RecordProblem::PastEnd { .. }, .. }),
+            "{err}"
+        );
+        let err = CactFile::parse(IMAGE[..100].to_vec()).unwrap_err();
+        assert!(err.to_string().contains("120-byte header"), "{err}");
+    }
+
+    #[test]
+    fn a_misaligned_offset_is_reported_with_its_record() {
+        let mut bytes = IMAGE.clone();
+        let at = record_at(3) + 20;
+        let offset = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) + 8;
+        bytes[at..at + 8].copy_from_slice(&offset.to_le_bytes());
+        assert_eq!(
+            CactFile::parse(bytes).unwrap_err(),
+            FormatError::Record { index: 3, at: record_at(3) as u64, problem: RecordProblem::Misaligned(offset) }
+        );
+    }
+
+    #[test]
+    fn a_huge_tensor_count_is_a_truncation_not_an_allocation() {
+        let mut bytes = IMAGE.clone();
+        bytes[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(CactFile::parse(bytes), Err(FormatError::Truncated { .. })));
+    }
+
+    #[test]
+    fn a_huge_layer_count_is_a_count_mismatch_not_an_allocation() {
+        let mut bytes = IMAGE.clone();
+        bytes[36..40].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(CactFile::parse(bytes), Err(FormatError::TensorCount { .. })));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn truncated_images_never_panic(len in 0usize..4096) {
+            exercise(IMAGE[..len.min(IMAGE.len())].to_vec());
+        }
+
+        #[test]
+        fn mutated_images_never_panic(edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8)) {
+            let mut bytes = IMAGE.clone();
+            let len = bytes.len();
+            for (at, value) in edits {
+                bytes[at.index(len)] = value;
+            }
+            exercise(bytes);
+        }
+
+        /// Mutations aimed at the header and directory, where every field is a length or offset.
+        #[test]
+        fn mutated_directories_never_panic(edits in prop::collection::vec((0usize..3000, any::<u8>()), 1..8)) {
+            let mut bytes = IMAGE.clone();
+            for (at, value) in edits {
+                if let Some(b) = bytes.get_mut(at) {
+                    *b = value;
+                }
+            }
+            exercise(bytes);
+        }
+    }
+}

@@ -72,3 +72,15 @@ pub fn random_checkpoint(config: &ModelConfig, float16: bool, seed: u64) -> Resu
     }
     Ok(Checkpoint { source: format!("<random seed {seed}>").into(), params, config: config.clone(), step: None })
 }
+
+/// A RAW tokenizer blob with `pieces` one-letter NORMAL pieces: enough for a build, which only
+/// checks the piece count against `vocab_size`, and for the reader's blob walk.
+pub fn placeholder_tokenizer_blob(pieces: usize) -> Vec<u8> {
+    let mut blob = (pieces as u32).to_le_bytes().to_vec();
+    blob.resize(super::TOKENIZER_HEADER_LEN, 0);
+    for _ in 0..pieces {
+        // score 0.0, type NORMAL, surface length 1, "a"
+        blob.extend_from_slice(&[0, 0, 0, 0, 0, 1, 0, b'a']);
+    }
+    blob
+}
