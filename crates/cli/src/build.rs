@@ -37,7 +37,9 @@ fn parse_bits(value: &str) -> Result<Bits, String> {
 
 /// The reference's default: the checkpoint's file stem + `.cact`, in the current directory.
 fn default_out(checkpoint: &Path) -> PathBuf {
-    let stem = checkpoint.file_stem().map_or_else(|| "needle".into(), |s| s.to_os_string());
+    let stem = checkpoint
+        .file_stem()
+        .map_or_else(|| "needle".into(), |s| s.to_os_string());
     let mut name = stem;
     name.push(".cact");
     PathBuf::from(name)
@@ -45,7 +47,13 @@ fn default_out(checkpoint: &Path) -> PathBuf {
 
 /// Python's `repr` of a path string, for the `next` hint line the reference prints.
 fn python_repr(path: &Path) -> String {
-    format!("'{}'", path.display().to_string().replace('\\', "\\\\").replace('\'', "\\'"))
+    format!(
+        "'{}'",
+        path.display()
+            .to_string()
+            .replace('\\', "\\\\")
+            .replace('\'', "\\'")
+    )
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -53,14 +61,25 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(lora) = &args.lora {
         let adapter = PickledAdapter::load(lora)?;
         merge_lora(&mut ckpt, &adapter)?;
-        println!("  {:<9} {} weight groups  {}", "merged", adapter.lora.len(), lora.display());
+        println!(
+            "  {:<9} {} weight groups  {}",
+            "merged",
+            adapter.lora.len(),
+            lora.display()
+        );
     }
     let bits = BitsChoice::resolve(args.bits, &ckpt.config)
         .with_context(|| format!("{}: config weight_bits", args.checkpoint.display()))?;
-    let tokenizer_path = args.tokenizer.clone().unwrap_or_else(|| args.checkpoint.with_file_name("tokenizer.model"));
+    let tokenizer_path = args
+        .tokenizer
+        .clone()
+        .unwrap_or_else(|| args.checkpoint.with_file_name("tokenizer.model"));
     let tokenizer = Tokenizer::load(&tokenizer_path)?;
     let built = build_cact(&ckpt, &bits, &tokenizer.to_cact_blob())?;
-    let out = args.out.clone().unwrap_or_else(|| default_out(&args.checkpoint));
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| default_out(&args.checkpoint));
     write_cact(&out, &built.bytes)?;
     println!(
         "  {:<9} {}  {:.2} MB  {} tensors  {}A8",
@@ -70,17 +89,48 @@ pub fn run(args: Args) -> Result<()> {
         built.num_tensors,
         bits.scheme()
     );
-    println!("  {:<9} needle.Needle(weights={}, tools=[...])", "next", python_repr(&out));
+    println!(
+        "  {:<9} needle.Needle(weights={}, tools=[...])",
+        "next",
+        python_repr(&out)
+    );
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    use needle_engine::cact::CactFile;
+
     use super::*;
+
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
+
+    #[test]
+    fn builds_a_fixture_with_its_adapter_like_the_reference() {
+        let out =
+            std::env::temp_dir().join(format!("needle-build-test-{}.cact", std::process::id()));
+        let args = Args {
+            checkpoint: PathBuf::from(FIXTURES).join("models/tiny_f16.pkl"),
+            lora: Some(PathBuf::from(FIXTURES).join("golden/tiny_f16/adapter.pkl")),
+            out: Some(out.clone()),
+            bits: Some(Bits::Two),
+            tokenizer: None,
+        };
+        run(args).unwrap();
+        let ours = CactFile::open(&out).unwrap();
+        std::fs::remove_file(&out).unwrap();
+        let gold =
+            CactFile::open(&PathBuf::from(FIXTURES).join("golden/tiny_f16/w2_lora.cact")).unwrap();
+        assert_eq!(ours.preamble(), gold.preamble());
+        ours.verify().unwrap();
+    }
 
     #[test]
     fn output_defaults_to_the_checkpoint_stem_in_the_current_directory() {
-        assert_eq!(default_out(Path::new("runs/base.v2.pkl")), PathBuf::from("base.v2.cact"));
+        assert_eq!(
+            default_out(Path::new("runs/base.v2.pkl")),
+            PathBuf::from("base.v2.cact")
+        );
         assert_eq!(default_out(Path::new("ckpt")), PathBuf::from("ckpt.cact"));
     }
 

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use needle_engine::cact::{build_cact, synthetic, BitsChoice, Bits, CactFile};
+use needle_engine::cact::{build_cact, synthetic, Bits, BitsChoice, CactFile};
 use needle_engine::config::ModelConfig;
 
 /// CPU seconds (user + system, all threads) this process has used: on a shared machine wall time
@@ -34,8 +34,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let t = Instant::now();
     let ckpt = synthetic::random_checkpoint(&config, true, 0)?;
-    let params: usize = ckpt.params.values().map(|a| a.shape.iter().product::<usize>()).sum();
-    println!("random init: {params} params in {:.2} s", t.elapsed().as_secs_f64());
+    let params: usize = ckpt
+        .params
+        .values()
+        .map(|a| a.shape.iter().product::<usize>())
+        .sum();
+    println!(
+        "random init: {params} params in {:.2} s",
+        t.elapsed().as_secs_f64()
+    );
     let tokenizer = synthetic::placeholder_tokenizer_blob(config.vocab_size);
     for bits in [Bits::Four, Bits::Two] {
         let (t, cpu) = (Instant::now(), cpu_seconds());
@@ -49,7 +56,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         let t = Instant::now();
         let report = CactFile::parse(built.bytes)?.verify()?;
-        println!("  verify: {} tensors, {} CQ groups in {:.3} s", report.tensors, report.cq_groups, t.elapsed().as_secs_f64());
+        println!(
+            "  verify: {} tensors, {} CQ groups in {:.3} s",
+            report.tensors,
+            report.cq_groups,
+            t.elapsed().as_secs_f64()
+        );
     }
     Ok(())
 }

@@ -10,11 +10,19 @@ pub struct LayerTensor {
 }
 
 const fn fp16(name: &'static str, path: &'static str) -> LayerTensor {
-    LayerTensor { name, path, kernel: false }
+    LayerTensor {
+        name,
+        path,
+        kernel: false,
+    }
 }
 
 const fn kernel(name: &'static str, path: &'static str) -> LayerTensor {
-    LayerTensor { name, path, kernel: true }
+    LayerTensor {
+        name,
+        path,
+        kernel: true,
+    }
 }
 
 /// Per-layer tensors, in file order.
@@ -36,7 +44,14 @@ pub const LAYER_TENSORS: [LayerTensor; 14] = [
 ];
 
 /// The mHC tensors after the last layer: six FP16 mixing vectors, then the three CQ phi matrices.
-pub const MHC_FP16_TENSORS: [&str; 6] = ["mhc_a_pre", "mhc_a_post", "mhc_a_res", "mhc_b_pre", "mhc_b_post", "mhc_b_res"];
+pub const MHC_FP16_TENSORS: [&str; 6] = [
+    "mhc_a_pre",
+    "mhc_a_post",
+    "mhc_a_res",
+    "mhc_b_pre",
+    "mhc_b_post",
+    "mhc_b_res",
+];
 pub const MHC_PHI_TENSORS: [&str; 3] = ["mhc_phi_pre", "mhc_phi_post", "mhc_phi_res"];
 
 /// Per engram site, in file order.
@@ -65,7 +80,12 @@ pub fn core_names(num_layers: usize, num_sites: usize) -> Vec<String> {
     for layer in 0..num_layers {
         names.extend(LAYER_TENSORS.iter().map(|t| layer_name(layer, t.name)));
     }
-    names.extend(MHC_FP16_TENSORS.iter().chain(&MHC_PHI_TENSORS).map(|t| t.to_string()));
+    names.extend(
+        MHC_FP16_TENSORS
+            .iter()
+            .chain(&MHC_PHI_TENSORS)
+            .map(|t| t.to_string()),
+    );
     for site in 0..num_sites {
         names.extend(ENGRAM_TENSORS.iter().map(|t| engram_name(site, t)));
     }

@@ -17,9 +17,9 @@ pub mod synthetic;
 pub mod writer;
 
 pub use bits::{BitsChoice, BitsMap, BitsMapError};
+pub use merge::{merge_lora, MergeError};
 pub use quant::Bits;
 pub use reader::{CactFile, ReadError};
-pub use merge::{merge_lora, MergeError};
 pub use writer::{build_cact, write_cact, BuildError, BuiltCact, WriteError};
 
 /// First u32 of every `.cact`.

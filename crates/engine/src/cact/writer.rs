@@ -9,7 +9,9 @@ use rayon::prelude::*;
 use thiserror::Error;
 
 use super::bits::BitsChoice;
-use super::geometry::{effective_kv_window, Geometry, GeometryError, ENGRAM_CONV_TAPS, MAX_HEADER_LIST};
+use super::geometry::{
+    effective_kv_window, Geometry, GeometryError, ENGRAM_CONV_TAPS, MAX_HEADER_LIST,
+};
 use super::layout::{self, HEAD_CODES, LAYER_TENSORS, MHC_FP16_TENSORS, MHC_PHI_TENSORS};
 use super::quant::{self, Bits, GROUP};
 use super::{align_up, TensorKind, HEADER_LEN, MAX_NDIM, RECORD_LEN, TAG, TOKENIZER_HEADER_LEN};
@@ -28,7 +30,11 @@ pub enum BuildProblem {
     #[error("no parameter `{path}`; `needle build` needs a Needle 2 format-v2 checkpoint")]
     MissingParam { path: String },
     #[error("parameter `{path}` has shape {found:?} but the export needs {expected}; the params do not match the config")]
-    BadShape { path: String, expected: String, found: Vec<usize> },
+    BadShape {
+        path: String,
+        expected: String,
+        found: Vec<usize>,
+    },
     #[error("parameter `{path}` is {dtype:?}; the export reads float16 or float32 weights (re-save the checkpoint as float32)")]
     UnsupportedDtype { path: String, dtype: DType },
     #[error("config: {0}")]
@@ -37,7 +43,9 @@ pub enum BuildProblem {
     TokenizerVocab { tokenizer: usize, config: usize },
     #[error("tokenizer blob is {len} bytes, shorter than its {TOKENIZER_HEADER_LEN}-byte header; the tokenizer did not serialise")]
     TokenizerBlob { len: usize },
-    #[error("tensor `{name}` has {ndim} dimensions; a .cact directory record holds at most {MAX_NDIM}")]
+    #[error(
+        "tensor `{name}` has {ndim} dimensions; a .cact directory record holds at most {MAX_NDIM}"
+    )]
     TooManyDims { name: String, ndim: usize },
     #[error("{what} = {value} does not fit the .cact header's u32 field")]
     TooLarge { what: String, value: usize },
@@ -61,15 +69,25 @@ struct Param {
 
 impl Param {
     fn load(ckpt: &Checkpoint, path: &str) -> Result<Self, BuildProblem> {
-        let arr = ckpt.params.get(path).ok_or_else(|| BuildProblem::MissingParam { path: path.into() })?;
+        let arr = ckpt
+            .params
+            .get(path)
+            .ok_or_else(|| BuildProblem::MissingParam { path: path.into() })?;
         Self::from_array(path, arr)
     }
 
     fn from_array(path: &str, arr: &NdArray) -> Result<Self, BuildProblem> {
         if !matches!(arr.dtype, DType::F16 | DType::F32) {
-            return Err(BuildProblem::UnsupportedDtype { path: path.into(), dtype: arr.dtype });
+            return Err(BuildProblem::UnsupportedDtype {
+                path: path.into(),
+                dtype: arr.dtype,
+            });
         }
-        let param = Self { path: path.into(), shape: arr.shape.clone(), values: arr.to_f32() };
+        let param = Self {
+            path: path.into(),
+            shape: arr.shape.clone(),
+            values: arr.to_f32(),
+        };
         if param.values.len() != param.shape.iter().product::<usize>() {
             return Err(param.bad_shape(format!("{} elements for its shape", param.values.len())));
         }
@@ -77,12 +95,19 @@ impl Param {
     }
 
     fn bad_shape(&self, expected: impl Into<String>) -> BuildProblem {
-        BuildProblem::BadShape { path: self.path.clone(), expected: expected.into(), found: self.shape.clone() }
+        BuildProblem::BadShape {
+            path: self.path.clone(),
+            expected: expected.into(),
+            found: self.shape.clone(),
+        }
     }
 
     /// Element `index` along the leading (stacked-layers) axis.
     fn layer(&self, index: usize) -> Result<Param, BuildProblem> {
-        let (&layers, inner) = self.shape.split_first().ok_or_else(|| self.bad_shape("a leading layer axis"))?;
+        let (&layers, inner) = self
+            .shape
+            .split_first()
+            .ok_or_else(|| self.bad_shape("a leading layer axis"))?;
         if index >= layers {
             return Err(self.bad_shape(format!("at least {} entries on the layer axis", index + 1)));
         }
@@ -96,7 +121,10 @@ impl Param {
 
     fn reshaped(mut self, shape: Vec<usize>) -> Result<Param, BuildProblem> {
         if shape.iter().product::<usize>() != self.values.len() {
-            return Err(self.bad_shape(format!("{} elements (shape {shape:?})", shape.iter().product::<usize>())));
+            return Err(self.bad_shape(format!(
+                "{} elements (shape {shape:?})",
+                shape.iter().product::<usize>()
+            )));
         }
         self.shape = shape;
         Ok(self)
@@ -119,7 +147,11 @@ impl Param {
                 }
             }
         }
-        Ok(Param { path: self.path.clone(), shape: vec![cols, rows], values })
+        Ok(Param {
+            path: self.path.clone(),
+            shape: vec![cols, rows],
+            values,
+        })
     }
 
     /// The mHC phi stack `[L, nC, lanes]` as `[L*lanes, nC]`: `phi.transpose(0, 2, 1).reshape(...)`.
@@ -134,7 +166,11 @@ impl Param {
                 values.extend((0..n_c).map(|c| block[c * lanes + lane]));
             }
         }
-        Ok(Param { path: self.path.clone(), shape: vec![layers * lanes, n_c], values })
+        Ok(Param {
+            path: self.path.clone(),
+            shape: vec![layers * lanes, n_c],
+            values,
+        })
     }
 }
 
@@ -147,24 +183,46 @@ struct Tensor {
 }
 
 fn fp16_tensor(name: impl Into<String>, p: &Param) -> Tensor {
-    let blob = p.values.iter().flat_map(|&v| f16::from_f32(v).to_le_bytes()).collect();
-    Tensor { name: name.into(), kind: TensorKind::Fp16, shape: p.shape.clone(), blob }
+    let blob = p
+        .values
+        .iter()
+        .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+        .collect();
+    Tensor {
+        name: name.into(),
+        kind: TensorKind::Fp16,
+        shape: p.shape.clone(),
+        blob,
+    }
 }
 
-fn cq_tensor(name: impl Into<String>, matrix: &Param, bits: &BitsChoice) -> Result<Tensor, BuildProblem> {
+fn cq_tensor(
+    name: impl Into<String>,
+    matrix: &Param,
+    bits: &BitsChoice,
+) -> Result<Tensor, BuildProblem> {
     let name = name.into();
     let &[_, in_dim] = matrix.shape.as_slice() else {
         return Err(matrix.bad_shape("a 2-D matrix"));
     };
     let width: Bits = bits.bits_for(&name);
     let blob = quant::cq_encode(&matrix.values, in_dim, width);
-    Ok(Tensor { name, kind: TensorKind::Cq(width), shape: matrix.shape.clone(), blob })
+    Ok(Tensor {
+        name,
+        kind: TensorKind::Cq(width),
+        shape: matrix.shape.clone(),
+        blob,
+    })
 }
 
 /// The stacked per-layer block every layer's tensors are sliced from.
 const BLOCK: &str = "stack/layers/block";
 
-fn layer_tensors(ckpt: &Checkpoint, bits: &BitsChoice, out: &mut Vec<Tensor>) -> Result<(), BuildProblem> {
+fn layer_tensors(
+    ckpt: &Checkpoint,
+    bits: &BitsChoice,
+    out: &mut Vec<Tensor>,
+) -> Result<(), BuildProblem> {
     let stacked: Vec<Param> = LAYER_TENSORS
         .iter()
         .map(|t| Param::load(ckpt, &format!("{BLOCK}/{}", t.path)))
@@ -179,7 +237,11 @@ fn layer_tensors(ckpt: &Checkpoint, bits: &BitsChoice, out: &mut Vec<Tensor>) ->
     Ok(())
 }
 
-fn one_layer(layer: usize, stacked: &[Param], bits: &BitsChoice) -> Result<Vec<Tensor>, BuildProblem> {
+fn one_layer(
+    layer: usize,
+    stacked: &[Param],
+    bits: &BitsChoice,
+) -> Result<Vec<Tensor>, BuildProblem> {
     LAYER_TENSORS
         .iter()
         .zip(stacked)
@@ -198,27 +260,60 @@ fn one_layer(layer: usize, stacked: &[Param], bits: &BitsChoice) -> Result<Vec<T
         .collect()
 }
 
-fn mhc_tensors(ckpt: &Checkpoint, bits: &BitsChoice, out: &mut Vec<Tensor>) -> Result<(), BuildProblem> {
+fn mhc_tensors(
+    ckpt: &Checkpoint,
+    bits: &BitsChoice,
+    out: &mut Vec<Tensor>,
+) -> Result<(), BuildProblem> {
     for name in MHC_FP16_TENSORS {
-        out.push(fp16_tensor(name, &Param::load(ckpt, &format!("stack/{name}"))?));
+        out.push(fp16_tensor(
+            name,
+            &Param::load(ckpt, &format!("stack/{name}"))?,
+        ));
     }
     for name in MHC_PHI_TENSORS {
-        out.push(cq_tensor(name, &Param::load(ckpt, &format!("stack/{name}"))?.phi_rows()?, bits)?);
+        out.push(cq_tensor(
+            name,
+            &Param::load(ckpt, &format!("stack/{name}"))?.phi_rows()?,
+            bits,
+        )?);
     }
     Ok(())
 }
 
-fn engram_tensors(ckpt: &Checkpoint, geo: &Geometry, bits: &BitsChoice, out: &mut Vec<Tensor>) -> Result<(), BuildProblem> {
+fn engram_tensors(
+    ckpt: &Checkpoint,
+    geo: &Geometry,
+    bits: &BitsChoice,
+    out: &mut Vec<Tensor>,
+) -> Result<(), BuildProblem> {
     for site in 0..geo.sites.len() {
         let prefix = format!("engrams_{site}");
-        let tables = Param::load(ckpt, &format!("{prefix}/embedding"))?
-            .reshaped(vec![geo.num_engram_tables() * ckpt.config.engram_slots, geo.engram_sub_dim])?;
+        let tables = Param::load(ckpt, &format!("{prefix}/embedding"))?.reshaped(vec![
+            geo.num_engram_tables() * ckpt.config.engram_slots,
+            geo.engram_sub_dim,
+        ])?;
         let key = Param::load(ckpt, &format!("{prefix}/key_proj/kernel"))?.transposed()?;
         let value = Param::load(ckpt, &format!("{prefix}/value_proj/kernel"))?.transposed()?;
-        out.push(cq_tensor(layout::engram_name(site, "tables"), &tables, bits)?);
-        out.push(cq_tensor(layout::engram_name(site, "key_proj"), &key, bits)?);
-        out.push(cq_tensor(layout::engram_name(site, "value_proj"), &value, bits)?);
-        out.push(fp16_tensor(layout::engram_name(site, "taps"), &Param::load(ckpt, &format!("{prefix}/taps"))?));
+        out.push(cq_tensor(
+            layout::engram_name(site, "tables"),
+            &tables,
+            bits,
+        )?);
+        out.push(cq_tensor(
+            layout::engram_name(site, "key_proj"),
+            &key,
+            bits,
+        )?);
+        out.push(cq_tensor(
+            layout::engram_name(site, "value_proj"),
+            &value,
+            bits,
+        )?);
+        out.push(fp16_tensor(
+            layout::engram_name(site, "taps"),
+            &Param::load(ckpt, &format!("{prefix}/taps"))?,
+        ));
     }
     Ok(())
 }
@@ -229,13 +324,21 @@ fn head_tensors(ckpt: &Checkpoint, out: &mut Vec<Tensor>) -> Result<(), BuildPro
     let present: Vec<(&str, u16)> = HEAD_CODES
         .iter()
         .copied()
-        .filter(|(key, _)| ckpt.params.keys().any(|p| p.starts_with(&format!("{key}/"))))
+        .filter(|(key, _)| {
+            ckpt.params
+                .keys()
+                .any(|p| p.starts_with(&format!("{key}/")))
+        })
         .collect();
     if present.is_empty() {
         return Ok(());
     }
     let codes: Vec<f32> = present.iter().map(|&(_, c)| f32::from(c)).collect();
-    let manifest = Param { path: layout::HEADS_MANIFEST.into(), shape: vec![codes.len()], values: codes };
+    let manifest = Param {
+        path: layout::HEADS_MANIFEST.into(),
+        shape: vec![codes.len()],
+        values: codes,
+    };
     out.push(fp16_tensor(layout::HEADS_MANIFEST, &manifest));
     for (key, _) in present {
         let probes = Param::load(ckpt, &format!("{key}/probes"))?;
@@ -244,7 +347,11 @@ fn head_tensors(ckpt: &Checkpoint, out: &mut Vec<Tensor>) -> Result<(), BuildPro
         let bias = if ckpt.params.contains_key(&bias_path) {
             Param::load(ckpt, &bias_path)?
         } else {
-            Param { path: bias_path, shape: vec![kernel.shape[0]], values: vec![0.0; kernel.shape[0]] }
+            Param {
+                path: bias_path,
+                shape: vec![kernel.shape[0]],
+                values: vec![0.0; kernel.shape[0]],
+            }
         };
         out.push(fp16_tensor(format!("{key}.probes"), &probes));
         out.push(fp16_tensor(format!("{key}.proj"), &kernel));
@@ -254,13 +361,20 @@ fn head_tensors(ckpt: &Checkpoint, out: &mut Vec<Tensor>) -> Result<(), BuildPro
 }
 
 /// Every tensor of the export in canonical order (the tokenizer is appended by the caller).
-fn canonical_tensors(ckpt: &Checkpoint, geo: &Geometry, bits: &BitsChoice) -> Result<Vec<Tensor>, BuildProblem> {
+fn canonical_tensors(
+    ckpt: &Checkpoint,
+    geo: &Geometry,
+    bits: &BitsChoice,
+) -> Result<Vec<Tensor>, BuildProblem> {
     let embedding = Param::load(ckpt, "embedding/embedding")?;
     let mut out = vec![cq_tensor("embedding", &embedding, bits)?];
     layer_tensors(ckpt, bits, &mut out)?;
     mhc_tensors(ckpt, bits, &mut out)?;
     engram_tensors(ckpt, geo, bits, &mut out)?;
-    out.push(fp16_tensor(layout::FINAL_NORM, &Param::load(ckpt, "stack/final_norm/scale")?));
+    out.push(fp16_tensor(
+        layout::FINAL_NORM,
+        &Param::load(ckpt, "stack/final_norm/scale")?,
+    ));
     head_tensors(ckpt, &mut out)?;
     Ok(out)
 }
@@ -272,13 +386,24 @@ fn tokenizer_tensor(blob: &[u8], vocab_size: usize) -> Result<Tensor, BuildProbl
         .filter(|_| blob.len() >= TOKENIZER_HEADER_LEN)
         .ok_or(BuildProblem::TokenizerBlob { len: blob.len() })?;
     if pieces != vocab_size {
-        return Err(BuildProblem::TokenizerVocab { tokenizer: pieces, config: vocab_size });
+        return Err(BuildProblem::TokenizerVocab {
+            tokenizer: pieces,
+            config: vocab_size,
+        });
     }
-    Ok(Tensor { name: layout::TOKENIZER.into(), kind: TensorKind::Raw, shape: vec![], blob: blob.to_vec() })
+    Ok(Tensor {
+        name: layout::TOKENIZER.into(),
+        kind: TensorKind::Raw,
+        shape: vec![],
+        blob: blob.to_vec(),
+    })
 }
 
 fn u32_field(what: &str, value: usize) -> Result<u32, BuildProblem> {
-    u32::try_from(value).map_err(|_| BuildProblem::TooLarge { what: what.into(), value })
+    u32::try_from(value).map_err(|_| BuildProblem::TooLarge {
+        what: what.into(),
+        value,
+    })
 }
 
 /// Pads a list to the header's four slots.
@@ -290,7 +415,12 @@ fn four_slots(what: &str, values: &[usize]) -> Result<[u32; MAX_HEADER_LIST], Bu
     Ok(slots)
 }
 
-fn header_bytes(ckpt: &Checkpoint, geo: &Geometry, num_tensors: usize, codebooks: &[f32]) -> Result<Vec<u8>, BuildProblem> {
+fn header_bytes(
+    ckpt: &Checkpoint,
+    geo: &Geometry,
+    num_tensors: usize,
+    codebooks: &[f32],
+) -> Result<Vec<u8>, BuildProblem> {
     let cfg = &ckpt.config;
     let kv_bits = if cfg.kv_bits == 0 { 8 } else { cfg.kv_bits };
     let max_order = geo.orders.iter().copied().max().unwrap_or(0);
@@ -318,21 +448,31 @@ fn header_bytes(ckpt: &Checkpoint, geo: &Geometry, num_tensors: usize, codebooks
     .iter()
     .map(|&(what, v)| u32_field(what, v))
     .chain(four_slots("engram_orders", &geo.orders)?.map(Ok))
-    .chain(std::iter::once(u32_field("num_engram_sites", geo.sites.len())))
+    .chain(std::iter::once(u32_field(
+        "num_engram_sites",
+        geo.sites.len(),
+    )))
     .chain(four_slots("engram_layers", &geo.sites)?.map(Ok))
     .collect::<Result<_, _>>()?;
     let mut bytes = Vec::with_capacity(HEADER_LEN + codebooks.len() * 4);
     bytes.extend_from_slice(&TAG.to_le_bytes());
-    fields.iter().for_each(|f| bytes.extend_from_slice(&f.to_le_bytes()));
+    fields
+        .iter()
+        .for_each(|f| bytes.extend_from_slice(&f.to_le_bytes()));
     bytes.extend_from_slice(&(cfg.rope_theta as f32).to_le_bytes());
     debug_assert_eq!(bytes.len(), HEADER_LEN);
-    codebooks.iter().for_each(|c| bytes.extend_from_slice(&c.to_le_bytes()));
+    codebooks
+        .iter()
+        .for_each(|c| bytes.extend_from_slice(&c.to_le_bytes()));
     Ok(bytes)
 }
 
 fn directory_record(t: &Tensor, offset: usize) -> Result<[u8; RECORD_LEN], BuildProblem> {
     if t.shape.len() > MAX_NDIM {
-        return Err(BuildProblem::TooManyDims { name: t.name.clone(), ndim: t.shape.len() });
+        return Err(BuildProblem::TooManyDims {
+            name: t.name.clone(),
+            ndim: t.shape.len(),
+        });
     }
     let (group, bits) = match t.kind {
         TensorKind::Cq(b) => (GROUP as u32, b.record_bits()),
@@ -342,7 +482,8 @@ fn directory_record(t: &Tensor, offset: usize) -> Result<[u8; RECORD_LEN], Build
     rec[0] = t.kind.code();
     rec[1] = t.shape.len() as u8;
     for (i, &dim) in t.shape.iter().enumerate() {
-        rec[4 + 4 * i..8 + 4 * i].copy_from_slice(&u32_field(&format!("{} dimension {i}", t.name), dim)?.to_le_bytes());
+        rec[4 + 4 * i..8 + 4 * i]
+            .copy_from_slice(&u32_field(&format!("{} dimension {i}", t.name), dim)?.to_le_bytes());
     }
     rec[20..28].copy_from_slice(&(offset as u64).to_le_bytes());
     rec[28..36].copy_from_slice(&(t.blob.len() as u64).to_le_bytes());
@@ -364,11 +505,22 @@ pub struct BuiltCact {
 /// Lays the checkpoint out as a `.cact` exactly as the reference's `_pack_cact` does.
 /// `tokenizer_blob` is the RAW tokenizer dump (`Tokenizer::to_cact_blob`); its piece count must
 /// equal the config's `vocab_size`.
-pub fn build_cact(ckpt: &Checkpoint, bits: &BitsChoice, tokenizer_blob: &[u8]) -> Result<BuiltCact, BuildError> {
-    pack(ckpt, bits, tokenizer_blob).map_err(|problem| BuildError { checkpoint: ckpt.source.clone(), problem })
+pub fn build_cact(
+    ckpt: &Checkpoint,
+    bits: &BitsChoice,
+    tokenizer_blob: &[u8],
+) -> Result<BuiltCact, BuildError> {
+    pack(ckpt, bits, tokenizer_blob).map_err(|problem| BuildError {
+        checkpoint: ckpt.source.clone(),
+        problem,
+    })
 }
 
-fn pack(ckpt: &Checkpoint, bits: &BitsChoice, tokenizer_blob: &[u8]) -> Result<BuiltCact, BuildProblem> {
+fn pack(
+    ckpt: &Checkpoint,
+    bits: &BitsChoice,
+    tokenizer_blob: &[u8],
+) -> Result<BuiltCact, BuildProblem> {
     let geo = Geometry::of(&ckpt.config)?;
     let mut tensors = canonical_tensors(ckpt, &geo, bits)?;
     tensors.push(tokenizer_tensor(tokenizer_blob, ckpt.config.vocab_size)?);
@@ -389,13 +541,20 @@ fn pack(ckpt: &Checkpoint, bits: &BitsChoice, tokenizer_blob: &[u8]) -> Result<B
         bytes.resize(offset, 0);
         bytes.extend_from_slice(&t.blob);
     }
-    Ok(BuiltCact { bytes, num_tensors: tensors.len(), names: tensors.into_iter().map(|t| t.name).collect() })
+    Ok(BuiltCact {
+        bytes,
+        num_tensors: tensors.len(),
+        names: tensors.into_iter().map(|t| t.name).collect(),
+    })
 }
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same directory, renamed over the
 /// target, so an interrupted build never leaves a half-written `.cact` for a runtime to mmap.
 pub fn write_cact(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
-    let io = |source| WriteError { path: path.to_path_buf(), source };
+    let io = |source| WriteError {
+        path: path.to_path_buf(),
+        source,
+    };
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
