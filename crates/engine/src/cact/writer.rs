@@ -565,3 +565,120 @@ pub fn write_cact(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
     tmp.persist(path).map_err(|e| io(e.error))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cact::synthetic::{placeholder_tokenizer_blob, random_checkpoint};
+    use crate::cact::{BitsMap, CactFile};
+    use crate::config::ModelConfig;
+
+    fn small_config() -> ModelConfig {
+        ModelConfig {
+            vocab_size: 32,
+            d_model: 32,
+            num_heads: 2,
+            num_kv_heads: 1,
+            num_layers: 2,
+            engram_slots: 4,
+            engram_layers: vec![1],
+            mhc_lanes: 2,
+            ..ModelConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_weight_bits_map_sets_each_tensors_width_including_ternary() {
+        let mut ckpt = random_checkpoint(&small_config(), true, 1).unwrap();
+        ckpt.config.weight_bits = "default=4,attn.q_proj=2,embedding=3,engram=1.58".into();
+        let bits = BitsChoice::resolve(None, &ckpt.config).unwrap();
+        let built = build_cact(&ckpt, &bits, &placeholder_tokenizer_blob(32)).unwrap();
+        let file = CactFile::parse(built.bytes).unwrap();
+        let width = |name: &str| {
+            file.records
+                .iter()
+                .find(|r| r.name == name)
+                .and_then(|r| r.bits())
+        };
+        assert_eq!(width("embedding"), Some(Bits::Three));
+        assert_eq!(width("layer01.q_proj"), Some(Bits::Two));
+        assert_eq!(width("layer01.k_proj"), Some(Bits::Four));
+        assert_eq!(width("engram0.tables"), Some(Bits::Ternary));
+        assert_eq!(width("mhc_phi_res"), Some(Bits::Four));
+        assert_eq!(width("layer00.norm_in"), None);
+        file.verify().unwrap();
+        assert_eq!(
+            bits,
+            BitsChoice::Map {
+                spec: ckpt.config.weight_bits.clone(),
+                map: BitsMap::parse(&ckpt.config.weight_bits).unwrap()
+            }
+        );
+    }
+
+    #[test]
+    fn a_missing_parameter_names_the_checkpoint_and_the_path() {
+        let mut ckpt = random_checkpoint(&small_config(), false, 1).unwrap();
+        ckpt.params.remove("stack/mhc_b_res");
+        let err = build_cact(
+            &ckpt,
+            &BitsChoice::Uniform(Bits::Four),
+            &placeholder_tokenizer_blob(32),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "<random seed 1>: no parameter `stack/mhc_b_res`; `needle build` needs a Needle 2 format-v2 checkpoint"
+        );
+    }
+
+    #[test]
+    fn a_tokenizer_of_another_vocabulary_is_refused() {
+        let ckpt = random_checkpoint(&small_config(), false, 1).unwrap();
+        let err = build_cact(
+            &ckpt,
+            &BitsChoice::Uniform(Bits::Four),
+            &placeholder_tokenizer_blob(31),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                err.problem,
+                BuildProblem::TokenizerVocab {
+                    tokenizer: 31,
+                    config: 32
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_kernel_of_the_wrong_rank_is_a_shape_error() {
+        let mut ckpt = random_checkpoint(&small_config(), false, 1).unwrap();
+        let k = ckpt.params.get_mut("engrams_0/key_proj/kernel").unwrap();
+        k.shape = vec![k.shape.iter().product()];
+        let err = build_cact(
+            &ckpt,
+            &BitsChoice::Uniform(Bits::Four),
+            &placeholder_tokenizer_blob(32),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err.problem, BuildProblem::BadShape { .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn writing_replaces_the_target_atomically_and_leaves_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.cact");
+        std::fs::write(&path, b"old").unwrap();
+        write_cact(&path, b"new contents").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"new contents");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        let err = write_cact(&dir.path().join("missing/dir/x.cact"), b"x").unwrap_err();
+        assert!(err.to_string().contains("missing/dir/x.cact"), "{err}");
+    }
+}
