@@ -1,5 +1,6 @@
 //! `needle build`: export a checkpoint (optionally with a LoRA adapter merged) to a `.cact`.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -61,12 +62,13 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(lora) = &args.lora {
         let adapter = PickledAdapter::load(lora)?;
         merge_lora(&mut ckpt, &adapter)?;
-        println!(
-            "  {:<9} {} weight groups  {}",
+        let groups = adapter.lora.len();
+        writeln!(
+            std::io::stdout().lock(),
+            "  {:<9} {groups} weight groups  {}",
             "merged",
-            adapter.lora.len(),
             lora.display()
-        );
+        )?;
     }
     let bits = BitsChoice::resolve(args.bits, &ckpt.config)
         .with_context(|| format!("{}: config weight_bits", args.checkpoint.display()))?;
@@ -81,19 +83,23 @@ pub fn run(args: Args) -> Result<()> {
         .clone()
         .unwrap_or_else(|| default_out(&args.checkpoint));
     write_cact(&out, &built.bytes)?;
-    println!(
+    // Written, not println!'d: a closed pipe (`needle build … | head`) is an error, not a panic.
+    let mut stdout = std::io::stdout().lock();
+    writeln!(
+        stdout,
         "  {:<9} {}  {:.2} MB  {} tensors  {}A8",
         "wrote",
         out.display(),
         built.bytes.len() as f64 / 1e6,
         built.num_tensors,
         bits.scheme()
-    );
-    println!(
+    )?;
+    writeln!(
+        stdout,
         "  {:<9} needle.Needle(weights={}, tools=[...])",
         "next",
         python_repr(&out)
-    );
+    )?;
     Ok(())
 }
 
