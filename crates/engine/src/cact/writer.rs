@@ -594,6 +594,9 @@ mod tests {
         let bits = BitsChoice::resolve(None, &ckpt.config).unwrap();
         let built = build_cact(&ckpt, &bits, &placeholder_tokenizer_blob(32)).unwrap();
         let file = CactFile::parse(built.bytes).unwrap();
+        // The reader recovers every position's name from the header alone.
+        let read_names: Vec<&String> = file.records.iter().map(|r| &r.name).collect();
+        assert_eq!(read_names, built.names.iter().collect::<Vec<_>>());
         let width = |name: &str| {
             file.records
                 .iter()
