@@ -6,6 +6,8 @@
 
 pub mod cact;
 pub mod checkpoint;
+pub mod backend;
 pub mod config;
 pub mod dataset;
+pub mod pyjson;
 pub mod tokenizer;
