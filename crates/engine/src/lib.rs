@@ -7,4 +7,5 @@
 pub mod checkpoint;
 pub mod config;
 pub mod dataset;
+pub mod model;
 pub mod tokenizer;
