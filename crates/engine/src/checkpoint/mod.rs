@@ -1,54 +1,511 @@
-//! Format-v2 Needle checkpoints (`.pkl`) and the reference's LoRA adapter pickles.
+//! Format-v2 Needle checkpoints (`.pkl`) and the reference's LoRA adapter pickles, read with the safe
+//! pickle reader in [`pickle`] (nothing in the file is ever executed).
 //!
-//! CONTRACT (placeholder until the reader lands): the public API below is what the rest of the
-//! engine programs against.
+//! The flattened parameter paths (`stack/layers/block/self_attn/q_proj/kernel`: the nested `params` dict
+//! keys joined with `/`) are the naming authority for the whole engine.
 
+mod array;
 pub mod pickle;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::config::ModelConfig;
+pub use array::{ArrayError, DType, NdArray, RawLayout};
+use pickle::{PickleError, PyValue};
 
-/// Element type of an array read from a checkpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DType {
-    F16,
-    F32,
-    F64,
-    I32,
-    I64,
-    U8,
-    U32,
-    Bool,
-}
+/// The checkpoint layout the reference writes and accepts (`CHECKPOINT_FORMAT_VERSION` in `run.py`).
+pub const FORMAT_VERSION: i64 = 2;
 
-/// A numpy array as read from a pickle: C-order, little-endian elements.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NdArray {
-    pub dtype: DType,
-    pub shape: Vec<usize>,
-    /// Raw little-endian element bytes in C order.
-    pub data: Vec<u8>,
-}
+const CHECKPOINT_SHAPE: &str =
+    "a Needle checkpoint is a pickled dict {\"format_version\": 2, \"params\": {...}, \"config\": {...}}";
+const ADAPTER_SHAPE: &str =
+    "a Needle LoRA adapter is a pickled dict {\"lora\": {path: {\"A\": array, \"B\": array}}, \"scale\", \"base\", \"rank\"}";
 
-impl NdArray {
-    /// The elements converted to f32 (float16 widened exactly).
-    pub fn to_f32(&self) -> Vec<f32> {
-        todo!()
-    }
+/// A checkpoint or adapter that cannot be used; every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} is not a readable pickle: {source}", path.display())]
+    Pickle { path: PathBuf, source: PickleError },
+    #[error("{} holds a {found} at the top level, not a dict; {expected}", path.display())]
+    NotADict {
+        path: PathBuf,
+        found: &'static str,
+        expected: &'static str,
+    },
+    #[error(
+        "{} is not a format-v{FORMAT_VERSION} checkpoint (got format_version={found}); old encoder-decoder/\
+         tool-calling checkpoints are incompatible, use one saved by needle 2.x",
+        path.display()
+    )]
+    FormatVersion { path: PathBuf, found: String },
+    #[error("{} has no `{key}` entry; {expected}", path.display())]
+    MissingKey {
+        path: PathBuf,
+        key: String,
+        expected: &'static str,
+    },
+    #[error("{}: `{key}` is a {found}, but {expected}", path.display())]
+    WrongType {
+        path: PathBuf,
+        key: String,
+        found: &'static str,
+        expected: &'static str,
+    },
+    #[error("{}: config value `{key}` {problem}; correct it in the checkpoint's config dict", path.display())]
+    ConfigValue {
+        path: PathBuf,
+        key: String,
+        problem: String,
+    },
+    #[error(
+        "{}: no parameter `{name}` among its {count}; names are the `/`-joined params keys, e.g. `{example}`",
+        path.display()
+    )]
+    MissingParam {
+        path: PathBuf,
+        name: String,
+        count: usize,
+        example: String,
+    },
 }
 
 /// A format-v2 checkpoint: params flattened to `/`-joined paths (`stack/layers/block/self_attn/q_proj/kernel`).
 #[derive(Debug, Clone)]
 pub struct Checkpoint {
+    /// The file it was read from, for messages.
+    pub source: PathBuf,
     pub params: BTreeMap<String, NdArray>,
+    /// The config with reference defaults for missing keys, `attn_dim` resolved.
     pub config: ModelConfig,
     pub step: Option<i64>,
 }
 
 impl Checkpoint {
-    pub fn load(_path: &Path) -> Result<Self, pickle::PickleError> {
-        todo!()
+    /// Reads a checkpoint as the reference's `load_checkpoint` does, without executing anything.
+    pub fn load(path: &Path) -> Result<Self, CheckpointError> {
+        let file = FileReader { path };
+        let mut top = file.top_dict(CHECKPOINT_SHAPE)?;
+        match top.take("format_version") {
+            Some(PyValue::Int(FORMAT_VERSION)) => {}
+            other => {
+                return Err(CheckpointError::FormatVersion {
+                    path: path.to_owned(),
+                    found: python_repr(other.as_ref()),
+                })
+            }
+        }
+        let params = file.params(top.require("params", CHECKPOINT_SHAPE)?)?;
+        let config = file.config(top.require("config", CHECKPOINT_SHAPE)?)?;
+        let step = match top.take("step") {
+            None | Some(PyValue::None) => None,
+            Some(value) => Some(file.integer("step", &value, "the step must be an int or None")?),
+        };
+        Ok(Checkpoint {
+            source: path.to_owned(),
+            params,
+            config,
+            step,
+        })
     }
+
+    /// One parameter by its flattened path.
+    pub fn param(&self, name: &str) -> Result<&NdArray, CheckpointError> {
+        self.params
+            .get(name)
+            .ok_or_else(|| CheckpointError::MissingParam {
+                path: self.source.clone(),
+                name: name.to_owned(),
+                count: self.params.len(),
+                example: self.params.keys().next().cloned().unwrap_or_default(),
+            })
+    }
+}
+
+/// The two LoRA factors of one adapted weight: `W + scale * A @ B`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoraFactors {
+    pub a: NdArray,
+    pub b: NdArray,
+}
+
+/// The reference's LoRA adapter pickle, as `needle finetune` writes it.
+#[derive(Debug, Clone)]
+pub struct PickledAdapter {
+    /// The file it was read from, for messages.
+    pub source: PathBuf,
+    /// Factors by the flattened path of the weight they adapt.
+    pub lora: BTreeMap<String, LoraFactors>,
+    pub scale: f64,
+    /// The base checkpoint path the adapter was trained on, as recorded at training time.
+    pub base: String,
+    pub rank: usize,
+}
+
+impl PickledAdapter {
+    /// Reads an adapter pickle without executing anything.
+    pub fn load(path: &Path) -> Result<Self, CheckpointError> {
+        let file = FileReader { path };
+        let mut top = file.top_dict(ADAPTER_SHAPE)?;
+        let groups = match top.require("lora", ADAPTER_SHAPE)? {
+            PyValue::Dict(groups) => groups,
+            other => {
+                return Err(file.wrong_type(
+                    "lora",
+                    other.type_name(),
+                    "it must map weight paths to {\"A\", \"B\"} dicts",
+                ))
+            }
+        };
+        let mut lora = BTreeMap::new();
+        for (key, group) in groups {
+            let target = file.str_key("lora", key)?;
+            let factors = file.lora_factors(&target, group)?;
+            lora.insert(target, factors);
+        }
+        let scale = match top.require("scale", ADAPTER_SHAPE)? {
+            PyValue::Float(f) => f,
+            PyValue::Int(i) => i as f64,
+            other => {
+                return Err(file.wrong_type(
+                    "scale",
+                    other.type_name(),
+                    "the scale must be a float",
+                ))
+            }
+        };
+        let base = match top.require("base", ADAPTER_SHAPE)? {
+            PyValue::Str(s) => s,
+            other => {
+                return Err(file.wrong_type(
+                    "base",
+                    other.type_name(),
+                    "the base must be a str path",
+                ))
+            }
+        };
+        let rank = file.integer(
+            "rank",
+            &top.require("rank", ADAPTER_SHAPE)?,
+            "the rank must be a non-negative int",
+        )?;
+        let rank = usize::try_from(rank).map_err(|_| {
+            file.wrong_type(
+                "rank",
+                "negative int",
+                "the rank must be a non-negative int",
+            )
+        })?;
+        Ok(PickledAdapter {
+            source: path.to_owned(),
+            lora,
+            scale,
+            base,
+            rank,
+        })
+    }
+}
+
+/// Reading helpers that know the file path, so every error names it.
+struct FileReader<'p> {
+    path: &'p Path,
+}
+
+/// The entries of a top-level dict, taken out one by one.
+struct Entries(Vec<(PyValue, PyValue)>);
+
+impl Entries {
+    /// Removes and returns the value under `key`; the last pair wins, as in Python.
+    fn take(&mut self, key: &str) -> Option<PyValue> {
+        let index = self
+            .0
+            .iter()
+            .rposition(|(k, _)| matches!(k, PyValue::Str(s) if s == key))?;
+        Some(self.0.swap_remove(index).1)
+    }
+}
+
+impl FileReader<'_> {
+    fn top_dict(&self, expected: &'static str) -> Result<TopDict<'_>, CheckpointError> {
+        let bytes = std::fs::read(self.path).map_err(|source| CheckpointError::Io {
+            path: self.path.to_owned(),
+            source,
+        })?;
+        match pickle::parse(&bytes) {
+            Ok(PyValue::Dict(pairs)) => Ok(TopDict {
+                file: self,
+                entries: Entries(pairs),
+            }),
+            Ok(other) => Err(CheckpointError::NotADict {
+                path: self.path.to_owned(),
+                found: other.type_name(),
+                expected,
+            }),
+            Err(source) => Err(CheckpointError::Pickle {
+                path: self.path.to_owned(),
+                source,
+            }),
+        }
+    }
+
+    fn wrong_type(
+        &self,
+        key: &str,
+        found: &'static str,
+        expected: &'static str,
+    ) -> CheckpointError {
+        CheckpointError::WrongType {
+            path: self.path.to_owned(),
+            key: key.to_owned(),
+            found,
+            expected,
+        }
+    }
+
+    fn str_key(&self, parent: &str, key: PyValue) -> Result<String, CheckpointError> {
+        match key {
+            PyValue::Str(s) => Ok(s),
+            other => Err(self.wrong_type(
+                &format!("{parent}/<key>"),
+                other.type_name(),
+                "every key there must be a str",
+            )),
+        }
+    }
+
+    /// An int, also accepting a numpy integer scalar (what `np.int64` arithmetic leaves behind).
+    fn integer(
+        &self,
+        key: &str,
+        value: &PyValue,
+        expected: &'static str,
+    ) -> Result<i64, CheckpointError> {
+        match value {
+            PyValue::Int(i) => Ok(*i),
+            PyValue::Array(a) if a.shape.is_empty() => numpy_scalar(a)
+                .and_then(|v| v.as_i64())
+                .ok_or_else(|| self.wrong_type(key, "non-integer numpy scalar", expected)),
+            other => Err(self.wrong_type(key, other.type_name(), expected)),
+        }
+    }
+
+    /// Flattens the nested params dict into `/`-joined paths; every leaf must be an array.
+    fn params(&self, value: PyValue) -> Result<BTreeMap<String, NdArray>, CheckpointError> {
+        let PyValue::Dict(pairs) = value else {
+            return Err(self.wrong_type(
+                "params",
+                value.type_name(),
+                "params must be a nested dict of numpy arrays",
+            ));
+        };
+        let mut out = BTreeMap::new();
+        for (key, child) in pairs {
+            let key = self.str_key("params", key)?;
+            self.flatten(key, child, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    fn flatten(
+        &self,
+        path: String,
+        value: PyValue,
+        out: &mut BTreeMap<String, NdArray>,
+    ) -> Result<(), CheckpointError> {
+        match value {
+            PyValue::Array(array) => {
+                out.insert(path, array);
+                Ok(())
+            }
+            PyValue::Dict(pairs) => {
+                for (key, child) in pairs {
+                    let key = self.str_key(&format!("params/{path}"), key)?;
+                    self.flatten(format!("{path}/{key}"), child, out)?;
+                }
+                Ok(())
+            }
+            other => Err(self.wrong_type(
+                &format!("params/{path}"),
+                other.type_name(),
+                "params may only hold dicts and numpy arrays",
+            )),
+        }
+    }
+
+    /// The config dict through [`ModelConfig`]'s serde defaults, naming the key of any bad value.
+    fn config(&self, value: PyValue) -> Result<ModelConfig, CheckpointError> {
+        let PyValue::Dict(pairs) = value else {
+            return Err(self.wrong_type(
+                "config",
+                value.type_name(),
+                "the config must be a dict of TransformerConfig fields",
+            ));
+        };
+        let fields = config_field_names();
+        let mut object = serde_json::Map::new();
+        for (key, value) in pairs {
+            let key = self.str_key("config", key)?;
+            // TransformerConfig(**config) drops unknown keys whatever their values; so do we.
+            if !fields.contains(&key) {
+                continue;
+            }
+            let json = to_json(&value).map_err(|problem| CheckpointError::ConfigValue {
+                path: self.path.to_owned(),
+                key: key.clone(),
+                problem,
+            })?;
+            object.insert(key, json);
+        }
+        let config: ModelConfig =
+            serde_path_to_error::deserialize(serde_json::Value::Object(object)).map_err(|e| {
+                CheckpointError::ConfigValue {
+                    path: self.path.to_owned(),
+                    key: e.path().to_string(),
+                    problem: e.inner().to_string(),
+                }
+            })?;
+        Ok(config.resolved())
+    }
+
+    fn lora_factors(&self, target: &str, group: PyValue) -> Result<LoraFactors, CheckpointError> {
+        let key = format!("lora/{target}");
+        let PyValue::Dict(pairs) = group else {
+            return Err(self.wrong_type(
+                &key,
+                group.type_name(),
+                "each adapted weight must map to {\"A\": array, \"B\": array}",
+            ));
+        };
+        let mut entries = Entries(pairs);
+        let mut factor = |name: &str| match entries.take(name) {
+            Some(PyValue::Array(array)) => Ok(array),
+            Some(other) => Err(self.wrong_type(
+                &format!("{key}/{name}"),
+                other.type_name(),
+                "LoRA factors must be numpy arrays",
+            )),
+            None => Err(CheckpointError::MissingKey {
+                path: self.path.to_owned(),
+                key: format!("{key}/{name}"),
+                expected: ADAPTER_SHAPE,
+            }),
+        };
+        Ok(LoraFactors {
+            a: factor("A")?,
+            b: factor("B")?,
+        })
+    }
+}
+
+/// A top-level dict whose required entries report the file when missing.
+struct TopDict<'f> {
+    file: &'f FileReader<'f>,
+    entries: Entries,
+}
+
+impl TopDict<'_> {
+    fn take(&mut self, key: &str) -> Option<PyValue> {
+        self.entries.take(key)
+    }
+
+    fn require(&mut self, key: &str, expected: &'static str) -> Result<PyValue, CheckpointError> {
+        self.entries
+            .take(key)
+            .ok_or_else(|| CheckpointError::MissingKey {
+                path: self.file.path.to_owned(),
+                key: key.to_owned(),
+                expected,
+            })
+    }
+}
+
+/// The config keys the model knows, read off [`ModelConfig`]'s own serialisation.
+fn config_field_names() -> Vec<String> {
+    match serde_json::to_value(ModelConfig::default()) {
+        Ok(serde_json::Value::Object(fields)) => fields.keys().cloned().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Python's `repr` of a format_version value, enough to tell the user what was found.
+fn python_repr(value: Option<&PyValue>) -> String {
+    match value {
+        None | Some(PyValue::None) => "None".into(),
+        Some(PyValue::Int(i)) => i.to_string(),
+        Some(PyValue::Str(s)) => format!("{s:?}"),
+        Some(PyValue::Float(f)) => f.to_string(),
+        Some(other) => format!("<{}>", other.type_name()),
+    }
+}
+
+/// Converts a config value to JSON for serde: tuples and lists become arrays, numpy scalars numbers.
+fn to_json(value: &PyValue) -> Result<serde_json::Value, String> {
+    use serde_json::Value as J;
+    Ok(match value {
+        PyValue::None => J::Null,
+        PyValue::Bool(b) => J::Bool(*b),
+        PyValue::Int(i) => J::from(*i),
+        PyValue::Float(f) => float_json(*f)?,
+        PyValue::Str(s) => J::String(s.clone()),
+        PyValue::List(items) | PyValue::Tuple(items) | PyValue::Set(items) => {
+            J::Array(items.iter().map(to_json).collect::<Result<_, _>>()?)
+        }
+        PyValue::Dict(pairs) => {
+            let mut object = serde_json::Map::new();
+            for (key, value) in pairs {
+                let PyValue::Str(key) = key else {
+                    return Err(format!(
+                        "is a dict with a {} key, where only str keys fit",
+                        key.type_name()
+                    ));
+                };
+                object.insert(key.clone(), to_json(value)?);
+            }
+            J::Object(object)
+        }
+        PyValue::Array(a) if a.shape.is_empty() => {
+            numpy_scalar(a).ok_or_else(|| "is a non-finite numpy float".to_owned())?
+        }
+        PyValue::BigInt(_) => return Err("is an integer too large for 64 bits".into()),
+        other => {
+            return Err(format!(
+                "is a {}, which no config field takes",
+                other.type_name()
+            ))
+        }
+    })
+}
+
+fn float_json(f: f64) -> Result<serde_json::Value, String> {
+    serde_json::Number::from_f64(f)
+        .map(serde_json::Value::Number)
+        .ok_or_else(|| format!("is {f}, which is not a finite number"))
+}
+
+/// A 0-d array (numpy scalar) as a JSON number or bool; None for non-finite floats.
+fn numpy_scalar(a: &NdArray) -> Option<serde_json::Value> {
+    use serde_json::Value as J;
+    let mut wide = [0u8; 8];
+    let bytes = a.data.get(..a.dtype.itemsize())?;
+    wide[..bytes.len()].copy_from_slice(bytes);
+    // Sign-extend signed integers narrower than 8 bytes.
+    let signed = |bits: u32| (i64::from_le_bytes(wide) << (64 - bits)) >> (64 - bits);
+    Some(match a.dtype {
+        DType::Bool => J::Bool(wide[0] != 0),
+        DType::I8 => J::from(signed(8)),
+        DType::I16 => J::from(signed(16)),
+        DType::I32 => J::from(signed(32)),
+        DType::I64 => J::from(signed(64)),
+        DType::U8 | DType::U16 | DType::U32 | DType::U64 => J::from(u64::from_le_bytes(wide)),
+        DType::F64 => float_json(f64::from_le_bytes(wide)).ok()?,
+        // float16 and float32 widen to f64 exactly.
+        DType::F16 | DType::F32 => float_json(f64::from(*a.to_f32().first()?)).ok()?,
+    })
 }

@@ -1,4 +1,1500 @@
-//! CONTRACT placeholder: a safe pickle reader (no code execution).
-#[derive(Debug, thiserror::Error)]
-#[error("pickle error")]
-pub struct PickleError;
+//! A pickle reader that builds a value tree and never executes anything.
+//!
+//! `pickle.load` runs whatever callables a file names, so a checkpoint from the internet could run any code.
+//! This reader interprets the binary opcodes of protocols 2–5 as a pure stack machine over its own value
+//! types. The only callables it understands are an allow-list of numpy array/dtype/scalar constructors
+//! (numpy 1.x and 2.x spellings), `_codecs.encode` and the `bytes`/`bytearray`/`set`/`frozenset` builtins
+//! (how protocols 2–4 spell those types) and `collections.OrderedDict`; each is interpreted here, never
+//! imported. Any other global is refused with
+//! its `module.name` and the byte offset of the opcode that named it.
+//!
+//! Objects live in an arena and the stack holds references to them, because pickles mutate objects after
+//! memoizing them (`EMPTY_DICT MEMOIZE ... SETITEMS`, a dtype `BUILD` after its `BINPUT`), and later
+//! `BINGET`s must see the mutated object. The arena is turned into a plain [`PyValue`] tree at `STOP`.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use super::array::{ArrayError, DType, NdArray, RawLayout};
+
+/// The newest pickle protocol this reader knows (Python 3.8+ writes at most 5).
+const HIGHEST_PROTOCOL: u8 = 5;
+
+/// Containers nested deeper than this are refused: `pickle.dump` itself gives up near 1000 Python frames,
+/// and real checkpoints nest a handful of levels.
+const MAX_DEPTH: usize = 512;
+
+/// Objects shared through the memo are copied into every place that refers to them. This many bytes of
+/// copies (beyond the file's own size) are allowed, so that a small file cannot expand exponentially.
+const SHARING_ALLOWANCE: usize = 1 << 20;
+
+/// A Python value as a pickle describes it, with numpy arrays and scalars as [`NdArray`]s.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PyValue {
+    None,
+    Bool(bool),
+    Int(i64),
+    /// An integer outside the i64 range, as the pickle's little-endian two's-complement bytes.
+    BigInt(Vec<u8>),
+    Float(f64),
+    Str(String),
+    /// `bytes` or `bytearray`.
+    Bytes(Vec<u8>),
+    List(Vec<PyValue>),
+    Tuple(Vec<PyValue>),
+    /// `set` or `frozenset`, in pickle order.
+    Set(Vec<PyValue>),
+    /// `dict` or `OrderedDict` pairs in pickle order. `pickle.dump` never repeats a key; a hand-made file
+    /// may, and then lookups take the last pair, which is the one Python's assignments would keep.
+    Dict(Vec<(PyValue, PyValue)>),
+    /// A numpy array; a numpy scalar is a 0-d array.
+    Array(NdArray),
+}
+
+impl PyValue {
+    /// The Python type name, for messages.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            PyValue::None => "None",
+            PyValue::Bool(_) => "bool",
+            PyValue::Int(_) | PyValue::BigInt(_) => "int",
+            PyValue::Float(_) => "float",
+            PyValue::Str(_) => "str",
+            PyValue::Bytes(_) => "bytes",
+            PyValue::List(_) => "list",
+            PyValue::Tuple(_) => "tuple",
+            PyValue::Set(_) => "set",
+            PyValue::Dict(_) => "dict",
+            PyValue::Array(_) => "numpy array",
+        }
+    }
+
+    /// The value stored under string key `key`, if this is a dict that has one.
+    pub fn get(&self, key: &str) -> Option<&PyValue> {
+        match self {
+            PyValue::Dict(pairs) => pairs
+                .iter()
+                .rev()
+                .find(|(k, _)| matches!(k, PyValue::Str(s) if s == key))
+                .map(|(_, v)| v),
+            _ => None,
+        }
+    }
+}
+
+/// A pickle that cannot be read, with the byte offset of the opcode where reading stopped.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("at byte {offset}: {kind}")]
+pub struct PickleError {
+    pub offset: usize,
+    pub kind: PickleErrorKind,
+}
+
+/// What went wrong; every message ends with what to do about it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PickleErrorKind {
+    #[error("{opcode} needs {needed} bytes but only {available} remain; the file is truncated, copy or save it again")]
+    Truncated {
+        opcode: &'static str,
+        needed: u64,
+        available: usize,
+    },
+    #[error("the data ends without a STOP opcode; the file is truncated, copy or save it again")]
+    MissingStop,
+    #[error("byte 0x{0:02x} is not a pickle opcode; the file is not a pickle or is corrupted")]
+    UnknownOpcode(u8),
+    #[error("protocol {0} is newer than {HIGHEST_PROTOCOL}, the newest this reader knows; save with protocol 5 or lower")]
+    UnsupportedProtocol(u8),
+    #[error("opcode {opcode} is not supported: {why}")]
+    UnsupportedOpcode {
+        opcode: &'static str,
+        why: &'static str,
+    },
+    #[error(
+        "refusing global `{module}.{name}`: only numpy arrays, dtypes and scalars, builtin containers and \
+         `collections.OrderedDict` are understood (nothing is ever imported or run); convert the object to \
+         plain dicts, lists, numbers and numpy arrays before pickling"
+    )]
+    ForbiddenGlobal { module: String, name: String },
+    #[error("{opcode} needs more values on the stack than there are; the file is corrupted")]
+    StackUnderflow { opcode: &'static str },
+    #[error("{opcode} needs a MARK that was never pushed; the file is corrupted")]
+    MissingMark { opcode: &'static str },
+    #[error("{opcode} refers to memo slot {index}, which was never stored; the file is corrupted")]
+    MemoMiss { opcode: &'static str, index: u32 },
+    #[error("{opcode} expects {expected} but found {found}; the file is corrupted or not a plain-data pickle")]
+    WrongType {
+        opcode: &'static str,
+        expected: &'static str,
+        found: &'static str,
+    },
+    #[error("{opcode} text is not valid UTF-8; the file is corrupted")]
+    InvalidUtf8 { opcode: &'static str },
+    #[error("`{callable}` was called with {problem}; the file is corrupted or was written by an unsupported numpy")]
+    BadArguments {
+        callable: &'static str,
+        problem: String,
+    },
+    #[error("numpy dtype `{0}` is not supported; store float16/32/64, (u)int8..64 or bool arrays")]
+    UnsupportedDType(String),
+    #[error("numpy array {0}")]
+    BadArray(#[from] ArrayError),
+    #[error("{0}; the pickle holds something other than plain data and numpy arrays")]
+    NotData(&'static str),
+    #[error("containers nest deeper than {MAX_DEPTH} levels or contain themselves; save plain, acyclic data")]
+    TooDeep,
+    #[error(
+        "shared references expand this {file_len}-byte file beyond {limit} bytes; the file is malformed \
+         (a real checkpoint shares almost nothing)"
+    )]
+    ExpansionLimit { file_len: usize, limit: usize },
+}
+
+/// Reads a whole pickle into a [`PyValue`]. Bytes after the STOP opcode are ignored, as `pickle.load` does.
+pub fn parse(bytes: &[u8]) -> Result<PyValue, PickleError> {
+    let mut machine = Machine::new(bytes);
+    let root = machine.run()?;
+    machine.into_tree(root)
+}
+
+/// The callables a pickle may name. Each is interpreted by this module; none is ever imported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Global {
+    /// `numpy.core.multiarray._reconstruct(ndarray, (0,), b'b')`: an empty array that a BUILD then fills.
+    Reconstruct,
+    /// `numpy.core.multiarray.scalar(dtype, raw_bytes)`: a numpy scalar.
+    Scalar,
+    /// `numpy.dtype(code, align, copy)`: a dtype, given its byte order by a BUILD.
+    DType,
+    /// `numpy.ndarray`, only ever as the first argument of `_reconstruct`.
+    NdArrayClass,
+    /// `numpy.core.numeric._frombuffer(buffer, dtype, shape, order)`: what protocol 5 writes for arrays.
+    FromBuffer,
+    /// `_codecs.encode(text, 'latin1')`: how protocol 2 spells a `bytes` object.
+    CodecsEncode,
+    /// `builtins.bytes()`: how protocol 2 spells an empty `bytes` object.
+    EmptyBytes,
+    /// `builtins.bytearray(data)`: how protocols 2–4 spell a `bytearray`.
+    ByteArray,
+    /// `builtins.set(items)` / `builtins.frozenset(items)`: how protocols 2–3 spell sets.
+    Set,
+    /// `collections.OrderedDict()`: an empty dict that SETITEMS fills.
+    OrderedDict,
+}
+
+impl Global {
+    fn lookup(module: &str, name: &str) -> Option<Global> {
+        Some(match (module, name) {
+            ("numpy.core.multiarray" | "numpy._core.multiarray", "_reconstruct") => {
+                Global::Reconstruct
+            }
+            ("numpy.core.multiarray" | "numpy._core.multiarray", "scalar") => Global::Scalar,
+            ("numpy", "dtype") => Global::DType,
+            ("numpy", "ndarray") => Global::NdArrayClass,
+            ("numpy.core.numeric" | "numpy._core.numeric", "_frombuffer") => Global::FromBuffer,
+            ("_codecs", "encode") => Global::CodecsEncode,
+            // Protocol 2 writes Python 3's `builtins` under its Python 2 name.
+            ("builtins" | "__builtin__", "bytes") => Global::EmptyBytes,
+            ("builtins" | "__builtin__", "bytearray") => Global::ByteArray,
+            ("builtins" | "__builtin__", "set" | "frozenset") => Global::Set,
+            ("collections", "OrderedDict") => Global::OrderedDict,
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Global::Reconstruct => "numpy.core.multiarray._reconstruct",
+            Global::Scalar => "numpy.core.multiarray.scalar",
+            Global::DType => "numpy.dtype",
+            Global::NdArrayClass => "numpy.ndarray",
+            Global::FromBuffer => "numpy.core.numeric._frombuffer",
+            Global::CodecsEncode => "_codecs.encode",
+            Global::EmptyBytes => "builtins.bytes",
+            Global::ByteArray => "builtins.bytearray",
+            Global::Set => "builtins.set",
+            Global::OrderedDict => "collections.OrderedDict",
+        }
+    }
+}
+
+type ObjId = usize;
+
+/// A stack or memo entry: small values inline, everything else a reference into the arena.
+#[derive(Debug, Clone, Copy)]
+enum Value {
+    None,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Global(Global),
+    Obj(ObjId),
+}
+
+/// A numpy dtype object: its element type and the byte order its BUILD state gave it.
+#[derive(Debug, Clone, Copy)]
+struct NumpyDType {
+    dtype: DType,
+    big_endian: bool,
+}
+
+#[derive(Debug)]
+enum Obj<'a> {
+    Str(Cow<'a, str>),
+    Bytes(Cow<'a, [u8]>),
+    BigInt(&'a [u8]),
+    Tuple(Vec<Value>),
+    List(Vec<Value>),
+    Dict(Vec<(Value, Value)>),
+    Set(Vec<Value>),
+    DType(NumpyDType),
+    /// Made by `_reconstruct`, waiting for the BUILD that gives it shape, dtype and data.
+    ArrayShell,
+    Array(NdArray),
+    /// Already moved into the result tree.
+    Taken,
+}
+
+impl Obj<'_> {
+    fn type_name(&self) -> &'static str {
+        match self {
+            Obj::Str(_) => "str",
+            Obj::Bytes(_) => "bytes",
+            Obj::BigInt(_) => "int",
+            Obj::Tuple(_) => "tuple",
+            Obj::List(_) => "list",
+            Obj::Dict(_) => "dict",
+            Obj::Set(_) => "set",
+            Obj::DType(_) => "numpy dtype",
+            Obj::ArrayShell => "numpy array without state",
+            Obj::Array(_) => "numpy array",
+            Obj::Taken => "value already used",
+        }
+    }
+
+    fn children(&self) -> Vec<Value> {
+        match self {
+            Obj::Tuple(items) | Obj::List(items) | Obj::Set(items) => items.clone(),
+            Obj::Dict(pairs) => pairs.iter().flat_map(|&(k, v)| [k, v]).collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Opcode bytes, named as in CPython's `pickletools`.
+mod op {
+    pub const MARK: u8 = b'(';
+    pub const STOP: u8 = b'.';
+    pub const POP: u8 = b'0';
+    pub const POP_MARK: u8 = b'1';
+    pub const DUP: u8 = b'2';
+    pub const BININT: u8 = b'J';
+    pub const BININT1: u8 = b'K';
+    pub const BININT2: u8 = b'M';
+    pub const NONE: u8 = b'N';
+    pub const REDUCE: u8 = b'R';
+    pub const BINUNICODE: u8 = b'X';
+    pub const APPEND: u8 = b'a';
+    pub const BUILD: u8 = b'b';
+    pub const GLOBAL: u8 = b'c';
+    pub const DICT: u8 = b'd';
+    pub const EMPTY_DICT: u8 = b'}';
+    pub const APPENDS: u8 = b'e';
+    pub const BINGET: u8 = b'h';
+    pub const LONG_BINGET: u8 = b'j';
+    pub const LIST: u8 = b'l';
+    pub const EMPTY_LIST: u8 = b']';
+    pub const BINPUT: u8 = b'q';
+    pub const LONG_BINPUT: u8 = b'r';
+    pub const SETITEM: u8 = b's';
+    pub const TUPLE: u8 = b't';
+    pub const EMPTY_TUPLE: u8 = b')';
+    pub const SETITEMS: u8 = b'u';
+    pub const BINFLOAT: u8 = b'G';
+    pub const PROTO: u8 = 0x80;
+    pub const NEWOBJ: u8 = 0x81;
+    pub const TUPLE1: u8 = 0x85;
+    pub const TUPLE2: u8 = 0x86;
+    pub const TUPLE3: u8 = 0x87;
+    pub const NEWTRUE: u8 = 0x88;
+    pub const NEWFALSE: u8 = 0x89;
+    pub const LONG1: u8 = 0x8a;
+    pub const LONG4: u8 = 0x8b;
+    pub const BINBYTES: u8 = b'B';
+    pub const SHORT_BINBYTES: u8 = b'C';
+    pub const SHORT_BINUNICODE: u8 = 0x8c;
+    pub const BINUNICODE8: u8 = 0x8d;
+    pub const BINBYTES8: u8 = 0x8e;
+    pub const EMPTY_SET: u8 = 0x8f;
+    pub const ADDITEMS: u8 = 0x90;
+    pub const FROZENSET: u8 = 0x91;
+    pub const NEWOBJ_EX: u8 = 0x92;
+    pub const STACK_GLOBAL: u8 = 0x93;
+    pub const MEMOIZE: u8 = 0x94;
+    pub const FRAME: u8 = 0x95;
+    pub const BYTEARRAY8: u8 = 0x96;
+}
+
+/// Opcodes that exist but are refused, with the reason given to the user.
+fn refused_opcode(byte: u8) -> Option<(&'static str, &'static str)> {
+    const TEXT: &str = "it belongs to text protocols 0/1; save with pickle protocol 2 or newer";
+    const PY2: &str = "it is a Python 2 byte string; save the file again under Python 3";
+    const PERSID: &str = "persistent ids need the saver's own loader (torch.save and the like); \
+                          save the arrays with plain pickle.dump";
+    const EXT: &str = "copyreg extension codes name code to run; save without copyreg extensions";
+    const BUFFER: &str =
+        "out-of-band buffers live outside the file; save without a buffer_callback";
+    Some(match byte {
+        b'I' => ("INT", TEXT),
+        b'L' => ("LONG", TEXT),
+        b'F' => ("FLOAT", TEXT),
+        b'S' => ("STRING", TEXT),
+        b'V' => ("UNICODE", TEXT),
+        b'g' => ("GET", TEXT),
+        b'p' => ("PUT", TEXT),
+        b'i' => ("INST", TEXT),
+        b'o' => ("OBJ", TEXT),
+        b'T' => ("BINSTRING", PY2),
+        b'U' => ("SHORT_BINSTRING", PY2),
+        b'P' => ("PERSID", PERSID),
+        b'Q' => ("BINPERSID", PERSID),
+        0x82 => ("EXT1", EXT),
+        0x83 => ("EXT2", EXT),
+        0x84 => ("EXT4", EXT),
+        0x97 => ("NEXT_BUFFER", BUFFER),
+        0x98 => ("READONLY_BUFFER", BUFFER),
+        _ => return None,
+    })
+}
+
+/// The pickle virtual machine: input cursor, stack, mark positions, memo and object arena.
+struct Machine<'a> {
+    input: &'a [u8],
+    pos: usize,
+    /// Offset of the opcode being executed, for errors.
+    at: usize,
+    stack: Vec<Value>,
+    /// Stack heights at each MARK; values below the innermost mark are out of reach, as in CPython.
+    marks: Vec<usize>,
+    memo: HashMap<u32, Value>,
+    objects: Vec<Obj<'a>>,
+}
+
+impl<'a> Machine<'a> {
+    fn new(input: &'a [u8]) -> Self {
+        Machine {
+            input,
+            pos: 0,
+            at: 0,
+            stack: Vec::new(),
+            marks: Vec::new(),
+            memo: HashMap::new(),
+            objects: Vec::new(),
+        }
+    }
+
+    fn error(&self, kind: PickleErrorKind) -> PickleError {
+        PickleError {
+            offset: self.at,
+            kind,
+        }
+    }
+
+    /// Runs opcodes until STOP and returns the value it pops.
+    fn run(&mut self) -> Result<Value, PickleError> {
+        loop {
+            self.at = self.pos;
+            let Some(&opcode) = self.input.get(self.pos) else {
+                return Err(self.error(PickleErrorKind::MissingStop));
+            };
+            self.pos += 1;
+            if opcode == op::STOP {
+                return self.pop("STOP");
+            }
+            self.step(opcode)?;
+        }
+    }
+
+    fn step(&mut self, opcode: u8) -> Result<(), PickleError> {
+        match opcode {
+            op::PROTO => {
+                let version = self.read_u8("PROTO")?;
+                if version > HIGHEST_PROTOCOL {
+                    return Err(self.error(PickleErrorKind::UnsupportedProtocol(version)));
+                }
+            }
+            // Frames only group opcodes for buffered reading; the whole file is already in memory.
+            op::FRAME => {
+                self.read_u64("FRAME")?;
+            }
+            op::MARK => self.marks.push(self.stack.len()),
+            op::POP => {
+                self.pop("POP")?;
+            }
+            op::POP_MARK => {
+                self.pop_mark("POP_MARK")?;
+            }
+            op::DUP => {
+                let top = self.peek("DUP")?;
+                self.stack.push(top);
+            }
+            op::NONE => self.stack.push(Value::None),
+            op::NEWTRUE => self.stack.push(Value::Bool(true)),
+            op::NEWFALSE => self.stack.push(Value::Bool(false)),
+            op::BININT => {
+                let v = i32::from_le_bytes(self.read_array("BININT")?);
+                self.stack.push(Value::Int(v.into()));
+            }
+            op::BININT1 => {
+                let v = self.read_u8("BININT1")?;
+                self.stack.push(Value::Int(v.into()));
+            }
+            op::BININT2 => {
+                let v = u16::from_le_bytes(self.read_array("BININT2")?);
+                self.stack.push(Value::Int(v.into()));
+            }
+            op::LONG1 => {
+                let len = self.read_u8("LONG1")?;
+                self.push_long("LONG1", len.into())?;
+            }
+            op::LONG4 => {
+                let len = i32::from_le_bytes(self.read_array("LONG4")?);
+                let len = u64::try_from(len).map_err(|_| {
+                    self.error(PickleErrorKind::WrongType {
+                        opcode: "LONG4",
+                        expected: "a byte count",
+                        found: "a negative count",
+                    })
+                })?;
+                self.push_long("LONG4", len)?;
+            }
+            op::BINFLOAT => {
+                // The only big-endian number in the format.
+                let v = f64::from_be_bytes(self.read_array("BINFLOAT")?);
+                self.stack.push(Value::Float(v));
+            }
+            op::SHORT_BINUNICODE => {
+                let len = self.read_u8("SHORT_BINUNICODE")?;
+                self.push_str("SHORT_BINUNICODE", len.into())?;
+            }
+            op::BINUNICODE => {
+                let len = self.read_u32("BINUNICODE")?;
+                self.push_str("BINUNICODE", len.into())?;
+            }
+            op::BINUNICODE8 => {
+                let len = self.read_u64("BINUNICODE8")?;
+                self.push_str("BINUNICODE8", len)?;
+            }
+            op::SHORT_BINBYTES => {
+                let len = self.read_u8("SHORT_BINBYTES")?;
+                self.push_bytes("SHORT_BINBYTES", len.into())?;
+            }
+            op::BINBYTES => {
+                let len = self.read_u32("BINBYTES")?;
+                self.push_bytes("BINBYTES", len.into())?;
+            }
+            op::BINBYTES8 => {
+                let len = self.read_u64("BINBYTES8")?;
+                self.push_bytes("BINBYTES8", len)?;
+            }
+            op::BYTEARRAY8 => {
+                let len = self.read_u64("BYTEARRAY8")?;
+                self.push_bytes("BYTEARRAY8", len)?;
+            }
+            op::EMPTY_TUPLE => self.push_obj(Obj::Tuple(Vec::new())),
+            op::TUPLE1 | op::TUPLE2 | op::TUPLE3 => {
+                let (name, count) = match opcode {
+                    op::TUPLE1 => ("TUPLE1", 1),
+                    op::TUPLE2 => ("TUPLE2", 2),
+                    _ => ("TUPLE3", 3),
+                };
+                let items = self.pop_n(name, count)?;
+                self.push_obj(Obj::Tuple(items));
+            }
+            op::TUPLE => {
+                let items = self.pop_mark("TUPLE")?;
+                self.push_obj(Obj::Tuple(items));
+            }
+            op::EMPTY_LIST => self.push_obj(Obj::List(Vec::new())),
+            op::LIST => {
+                let items = self.pop_mark("LIST")?;
+                self.push_obj(Obj::List(items));
+            }
+            op::APPEND => {
+                let item = self.pop("APPEND")?;
+                self.extend_list("APPEND", vec![item])?;
+            }
+            op::APPENDS => {
+                let items = self.pop_mark("APPENDS")?;
+                self.extend_list("APPENDS", items)?;
+            }
+            op::EMPTY_DICT => self.push_obj(Obj::Dict(Vec::new())),
+            op::DICT => {
+                let items = self.pop_mark("DICT")?;
+                let pairs = self.pairs("DICT", items)?;
+                self.push_obj(Obj::Dict(pairs));
+            }
+            op::SETITEM => {
+                let items = self.pop_n("SETITEM", 2)?;
+                self.extend_dict("SETITEM", items)?;
+            }
+            op::SETITEMS => {
+                let items = self.pop_mark("SETITEMS")?;
+                self.extend_dict("SETITEMS", items)?;
+            }
+            op::EMPTY_SET => self.push_obj(Obj::Set(Vec::new())),
+            op::ADDITEMS => {
+                let items = self.pop_mark("ADDITEMS")?;
+                let id = self.top_obj("ADDITEMS")?;
+                match &mut self.objects[id] {
+                    Obj::Set(set) => set.extend(items),
+                    other => {
+                        let found = other.type_name();
+                        return Err(self.error(PickleErrorKind::WrongType {
+                            opcode: "ADDITEMS",
+                            expected: "a set",
+                            found,
+                        }));
+                    }
+                }
+            }
+            op::FROZENSET => {
+                let items = self.pop_mark("FROZENSET")?;
+                self.push_obj(Obj::Set(items));
+            }
+            op::GLOBAL => {
+                let module = self.read_line("GLOBAL")?;
+                let name = self.read_line("GLOBAL")?;
+                let global = self.allowed_global(module, name)?;
+                self.stack.push(Value::Global(global));
+            }
+            op::STACK_GLOBAL => {
+                let name = self.pop("STACK_GLOBAL")?;
+                let module = self.pop("STACK_GLOBAL")?;
+                let module = self.str_of("STACK_GLOBAL", module)?.to_owned();
+                let name = self.str_of("STACK_GLOBAL", name)?.to_owned();
+                let global = self.allowed_global(&module, &name)?;
+                self.stack.push(Value::Global(global));
+            }
+            op::REDUCE => {
+                let args = self.pop("REDUCE")?;
+                let callable = self.pop("REDUCE")?;
+                let callable = self.global_of("REDUCE", callable)?;
+                let args = self.tuple_of("REDUCE", args)?;
+                let result = self.call(callable, &args)?;
+                self.stack.push(result);
+            }
+            op::NEWOBJ => {
+                let _args = self.pop("NEWOBJ")?;
+                let class = self.pop("NEWOBJ")?;
+                self.new_object("NEWOBJ", class)?;
+            }
+            op::NEWOBJ_EX => {
+                let _kwargs = self.pop("NEWOBJ_EX")?;
+                let _args = self.pop("NEWOBJ_EX")?;
+                let class = self.pop("NEWOBJ_EX")?;
+                self.new_object("NEWOBJ_EX", class)?;
+            }
+            op::BUILD => {
+                let state = self.pop("BUILD")?;
+                let target = self.top_obj("BUILD")?;
+                self.build(target, state)?;
+            }
+            op::MEMOIZE => {
+                let top = self.peek("MEMOIZE")?;
+                // CPython stores at len(memo); more than u32::MAX entries would need more opcodes than that.
+                let index = u32::try_from(self.memo.len()).unwrap_or(u32::MAX);
+                self.memo.insert(index, top);
+            }
+            op::BINPUT => {
+                let index = self.read_u8("BINPUT")?;
+                self.put("BINPUT", index.into())?;
+            }
+            op::LONG_BINPUT => {
+                let index = self.read_u32("LONG_BINPUT")?;
+                self.put("LONG_BINPUT", index)?;
+            }
+            op::BINGET => {
+                let index = self.read_u8("BINGET")?;
+                self.get("BINGET", index.into())?;
+            }
+            op::LONG_BINGET => {
+                let index = self.read_u32("LONG_BINGET")?;
+                self.get("LONG_BINGET", index)?;
+            }
+            other => {
+                return Err(self.error(match refused_opcode(other) {
+                    Some((opcode, why)) => PickleErrorKind::UnsupportedOpcode { opcode, why },
+                    None => PickleErrorKind::UnknownOpcode(other),
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    // ---- input ----
+
+    /// Takes `len` bytes of operand, refusing before allocating anything when the file is shorter.
+    fn take(&mut self, opcode: &'static str, len: u64) -> Result<&'a [u8], PickleError> {
+        let available = self.input.len() - self.pos;
+        match usize::try_from(len) {
+            Ok(n) if n <= available => {
+                let bytes = &self.input[self.pos..self.pos + n];
+                self.pos += n;
+                Ok(bytes)
+            }
+            _ => Err(self.error(PickleErrorKind::Truncated {
+                opcode,
+                needed: len,
+                available,
+            })),
+        }
+    }
+
+    fn read_array<const N: usize>(&mut self, opcode: &'static str) -> Result<[u8; N], PickleError> {
+        let bytes = self.take(opcode, N as u64)?;
+        let mut out = [0u8; N];
+        out.copy_from_slice(bytes);
+        Ok(out)
+    }
+
+    fn read_u8(&mut self, opcode: &'static str) -> Result<u8, PickleError> {
+        Ok(self.read_array::<1>(opcode)?[0])
+    }
+
+    fn read_u32(&mut self, opcode: &'static str) -> Result<u32, PickleError> {
+        Ok(u32::from_le_bytes(self.read_array(opcode)?))
+    }
+
+    fn read_u64(&mut self, opcode: &'static str) -> Result<u64, PickleError> {
+        Ok(u64::from_le_bytes(self.read_array(opcode)?))
+    }
+
+    /// A newline-terminated UTF-8 operand of GLOBAL.
+    fn read_line(&mut self, opcode: &'static str) -> Result<&'a str, PickleError> {
+        let rest = &self.input[self.pos..];
+        let Some(len) = rest.iter().position(|&b| b == b'\n') else {
+            return Err(self.error(PickleErrorKind::Truncated {
+                opcode,
+                needed: rest.len() as u64 + 1,
+                available: rest.len(),
+            }));
+        };
+        self.pos += len + 1;
+        std::str::from_utf8(&rest[..len])
+            .map_err(|_| self.error(PickleErrorKind::InvalidUtf8 { opcode }))
+    }
+
+    // ---- stack ----
+
+    fn push_obj(&mut self, obj: Obj<'a>) {
+        let value = self.alloc(obj);
+        self.stack.push(value);
+    }
+
+    fn alloc(&mut self, obj: Obj<'a>) -> Value {
+        self.objects.push(obj);
+        Value::Obj(self.objects.len() - 1)
+    }
+
+    /// Height below which the current opcode may not reach.
+    fn floor(&self) -> usize {
+        self.marks.last().copied().unwrap_or(0)
+    }
+
+    fn pop(&mut self, opcode: &'static str) -> Result<Value, PickleError> {
+        if self.stack.len() <= self.floor() {
+            return Err(self.error(PickleErrorKind::StackUnderflow { opcode }));
+        }
+        self.stack
+            .pop()
+            .ok_or_else(|| self.error(PickleErrorKind::StackUnderflow { opcode }))
+    }
+
+    fn pop_n(&mut self, opcode: &'static str, n: usize) -> Result<Vec<Value>, PickleError> {
+        if self.stack.len() < self.floor() + n {
+            return Err(self.error(PickleErrorKind::StackUnderflow { opcode }));
+        }
+        Ok(self.stack.split_off(self.stack.len() - n))
+    }
+
+    fn peek(&self, opcode: &'static str) -> Result<Value, PickleError> {
+        match self.stack.last() {
+            Some(&top) if self.stack.len() > self.floor() => Ok(top),
+            _ => Err(self.error(PickleErrorKind::StackUnderflow { opcode })),
+        }
+    }
+
+    /// Pops everything above the innermost MARK, and the mark.
+    fn pop_mark(&mut self, opcode: &'static str) -> Result<Vec<Value>, PickleError> {
+        let mark = self
+            .marks
+            .pop()
+            .ok_or_else(|| self.error(PickleErrorKind::MissingMark { opcode }))?;
+        Ok(self.stack.split_off(mark))
+    }
+
+    /// The arena object on top of the stack (the target of APPENDS, SETITEMS, BUILD ...).
+    fn top_obj(&self, opcode: &'static str) -> Result<ObjId, PickleError> {
+        match self.peek(opcode)? {
+            Value::Obj(id) => Ok(id),
+            other => Err(self.wrong_type(opcode, "an object", other)),
+        }
+    }
+
+    // ---- values ----
+
+    fn type_name(&self, value: Value) -> &'static str {
+        match value {
+            Value::None => "None",
+            Value::Bool(_) => "bool",
+            Value::Int(_) => "int",
+            Value::Float(_) => "float",
+            Value::Global(_) => "a global",
+            Value::Obj(id) => self.objects[id].type_name(),
+        }
+    }
+
+    fn wrong_type(
+        &self,
+        opcode: &'static str,
+        expected: &'static str,
+        found: Value,
+    ) -> PickleError {
+        self.error(PickleErrorKind::WrongType {
+            opcode,
+            expected,
+            found: self.type_name(found),
+        })
+    }
+
+    fn str_of(&self, opcode: &'static str, value: Value) -> Result<&str, PickleError> {
+        match value {
+            Value::Obj(id) => match &self.objects[id] {
+                Obj::Str(s) => Ok(s),
+                _ => Err(self.wrong_type(opcode, "a str", value)),
+            },
+            _ => Err(self.wrong_type(opcode, "a str", value)),
+        }
+    }
+
+    fn tuple_of(&self, opcode: &'static str, value: Value) -> Result<Vec<Value>, PickleError> {
+        match value {
+            Value::Obj(id) => match &self.objects[id] {
+                Obj::Tuple(items) => Ok(items.clone()),
+                _ => Err(self.wrong_type(opcode, "a tuple", value)),
+            },
+            _ => Err(self.wrong_type(opcode, "a tuple", value)),
+        }
+    }
+
+    fn global_of(&self, opcode: &'static str, value: Value) -> Result<Global, PickleError> {
+        match value {
+            Value::Global(global) => Ok(global),
+            _ => Err(self.wrong_type(opcode, "a global callable", value)),
+        }
+    }
+
+    fn push_long(&mut self, opcode: &'static str, len: u64) -> Result<(), PickleError> {
+        let bytes = self.take(opcode, len)?;
+        match decode_long(bytes) {
+            Some(v) => self.stack.push(Value::Int(v)),
+            None => self.push_obj(Obj::BigInt(bytes)),
+        }
+        Ok(())
+    }
+
+    fn push_str(&mut self, opcode: &'static str, len: u64) -> Result<(), PickleError> {
+        let bytes = self.take(opcode, len)?;
+        let text = std::str::from_utf8(bytes)
+            .map_err(|_| self.error(PickleErrorKind::InvalidUtf8 { opcode }))?;
+        self.push_obj(Obj::Str(Cow::Borrowed(text)));
+        Ok(())
+    }
+
+    fn push_bytes(&mut self, opcode: &'static str, len: u64) -> Result<(), PickleError> {
+        let bytes = self.take(opcode, len)?;
+        self.push_obj(Obj::Bytes(Cow::Borrowed(bytes)));
+        Ok(())
+    }
+
+    fn extend_list(&mut self, opcode: &'static str, items: Vec<Value>) -> Result<(), PickleError> {
+        let id = self.top_obj(opcode)?;
+        match &mut self.objects[id] {
+            Obj::List(list) => {
+                list.extend(items);
+                Ok(())
+            }
+            other => {
+                let found = other.type_name();
+                Err(self.error(PickleErrorKind::WrongType {
+                    opcode,
+                    expected: "a list",
+                    found,
+                }))
+            }
+        }
+    }
+
+    fn extend_dict(&mut self, opcode: &'static str, items: Vec<Value>) -> Result<(), PickleError> {
+        let pairs = self.pairs(opcode, items)?;
+        let id = self.top_obj(opcode)?;
+        match &mut self.objects[id] {
+            Obj::Dict(dict) => {
+                dict.extend(pairs);
+                Ok(())
+            }
+            other => {
+                let found = other.type_name();
+                Err(self.error(PickleErrorKind::WrongType {
+                    opcode,
+                    expected: "a dict",
+                    found,
+                }))
+            }
+        }
+    }
+
+    /// Pairs up alternating keys and values.
+    fn pairs(
+        &self,
+        opcode: &'static str,
+        items: Vec<Value>,
+    ) -> Result<Vec<(Value, Value)>, PickleError> {
+        if items.len() % 2 == 1 {
+            return Err(self.error(PickleErrorKind::WrongType {
+                opcode,
+                expected: "key/value pairs",
+                found: "an odd count",
+            }));
+        }
+        Ok(items
+            .chunks_exact(2)
+            .map(|pair| (pair[0], pair[1]))
+            .collect())
+    }
+
+    fn put(&mut self, opcode: &'static str, index: u32) -> Result<(), PickleError> {
+        let top = self.peek(opcode)?;
+        self.memo.insert(index, top);
+        Ok(())
+    }
+
+    fn get(&mut self, opcode: &'static str, index: u32) -> Result<(), PickleError> {
+        let value = *self
+            .memo
+            .get(&index)
+            .ok_or_else(|| self.error(PickleErrorKind::MemoMiss { opcode, index }))?;
+        self.stack.push(value);
+        Ok(())
+    }
+
+    fn allowed_global(&self, module: &str, name: &str) -> Result<Global, PickleError> {
+        Global::lookup(module, name).ok_or_else(|| {
+            self.error(PickleErrorKind::ForbiddenGlobal {
+                module: module.to_owned(),
+                name: name.to_owned(),
+            })
+        })
+    }
+
+    // ---- the allow-listed callables ----
+
+    fn bad_args(&self, callable: Global, problem: impl Into<String>) -> PickleError {
+        self.error(PickleErrorKind::BadArguments {
+            callable: callable.name(),
+            problem: problem.into(),
+        })
+    }
+
+    /// Checks the argument count and returns the arguments as an array.
+    fn args<const N: usize>(
+        &self,
+        callable: Global,
+        args: &[Value],
+    ) -> Result<[Value; N], PickleError> {
+        <[Value; N]>::try_from(args).map_err(|_| {
+            self.bad_args(callable, format!("{} arguments instead of {N}", args.len()))
+        })
+    }
+
+    fn call(&mut self, callable: Global, args: &[Value]) -> Result<Value, PickleError> {
+        match callable {
+            Global::Reconstruct => {
+                let [class, _shape, _typecode] = self.args(callable, args)?;
+                if !matches!(class, Value::Global(Global::NdArrayClass)) {
+                    return Err(self.bad_args(
+                        callable,
+                        format!(
+                            "{} instead of numpy.ndarray (array subclasses are not supported)",
+                            self.type_name(class)
+                        ),
+                    ));
+                }
+                Ok(self.alloc(Obj::ArrayShell))
+            }
+            Global::DType => {
+                let code = args
+                    .first()
+                    .copied()
+                    .ok_or_else(|| self.bad_args(callable, "no type code"))?;
+                let code = self.str_of("REDUCE", code)?;
+                let dtype = DType::from_numpy_code(code).ok_or_else(|| {
+                    self.error(PickleErrorKind::UnsupportedDType(code.to_owned()))
+                })?;
+                // numpy writes the byte order in the BUILD state that follows; single-byte types have none.
+                Ok(self.alloc(Obj::DType(NumpyDType {
+                    dtype,
+                    big_endian: false,
+                })))
+            }
+            Global::Scalar => {
+                let [dtype, raw] = self.args(callable, args)?;
+                let dtype = self.dtype_of(callable, dtype)?;
+                let array = self.array_from(dtype, Vec::new(), false, raw)?;
+                Ok(self.alloc(Obj::Array(array)))
+            }
+            Global::FromBuffer => {
+                let [buffer, dtype, shape, order] = self.args(callable, args)?;
+                let dtype = self.dtype_of(callable, dtype)?;
+                let shape = self.shape_of(callable, shape)?;
+                let fortran = match self.str_of("REDUCE", order)? {
+                    "C" => false,
+                    "F" => true,
+                    other => {
+                        return Err(self.bad_args(
+                            callable,
+                            format!("memory order {other:?} instead of 'C' or 'F'"),
+                        ))
+                    }
+                };
+                let array = self.array_from(dtype, shape, fortran, buffer)?;
+                Ok(self.alloc(Obj::Array(array)))
+            }
+            Global::CodecsEncode => {
+                let [text, encoding] = self.args(callable, args)?;
+                let encoding = self.str_of("REDUCE", encoding)?;
+                if encoding != "latin1" && encoding != "latin-1" {
+                    return Err(self.bad_args(
+                        callable,
+                        format!("encoding {encoding:?}; only latin1 spells bytes"),
+                    ));
+                }
+                let bytes = latin1_bytes(self.str_of("REDUCE", text)?)
+                    .ok_or_else(|| self.bad_args(callable, "text with characters beyond U+00FF"))?;
+                Ok(self.alloc(Obj::Bytes(Cow::Owned(bytes))))
+            }
+            // With arguments, bytes() would allocate or convert; only the empty form is ever pickled.
+            Global::EmptyBytes => {
+                let [] = self.args(callable, args)?;
+                Ok(self.alloc(Obj::Bytes(Cow::Borrowed(&[]))))
+            }
+            // Only a bytes argument: bytearray(n) would allocate n bytes on the file's say-so.
+            Global::ByteArray => {
+                let [data] = self.args(callable, args)?;
+                match data {
+                    Value::Obj(id) if matches!(self.objects[id], Obj::Bytes(_)) => Ok(data),
+                    other => Err(self.bad_args(
+                        callable,
+                        format!("a {} instead of bytes", self.type_name(other)),
+                    )),
+                }
+            }
+            Global::Set => {
+                let [items] = self.args(callable, args)?;
+                match items {
+                    Value::Obj(id) => match &self.objects[id] {
+                        Obj::List(items) => {
+                            let items = items.clone();
+                            Ok(self.alloc(Obj::Set(items)))
+                        }
+                        other => Err(self.bad_args(
+                            callable,
+                            format!("a {} instead of a list", other.type_name()),
+                        )),
+                    },
+                    other => Err(self.bad_args(
+                        callable,
+                        format!("a {} instead of a list", self.type_name(other)),
+                    )),
+                }
+            }
+            Global::OrderedDict => {
+                let [] = self.args(callable, args)?;
+                Ok(self.alloc(Obj::Dict(Vec::new())))
+            }
+            Global::NdArrayClass => Err(self.bad_args(
+                callable,
+                "a direct call (it is only _reconstruct's argument)",
+            )),
+        }
+    }
+
+    /// NEWOBJ / NEWOBJ_EX: `cls.__new__(cls, ...)`, which for the one container class is an empty dict.
+    fn new_object(&mut self, opcode: &'static str, class: Value) -> Result<(), PickleError> {
+        match self.global_of(opcode, class)? {
+            Global::OrderedDict => {
+                self.push_obj(Obj::Dict(Vec::new()));
+                Ok(())
+            }
+            other => Err(self.bad_args(
+                other,
+                format!("{opcode}, which only builds collections.OrderedDict"),
+            )),
+        }
+    }
+
+    /// BUILD: `__setstate__` of a numpy dtype (byte order) or of a reconstructed array (shape, dtype, data).
+    fn build(&mut self, target: ObjId, state: Value) -> Result<(), PickleError> {
+        match self.objects[target] {
+            Obj::DType(dtype) => {
+                let state = self.tuple_of("BUILD", state)?;
+                let built = self.dtype_state(dtype, &state)?;
+                self.objects[target] = Obj::DType(built);
+                Ok(())
+            }
+            Obj::ArrayShell => {
+                let state = self.tuple_of("BUILD", state)?;
+                // numpy writes (version, shape, dtype, is_fortran, data); very old numpy left the version out.
+                let fields = if state.len() == 5 {
+                    &state[1..]
+                } else {
+                    &state[..]
+                };
+                let [shape, dtype, fortran, data] =
+                    <[Value; 4]>::try_from(fields).map_err(|_| {
+                        self.bad_args(
+                            Global::NdArrayClass,
+                            format!("a BUILD state of {} items instead of 5", state.len()),
+                        )
+                    })?;
+                let shape = self.shape_of(Global::NdArrayClass, shape)?;
+                let dtype = self.dtype_of(Global::NdArrayClass, dtype)?;
+                let Value::Bool(fortran) = fortran else {
+                    return Err(self.wrong_type("BUILD", "is_fortran as a bool", fortran));
+                };
+                let array = self.array_from(dtype, shape, fortran, data)?;
+                self.objects[target] = Obj::Array(array);
+                Ok(())
+            }
+            ref other => Err(self.error(PickleErrorKind::WrongType {
+                opcode: "BUILD",
+                expected: "a numpy dtype or array",
+                found: other.type_name(),
+            })),
+        }
+    }
+
+    /// numpy's dtype state: (version, byteorder, subarray, names, fields, elsize, alignment, flags[, metadata]).
+    fn dtype_state(&self, dtype: NumpyDType, state: &[Value]) -> Result<NumpyDType, PickleError> {
+        let order = state
+            .get(1)
+            .copied()
+            .ok_or_else(|| self.bad_args(Global::DType, "a BUILD state without a byte order"))?;
+        let big_endian = match self.str_of("BUILD", order)? {
+            "<" | "|" => false,
+            ">" => true,
+            other => return Err(self.bad_args(Global::DType, format!("byte order {other:?}"))),
+        };
+        if state
+            .iter()
+            .skip(2)
+            .take(3)
+            .any(|v| !matches!(v, Value::None))
+        {
+            return Err(self.error(PickleErrorKind::UnsupportedDType(format!(
+                "{} with sub-arrays or fields",
+                dtype.dtype
+            ))));
+        }
+        Ok(NumpyDType {
+            big_endian,
+            ..dtype
+        })
+    }
+
+    fn dtype_of(&self, callable: Global, value: Value) -> Result<NumpyDType, PickleError> {
+        match value {
+            Value::Obj(id) => match self.objects[id] {
+                Obj::DType(dtype) => Ok(dtype),
+                ref other => Err(self.bad_args(
+                    callable,
+                    format!("a {} where a dtype belongs", other.type_name()),
+                )),
+            },
+            other => Err(self.bad_args(
+                callable,
+                format!("a {} where a dtype belongs", self.type_name(other)),
+            )),
+        }
+    }
+
+    fn shape_of(&self, callable: Global, value: Value) -> Result<Vec<usize>, PickleError> {
+        self.tuple_of("REDUCE", value)?
+            .into_iter()
+            .map(|dim| match dim {
+                Value::Int(n) => usize::try_from(n)
+                    .map_err(|_| self.bad_args(callable, format!("negative dimension {n}"))),
+                other => Err(self.bad_args(
+                    callable,
+                    format!("a {} as a dimension", self.type_name(other)),
+                )),
+            })
+            .collect()
+    }
+
+    fn array_from(
+        &self,
+        dtype: NumpyDType,
+        shape: Vec<usize>,
+        fortran: bool,
+        data: Value,
+    ) -> Result<NdArray, PickleError> {
+        let raw: &[u8] = match data {
+            Value::Obj(id) => match &self.objects[id] {
+                Obj::Bytes(bytes) => bytes,
+                Obj::List(_) => {
+                    return Err(self.error(PickleErrorKind::NotData("an object-dtype numpy array")))
+                }
+                other => {
+                    return Err(self.bad_args(
+                        Global::NdArrayClass,
+                        format!("a {} as array data", other.type_name()),
+                    ))
+                }
+            },
+            other => {
+                return Err(self.bad_args(
+                    Global::NdArrayClass,
+                    format!("a {} as array data", self.type_name(other)),
+                ))
+            }
+        };
+        let layout = RawLayout {
+            big_endian: dtype.big_endian,
+            fortran,
+        };
+        NdArray::from_raw(dtype.dtype, shape, layout, raw).map_err(|e| self.error(e.into()))
+    }
+
+    // ---- arena → tree ----
+
+    /// Converts the value STOP popped into a tree, moving each object out of the arena once and copying
+    /// only objects that several places share.
+    fn into_tree(self, root: Value) -> Result<PyValue, PickleError> {
+        let uses = self.count_uses(root);
+        let limit = self.input.len().saturating_add(SHARING_ALLOWANCE);
+        let mut builder = TreeBuilder {
+            file_len: self.input.len(),
+            at: self.at,
+            objects: self.objects,
+            uses,
+            cache: HashMap::new(),
+            copied: 0,
+            limit,
+        };
+        builder.value(root, 0)
+    }
+
+    /// How many references each reachable object has (one per container slot, plus the root).
+    fn count_uses(&self, root: Value) -> Vec<usize> {
+        let mut uses = vec![0usize; self.objects.len()];
+        let mut pending = vec![root];
+        while let Some(value) = pending.pop() {
+            if let Value::Obj(id) = value {
+                uses[id] += 1;
+                if uses[id] == 1 {
+                    pending.extend(self.objects[id].children());
+                }
+            }
+        }
+        uses
+    }
+}
+
+/// Builds the result tree; every object is converted once and cached until its last reference takes it.
+struct TreeBuilder<'a> {
+    file_len: usize,
+    /// Offset of STOP, the place reported for errors found while building the tree.
+    at: usize,
+    objects: Vec<Obj<'a>>,
+    uses: Vec<usize>,
+    /// Converted objects still awaiting further references, with their size in bytes.
+    cache: HashMap<ObjId, (PyValue, usize)>,
+    copied: usize,
+    limit: usize,
+}
+
+impl TreeBuilder<'_> {
+    fn error(&self, kind: PickleErrorKind) -> PickleError {
+        PickleError {
+            offset: self.at,
+            kind,
+        }
+    }
+
+    fn value(&mut self, value: Value, depth: usize) -> Result<PyValue, PickleError> {
+        Ok(match value {
+            Value::None => PyValue::None,
+            Value::Bool(b) => PyValue::Bool(b),
+            Value::Int(i) => PyValue::Int(i),
+            Value::Float(f) => PyValue::Float(f),
+            Value::Global(_) => {
+                return Err(self.error(PickleErrorKind::NotData("a bare numpy/collections global")))
+            }
+            Value::Obj(id) => self.object(id, depth)?.0,
+        })
+    }
+
+    /// The converted object and its size, copied unless this is its last reference.
+    fn object(&mut self, id: ObjId, depth: usize) -> Result<(PyValue, usize), PickleError> {
+        if depth > MAX_DEPTH {
+            return Err(self.error(PickleErrorKind::TooDeep));
+        }
+        let converted = match self.cache.remove(&id) {
+            Some(done) => done,
+            None => self.convert(id, depth)?,
+        };
+        self.uses[id] = self.uses[id].saturating_sub(1);
+        if self.uses[id] == 0 {
+            return Ok(converted);
+        }
+        self.copied = self.copied.saturating_add(converted.1);
+        if self.copied > self.limit {
+            return Err(self.error(PickleErrorKind::ExpansionLimit {
+                file_len: self.file_len,
+                limit: self.limit,
+            }));
+        }
+        self.cache.insert(id, converted.clone());
+        Ok(converted)
+    }
+
+    fn convert(&mut self, id: ObjId, depth: usize) -> Result<(PyValue, usize), PickleError> {
+        // A container met again while its own conversion is under way contains itself: the arena slot
+        // reads Taken, and the cache has no entry yet.
+        let obj = std::mem::replace(&mut self.objects[id], Obj::Taken);
+        const NODE: usize = 16;
+        Ok(match obj {
+            Obj::Str(s) => (PyValue::Str(s.to_string()), NODE + s.len()),
+            Obj::Bytes(b) => (PyValue::Bytes(b.to_vec()), NODE + b.len()),
+            Obj::BigInt(b) => (PyValue::BigInt(b.to_vec()), NODE + b.len()),
+            Obj::Array(a) => {
+                let size = NODE + a.data.len();
+                (PyValue::Array(a), size)
+            }
+            Obj::Tuple(items) => self
+                .items(items, depth)
+                .map(|(v, s)| (PyValue::Tuple(v), s))?,
+            Obj::List(items) => self
+                .items(items, depth)
+                .map(|(v, s)| (PyValue::List(v), s))?,
+            Obj::Set(items) => self
+                .items(items, depth)
+                .map(|(v, s)| (PyValue::Set(v), s))?,
+            Obj::Dict(pairs) => {
+                let flat = pairs.into_iter().flat_map(|(k, v)| [k, v]).collect();
+                let (mut flat, size) = self.items(flat, depth)?;
+                let mut pairs = Vec::with_capacity(flat.len() / 2);
+                while let (Some(v), Some(k)) = (flat.pop(), flat.pop()) {
+                    pairs.push((k, v));
+                }
+                pairs.reverse();
+                (PyValue::Dict(pairs), size)
+            }
+            Obj::DType(_) => {
+                return Err(self.error(PickleErrorKind::NotData("a numpy dtype outside an array")))
+            }
+            Obj::ArrayShell => {
+                return Err(self.error(PickleErrorKind::NotData(
+                    "a numpy array that was never given its data",
+                )))
+            }
+            Obj::Taken => return Err(self.error(PickleErrorKind::TooDeep)),
+        })
+    }
+
+    fn items(
+        &mut self,
+        items: Vec<Value>,
+        depth: usize,
+    ) -> Result<(Vec<PyValue>, usize), PickleError> {
+        let mut size: usize = 16;
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            let (value, item_size) = match item {
+                Value::Obj(id) => self.object(id, depth + 1)?,
+                scalar => (self.value(scalar, depth + 1)?, 16),
+            };
+            size = size.saturating_add(item_size);
+            out.push(value);
+        }
+        Ok((out, size))
+    }
+}
+
+/// LONG1/LONG4 payload (little-endian two's complement) as an i64, or None when it does not fit.
+fn decode_long(bytes: &[u8]) -> Option<i64> {
+    let negative = bytes.last().is_some_and(|&b| b & 0x80 != 0);
+    let fill = if negative { 0xff } else { 0x00 };
+    // Bytes beyond the 8th must be pure sign extension, and the 8th's sign bit must agree with it.
+    let (low, high) = bytes.split_at(bytes.len().min(8));
+    if high.iter().any(|&b| b != fill) {
+        return None;
+    }
+    let mut wide = [fill; 8];
+    wide[..low.len()].copy_from_slice(low);
+    let value = i64::from_le_bytes(wide);
+    (value.is_negative() == negative).then_some(value)
+}
+
+/// Python's `str.encode('latin1')`: every character must be below U+0100.
+fn latin1_bytes(text: &str) -> Option<Vec<u8>> {
+    text.chars()
+        .map(|c| u8::try_from(u32::from(c)).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(bytes: &[u8]) -> PickleError {
+        parse(bytes).unwrap_err()
+    }
+
+    #[test]
+    fn long_decoding_matches_python_int_from_bytes() {
+        assert_eq!(decode_long(&[]), Some(0));
+        assert_eq!(decode_long(&[0xff]), Some(-1));
+        assert_eq!(decode_long(&[0x00, 0x80]), Some(-32768));
+        assert_eq!(decode_long(&[0xff, 0x00]), Some(255));
+        assert_eq!(
+            decode_long(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]),
+            Some(i64::MAX)
+        );
+        // 2**63 needs a ninth byte and does not fit.
+        assert_eq!(decode_long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0x00]), None);
+        assert_eq!(
+            decode_long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0xff]),
+            Some(i64::MIN)
+        );
+        assert_eq!(decode_long(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 0]), Some(1));
+    }
+
+    #[test]
+    fn memoized_dict_sees_later_setitems() {
+        // {'a': d, 'b': d} where d = {} is filled after being memoized and fetched again.
+        let bytes = b"\x80\x02}q\x00(X\x01\x00\x00\x00aq\x01}q\x02X\x01\x00\x00\x00bq\x03h\x02uh\x02X\x01\x00\x00\x00kK\x07s0.";
+        // Stack walk: outer dict, MARK, 'a', inner dict, 'b', inner again, SETITEMS -> outer = {a: inner, b: inner};
+        // BINGET 2 pushes inner, SETITEM inner['k'] = 7, POP leaves outer for STOP.
+        let inner = PyValue::Dict(vec![(PyValue::Str("k".into()), PyValue::Int(7))]);
+        let expected = PyValue::Dict(vec![
+            (PyValue::Str("a".into()), inner.clone()),
+            (PyValue::Str("b".into()), inner),
+        ]);
+        assert_eq!(parse(bytes).unwrap(), expected);
+    }
+
+    #[test]
+    fn shared_objects_are_copied_into_every_place() {
+        // l = [1]; [l, l]
+        let bytes = b"\x80\x02](]q\x00K\x01ah\x00e.";
+        let one = PyValue::List(vec![PyValue::Int(1)]);
+        assert_eq!(parse(bytes).unwrap(), PyValue::List(vec![one.clone(), one]));
+    }
+
+    #[test]
+    fn self_containing_list_is_refused() {
+        // l = []; l.append(l)
+        let e = err(b"\x80\x02]q\x00h\x00a.");
+        assert_eq!(e.kind, PickleErrorKind::TooDeep);
+    }
+
+    #[test]
+    fn exponential_sharing_hits_the_expansion_limit() {
+        // x0 = 'aaaa...' (1 KiB); x(n+1) = (xn, xn) forty times: 2**40 KiB if copied naively.
+        let mut bytes = b"\x80\x04".to_vec();
+        bytes.push(op::BINUNICODE);
+        bytes.extend_from_slice(&1024u32.to_le_bytes());
+        bytes.extend(std::iter::repeat_n(b'a', 1024));
+        for _ in 0..40 {
+            bytes.extend_from_slice(&[op::MEMOIZE, op::DUP, op::TUPLE2]);
+        }
+        bytes.push(op::STOP);
+        assert!(matches!(
+            err(&bytes).kind,
+            PickleErrorKind::ExpansionLimit { .. }
+        ));
+    }
+
+    #[test]
+    fn pop_cannot_reach_below_a_mark() {
+        let e = err(b"\x80\x02K\x01(0.");
+        assert_eq!(
+            (e.offset, e.kind),
+            (5, PickleErrorKind::StackUnderflow { opcode: "POP" })
+        );
+    }
+
+    #[test]
+    fn huge_declared_length_is_refused_before_allocating() {
+        let mut bytes = b"\x80\x04\x8e".to_vec();
+        bytes.extend_from_slice(&(u64::MAX - 1).to_le_bytes());
+        let e = err(&bytes);
+        assert_eq!(e.offset, 2);
+        assert!(matches!(
+            e.kind,
+            PickleErrorKind::Truncated {
+                opcode: "BINBYTES8",
+                available: 0,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn memo_miss_names_the_slot() {
+        let e = err(b"\x80\x02j\x10\x27\x00\x00.");
+        assert_eq!(
+            (e.offset, e.kind),
+            (
+                2,
+                PickleErrorKind::MemoMiss {
+                    opcode: "LONG_BINGET",
+                    index: 10000
+                }
+            )
+        );
+    }
+
+    #[test]
+    fn text_protocol_opcodes_are_refused_with_a_reason() {
+        let e = err(b"I42\n.");
+        assert!(matches!(
+            e.kind,
+            PickleErrorKind::UnsupportedOpcode { opcode: "INT", .. }
+        ));
+    }
+
+    #[test]
+    fn newobj_builds_an_ordered_dict_and_nothing_else() {
+        let ok = b"\x80\x02ccollections\nOrderedDict\n)\x81X\x01\x00\x00\x00kK\x01s.";
+        assert_eq!(parse(ok).unwrap().get("k"), Some(&PyValue::Int(1)));
+        let e = err(b"\x80\x02cnumpy\ndtype\n)\x81.");
+        assert!(matches!(
+            e.kind,
+            PickleErrorKind::BadArguments {
+                callable: "numpy.dtype",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn big_ints_are_kept_as_bytes() {
+        // 2**64 as LONG1.
+        let v = parse(b"\x80\x02\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x00\x01.").unwrap();
+        assert_eq!(v, PyValue::BigInt(vec![0, 0, 0, 0, 0, 0, 0, 0, 1]));
+    }
+}
