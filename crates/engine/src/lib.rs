@@ -8,4 +8,5 @@ pub mod checkpoint;
 pub mod config;
 pub mod dataset;
 pub mod model;
+pub mod pyjson;
 pub mod tokenizer;

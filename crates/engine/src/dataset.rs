@@ -1,1 +1,0 @@
-//! CONTRACT placeholder: JSONL → examples → token ids + loss mask.

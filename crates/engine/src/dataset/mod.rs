@@ -1,0 +1,273 @@
+//! JSONL file → validated examples → token ids + loss mask, as the reference's `finetune.py`
+//! (`load_jsonl`, `render_example`, `_encode`, `fit_max_len`) reads and encodes them.
+//!
+//! [`Dataset::load`] keeps exactly the examples the reference would train on and records a
+//! [`Problem`] for every line it would skip or crash on; [`Dataset::prepare`] tokenizes each
+//! example once and derives from that the sequence length, the encoded rows and a
+//! [`DatasetReport`].
+
+mod encode;
+mod lines;
+mod problem;
+mod render;
+mod report;
+
+pub use encode::{fit_max_len, Encoded, Tokenized};
+pub use problem::{Field, Issue, Problem};
+pub use render::render;
+pub use report::{DatasetReport, HistogramBin, LengthStats, Sample};
+
+use crate::pyjson;
+use crate::tokenizer::Tokenizer;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+
+/// One usable example, each field already in the text form the chat template splices in.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Example {
+    /// 1-based line of the file.
+    pub line: usize,
+    /// The system prompt; empty means no system turn.
+    pub system: String,
+    pub query: String,
+    pub reasoning: String,
+    /// `tools` verbatim when it is a string, else its `json.dumps` text (`[]` when absent).
+    pub tools: String,
+    /// `answers` (or `function_calls` when `answers` is absent), verbatim when it is a string,
+    /// else its `json.dumps` text (`[]` when both are absent).
+    pub answers: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DatasetError {
+    #[error("cannot read dataset {path}: {source}; check the path and that the file is readable")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error(
+        "no usable example in {path}: {summary}; every example must be one line holding a JSON object \
+         with a \"query\" string"
+    )]
+    NoUsableExample { path: PathBuf, summary: String, problems: Vec<Problem> },
+    #[error(
+        "max_len (--max-len) is {cap}, but a training row needs at least {MIN_CAP} positions \
+         (BOS and one trained token); use 128 or more"
+    )]
+    CapTooSmall { cap: usize },
+}
+
+/// Below this, no target token can be inside a row and nothing would train.
+const MIN_CAP: usize = 2;
+
+/// A dataset file read and validated.
+#[derive(Debug, Clone)]
+pub struct Dataset {
+    pub path: PathBuf,
+    /// The examples that train, in file order.
+    pub examples: Vec<Example>,
+    /// Problems found while reading, in line order; those that [`Issue::skips_example`] left their
+    /// line out of `examples`.
+    pub problems: Vec<Problem>,
+}
+
+/// Everything a training run needs from the dataset, tokenized once.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The sequence length of every row (the reference's `fit_max_len`).
+    pub seq_len: usize,
+    /// The examples' tokens, in file order.
+    pub tokenized: Vec<Tokenized>,
+    pub report: DatasetReport,
+}
+
+impl Prepared {
+    /// One training row per example, in file order, each `seq_len` long.
+    ///
+    /// Built on demand: padded rows are many times the size of the tokens, and a report alone
+    /// (`needle data`) never needs them.
+    pub fn rows(&self) -> impl ExactSizeIterator<Item = Encoded> + '_ {
+        self.tokenized.iter().map(|t| t.encode(self.seq_len))
+    }
+}
+
+enum LineOutcome {
+    Blank,
+    Example(Example, Vec<Issue>),
+    Skipped(Issue),
+}
+
+impl Dataset {
+    /// Reads `path`; an error only when the file cannot be read or holds no usable example.
+    pub fn load(path: &Path) -> Result<Dataset, DatasetError> {
+        let bytes = std::fs::read(path).map_err(|source| DatasetError::Read { path: path.to_owned(), source })?;
+        let mut examples = Vec::new();
+        let mut problems = Vec::new();
+        for (line, raw) in lines::numbered_lines(&bytes) {
+            match read_line(line, raw) {
+                LineOutcome::Blank => {}
+                LineOutcome::Example(example, warnings) => {
+                    problems.extend(warnings.into_iter().map(|issue| Problem { line, issue }));
+                    examples.push(example);
+                }
+                LineOutcome::Skipped(issue) => problems.push(Problem { line, issue }),
+            }
+        }
+        if examples.is_empty() {
+            let summary = match problems.first() {
+                None => "the file has no non-blank line".to_owned(),
+                Some(first) => format!("{} line(s) have problems, the first: {first}", problems.len()),
+            };
+            return Err(DatasetError::NoUsableExample { path: path.to_owned(), summary, problems });
+        }
+        Ok(Dataset { path: path.to_owned(), examples, problems })
+    }
+
+    /// Tokenizes every example once, picks the sequence length for `cap` (`--max-len`) and
+    /// reports on the result.
+    pub fn prepare(&self, tokenizer: &Tokenizer, cap: usize) -> Result<Prepared, DatasetError> {
+        if cap < MIN_CAP {
+            return Err(DatasetError::CapTooSmall { cap });
+        }
+        let tokenized: Vec<Tokenized> = self.examples.iter().map(|e| Tokenized::new(tokenizer, e)).collect();
+        let longest = tokenized.iter().map(Tokenized::sequence_len).max().unwrap_or(0);
+        let seq_len = fit_max_len(longest, cap);
+        let report = DatasetReport::new(self, &tokenized, cap, seq_len);
+        Ok(Prepared { seq_len, tokenized, report })
+    }
+}
+
+/// Applies the reference's reading to one line: `strip()`, skip if blank, `json.loads`, skip
+/// unless it has a `query`, then render (which is where the reference crashes on wrong types).
+fn read_line(line: usize, raw: &[u8]) -> LineOutcome {
+    let text = match std::str::from_utf8(raw) {
+        Ok(text) => text,
+        Err(error) => {
+            let valid = String::from_utf8_lossy(&raw[..error.valid_up_to()]);
+            return LineOutcome::Skipped(Issue::NotUtf8 { column: valid.chars().count() + 1 });
+        }
+    };
+    let (leading, text) = lines::python_strip(text);
+    if text.is_empty() {
+        return LineOutcome::Blank;
+    }
+    if text.starts_with('\u{feff}') {
+        return LineOutcome::Skipped(Issue::ByteOrderMark);
+    }
+    let value: Value = match serde_json::from_str(text) {
+        Ok(value) => value,
+        Err(error) => {
+            if let Some(start) = python_only_literal_at(text, error.column()) {
+                let column = leading + lines::char_column(text, start);
+                return LineOutcome::Skipped(Issue::NonFiniteNumber { column });
+            }
+            let column = leading + lines::char_column(text, error.column());
+            return LineOutcome::Skipped(Issue::InvalidJson { column, reason: json_error_reason(&error) });
+        }
+    };
+    let Value::Object(object) = value else {
+        return LineOutcome::Skipped(Issue::NotAnObject { found: kind_of(&value) });
+    };
+    match example_from_object(line, &object) {
+        Ok((example, warnings)) => LineOutcome::Example(example, warnings),
+        Err(issue) => LineOutcome::Skipped(issue),
+    }
+}
+
+/// Where a `NaN`, `Infinity` or `-Infinity` starts (1-based byte column), when serde_json stopped
+/// at one: not JSON, but Python's `json.loads` reads them as floats. serde_json stops at the first
+/// byte of `NaN`/`Infinity`, and at the `I` of `-Infinity`.
+fn python_only_literal_at(text: &str, byte_column: usize) -> Option<usize> {
+    let at = byte_column.checked_sub(1)?;
+    let rest = text.get(at..)?;
+    if rest.starts_with("NaN") || rest.starts_with("-Infinity") {
+        return Some(byte_column);
+    }
+    if !rest.starts_with("Infinity") {
+        return None;
+    }
+    let after_minus = at.checked_sub(1).and_then(|minus| text.as_bytes().get(minus)) == Some(&b'-');
+    Some(if after_minus { byte_column - 1 } else { byte_column })
+}
+
+/// serde_json's message without its " at line 1 column N" suffix: we report the file's position.
+fn json_error_reason(error: &serde_json::Error) -> String {
+    let message = error.to_string();
+    match message.rsplit_once(" at line ") {
+        Some((reason, _)) => reason.to_owned(),
+        None => message,
+    }
+}
+
+/// The fields of `render_example`, with its defaults, or why the reference could not use them.
+fn example_from_object(line: usize, object: &Map<String, Value>) -> Result<(Example, Vec<Issue>), Issue> {
+    let query = match object.get("query") {
+        None => return Err(Issue::MissingQuery),
+        Some(value) => required_text(Field::Query, value)?,
+    };
+    let reasoning = object.get("reasoning").map_or(Ok(String::new()), |v| required_text(Field::Reasoning, v))?;
+    let mut warnings = Vec::new();
+    let system = match object.get("system") {
+        None => String::new(),
+        Some(Value::String(text)) => text.clone(),
+        // `if system` in the reference: a false-y non-string means no system turn ...
+        Some(value) if !python_truthy(value) => {
+            warnings.push(Issue::SystemIgnored { found: kind_of(value) });
+            String::new()
+        }
+        // ... and a true-y one is concatenated to a string, which raises.
+        Some(value) => return Err(Issue::NotAString { field: Field::System, found: kind_of(value) }),
+    };
+    let tools = json_text(Field::Tools, object.get("tools"), &mut warnings);
+    let answers = match object.get("answers") {
+        Some(value) => json_text(Field::Answers, Some(value), &mut warnings),
+        None => json_text(Field::FunctionCalls, object.get("function_calls"), &mut warnings),
+    };
+    Ok((Example { line, system, query, reasoning, tools, answers }, warnings))
+}
+
+fn required_text(field: Field, value: &Value) -> Result<String, Issue> {
+    match value {
+        Value::String(text) => Ok(text.clone()),
+        other => Err(Issue::NotAString { field, found: kind_of(other) }),
+    }
+}
+
+/// `tools`/`answers` as the template inserts them: strings verbatim, anything else through
+/// `json.dumps`; an absent field is an empty list.
+fn json_text(field: Field, value: Option<&Value>, warnings: &mut Vec<Issue>) -> String {
+    match value {
+        None => "[]".to_owned(),
+        Some(Value::String(text)) => text.clone(),
+        Some(value) => {
+            if !value.is_array() {
+                warnings.push(Issue::RenderedAsJson { field, found: kind_of(value) });
+            }
+            pyjson::dumps_compact(value)
+        }
+    }
+}
+
+/// Python's `bool()` of the value `json.loads` would produce.
+fn python_truthy(value: &Value) -> bool {
+    match value {
+        Value::Null => false,
+        Value::Bool(flag) => *flag,
+        Value::Number(number) => number.as_str().parse::<f64>().is_ok_and(|x| x != 0.0),
+        Value::String(text) => !text.is_empty(),
+        Value::Array(items) => !items.is_empty(),
+        Value::Object(map) => !map.is_empty(),
+    }
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,194 @@
+//! `sp.Encode` for BPE models: identity normalisation, then sentencepiece's merge loop.
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use super::{PieceKind, Tokenizer};
+
+/// U+2581 LOWER ONE EIGHTH BLOCK: how sentencepiece spells a space inside pieces.
+pub(super) const SPACE_SYMBOL: &str = "\u{2581}";
+
+pub(super) fn encode(tok: &Tokenizer, text: &str) -> Vec<u32> {
+    let normalized = normalize(tok, text);
+    let symbols = merge(tok, &normalized);
+    symbol_ids(tok, &normalized, &symbols)
+}
+
+/// Length of the unit the normaliser consumes at the start of `rest` (non-empty): a whole USER_DEFINED piece
+/// when one starts there (so its spaces are never collapsed), else one character.
+fn chunk_len(tok: &Tokenizer, rest: &str) -> usize {
+    tok.user_defined_prefix(rest).unwrap_or_else(|| first_char_len(rest))
+}
+
+fn first_char_len(text: &str) -> usize {
+    text.chars().next().map_or(0, char::len_utf8)
+}
+
+/// sentencepiece's `Normalizer::Normalize` without a character map: optional removal of leading, trailing
+/// and repeated spaces, the dummy-prefix `▁`, and every remaining space spelled `▁`. Only U+0020 counts as
+/// whitespace; tabs and newlines pass through.
+fn normalize(tok: &Tokenizer, text: &str) -> String {
+    let remove_extra = tok.normalization.remove_extra_whitespaces;
+    let mut rest = text;
+    while remove_extra && !rest.is_empty() && &rest[..chunk_len(tok, rest)] == " " {
+        rest = &rest[1..];
+    }
+    if rest.is_empty() {
+        return String::new();
+    }
+    let mut out = String::with_capacity(3 * rest.len() + SPACE_SYMBOL.len());
+    if tok.normalization.add_dummy_prefix {
+        out.push_str(SPACE_SYMBOL);
+    }
+    let mut is_prev_space = remove_extra;
+    while !rest.is_empty() {
+        let (chunk, after) = rest.split_at(chunk_len(tok, rest));
+        let kept = if is_prev_space { chunk.trim_start_matches(' ') } else { chunk };
+        if !kept.is_empty() {
+            for c in kept.chars() {
+                match c {
+                    ' ' => out.push_str(SPACE_SYMBOL),
+                    _ => out.push(c),
+                }
+            }
+            is_prev_space = remove_extra && kept.ends_with(' ');
+        }
+        rest = after;
+    }
+    if remove_extra {
+        while let Some(trimmed) = out.strip_suffix(SPACE_SYMBOL) {
+            out.truncate(trimmed.len());
+        }
+    }
+    out
+}
+
+/// A span of the normalised text in a doubly linked list; `len == 0` once merged into its left neighbour.
+struct Symbol {
+    start: usize,
+    len: usize,
+    prev: Option<usize>,
+    next: Option<usize>,
+    /// USER_DEFINED pieces never take part in merges.
+    frozen: bool,
+}
+
+/// A merge of two adjacent symbols that was possible when queued; stale once either side changed length.
+struct Candidate {
+    score: f32,
+    left: usize,
+    right: usize,
+    len: usize,
+}
+
+/// Highest score first, ties to the leftmost pair: sentencepiece's `SymbolPairComparator`. Scores are never
+/// NaN (refused on load); comparing with `partial_cmp` keeps -0.0 == 0.0 as C++ `<` does.
+impl Ord for Candidate {
+    fn cmp(&self, other: &Self) -> Ordering {
+        let by_score = self.score.partial_cmp(&other.score).unwrap_or(Ordering::Equal);
+        by_score.then_with(|| other.left.cmp(&self.left))
+    }
+}
+
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Candidate {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Candidate {}
+
+/// One symbol per character, or per USER_DEFINED piece starting there.
+fn initial_symbols(tok: &Tokenizer, normalized: &str) -> Vec<Symbol> {
+    let mut symbols: Vec<Symbol> = Vec::with_capacity(normalized.len());
+    let mut start = 0;
+    while start < normalized.len() {
+        let rest = &normalized[start..];
+        let user_defined = tok.user_defined_prefix(rest);
+        let len = user_defined.unwrap_or_else(|| first_char_len(rest));
+        let index = symbols.len();
+        symbols.push(Symbol {
+            start,
+            len,
+            prev: index.checked_sub(1),
+            next: (start + len < normalized.len()).then_some(index + 1),
+            frozen: user_defined.is_some(),
+        });
+        start += len;
+    }
+    symbols
+}
+
+/// Queues the merge of `left` with its right neighbour `right` if the vocabulary has the joined piece.
+fn push_candidate(
+    tok: &Tokenizer,
+    normalized: &str,
+    symbols: &[Symbol],
+    agenda: &mut BinaryHeap<Candidate>,
+    left: usize,
+    right: usize,
+) {
+    let (l, r) = (&symbols[left], &symbols[right]);
+    if l.frozen || r.frozen {
+        return;
+    }
+    let len = l.len + r.len;
+    if let Some(&id) = tok.mergeable.get(&normalized[l.start..l.start + len]) {
+        agenda.push(Candidate { score: tok.pieces[id as usize].score, left, right, len });
+    }
+}
+
+/// sentencepiece's BPE loop: repeatedly merge the best adjacent pair. A heap of candidates with lazy
+/// invalidation keeps it O(n log n) on long inputs.
+fn merge(tok: &Tokenizer, normalized: &str) -> Vec<Symbol> {
+    let mut symbols = initial_symbols(tok, normalized);
+    let mut agenda = BinaryHeap::new();
+    for right in 1..symbols.len() {
+        push_candidate(tok, normalized, &symbols, &mut agenda, right - 1, right);
+    }
+    while let Some(top) = agenda.pop() {
+        let (l, r) = (&symbols[top.left], &symbols[top.right]);
+        if l.len == 0 || r.len == 0 || l.len + r.len != top.len {
+            continue;
+        }
+        let next = r.next;
+        symbols[top.left].len = top.len;
+        symbols[top.left].next = next;
+        symbols[top.right].len = 0;
+        if let Some(next) = next {
+            symbols[next].prev = Some(top.left);
+            push_candidate(tok, normalized, &symbols, &mut agenda, top.left, next);
+        }
+        if let Some(prev) = symbols[top.left].prev {
+            push_candidate(tok, normalized, &symbols, &mut agenda, prev, top.left);
+        }
+    }
+    symbols
+}
+
+/// Ids of the surviving symbols in order. Symbols the vocabulary lacks become their UTF-8 bytes when byte
+/// fallback is on; otherwise each run of them becomes a single `<unk>` (sentencepiece folds unknown runs).
+fn symbol_ids(tok: &Tokenizer, normalized: &str, symbols: &[Symbol]) -> Vec<u32> {
+    let mut ids = Vec::with_capacity(symbols.len());
+    let mut prev_unknown = false;
+    let mut cursor = (!symbols.is_empty()).then_some(0);
+    while let Some(index) = cursor {
+        let symbol = &symbols[index];
+        let text = &normalized[symbol.start..symbol.start + symbol.len];
+        let id = tok.piece_to_id(text);
+        let unknown = tok.kind(id) == Some(PieceKind::Unknown);
+        match (&tok.byte_ids, unknown) {
+            (Some(byte_ids), true) => ids.extend(text.bytes().map(|b| byte_ids[usize::from(b)])),
+            (None, true) if prev_unknown => {}
+            _ => ids.push(id),
+        }
+        prev_unknown = unknown;
+        cursor = symbol.next;
+    }
+    ids
+}
