@@ -17,6 +17,7 @@
 pub mod attention;
 pub mod block;
 pub mod engram;
+pub mod eval;
 pub mod loss;
 pub mod mlp;
 pub mod network;
@@ -25,6 +26,7 @@ mod ops;
 pub mod params;
 pub mod stack;
 
+pub use eval::{evaluate, EvalSummary};
 pub use loss::{masked_ce_sum, masked_loss};
 pub use network::Network;
 pub use params::{ParamPath, Params};

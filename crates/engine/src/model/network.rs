@@ -159,3 +159,116 @@ fn check_head(head: &ParamPath, probes: usize, d_model: usize, out: usize) -> Re
     head.pp("proj").get(&[probes * d_model, out], "kernel")?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::masked_loss;
+    use candle_core::Var;
+    use std::collections::BTreeMap;
+
+    /// Small but complete: GQA groups of 2, a padded Hadamard width (48 → 64), 2 lanes, an engram
+    /// site at each layer.
+    fn tiny_config() -> ModelConfig {
+        ModelConfig {
+            vocab_size: 40,
+            d_model: 48,
+            num_heads: 4,
+            num_kv_heads: 2,
+            num_layers: 2,
+            engram_layers: vec![0, 1],
+            engram_slots: 16,
+            mhc_lanes: 2,
+            ..ModelConfig::default()
+        }
+    }
+
+    /// Every parameter of a random-init tiny network, by path.
+    fn random_params(cfg: &ModelConfig) -> BTreeMap<String, Tensor> {
+        let params = Params::random_init(&Device::Cpu);
+        Network::load(cfg, &params).unwrap();
+        params.paths().into_iter().map(|p| (p.clone(), params.get(&p).unwrap())).collect()
+    }
+
+    fn batch() -> (Tensor, Tensor) {
+        let ids = Tensor::new(&[[2u32, 7, 7, 30, 11, 5, 1, 0], [2, 9, 3, 3, 3, 17, 39, 1]], &Device::Cpu).unwrap();
+        let mask = Tensor::new(&[[0f32, 0., 0., 1., 1., 1., 1., 0.], [0., 0., 0., 0., 1., 1., 1., 1.]], &Device::Cpu).unwrap();
+        (ids, mask)
+    }
+
+    #[test]
+    fn gradients_reach_every_attention_projection() {
+        let cfg = tiny_config();
+        let mut params = Params::from_tensors(random_params(&cfg), &Device::Cpu).unwrap();
+        let vars: Vec<(String, Var)> = ["q_proj", "k_proj", "v_proj", "gate_proj", "out_proj"]
+            .iter()
+            .map(|name| {
+                let path = format!("stack/layers/block/self_attn/{name}/kernel");
+                let var = Var::from_tensor(&params.get(&path).unwrap()).unwrap();
+                params.insert(path.clone(), var.as_tensor().clone());
+                (path, var)
+            })
+            .collect();
+        let network = Network::load(&cfg, &params).unwrap();
+        let (ids, mask) = batch();
+        let loss = masked_loss(&network.forward(&ids).unwrap(), &ids, &mask).unwrap();
+        let grads = loss.backward().unwrap();
+        for (path, var) in &vars {
+            let grad = grads.get(var.as_tensor()).unwrap_or_else(|| panic!("no gradient for {path}"));
+            assert_eq!(grad.dims(), var.dims());
+            let per_layer = grad.abs().unwrap().sum(2).unwrap().sum(1).unwrap().to_vec1::<f32>().unwrap();
+            assert!(per_layer.iter().all(|g| g.is_finite() && *g > 0.0), "{path}: |grad| per layer {per_layer:?}");
+        }
+    }
+
+    #[test]
+    fn a_missing_misshapen_or_surplus_param_is_named() {
+        let cfg = tiny_config();
+        let full = random_params(&cfg);
+        let load = |edit: &dyn Fn(&mut BTreeMap<String, Tensor>), cfg: &ModelConfig| {
+            let mut tensors = full.clone();
+            edit(&mut tensors);
+            Network::load(cfg, &Params::from_tensors(tensors, &Device::Cpu).unwrap()).unwrap_err()
+        };
+        let k_proj = "stack/layers/block/self_attn/k_proj/kernel";
+        let err = load(&|t| drop(t.remove(k_proj)), &cfg);
+        assert!(matches!(&err, ModelError::MissingParam { path, expected } if path == k_proj && expected == &[2, 48, 24]), "{err}");
+
+        let err = load(&|t| drop(t.insert(k_proj.into(), Tensor::zeros((2, 48, 48), DType::F32, &Device::Cpu).unwrap())), &cfg);
+        assert!(matches!(&err, ModelError::ParamShape { path, actual, .. } if path == k_proj && actual == &[2, 48, 48]), "{err}");
+
+        let one_site = ModelConfig { engram_layers: vec![0], ..tiny_config() };
+        let err = load(&|_| {}, &one_site);
+        assert!(matches!(&err, ModelError::UnexpectedParam { path, count: 4 } if path == "engrams_1/embedding"), "{err}");
+
+        let three_layers = ModelConfig { num_layers: 3, ..tiny_config() };
+        let err = load(&|_| {}, &three_layers);
+        assert!(matches!(&err, ModelError::ParamShape { expected, .. } if expected[0] == 3), "{err}");
+    }
+
+    #[test]
+    fn bad_tokens_and_a_foreign_tokenizer_are_errors() {
+        let cfg = tiny_config();
+        let network = Network::load(&cfg, &Params::from_tensors(random_params(&cfg), &Device::Cpu).unwrap()).unwrap();
+        let ids = Tensor::new(&[[2u32, 40]], &Device::Cpu).unwrap();
+        let err = network.forward(&ids).unwrap_err();
+        assert!(matches!(err, ModelError::TokenOutOfRange { id: 40, row: 0, position: 1, vocab: 40 }), "{err}");
+        let err = network.check_tokenizer_vocab(512, Path::new("m/tokenizer.model")).unwrap_err();
+        assert!(err.to_string().contains("`m/tokenizer.model` has a vocabulary of 512 but the model's is 40"), "{err}");
+        network.check_tokenizer_vocab(40, Path::new("m/tokenizer.model")).unwrap();
+    }
+
+    #[test]
+    fn configs_the_reference_cannot_run_are_rejected() {
+        let params = Params::random_init(&Device::Cpu);
+        for (cfg, field) in [
+            (ModelConfig { num_kv_heads: 3, ..tiny_config() }, "num_kv_heads"),
+            (ModelConfig { engram_layers: vec![2], ..tiny_config() }, "engram_layers"),
+            (ModelConfig { num_heads: 5, ..tiny_config() }, "attn_dim"),
+            (ModelConfig { mhc_lanes: 0, ..tiny_config() }, "mhc_lanes"),
+        ] {
+            let err = Network::load(&cfg, &params).unwrap_err();
+            assert!(matches!(err, ModelError::InvalidConfig { field: f, .. } if f == field), "{err}");
+        }
+    }
+}

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use candle_core::{Device, Tensor};
 
 use super::{ModelError, Result};
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, NdArray, PickledAdapter};
 
 /// Named f32 tensors on one device, with a record of which ones the network consumed.
 #[derive(Debug)]
@@ -39,8 +39,7 @@ impl Params {
             .params
             .iter()
             .map(|(path, array)| {
-                let t = Tensor::from_vec(array.to_f32(), array.shape.as_slice(), device)?;
-                Ok((path.clone(), t))
+                Ok((path.clone(), Tensor::from_vec(array.to_f32(), array.shape.as_slice(), device)?))
             })
             .collect::<Result<_>>()?;
         Ok(Self::with(tensors, device, false))
@@ -74,15 +73,40 @@ impl Params {
         self.tensors.get_mut().insert(path.into(), tensor);
     }
 
+    /// Merges the reference's `.pkl` LoRA adapter into the weights: `W ← W + scale · A·B` for each
+    /// adapted path (per layer when the weight is stacked). Returns how many weights changed.
+    pub fn merge_pickled_adapter(&mut self, adapter: &PickledAdapter) -> Result<usize> {
+        for (path, factors) in &adapter.lora {
+            let mismatch = |reason: String| ModelError::AdapterMismatch {
+                path: path.clone(),
+                reason,
+                base: adapter.base.clone(),
+            };
+            let weight = self.get(path).ok_or_else(|| mismatch("the base model has no such weight".into()))?;
+            let a = self.array_tensor(&factors.a)?;
+            let b = self.array_tensor(&factors.b)?;
+            let delta = a.matmul(&b).map_err(|e| mismatch(format!("A {:?} · B {:?} failed: {e}", a.dims(), b.dims())))?;
+            if delta.dims() != weight.dims() {
+                return Err(mismatch(format!("A·B has shape {:?} but the weight is {:?}", delta.dims(), weight.dims())));
+            }
+            self.insert(path.clone(), (weight + (delta * adapter.scale)?)?);
+        }
+        Ok(adapter.lora.len())
+    }
+
+    fn array_tensor(&self, array: &NdArray) -> Result<Tensor> {
+        Ok(Tensor::from_vec(array.to_f32(), array.shape.as_slice(), &self.device)?)
+    }
+
     /// Whether any parameter lives under `prefix/`.
     pub fn has_prefix(&self, prefix: &str) -> bool {
         let dir = format!("{prefix}/");
         self.tensors.borrow().keys().any(|k| k.starts_with(&dir))
     }
 
-    /// All parameter paths and shapes, in path order.
-    pub fn shapes(&self) -> Vec<(String, Vec<usize>)> {
-        self.tensors.borrow().iter().map(|(k, t)| (k.clone(), t.dims().to_vec())).collect()
+    /// All parameter paths, in order.
+    pub fn paths(&self) -> Vec<String> {
+        self.tensors.borrow().keys().cloned().collect()
     }
 
     /// The root of the parameter tree.
