@@ -26,6 +26,7 @@ mod ops;
 pub mod params;
 pub mod stack;
 
+pub use candle_core::Device;
 pub use eval::{evaluate, EvalSummary};
 pub use loss::{masked_ce_sum, masked_loss};
 pub use network::Network;
@@ -71,3 +72,5 @@ pub enum ModelError {
 }
 
 pub type Result<T> = std::result::Result<T, ModelError>;
+#[cfg(test)]
+mod parity_tests;
