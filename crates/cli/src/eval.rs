@@ -41,14 +41,18 @@ pub fn run(args: Args) -> Result<()> {
     let mut params = Params::from_checkpoint(&checkpoint, &device)
         .with_context(|| format!("reading the weights of {}", args.checkpoint.display()))?;
     if let Some(path) = &args.lora {
-        let merged = params.merge_pickled_adapter(&PickledAdapter::load(path)?)
+        let merged = params
+            .merge_pickled_adapter(&PickledAdapter::load(path)?)
             .with_context(|| format!("merging {} into {}", path.display(), args.checkpoint.display()))?;
         eprintln!("  {:<9} {merged} weight groups  {}", "merged", path.display());
     }
     let network = Network::load(&checkpoint.config, &params)
         .with_context(|| format!("building the network of {}", args.checkpoint.display()))?;
 
-    let tokenizer_path = args.tokenizer.clone().unwrap_or_else(|| beside(&args.checkpoint, "tokenizer.model"));
+    let tokenizer_path = args
+        .tokenizer
+        .clone()
+        .unwrap_or_else(|| beside(&args.checkpoint, "tokenizer.model"));
     let tokenizer = Tokenizer::load(&tokenizer_path)?;
     network.check_tokenizer_vocab(tokenizer.vocab_size(), &tokenizer_path)?;
 
@@ -57,7 +61,13 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!("  {:<9} {}: {problem}", "warning", args.data.display());
     }
     let prepared = dataset.prepare(&tokenizer, args.max_len)?;
-    let summary = evaluate(&network, prepared.rows(), prepared.seq_len, args.batch_size, report_progress)?;
+    let summary = evaluate(
+        &network,
+        prepared.rows(),
+        prepared.seq_len,
+        args.batch_size,
+        report_progress,
+    )?;
     eprintln!();
     print_summary(&summary, args.json)
 }
