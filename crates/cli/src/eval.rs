@@ -37,16 +37,20 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let device = Device::Cpu;
-    let checkpoint = Checkpoint::load(&args.checkpoint)?;
-    let mut params = Params::from_checkpoint(&checkpoint, &device)
-        .with_context(|| format!("reading the weights of {}", args.checkpoint.display()))?;
+    let (config, mut params) = {
+        let checkpoint = Checkpoint::load(&args.checkpoint)?;
+        // The f32 copy replaces the stored arrays: the checkpoint itself is dropped here.
+        let params = Params::from_checkpoint(&checkpoint, &device)
+            .with_context(|| format!("reading the weights of {}", args.checkpoint.display()))?;
+        (checkpoint.config, params)
+    };
     if let Some(path) = &args.lora {
         let merged = params
             .merge_pickled_adapter(&PickledAdapter::load(path)?)
             .with_context(|| format!("merging {} into {}", path.display(), args.checkpoint.display()))?;
         eprintln!("  {:<9} {merged} weight groups  {}", "merged", path.display());
     }
-    let network = Network::load(&checkpoint.config, &params)
+    let network = Network::load(&config, &params)
         .with_context(|| format!("building the network of {}", args.checkpoint.display()))?;
 
     let tokenizer_path = args

@@ -65,6 +65,8 @@ pub enum ModelError {
         tokenizer_vocab: usize,
         model_vocab: usize,
     },
+    #[error("the model was given no tokens (an empty batch or zero-length rows); pass at least one token")]
+    EmptyBatch,
     #[error("invalid model config: `{field}` {reason}")]
     InvalidConfig { field: &'static str, reason: String },
     #[error(

@@ -124,6 +124,9 @@ impl Network {
 
     fn check_ids(&self, rows: &[Vec<u32>]) -> Result<()> {
         let vocab = self.cfg.vocab_size;
+        if rows.first().is_none_or(Vec::is_empty) {
+            return Err(ModelError::EmptyBatch);
+        }
         for (row, ids) in rows.iter().enumerate() {
             if let Some(position) = ids.iter().position(|&id| id as usize >= vocab) {
                 return Err(ModelError::TokenOutOfRange {
@@ -335,6 +338,8 @@ mod tests {
     fn bad_tokens_and_a_foreign_tokenizer_are_errors() {
         let cfg = tiny_config();
         let network = Network::load(&cfg, &Params::from_tensors(random_params(&cfg), &Device::Cpu).unwrap()).unwrap();
+        let empty = Tensor::zeros((1, 0), DType::U32, &Device::Cpu).unwrap();
+        assert!(matches!(network.forward(&empty), Err(ModelError::EmptyBatch)));
         let ids = Tensor::new(&[[2u32, 40]], &Device::Cpu).unwrap();
         let err = network.forward(&ids).unwrap_err();
         assert!(
