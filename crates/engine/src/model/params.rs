@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use candle_core::{Device, Tensor};
 
 use super::{ModelError, Result};
-use crate::checkpoint::{Checkpoint, NdArray, PickledAdapter};
+use crate::checkpoint::{Checkpoint, LoraFactors, NdArray, PickledAdapter};
 
 /// Named f32 tensors on one device, with a record of which ones the network consumed.
 #[derive(Debug)]
@@ -77,32 +77,41 @@ impl Params {
     }
 
     /// Merges the reference's `.pkl` LoRA adapter into the weights: `W ← W + scale · A·B` for each
-    /// adapted path (per layer when the weight is stacked). Returns how many weights changed.
+    /// adapted path (per layer when the weight is stacked). Returns how many weights changed; on an
+    /// error nothing has changed.
     pub fn merge_pickled_adapter(&mut self, adapter: &PickledAdapter) -> Result<usize> {
-        for (path, factors) in &adapter.lora {
-            let mismatch = |reason: String| ModelError::AdapterMismatch {
-                path: path.clone(),
-                reason,
-                base: adapter.base.clone(),
-            };
-            let weight = self
-                .get(path)
-                .ok_or_else(|| mismatch("the base model has no such weight".into()))?;
-            let a = self.array_tensor(&factors.a)?;
-            let b = self.array_tensor(&factors.b)?;
-            let delta = a
-                .matmul(&b)
-                .map_err(|e| mismatch(format!("A {:?} · B {:?} failed: {e}", a.dims(), b.dims())))?;
-            if delta.dims() != weight.dims() {
-                return Err(mismatch(format!(
-                    "A·B has shape {:?} but the weight is {:?}",
-                    delta.dims(),
-                    weight.dims()
-                )));
-            }
-            self.insert(path.clone(), (weight + (delta * adapter.scale)?)?);
+        let merged = adapter
+            .lora
+            .iter()
+            .map(|(path, factors)| Ok((path.clone(), self.merged_weight(adapter, path, factors)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let count = merged.len();
+        self.tensors.get_mut().extend(merged);
+        Ok(count)
+    }
+
+    fn merged_weight(&self, adapter: &PickledAdapter, path: &str, factors: &LoraFactors) -> Result<Tensor> {
+        let mismatch = |reason: String| ModelError::AdapterMismatch {
+            path: path.into(),
+            reason,
+            base: adapter.base.clone(),
+        };
+        let weight = self
+            .get(path)
+            .ok_or_else(|| mismatch("the base model has no such weight".into()))?;
+        let a = self.array_tensor(&factors.a)?;
+        let b = self.array_tensor(&factors.b)?;
+        let delta = a
+            .matmul(&b)
+            .map_err(|e| mismatch(format!("A {:?} · B {:?} failed: {e}", a.dims(), b.dims())))?;
+        if delta.dims() != weight.dims() {
+            return Err(mismatch(format!(
+                "A·B has shape {:?} but the weight is {:?}",
+                delta.dims(),
+                weight.dims()
+            )));
         }
-        Ok(adapter.lora.len())
+        Ok((weight + (delta * adapter.scale)?)?)
     }
 
     fn array_tensor(&self, array: &NdArray) -> Result<Tensor> {
