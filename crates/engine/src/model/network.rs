@@ -23,7 +23,8 @@ pub struct Network {
     cfg: ModelConfig,
     /// `[vocab, d_model]`, also the (transposed) output projection.
     embedding: Tensor,
-    engram_geometry: EngramGeometry,
+    /// `None` when no layer has an engram site.
+    engram_geometry: Option<EngramGeometry>,
     engrams: Vec<Engram>,
     stack: Stack,
 }
@@ -36,10 +37,18 @@ impl Network {
         let cfg = cfg.clone().resolved();
         validate(&cfg)?;
         let root = params.root();
-        let engram_geometry = EngramGeometry::new(&cfg)?;
-        let engrams = (0..cfg.engram_layers.len())
-            .map(|s| Engram::new(&cfg, &engram_geometry, root.pp(&format!("engrams_{s}"))))
-            .collect::<Result<_>>()?;
+        // Like the reference, the engram settings only matter when some layer has a site.
+        let engram_geometry = if cfg.engram_layers.is_empty() {
+            None
+        } else {
+            Some(EngramGeometry::new(&cfg)?)
+        };
+        let engrams = match &engram_geometry {
+            None => Vec::new(),
+            Some(geometry) => (0..cfg.engram_layers.len())
+                .map(|s| Engram::new(&cfg, geometry, root.pp(&format!("engrams_{s}"))))
+                .collect::<Result<_>>()?,
+        };
         let network = Self {
             embedding: root.pp("embedding").get(&[cfg.vocab_size, cfg.d_model], "embedding")?,
             stack: Stack::new(&cfg, root.pp("stack"))?,
@@ -112,11 +121,12 @@ impl Network {
             * (d as f64).sqrt())?;
         let rope = Rope::new(self.cfg.head_dim(), t, self.cfg.rope_theta, device)?;
         let causal = causal_bias(t, device)?;
-        let memories = if self.engrams.is_empty() {
-            Vec::new()
-        } else {
-            let lookup = EngramLookup::new(&rows, &self.engram_geometry, device)?;
-            self.engrams.iter().map(|e| e.forward(&lookup)).collect::<Result<_>>()?
+        let memories = match &self.engram_geometry {
+            None => Vec::new(),
+            Some(geometry) => {
+                let lookup = EngramLookup::new(&rows, geometry, device)?;
+                self.engrams.iter().map(|e| e.forward(&lookup)).collect::<Result<_>>()?
+            }
         };
         let hidden = self.stack.forward(&x, &rope, &causal, &memories)?;
         Ok(hidden.broadcast_matmul(&self.embedding.t()?)?)
@@ -365,6 +375,19 @@ mod tests {
         network
             .check_tokenizer_vocab(40, Path::new("m/tokenizer.model"))
             .unwrap();
+    }
+
+    #[test]
+    fn without_engram_sites_the_engram_settings_are_ignored() {
+        let cfg = ModelConfig {
+            engram_layers: vec![],
+            engram_orders: vec![],
+            ..tiny_config()
+        };
+        let params = Params::random_init(&Device::Cpu);
+        let logits = Network::load(&cfg, &params).unwrap().forward(&batch().0).unwrap();
+        assert_eq!(logits.dims(), &[2, 8, 40]);
+        assert!(!params.has_prefix("engrams_0"));
     }
 
     #[test]
