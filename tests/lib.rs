@@ -1,1 +1,54 @@
-//! Cross-crate tests live in tests/tests/; fixtures in tests/fixtures/.
+//! Helpers shared by the cross-crate tests in `tests/tests/`: where the fixtures are, how to read them,
+//! and how to run the `needle` binary.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// A path under `tests/fixtures/`.
+pub fn fixture(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(relative)
+}
+
+/// A fixture's bytes; a missing fixture fails the test with its path.
+pub fn read(relative: &str) -> Vec<u8> {
+    let path = fixture(relative);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read fixture {}: {e}", path.display()))
+}
+
+/// A JSON fixture.
+pub fn json(relative: &str) -> serde_json::Value {
+    serde_json::from_slice(&read(relative)).unwrap_or_else(|e| panic!("fixture {relative} is not JSON: {e}"))
+}
+
+/// A JSONL fixture, one value per non-empty line.
+pub fn jsonl(relative: &str) -> Vec<serde_json::Value> {
+    let text = String::from_utf8(read(relative)).unwrap_or_else(|e| panic!("fixture {relative} is not UTF-8: {e}"));
+    text.lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("a line of {relative} is not JSON: {e}")))
+        .collect()
+}
+
+/// A command running the `needle` CLI, built once per test binary in the profile the tests use.
+///
+/// The binary belongs to another package of the workspace, so cargo does not hand its path to these
+/// tests; escargot asks cargo to build it (a no-op when it is fresh) and says where it is.
+pub fn needle() -> Command {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    let bin = BIN.get_or_init(|| {
+        let build = escargot::CargoBuild::new()
+            .package("needle-cli")
+            .bin("needle")
+            .manifest_path(Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml"))
+            .current_release()
+            .current_target()
+            .run()
+            .unwrap_or_else(|e| panic!("cannot build the needle binary: {e}"));
+        build.path().to_path_buf()
+    });
+    let mut command = Command::new(bin);
+    // Tests must not depend on the caller's backend choice.
+    command.env_remove("NEEDLE_DEVICE");
+    command
+}

@@ -1,23 +1,9 @@
 //! Tokenizer parity with the real `sentencepiece` and with needle's `.cact` tokenizer blob code.
 //! Goldens: tests/fixtures/tokenizer/corpus.jsonl + tokenizer.blob (make_fixtures.py) and
 //! tests/fixtures/tokenizer/variants/ (make_tokenizer_variants.py).
-use std::path::{Path, PathBuf};
-
 use needle_engine::tokenizer::{Tokenizer, TokenizerError, VocabularyProblem};
+use needle_tests::{fixture, json, read};
 use serde_json::Value;
-
-fn fixture(relative: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(relative)
-}
-
-fn read(relative: &str) -> Vec<u8> {
-    let path = fixture(relative);
-    std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read fixture {}: {e}", path.display()))
-}
-
-fn json(relative: &str) -> Value {
-    serde_json::from_slice(&read(relative)).unwrap_or_else(|e| panic!("fixture {relative} is not JSON: {e}"))
-}
 
 fn ids(value: &Value) -> Vec<u32> {
     let list = value.as_array().unwrap_or_else(|| panic!("expected an id list, got {value}"));

@@ -1,1 +1,44 @@
-fn main() {}
+//! `needle`: the command-line face of the Needle Studio engine, a drop-in for the reference's Python
+//! commands. Every subcommand is a thin layer over `needle_engine`; the desktop app drives the same code.
+
+mod backend;
+mod data;
+mod tokenize;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "needle", version, about = "Fine-tune Needle 2 and build .cact files, without Python")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show the compute backend (CUDA, Metal or CPU) that training would use, and why.
+    Backend(backend::Args),
+    /// Report on a dataset: usable examples, problems by line, token lengths, sequence length.
+    Data(data::Args),
+    /// Print the token ids of each input line as a JSON array.
+    Tokenize(tokenize::Args),
+}
+
+fn main() -> ExitCode {
+    let result = match Cli::parse().command {
+        Command::Backend(args) => backend::run(args),
+        Command::Data(args) => data::run(args),
+        Command::Tokenize(args) => tokenize::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // `{:#}` prints the whole cause chain on one line; the engine's messages already name the
+            // file, the place and the fix, so a backtrace would only bury them.
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

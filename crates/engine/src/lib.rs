@@ -5,6 +5,7 @@
 //! (format-v2 pickles, read without executing anything) described by [`config`].
 
 pub mod checkpoint;
+pub mod backend;
 pub mod config;
 pub mod dataset;
 pub mod model;

@@ -1,0 +1,51 @@
+//! `needle data`: the dataset as a training run will see it, before anything trains.
+
+use std::path::PathBuf;
+
+use needle_engine::dataset::{Dataset, DatasetReport};
+use needle_engine::tokenizer::Tokenizer;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The JSONL dataset (one example per line).
+    data: PathBuf,
+    /// SentencePiece `tokenizer.model`.
+    #[arg(long)]
+    tokenizer: PathBuf,
+    /// Longest sequence a run may use (the reference's `--max-len`).
+    #[arg(long, default_value_t = 1024)]
+    max_len: usize,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let tokenizer = Tokenizer::load(&args.tokenizer)?;
+    let dataset = Dataset::load(&args.data)?;
+    let report = dataset.prepare(&tokenizer, args.max_len)?.report;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print_report(&report);
+    }
+    Ok(())
+}
+
+/// The reference's two-column style: a short label, then the facts.
+fn print_report(report: &DatasetReport) {
+    println!("  {:<9} {}", "data", report.path);
+    println!("  {:<9} {} usable, {} lines skipped", "examples", report.usable_examples, report.skipped_lines);
+    let lengths = &report.token_lengths;
+    println!("  {:<9} min {}  median {}  max {}", "tokens", lengths.min, lengths.median, lengths.max);
+    for bin in &report.histogram {
+        println!("  {:<9} ≤{:<6} {}", "", bin.up_to, bin.count);
+    }
+    println!("  {:<9} {}  (cap {})", "seq_len", report.seq_len, report.cap);
+    if report.truncated > 0 {
+        println!("  {:<9} {} examples longer than seq_len are cut at the end", "truncated", report.truncated);
+    }
+    for problem in &report.problems {
+        println!("  {:<9} {problem}", "problem");
+    }
+}

@@ -1,0 +1,303 @@
+//! Which compute device runs the model, chosen at run time: CUDA, then Metal, then the CPU.
+//!
+//! The reference leaves this to `jax.default_backend()` (GPU if present, else CPU; `JAX_PLATFORMS=cpu` to
+//! force). We do the same with candle, and `NEEDLE_DEVICE=auto|cpu|cuda|metal` (or `--device`) forces a
+//! choice. A forced backend that this build lacks, or that has no device, is an error: never a silent
+//! CPU run. candle's `cuda_is_available()`/`metal_is_available()` only say what was compiled in, so each
+//! GPU backend is probed for a real device before it is chosen.
+
+use std::fmt;
+use std::str::FromStr;
+
+use candle_core::Device;
+use serde::{Deserialize, Serialize};
+
+/// The environment variable that forces a backend.
+pub const DEVICE_ENV: &str = "NEEDLE_DEVICE";
+
+/// A compute backend candle can run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Cpu,
+    Cuda,
+    Metal,
+}
+
+impl Backend {
+    fn label(self) -> &'static str {
+        match self {
+            Backend::Cpu => "CPU",
+            Backend::Cuda => "CUDA",
+            Backend::Metal => "Metal",
+        }
+    }
+
+    /// Whether this binary was built with the backend (cargo features `cuda` / `metal`).
+    pub fn is_compiled(self) -> bool {
+        match self {
+            Backend::Cpu => true,
+            Backend::Cuda => cfg!(feature = "cuda"),
+            Backend::Metal => cfg!(all(feature = "metal", target_os = "macos")),
+        }
+    }
+
+    /// How to get a build that has this backend.
+    fn build_hint(self) -> &'static str {
+        match self {
+            Backend::Cpu => "",
+            Backend::Cuda => {
+                "use the CUDA build of needle (`cargo build --release --features cuda`, see README \
+                 'GPU builds'), or set NEEDLE_DEVICE=cpu"
+            }
+            Backend::Metal => {
+                "use a macOS build with the `metal` feature (`cargo build --release --features metal`), \
+                 or set NEEDLE_DEVICE=cpu"
+            }
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::Cpu => "cpu",
+            Backend::Cuda => "cuda",
+            Backend::Metal => "metal",
+        })
+    }
+}
+
+/// What the user asked for: the best available backend, or one in particular.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceRequest {
+    #[default]
+    Auto,
+    Only(Backend),
+}
+
+const CHOICES: &str = "auto, cpu, cuda, metal";
+
+impl FromStr for DeviceRequest {
+    type Err = BackendError;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(DeviceRequest::Auto),
+            "cpu" => Ok(DeviceRequest::Only(Backend::Cpu)),
+            "cuda" | "gpu" => Ok(DeviceRequest::Only(Backend::Cuda)),
+            "metal" | "mps" => Ok(DeviceRequest::Only(Backend::Metal)),
+            _ => Err(BackendError::Unknown { value: value.to_string() }),
+        }
+    }
+}
+
+impl DeviceRequest {
+    /// The request from `--device` when given, else from `NEEDLE_DEVICE`, else automatic.
+    pub fn resolve(flag: Option<&str>) -> Result<Self, BackendError> {
+        match flag {
+            Some(value) => value.parse(),
+            None => match std::env::var(DEVICE_ENV) {
+                Ok(value) => value.parse().map_err(|e| match e {
+                    BackendError::Unknown { value } => BackendError::UnknownEnv { value },
+                    other => other,
+                }),
+                Err(_) => Ok(DeviceRequest::Auto),
+            },
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("unknown device '{value}': choose one of {CHOICES}")]
+    Unknown { value: String },
+    #[error("unknown device '{value}' in {DEVICE_ENV}: choose one of {CHOICES}")]
+    UnknownEnv { value: String },
+    #[error("{} was requested but this build of needle has no {} support: {}", .0.label(), .0.label(), .0.build_hint())]
+    NotCompiled(Backend),
+    #[error("{} was requested but no {} device could be opened ({detail}); check the driver, or set {DEVICE_ENV}=cpu", .backend.label(), .backend.label())]
+    NoDevice { backend: Backend, detail: String },
+}
+
+/// The facts shown to the user about the chosen backend (`needle backend --json`, the app's badge,
+/// training's `started` event).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackendInfo {
+    pub backend: Backend,
+    /// Human-readable device name (GPU model, or CPU brand).
+    pub device: String,
+    /// Memory the device can use: GPU memory, or system RAM for the CPU. `None` where it cannot tell.
+    pub memory_bytes: Option<u64>,
+    /// Free memory where the backend reports it.
+    pub memory_free_bytes: Option<u64>,
+    /// Backends this binary was built with.
+    pub compiled: Vec<Backend>,
+    /// Why this backend, and why no faster one.
+    pub reason: String,
+}
+
+/// A selected device and what to tell the user about it.
+pub struct Selected {
+    pub device: Device,
+    pub info: BackendInfo,
+}
+
+/// Backends compiled into this binary, fastest first.
+pub fn compiled() -> Vec<Backend> {
+    [Backend::Cuda, Backend::Metal, Backend::Cpu].into_iter().filter(|b| b.is_compiled()).collect()
+}
+
+/// Picks the device for a request: the forced backend or an error; or CUDA, then Metal, then the CPU,
+/// the first that opens.
+pub fn select(request: DeviceRequest) -> Result<Selected, BackendError> {
+    match request {
+        DeviceRequest::Only(backend) => {
+            if !backend.is_compiled() {
+                return Err(BackendError::NotCompiled(backend));
+            }
+            let (device, probe) = open(backend).map_err(|detail| BackendError::NoDevice { backend, detail })?;
+            Ok(Selected { device, info: info(backend, probe, format!("{DEVICE_ENV}/--device asked for {backend}")) })
+        }
+        DeviceRequest::Auto => {
+            let mut skipped = Vec::new();
+            for backend in [Backend::Cuda, Backend::Metal] {
+                if !backend.is_compiled() {
+                    skipped.push(format!("{} not compiled in", backend.label()));
+                    continue;
+                }
+                match open(backend) {
+                    Ok((device, probe)) => {
+                        let reason = format!("{} is the fastest backend available", backend.label());
+                        return Ok(Selected { device, info: info(backend, probe, reason) });
+                    }
+                    Err(detail) => skipped.push(format!("{}: {detail}", backend.label())),
+                }
+            }
+            let reason = format!("no GPU backend: {}", skipped.join("; "));
+            Ok(Selected { device: Device::Cpu, info: info(Backend::Cpu, probe_cpu(), reason) })
+        }
+    }
+}
+
+/// Name and memory (total, free) of an opened device.
+struct Probe {
+    name: String,
+    total: Option<u64>,
+    free: Option<u64>,
+}
+
+fn info(backend: Backend, probe: Probe, reason: String) -> BackendInfo {
+    BackendInfo {
+        backend,
+        device: probe.name,
+        memory_bytes: probe.total,
+        memory_free_bytes: probe.free,
+        compiled: compiled(),
+        reason,
+    }
+}
+
+fn open(backend: Backend) -> Result<(Device, Probe), String> {
+    match backend {
+        Backend::Cpu => Ok((Device::Cpu, probe_cpu())),
+        Backend::Cuda => open_cuda(),
+        Backend::Metal => open_metal(),
+    }
+}
+
+fn probe_cpu() -> Probe {
+    use sysinfo::{CpuRefreshKind, MemoryRefreshKind, RefreshKind, System};
+    let refresh = RefreshKind::nothing()
+        .with_cpu(CpuRefreshKind::nothing())
+        .with_memory(MemoryRefreshKind::nothing().with_ram());
+    match System::new_with_specifics(refresh) {
+        Ok(system) => {
+            let brand = system.cpus().first().map(|c| c.brand().trim().to_string()).unwrap_or_default();
+            let threads = system.cpus().len();
+            let name = match (brand.is_empty(), threads) {
+                (true, _) => format!("CPU ({threads} threads)"),
+                (false, _) => format!("{brand} ({threads} threads)"),
+            };
+            Probe { name, total: Some(system.total_memory()), free: Some(system.available_memory()) }
+        }
+        Err(_) => Probe { name: "CPU".into(), total: None, free: None },
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn open_cuda() -> Result<(Device, Probe), String> {
+    let count = cudarc::driver::CudaContext::device_count().map_err(|e| format!("CUDA driver: {e}"))?;
+    if count < 1 {
+        return Err("the CUDA driver reports no GPU".into());
+    }
+    let device = Device::new_cuda(0).map_err(|e| e.to_string())?;
+    let context = device.as_cuda_device().map_err(|e| e.to_string())?.cuda_stream().context().clone();
+    let name = context.name().unwrap_or_else(|_| "NVIDIA GPU".into());
+    let (free, total) = context.mem_get_info().map(|(f, t)| (Some(f as u64), Some(t as u64))).unwrap_or((None, None));
+    Ok((device, Probe { name, total, free }))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn open_cuda() -> Result<(Device, Probe), String> {
+    Err("not compiled in".into())
+}
+
+#[cfg(all(feature = "metal", target_os = "macos"))]
+fn open_metal() -> Result<(Device, Probe), String> {
+    use objc2_metal::MTLDevice;
+    // candle's MetalDevice::new indexes the device list without checking it and panics on a Mac with no
+    // usable GPU, so look for one first.
+    let Some(gpu) = objc2_metal::MTLCreateSystemDefaultDevice() else {
+        return Err("macOS reports no Metal GPU".into());
+    };
+    let device = Device::new_metal(0).map_err(|e| e.to_string())?;
+    // Apple Silicon shares system memory; this is how much of it Metal recommends a process use.
+    let total = Some(gpu.recommendedMaxWorkingSetSize());
+    Ok((device, Probe { name: gpu.name().to_string(), total, free: None }))
+}
+
+#[cfg(not(all(feature = "metal", target_os = "macos")))]
+fn open_metal() -> Result<(Device, Probe), String> {
+    Err("not compiled in".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_parse_and_unknown_values_list_the_choices() {
+        assert_eq!("auto".parse::<DeviceRequest>().unwrap(), DeviceRequest::Auto);
+        assert_eq!("CPU".parse::<DeviceRequest>().unwrap(), DeviceRequest::Only(Backend::Cpu));
+        assert_eq!("cuda".parse::<DeviceRequest>().unwrap(), DeviceRequest::Only(Backend::Cuda));
+        assert_eq!("metal".parse::<DeviceRequest>().unwrap(), DeviceRequest::Only(Backend::Metal));
+        let err = "tpu".parse::<DeviceRequest>().unwrap_err().to_string();
+        assert!(err.contains("'tpu'") && err.contains("auto, cpu, cuda, metal"), "{err}");
+    }
+
+    #[test]
+    fn automatic_selection_opens_a_device_and_says_why() {
+        let selected = select(DeviceRequest::Auto).unwrap();
+        assert!(selected.info.compiled.contains(&Backend::Cpu));
+        assert!(!selected.info.reason.is_empty());
+        assert!(!selected.info.device.is_empty());
+        if !cfg!(any(feature = "cuda", feature = "metal")) {
+            assert_eq!(selected.info.backend, Backend::Cpu);
+            assert!(selected.info.reason.contains("CUDA not compiled in"), "{}", selected.info.reason);
+            assert!(selected.info.memory_bytes.unwrap_or(0) > 0);
+        }
+    }
+
+    #[test]
+    fn a_forced_backend_that_is_not_built_is_an_error_naming_it() {
+        for backend in [Backend::Cuda, Backend::Metal] {
+            if backend.is_compiled() {
+                continue;
+            }
+            let err = select(DeviceRequest::Only(backend)).err().expect("must not fall back to the CPU");
+            let text = err.to_string();
+            assert!(text.contains(backend.label()) && text.contains("NEEDLE_DEVICE=cpu"), "{text}");
+        }
+    }
+}

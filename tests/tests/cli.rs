@@ -1,0 +1,134 @@
+//! The `needle` binary end to end: what a user (or the app's worker) sees on stdout, stderr and in
+//! the exit code.
+
+use std::process::Output;
+
+use needle_tests::{fixture, json, jsonl, needle};
+use serde_json::Value;
+
+fn run(args: &[&str]) -> Output {
+    needle().args(args).output().expect("needle runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8(output.stderr.clone()).expect("stderr is UTF-8")
+}
+
+fn tokenizer_path() -> String {
+    fixture("models/tokenizer.model").display().to_string()
+}
+
+#[test]
+fn tokenize_prints_the_reference_ids_one_array_per_line() {
+    // The corpus texts without a newline of their own, one per line of the input file.
+    let rows: Vec<Value> =
+        jsonl("tokenizer/corpus.jsonl").into_iter().filter(|row| !row["text"].as_str().unwrap().contains('\n')).collect();
+    assert!(rows.len() > 100);
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    let text: Vec<&str> = rows.iter().map(|row| row["text"].as_str().unwrap()).collect();
+    std::fs::write(&input, text.join("\n") + "\n").unwrap();
+
+    let output = run(&["tokenize", "--tokenizer", &tokenizer_path(), "--file", input.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let printed: Vec<Value> = stdout(&output).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(printed.len(), rows.len(), "one array per input line");
+    for (row, ids) in rows.iter().zip(&printed) {
+        assert_eq!(ids, &row["ids"], "ids of {:?}", row["text"]);
+    }
+}
+
+#[test]
+fn tokenize_text_with_an_empty_line_gives_an_empty_array() {
+    let output = run(&["tokenize", "--tokenizer", &tokenizer_path(), "--text", "hello\n\n<|im_end|>"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[1], "[]");
+    assert_eq!(lines[2], "[5]", "a chat marker is one token");
+}
+
+#[test]
+fn tokenize_with_a_missing_tokenizer_names_the_file() {
+    let output = run(&["tokenize", "--tokenizer", "/nonexistent/tokenizer.model", "--text", "hi"]);
+    assert!(!output.status.success());
+    let err = stderr(&output);
+    assert!(err.contains("/nonexistent/tokenizer.model"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn data_json_reports_the_reference_sequence_length_and_the_skipped_line() {
+    let data = fixture("data/tool_calls.jsonl");
+    let output = run(&["data", data.to_str().unwrap(), "--tokenizer", &tokenizer_path(), "--json"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+
+    let golden = &json("data/encoded.json")["cases"];
+    let full = golden.as_array().unwrap().iter().find(|case| case["cap"] == 1024).expect("cap 1024 case");
+    assert_eq!(report["seq_len"], full["max_len"]);
+    assert_eq!(report["usable_examples"].as_u64().unwrap() as usize, full["ids"].as_array().unwrap().len());
+    assert_eq!(report["usable_examples"].as_u64().unwrap() as usize, jsonl("data/rendered.jsonl").len());
+    let lengths = &report["token_lengths"];
+    assert!(lengths["min"].as_u64() <= lengths["max"].as_u64());
+    let skipped: Vec<&Value> = report["problems"].as_array().unwrap().iter().filter(|p| p["skipped"] == true).collect();
+    assert_eq!(skipped.len(), report["skipped_lines"].as_u64().unwrap() as usize);
+    assert!(skipped.iter().all(|p| p["line"].as_u64().unwrap() > 0 && !p["message"].as_str().unwrap().is_empty()));
+}
+
+#[test]
+fn data_with_a_small_cap_reports_truncation_in_text() {
+    let data = fixture("data/tool_calls.jsonl");
+    let output = run(&["data", data.to_str().unwrap(), "--tokenizer", &tokenizer_path(), "--max-len", "64"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.contains("seq_len   64"), "{text}");
+    assert!(text.contains("truncated"), "{text}");
+}
+
+#[test]
+fn data_without_a_usable_example_fails_naming_the_file_and_line() {
+    let data = fixture("data/bad/no_usable.jsonl");
+    let output = run(&["data", data.to_str().unwrap(), "--tokenizer", &tokenizer_path()]);
+    assert!(!output.status.success());
+    let err = stderr(&output);
+    assert!(err.contains("no usable example") && err.contains("no_usable.jsonl") && err.contains("line "), "{err}");
+}
+
+#[test]
+fn backend_json_describes_the_cpu_here() {
+    let output = run(&["backend", "--json"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let info: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    for key in ["backend", "device", "memory_bytes", "compiled", "reason"] {
+        assert!(info.get(key).is_some(), "missing {key} in {info}");
+    }
+    assert!(info["compiled"].as_array().unwrap().contains(&Value::from("cpu")));
+    if info["compiled"] == serde_json::json!(["cpu"]) {
+        assert_eq!(info["backend"], "cpu");
+        assert!(info["memory_bytes"].as_u64().unwrap() > 0);
+    }
+}
+
+#[test]
+fn a_forced_backend_this_build_lacks_is_an_error_not_a_cpu_run() {
+    let output = needle().env("NEEDLE_DEVICE", "cuda").args(["backend"]).output().unwrap();
+    assert!(!output.status.success(), "must not fall back to the CPU");
+    let err = stderr(&output);
+    assert!(err.contains("CUDA") && err.contains("NEEDLE_DEVICE=cpu"), "{err}");
+}
+
+#[test]
+fn an_unknown_backend_lists_the_choices() {
+    let output = needle().env("NEEDLE_DEVICE", "tpu").args(["backend"]).output().unwrap();
+    assert!(!output.status.success());
+    let err = stderr(&output);
+    assert!(err.contains("'tpu'") && err.contains("auto, cpu, cuda, metal"), "{err}");
+    let output = run(&["backend", "--device", "tpu"]);
+    assert!(stderr(&output).contains("auto, cpu, cuda, metal"));
+}
