@@ -5,9 +5,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use needle_engine::backend::{self, DeviceRequest};
 use needle_engine::checkpoint::{Checkpoint, PickledAdapter};
 use needle_engine::dataset::Dataset;
-use needle_engine::model::{evaluate, Device, EvalSummary, Network, Params};
+use needle_engine::model::{evaluate, EvalSummary, Network, Params};
 use needle_engine::tokenizer::Tokenizer;
 
 /// Measure the masked cross-entropy of the answer tokens over a JSONL file.
@@ -30,13 +31,18 @@ pub struct Args {
     /// Examples per forward pass (memory grows with it; the result does not change)
     #[arg(long, default_value_t = 16)]
     pub batch_size: usize,
+    /// Force a backend (auto, cpu, cuda, metal); default: NEEDLE_DEVICE, else auto
+    #[arg(long)]
+    pub device: Option<String>,
     /// Print one JSON line {"loss", "examples", "tokens", "seq_len"} instead of text
     #[arg(long)]
     pub json: bool,
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let device = Device::Cpu;
+    let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
+    eprintln!("  {:<9} {}  {}", "backend", selected.info.backend, selected.info.device);
+    let device = selected.device;
     let (config, mut params) = {
         let checkpoint = Checkpoint::load(&args.checkpoint)?;
         // The f32 copy replaces the stored arrays: the checkpoint itself is dropped here.
@@ -53,10 +59,7 @@ pub fn run(args: Args) -> Result<()> {
     let network = Network::load(&config, &params)
         .with_context(|| format!("building the network of {}", args.checkpoint.display()))?;
 
-    let tokenizer_path = args
-        .tokenizer
-        .clone()
-        .unwrap_or_else(|| beside(&args.checkpoint, "tokenizer.model"));
+    let tokenizer_path = args.tokenizer.clone().unwrap_or_else(|| beside(&args.checkpoint, "tokenizer.model"));
     let tokenizer = Tokenizer::load(&tokenizer_path)?;
     network.check_tokenizer_vocab(tokenizer.vocab_size(), &tokenizer_path)?;
 
@@ -65,13 +68,7 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!("  {:<9} {}: {problem}", "warning", args.data.display());
     }
     let prepared = dataset.prepare(&tokenizer, args.max_len)?;
-    let summary = evaluate(
-        &network,
-        prepared.rows(),
-        prepared.seq_len,
-        args.batch_size,
-        report_progress,
-    )?;
+    let summary = evaluate(&network, prepared.rows(), prepared.seq_len, args.batch_size, report_progress)?;
     eprintln!();
     print_summary(&summary, args.json)
 }

@@ -38,11 +38,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 })
                 .collect();
             let mask = (0..SEQ_LEN).map(|i| if i < SEQ_LEN / 2 { 0.0 } else { 1.0 }).collect();
-            Encoded {
-                ids,
-                mask,
-                truncated: false,
-            }
+            Encoded { ids, mask, truncated: false }
         })
         .collect();
     let start = Instant::now();

@@ -20,21 +20,14 @@ impl Rope {
     /// Angles `t · θ^(-2i/head_dim)`, computed as the reference does: frequencies and products in
     /// f32 (the f32 rounding of a large angle changes its cosine visibly), trig of that f32 angle.
     pub fn new(head_dim: usize, seq_len: usize, theta: f64, device: &Device) -> Result<Self> {
-        let freqs: Vec<f32> = (0..head_dim)
-            .step_by(2)
-            .map(|i| (1.0 / theta.powf(i as f64 / head_dim as f64)) as f32)
-            .collect();
-        let angles: Vec<f32> = (0..seq_len)
-            .flat_map(|t| freqs.iter().map(move |f| t as f32 * f))
-            .collect();
+        let freqs: Vec<f32> =
+            (0..head_dim).step_by(2).map(|i| (1.0 / theta.powf(i as f64 / head_dim as f64)) as f32).collect();
+        let angles: Vec<f32> = (0..seq_len).flat_map(|t| freqs.iter().map(move |f| t as f32 * f)).collect();
         let table = |trig: fn(f64) -> f64| -> Result<Tensor> {
             let values: Vec<f32> = angles.iter().map(|&a| trig(a as f64) as f32).collect();
             Ok(Tensor::from_vec(values, (seq_len, freqs.len()), device)?)
         };
-        Ok(Self {
-            cos: table(f64::cos)?,
-            sin: table(f64::sin)?,
-        })
+        Ok(Self { cos: table(f64::cos)?, sin: table(f64::sin)? })
     }
 
     /// Rotates `x` `[B, H, T, head_dim]`: halves `(x1, x2)` become `(x1·cos − x2·sin, x2·cos + x1·sin)`.
@@ -51,9 +44,8 @@ impl Rope {
 /// `[1, 1, T, T]` additive mask: 0 on and below the diagonal, −∞ above. Every row keeps its
 /// diagonal, so no softmax row is all −∞.
 pub fn causal_bias(seq_len: usize, device: &Device) -> Result<Tensor> {
-    let bias: Vec<f32> = (0..seq_len)
-        .flat_map(|q| (0..seq_len).map(move |k| if k <= q { 0.0 } else { f32::NEG_INFINITY }))
-        .collect();
+    let bias: Vec<f32> =
+        (0..seq_len).flat_map(|q| (0..seq_len).map(move |k| if k <= q { 0.0 } else { f32::NEG_INFINITY })).collect();
     Ok(Tensor::from_vec(bias, (1, 1, seq_len, seq_len), device)?)
 }
 
@@ -102,10 +94,7 @@ impl Attention {
 
         let scores = (q.matmul(&k.t()?)? / (self.head_dim as f64).sqrt())?;
         let weights = softmax_last(&scores.broadcast_add(causal)?)?;
-        let out = weights
-            .matmul(&v)?
-            .transpose(1, 2)?
-            .reshape((b, t, self.num_heads * self.head_dim))?;
+        let out = weights.matmul(&v)?.transpose(1, 2)?.reshape((b, t, self.num_heads * self.head_dim))?;
 
         let gated = (out * sigmoid(&x.broadcast_matmul(&self.gate_proj)?)?)?;
         Ok(gated.broadcast_matmul(&self.out_proj)?)
@@ -124,8 +113,6 @@ impl Attention {
             return Ok(x.clone());
         }
         let (b, kv, t, hd) = x.dims4()?;
-        Ok(x.unsqueeze(2)?
-            .broadcast_as((b, kv, group, t, hd))?
-            .reshape((b, kv * group, t, hd))?)
+        Ok(x.unsqueeze(2)?.broadcast_as((b, kv, group, t, hd))?.reshape((b, kv * group, t, hd))?)
     }
 }

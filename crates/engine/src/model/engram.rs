@@ -38,33 +38,18 @@ impl EngramGeometry {
             });
         }
         if cfg.engram_slots == 0 {
-            return Err(ModelError::InvalidConfig {
-                field: "engram_slots",
-                reason: "is 0; it must be ≥ 1".into(),
-            });
+            return Err(ModelError::InvalidConfig { field: "engram_slots", reason: "is 0; it must be ≥ 1".into() });
         }
-        let heads = if cfg.engram_heads > 0 {
-            cfg.engram_heads
-        } else {
-            (cfg.d_model / (orders.len() * SUB_DIM)).max(1)
-        };
+        let heads =
+            if cfg.engram_heads > 0 { cfg.engram_heads } else { (cfg.d_model / (orders.len() * SUB_DIM)).max(1) };
         let sub_dim = cfg.d_model / (orders.len() * heads);
         if sub_dim == 0 {
             return Err(ModelError::InvalidConfig {
                 field: "engram_heads",
-                reason: format!(
-                    "{heads} heads × {} orders leave no width of d_model {}",
-                    orders.len(),
-                    cfg.d_model
-                ),
+                reason: format!("{heads} heads × {} orders leave no width of d_model {}", orders.len(), cfg.d_model),
             });
         }
-        Ok(Self {
-            orders,
-            heads,
-            sub_dim,
-            slots: cfg.engram_slots,
-        })
+        Ok(Self { orders, heads, sub_dim, slots: cfg.engram_slots })
     }
 
     /// Number of tables: one per (order, head) pair, order-major.
@@ -181,13 +166,8 @@ impl Engram {
 
     pub fn forward(&self, lookup: &EngramLookup) -> Result<EngramKv> {
         let (b, t, g) = (lookup.batch, lookup.seq_len, &self.geometry);
-        let fetched = self
-            .embedding
-            .index_select(&lookup.flat_slots, 0)?
-            .reshape((b, t, g.tables(), g.sub_dim))?;
-        let e = fetched
-            .broadcast_mul(&lookup.ngram_ok)?
-            .reshape((b, t, g.tables() * g.sub_dim))?;
+        let fetched = self.embedding.index_select(&lookup.flat_slots, 0)?.reshape((b, t, g.tables(), g.sub_dim))?;
+        let e = fetched.broadcast_mul(&lookup.ngram_ok)?.reshape((b, t, g.tables() * g.sub_dim))?;
         let key = e.broadcast_matmul(&self.key_proj)?;
         let value = self.causal_conv(&e.broadcast_matmul(&self.value_proj)?)?;
         Ok(EngramKv { key, value })
@@ -212,12 +192,7 @@ mod tests {
     use super::*;
 
     fn geometry(orders: Vec<usize>, heads: usize, slots: usize) -> EngramGeometry {
-        EngramGeometry {
-            orders,
-            heads,
-            sub_dim: 1,
-            slots,
-        }
+        EngramGeometry { orders, heads, sub_dim: 1, slots }
     }
 
     #[test]
@@ -230,22 +205,10 @@ mod tests {
 
     #[test]
     fn geometry_defaults_to_128_wide_tables_per_order() {
-        let cfg = ModelConfig {
-            d_model: 768,
-            ..ModelConfig::default()
-        };
+        let cfg = ModelConfig { d_model: 768, ..ModelConfig::default() };
         let g = EngramGeometry::new(&cfg).unwrap();
         assert_eq!((g.heads, g.sub_dim, g.tables(), g.dilation()), (3, 128, 6, 3));
-        let bad = ModelConfig {
-            engram_orders: vec![],
-            ..ModelConfig::default()
-        };
-        assert!(matches!(
-            EngramGeometry::new(&bad),
-            Err(ModelError::InvalidConfig {
-                field: "engram_orders",
-                ..
-            })
-        ));
+        let bad = ModelConfig { engram_orders: vec![], ..ModelConfig::default() };
+        assert!(matches!(EngramGeometry::new(&bad), Err(ModelError::InvalidConfig { field: "engram_orders", .. })));
     }
 }

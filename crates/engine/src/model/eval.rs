@@ -30,10 +30,7 @@ pub fn evaluate(
     mut progress: impl FnMut(usize, usize),
 ) -> Result<EvalSummary> {
     if batch_size == 0 {
-        return Err(ModelError::InvalidConfig {
-            field: "batch_size",
-            reason: "is 0; use 1 or more".into(),
-        });
+        return Err(ModelError::InvalidConfig { field: "batch_size", reason: "is 0; use 1 or more".into() });
     }
     let total = rows.len();
     let (mut ce_sum, mut tokens, mut done) = (0f64, 0f64, 0usize);
@@ -47,12 +44,7 @@ pub fn evaluate(
         done += batch.len();
         progress(done, total);
     }
-    Ok(EvalSummary {
-        loss: ce_sum / tokens.max(1.0),
-        examples: total,
-        tokens: tokens as usize,
-        seq_len,
-    })
+    Ok(EvalSummary { loss: ce_sum / tokens.max(1.0), examples: total, tokens: tokens as usize, seq_len })
 }
 
 /// `ids` `[B, seq_len]` u32 and `mask` `[B, seq_len]` f32 on the network's device.
@@ -60,8 +52,5 @@ fn batch_tensors(batch: &[Encoded], seq_len: usize, network: &Network) -> Result
     let ids: Vec<u32> = batch.iter().flat_map(|row| row.ids.iter().copied()).collect();
     let mask: Vec<f32> = batch.iter().flat_map(|row| row.mask.iter().copied()).collect();
     let shape = (batch.len(), seq_len);
-    Ok((
-        Tensor::from_vec(ids, shape, network.device())?,
-        Tensor::from_vec(mask, shape, network.device())?,
-    ))
+    Ok((Tensor::from_vec(ids, shape, network.device())?, Tensor::from_vec(mask, shape, network.device())?))
 }

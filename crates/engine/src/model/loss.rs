@@ -17,11 +17,7 @@ pub fn masked_ce_sum(logits: &Tensor, ids: &Tensor, mask: &Tensor) -> Result<(Te
         return Ok((zero.clone(), zero));
     }
     let predicted = logits.narrow(1, 0, t - 1)?;
-    let targets = ids
-        .narrow(1, 1, t - 1)?
-        .to_dtype(DType::U32)?
-        .contiguous()?
-        .unsqueeze(2)?;
+    let targets = ids.narrow(1, 1, t - 1)?.to_dtype(DType::U32)?.contiguous()?.unsqueeze(2)?;
     let weights = mask.narrow(1, 1, t - 1)?;
     let ce = log_softmax_last(&predicted)?.gather(&targets, 2)?.squeeze(2)?.neg()?;
     Ok(((ce * &weights)?.sum_all()?, weights.sum_all()?))
@@ -48,9 +44,6 @@ mod tests {
         let expected = (1.0f32 + (-2.0f32).exp()).ln(); // −log softmax([2, 0])[0]
         assert!((loss - expected).abs() < 1e-6, "{loss} vs {expected}");
         let none = Tensor::zeros((1, 3), DType::F32, &Device::Cpu).unwrap();
-        assert_eq!(
-            masked_loss(&logits, &ids, &none).unwrap().to_scalar::<f32>().unwrap(),
-            0.0
-        );
+        assert_eq!(masked_loss(&logits, &ids, &none).unwrap().to_scalar::<f32>().unwrap(), 0.0);
     }
 }

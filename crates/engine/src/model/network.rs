@@ -38,11 +38,7 @@ impl Network {
         validate(&cfg)?;
         let root = params.root();
         // Like the reference, the engram settings only matter when some layer has a site.
-        let engram_geometry = if cfg.engram_layers.is_empty() {
-            None
-        } else {
-            Some(EngramGeometry::new(&cfg)?)
-        };
+        let engram_geometry = if cfg.engram_layers.is_empty() { None } else { Some(EngramGeometry::new(&cfg)?) };
         let engrams = match &engram_geometry {
             None => Vec::new(),
             Some(geometry) => (0..cfg.engram_layers.len())
@@ -56,10 +52,7 @@ impl Network {
             engrams,
             cfg,
         };
-        if ["mtp_block", "mtp_combine", "mtp_emb_norm", "mtp_final_norm"]
-            .iter()
-            .any(|p| params.has_prefix(p))
-        {
+        if ["mtp_block", "mtp_combine", "mtp_emb_norm", "mtp_final_norm"].iter().any(|p| params.has_prefix(p)) {
             check_mtp(&network.cfg, &root)?;
         }
         if params.has_prefix("contrastive_head") {
@@ -97,11 +90,7 @@ impl Network {
         if tokenizer_vocab == self.cfg.vocab_size {
             return Ok(());
         }
-        Err(ModelError::VocabMismatch {
-            path: path.into(),
-            tokenizer_vocab,
-            model_vocab: self.cfg.vocab_size,
-        })
+        Err(ModelError::VocabMismatch { path: path.into(), tokenizer_vocab, model_vocab: self.cfg.vocab_size })
     }
 
     /// Token ids `[B, T]` (any integer dtype) → logits `[B, T, vocab]` f32, under the causal mask
@@ -114,11 +103,7 @@ impl Network {
         let d = self.cfg.d_model;
         let device = self.device();
 
-        let x = (self
-            .embedding
-            .index_select(&ids.flatten_all()?, 0)?
-            .reshape((b, t, d))?
-            * (d as f64).sqrt())?;
+        let x = (self.embedding.index_select(&ids.flatten_all()?, 0)?.reshape((b, t, d))? * (d as f64).sqrt())?;
         let rope = Rope::new(self.cfg.head_dim(), t, self.cfg.rope_theta, device)?;
         let causal = causal_bias(t, device)?;
         let memories = match &self.engram_geometry {
@@ -139,12 +124,7 @@ impl Network {
         }
         for (row, ids) in rows.iter().enumerate() {
             if let Some(position) = ids.iter().position(|&id| id as usize >= vocab) {
-                return Err(ModelError::TokenOutOfRange {
-                    id: ids[position],
-                    row,
-                    position,
-                    vocab,
-                });
+                return Err(ModelError::TokenOutOfRange { id: ids[position], row, position, vocab });
             }
         }
         Ok(())
@@ -169,23 +149,14 @@ fn validate(cfg: &ModelConfig) -> Result<()> {
     if head_dim == 0 || head_dim * cfg.num_heads != cfg.attn_dim || head_dim & 1 == 1 {
         return invalid(
             "attn_dim",
-            format!(
-                "{} must split into {} heads of an even width",
-                cfg.attn_dim, cfg.num_heads
-            ),
+            format!("{} must split into {} heads of an even width", cfg.attn_dim, cfg.num_heads),
         );
     }
     if cfg.num_heads / cfg.num_kv_heads * cfg.num_kv_heads != cfg.num_heads {
-        return invalid(
-            "num_kv_heads",
-            format!("{} must divide num_heads {}", cfg.num_kv_heads, cfg.num_heads),
-        );
+        return invalid("num_kv_heads", format!("{} must divide num_heads {}", cfg.num_kv_heads, cfg.num_heads));
     }
     if let Some(layer) = cfg.engram_layers.iter().find(|&&l| l >= cfg.num_layers) {
-        return invalid(
-            "engram_layers",
-            format!("names layer {layer} but the model has {} layers", cfg.num_layers),
-        );
+        return invalid("engram_layers", format!("names layer {layer} but the model has {} layers", cfg.num_layers));
     }
     Ok(())
 }
@@ -234,24 +205,13 @@ mod tests {
     fn random_params(cfg: &ModelConfig) -> BTreeMap<String, Tensor> {
         let params = Params::random_init(&Device::Cpu);
         Network::load(cfg, &params).unwrap();
-        params
-            .paths()
-            .into_iter()
-            .map(|p| (p.clone(), params.get(&p).unwrap()))
-            .collect()
+        params.paths().into_iter().map(|p| (p.clone(), params.get(&p).unwrap())).collect()
     }
 
     fn batch() -> (Tensor, Tensor) {
-        let ids = Tensor::new(
-            &[[2u32, 7, 7, 30, 11, 5, 1, 0], [2, 9, 3, 3, 3, 17, 39, 1]],
-            &Device::Cpu,
-        )
-        .unwrap();
-        let mask = Tensor::new(
-            &[[0f32, 0., 0., 1., 1., 1., 1., 0.], [0., 0., 0., 0., 1., 1., 1., 1.]],
-            &Device::Cpu,
-        )
-        .unwrap();
+        let ids = Tensor::new(&[[2u32, 7, 7, 30, 11, 5, 1, 0], [2, 9, 3, 3, 3, 17, 39, 1]], &Device::Cpu).unwrap();
+        let mask =
+            Tensor::new(&[[0f32, 0., 0., 1., 1., 1., 1., 0.], [0., 0., 0., 0., 1., 1., 1., 1.]], &Device::Cpu).unwrap();
         (ids, mask)
     }
 
@@ -273,23 +233,10 @@ mod tests {
         let loss = masked_loss(&network.forward(&ids).unwrap(), &ids, &mask).unwrap();
         let grads = loss.backward().unwrap();
         for (path, var) in &vars {
-            let grad = grads
-                .get(var.as_tensor())
-                .unwrap_or_else(|| panic!("no gradient for {path}"));
+            let grad = grads.get(var.as_tensor()).unwrap_or_else(|| panic!("no gradient for {path}"));
             assert_eq!(grad.dims(), var.dims());
-            let per_layer = grad
-                .abs()
-                .unwrap()
-                .sum(2)
-                .unwrap()
-                .sum(1)
-                .unwrap()
-                .to_vec1::<f32>()
-                .unwrap();
-            assert!(
-                per_layer.iter().all(|g| g.is_finite() && *g > 0.0),
-                "{path}: |grad| per layer {per_layer:?}"
-            );
+            let per_layer = grad.abs().unwrap().sum(2).unwrap().sum(1).unwrap().to_vec1::<f32>().unwrap();
+            assert!(per_layer.iter().all(|g| g.is_finite() && *g > 0.0), "{path}: |grad| per layer {per_layer:?}");
         }
     }
 
@@ -310,12 +257,7 @@ mod tests {
         );
 
         let err = load(
-            &|t| {
-                drop(t.insert(
-                    k_proj.into(),
-                    Tensor::zeros((2, 48, 48), DType::F32, &Device::Cpu).unwrap(),
-                ))
-            },
+            &|t| drop(t.insert(k_proj.into(), Tensor::zeros((2, 48, 48), DType::F32, &Device::Cpu).unwrap())),
             &cfg,
         );
         assert!(
@@ -323,25 +265,16 @@ mod tests {
             "{err}"
         );
 
-        let one_site = ModelConfig {
-            engram_layers: vec![0],
-            ..tiny_config()
-        };
+        let one_site = ModelConfig { engram_layers: vec![0], ..tiny_config() };
         let err = load(&|_| {}, &one_site);
         assert!(
             matches!(&err, ModelError::UnexpectedParam { path, count: 4 } if path == "engrams_1/embedding"),
             "{err}"
         );
 
-        let three_layers = ModelConfig {
-            num_layers: 3,
-            ..tiny_config()
-        };
+        let three_layers = ModelConfig { num_layers: 3, ..tiny_config() };
         let err = load(&|_| {}, &three_layers);
-        assert!(
-            matches!(&err, ModelError::ParamShape { expected, .. } if expected[0] == 3),
-            "{err}"
-        );
+        assert!(matches!(&err, ModelError::ParamShape { expected, .. } if expected[0] == 3), "{err}");
     }
 
     #[test]
@@ -352,38 +285,15 @@ mod tests {
         assert!(matches!(network.forward(&empty), Err(ModelError::EmptyBatch)));
         let ids = Tensor::new(&[[2u32, 40]], &Device::Cpu).unwrap();
         let err = network.forward(&ids).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                ModelError::TokenOutOfRange {
-                    id: 40,
-                    row: 0,
-                    position: 1,
-                    vocab: 40
-                }
-            ),
-            "{err}"
-        );
-        let err = network
-            .check_tokenizer_vocab(512, Path::new("m/tokenizer.model"))
-            .unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("`m/tokenizer.model` has a vocabulary of 512 but the model's is 40"),
-            "{err}"
-        );
-        network
-            .check_tokenizer_vocab(40, Path::new("m/tokenizer.model"))
-            .unwrap();
+        assert!(matches!(err, ModelError::TokenOutOfRange { id: 40, row: 0, position: 1, vocab: 40 }), "{err}");
+        let err = network.check_tokenizer_vocab(512, Path::new("m/tokenizer.model")).unwrap_err();
+        assert!(err.to_string().contains("`m/tokenizer.model` has a vocabulary of 512 but the model's is 40"), "{err}");
+        network.check_tokenizer_vocab(40, Path::new("m/tokenizer.model")).unwrap();
     }
 
     #[test]
     fn without_engram_sites_the_engram_settings_are_ignored() {
-        let cfg = ModelConfig {
-            engram_layers: vec![],
-            engram_orders: vec![],
-            ..tiny_config()
-        };
+        let cfg = ModelConfig { engram_layers: vec![], engram_orders: vec![], ..tiny_config() };
         let params = Params::random_init(&Device::Cpu);
         let logits = Network::load(&cfg, &params).unwrap().forward(&batch().0).unwrap();
         assert_eq!(logits.dims(), &[2, 8, 40]);
@@ -394,40 +304,13 @@ mod tests {
     fn configs_the_reference_cannot_run_are_rejected() {
         let params = Params::random_init(&Device::Cpu);
         for (cfg, field) in [
-            (
-                ModelConfig {
-                    num_kv_heads: 3,
-                    ..tiny_config()
-                },
-                "num_kv_heads",
-            ),
-            (
-                ModelConfig {
-                    engram_layers: vec![2],
-                    ..tiny_config()
-                },
-                "engram_layers",
-            ),
-            (
-                ModelConfig {
-                    num_heads: 5,
-                    ..tiny_config()
-                },
-                "attn_dim",
-            ),
-            (
-                ModelConfig {
-                    mhc_lanes: 0,
-                    ..tiny_config()
-                },
-                "mhc_lanes",
-            ),
+            (ModelConfig { num_kv_heads: 3, ..tiny_config() }, "num_kv_heads"),
+            (ModelConfig { engram_layers: vec![2], ..tiny_config() }, "engram_layers"),
+            (ModelConfig { num_heads: 5, ..tiny_config() }, "attn_dim"),
+            (ModelConfig { mhc_lanes: 0, ..tiny_config() }, "mhc_lanes"),
         ] {
             let err = Network::load(&cfg, &params).unwrap_err();
-            assert!(
-                matches!(err, ModelError::InvalidConfig { field: f, .. } if f == field),
-                "{err}"
-            );
+            assert!(matches!(err, ModelError::InvalidConfig { field: f, .. } if f == field), "{err}");
         }
     }
 }

@@ -22,9 +22,7 @@ pub struct ZcRmsNorm {
 
 impl ZcRmsNorm {
     pub fn new(width: usize, vb: ParamPath) -> Result<Self> {
-        Ok(Self {
-            gain: (vb.get(&[width], "scale")? + 1.0)?,
-        })
+        Ok(Self { gain: (vb.get(&[width], "scale")? + 1.0)? })
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {

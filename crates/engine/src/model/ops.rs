@@ -47,14 +47,8 @@ mod tests {
             assert!((g - 1.0 / (1.0 + (-v).exp())).abs() < 1e-7);
         }
         let seq = Tensor::new(&[[1f32, 2.0, 3.0]], &Device::Cpu).unwrap();
-        assert_eq!(
-            shift_right(&seq, 1).unwrap().to_vec2::<f32>().unwrap(),
-            [[0.0, 1.0, 2.0]]
-        );
-        assert_eq!(
-            shift_right(&seq, 5).unwrap().to_vec2::<f32>().unwrap(),
-            [[0.0, 0.0, 0.0]]
-        );
+        assert_eq!(shift_right(&seq, 1).unwrap().to_vec2::<f32>().unwrap(), [[0.0, 1.0, 2.0]]);
+        assert_eq!(shift_right(&seq, 5).unwrap().to_vec2::<f32>().unwrap(), [[0.0, 0.0, 0.0]]);
     }
 
     #[test]

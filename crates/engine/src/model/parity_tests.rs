@@ -44,15 +44,9 @@ fn logits_and_loss_match_the_reference_forward() {
             .to_scalar()
             .unwrap();
         assert!(max_diff <= 1e-4, "{stem}: logits differ by up to {max_diff}");
-        let loss: f32 = masked_loss(&logits, &ids, &golden["mask"])
-            .unwrap()
-            .to_scalar()
-            .unwrap();
+        let loss: f32 = masked_loss(&logits, &ids, &golden["mask"]).unwrap().to_scalar().unwrap();
         let want = golden["loss"].to_vec1::<f32>().unwrap()[0];
-        assert!(
-            relative_error(loss.into(), want.into()) <= 1e-5,
-            "{stem}: loss {loss} vs reference {want}"
-        );
+        assert!(relative_error(loss.into(), want.into()) <= 1e-5, "{stem}: loss {loss} vs reference {want}");
     }
 }
 
@@ -61,10 +55,7 @@ fn whole_file_loss_matches_the_reference_single_batch() {
     let goldens: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fixture("golden/eval.json")).unwrap()).unwrap();
     let tokenizer = Tokenizer::load(&fixture("models/tokenizer.model")).unwrap();
-    let prepared = Dataset::load(&fixture("data/tool_calls.jsonl"))
-        .unwrap()
-        .prepare(&tokenizer, 1024)
-        .unwrap();
+    let prepared = Dataset::load(&fixture("data/tool_calls.jsonl")).unwrap().prepare(&tokenizer, 1024).unwrap();
     for stem in STEMS {
         let want = &goldens[stem];
         // A batch size that does not divide the file, so a short last batch is exercised.
@@ -73,11 +64,7 @@ fn whole_file_loss_matches_the_reference_single_batch() {
         assert_eq!(summary.examples as u64, want["examples"].as_u64().unwrap(), "{stem}");
         assert_eq!(summary.tokens as f64, want["tokens"].as_f64().unwrap(), "{stem}");
         let loss = want["loss"].as_f64().unwrap();
-        assert!(
-            relative_error(summary.loss, loss) <= 1e-5,
-            "{stem}: loss {} vs reference {loss}",
-            summary.loss
-        );
+        assert!(relative_error(summary.loss, loss) <= 1e-5, "{stem}: loss {} vs reference {loss}", summary.loss);
     }
 }
 
@@ -94,19 +81,10 @@ fn merged_reference_adapter_gives_the_reference_lora_loss() {
         let lora =
             candle_core::safetensors::load(fixture(&format!("golden/{stem}/lora.safetensors")), &Device::Cpu).unwrap();
         let ids = forward["ids"].to_dtype(DType::U32).unwrap();
-        let logits = Network::load(&checkpoint.config, &params)
-            .unwrap()
-            .forward(&ids)
-            .unwrap();
-        let loss: f32 = masked_loss(&logits, &ids, &forward["mask"])
-            .unwrap()
-            .to_scalar()
-            .unwrap();
+        let logits = Network::load(&checkpoint.config, &params).unwrap().forward(&ids).unwrap();
+        let loss: f32 = masked_loss(&logits, &ids, &forward["mask"]).unwrap().to_scalar().unwrap();
         let want = lora["loss"].to_vec1::<f32>().unwrap()[0];
-        assert!(
-            relative_error(loss.into(), want.into()) <= 1e-5,
-            "{stem}: adapted loss {loss} vs reference {want}"
-        );
+        assert!(relative_error(loss.into(), want.into()) <= 1e-5, "{stem}: adapted loss {loss} vs reference {want}");
     }
 }
 

@@ -68,9 +68,7 @@ impl LaneMix {
         let u = x.broadcast_mul(&h_pre.unsqueeze(3)?)?.sum(2)?;
         let update = (block(&u)? - &u)?;
         let h_post = (sigmoid(&Self::logits(&nx, &self.phi_post, &self.a_post, &self.bias_post)?)? * 2.0)?;
-        let res = nx
-            .broadcast_matmul(&self.phi_res)?
-            .reshape((b, t, self.lanes, self.lanes))?;
+        let res = nx.broadcast_matmul(&self.phi_res)?.reshape((b, t, self.lanes, self.lanes))?;
         let h_res = sinkhorn(&res.broadcast_mul(&self.a_res)?.broadcast_add(&self.b_res)?)?;
         Ok((h_res.matmul(x)? + h_post.unsqueeze(3)?.broadcast_mul(&update.unsqueeze(2)?)?)?)
     }
@@ -112,17 +110,11 @@ impl Stack {
                 Ok(Layer {
                     mix: LaneMix::new(cfg.mhc_lanes, cfg.d_model, i, vb.layer(i, count))?,
                     block: Block::new(cfg, vb.pp("layers").pp("block").layer(i, count))?,
-                    engram_sites: (0..cfg.engram_layers.len())
-                        .filter(|&s| cfg.engram_layers[s] == i)
-                        .collect(),
+                    engram_sites: (0..cfg.engram_layers.len()).filter(|&s| cfg.engram_layers[s] == i).collect(),
                 })
             })
             .collect::<Result<_>>()?;
-        Ok(Self {
-            layers,
-            final_norm: ZcRmsNorm::new(cfg.d_model, vb.pp("final_norm"))?,
-            lanes: cfg.mhc_lanes,
-        })
+        Ok(Self { layers, final_norm: ZcRmsNorm::new(cfg.d_model, vb.pp("final_norm"))?, lanes: cfg.mhc_lanes })
     }
 
     /// Embedded tokens `[B, T, d]` → final hidden states `[B, T, d]`; `engrams[s]` is site s's memory.
@@ -131,9 +123,7 @@ impl Stack {
         let mut lanes = x.unsqueeze(2)?.broadcast_as((b, t, self.lanes, d))?.contiguous()?;
         for layer in &self.layers {
             let sites: Vec<&EngramKv> = layer.engram_sites.iter().filter_map(|&s| engrams.get(s)).collect();
-            lanes = layer
-                .mix
-                .forward(&lanes, |u| layer.block.forward(u, rope, causal, &sites))?;
+            lanes = layer.mix.forward(&lanes, |u| layer.block.forward(u, rope, causal, &sites))?;
         }
         self.final_norm.forward(&lanes.mean(2)?)
     }
