@@ -9,5 +9,6 @@ pub mod checkpoint;
 pub mod backend;
 pub mod config;
 pub mod dataset;
+pub mod model;
 pub mod pyjson;
 pub mod tokenizer;

@@ -1,0 +1,97 @@
+//! `needle eval`: the masked answer loss of a checkpoint (optionally with a LoRA adapter) over a
+//! whole dataset file.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use needle_engine::backend::{self, DeviceRequest};
+use needle_engine::checkpoint::{Checkpoint, PickledAdapter};
+use needle_engine::dataset::Dataset;
+use needle_engine::model::{evaluate, EvalSummary, Network, Params};
+use needle_engine::tokenizer::Tokenizer;
+
+/// Measure the masked cross-entropy of the answer tokens over a JSONL file.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Dataset (.jsonl) in the reference's tool-call format
+    pub data: PathBuf,
+    /// Base checkpoint (.pkl)
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// SentencePiece model [default: tokenizer.model beside the checkpoint]
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// LoRA adapter (.pkl from the reference) to merge before evaluating
+    #[arg(long)]
+    pub lora: Option<PathBuf>,
+    /// Longest sequence length; rows use the reference's fit_max_len bucket under it
+    #[arg(long, default_value_t = 1024)]
+    pub max_len: usize,
+    /// Examples per forward pass (memory grows with it; the result does not change)
+    #[arg(long, default_value_t = 16)]
+    pub batch_size: usize,
+    /// Force a backend (auto, cpu, cuda, metal); default: NEEDLE_DEVICE, else auto
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Print one JSON line {"loss", "examples", "tokens", "seq_len"} instead of text
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
+    eprintln!("  {:<9} {}  {}", "backend", selected.info.backend, selected.info.device);
+    let device = selected.device;
+    let (config, mut params) = {
+        let checkpoint = Checkpoint::load(&args.checkpoint)?;
+        // The f32 copy replaces the stored arrays: the checkpoint itself is dropped here.
+        let params = Params::from_checkpoint(&checkpoint, &device)
+            .with_context(|| format!("reading the weights of {}", args.checkpoint.display()))?;
+        (checkpoint.config, params)
+    };
+    if let Some(path) = &args.lora {
+        let merged = params
+            .merge_pickled_adapter(&PickledAdapter::load(path)?)
+            .with_context(|| format!("merging {} into {}", path.display(), args.checkpoint.display()))?;
+        eprintln!("  {:<9} {merged} weight groups  {}", "merged", path.display());
+    }
+    let network = Network::load(&config, &params)
+        .with_context(|| format!("building the network of {}", args.checkpoint.display()))?;
+
+    let tokenizer_path = args.tokenizer.clone().unwrap_or_else(|| beside(&args.checkpoint, "tokenizer.model"));
+    let tokenizer = Tokenizer::load(&tokenizer_path)?;
+    network.check_tokenizer_vocab(tokenizer.vocab_size(), &tokenizer_path)?;
+
+    let dataset = Dataset::load(&args.data)?;
+    for problem in &dataset.problems {
+        eprintln!("  {:<9} {}: {problem}", "warning", args.data.display());
+    }
+    let prepared = dataset.prepare(&tokenizer, args.max_len)?;
+    let summary = evaluate(&network, prepared.rows(), prepared.seq_len, args.batch_size, report_progress)?;
+    eprintln!();
+    print_summary(&summary, args.json)
+}
+
+/// `name` in the directory that holds `file`.
+fn beside(file: &Path, name: &str) -> PathBuf {
+    file.parent().map_or_else(|| PathBuf::from(name), |dir| dir.join(name))
+}
+
+fn report_progress(done: usize, total: usize) {
+    eprint!("\r  {:<9} {done}/{total} examples", "eval");
+    // Progress is best-effort: a closed stderr must not fail the evaluation.
+    let _ = std::io::stderr().flush();
+}
+
+fn print_summary(summary: &EvalSummary, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(summary)?);
+    } else {
+        println!(
+            "  {:<9} {:.4}  ({} answer tokens in {} examples, seq_len {})",
+            "loss", summary.loss, summary.tokens, summary.examples, summary.seq_len
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,118 @@
+//! Grouped-query self-attention with per-head q/k norms, half-split RoPE, a causal mask and a
+//! sigmoid output gate (the reference's `MultiHeadAttention`).
+
+use candle_core::{Device, Tensor};
+
+use super::norm::ZcRmsNorm;
+use super::ops::{sigmoid, softmax_last};
+use super::params::ParamPath;
+use super::Result;
+use crate::config::ModelConfig;
+
+/// Rotary position tables for one sequence length: `cos`/`sin` of shape `[T, head_dim/2]`.
+#[derive(Debug, Clone)]
+pub struct Rope {
+    cos: Tensor,
+    sin: Tensor,
+}
+
+impl Rope {
+    /// Angles `t · θ^(-2i/head_dim)`, computed as the reference does: frequencies and products in
+    /// f32 (the f32 rounding of a large angle changes its cosine visibly), trig of that f32 angle.
+    pub fn new(head_dim: usize, seq_len: usize, theta: f64, device: &Device) -> Result<Self> {
+        let freqs: Vec<f32> =
+            (0..head_dim).step_by(2).map(|i| (1.0 / theta.powf(i as f64 / head_dim as f64)) as f32).collect();
+        let angles: Vec<f32> = (0..seq_len).flat_map(|t| freqs.iter().map(move |f| t as f32 * f)).collect();
+        let table = |trig: fn(f64) -> f64| -> Result<Tensor> {
+            let values: Vec<f32> = angles.iter().map(|&a| trig(a as f64) as f32).collect();
+            Ok(Tensor::from_vec(values, (seq_len, freqs.len()), device)?)
+        };
+        Ok(Self { cos: table(f64::cos)?, sin: table(f64::sin)? })
+    }
+
+    /// Rotates `x` `[B, H, T, head_dim]`: halves `(x1, x2)` become `(x1·cos − x2·sin, x2·cos + x1·sin)`.
+    pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        let half = x.dim(3)? / 2;
+        let (x1, x2) = (x.narrow(3, 0, half)?, x.narrow(3, half, half)?);
+        let (cos, sin) = (&self.cos, &self.sin);
+        let first = (x1.broadcast_mul(cos)? - x2.broadcast_mul(sin)?)?;
+        let second = (x2.broadcast_mul(cos)? + x1.broadcast_mul(sin)?)?;
+        Ok(Tensor::cat(&[first, second], 3)?)
+    }
+}
+
+/// `[1, 1, T, T]` additive mask: 0 on and below the diagonal, −∞ above. Every row keeps its
+/// diagonal, so no softmax row is all −∞.
+pub fn causal_bias(seq_len: usize, device: &Device) -> Result<Tensor> {
+    let bias: Vec<f32> =
+        (0..seq_len).flat_map(|q| (0..seq_len).map(move |k| if k <= q { 0.0 } else { f32::NEG_INFINITY })).collect();
+    Ok(Tensor::from_vec(bias, (1, 1, seq_len, seq_len), device)?)
+}
+
+/// The reference's `self_attn` module.
+#[derive(Debug, Clone)]
+pub struct Attention {
+    q_proj: Tensor,
+    k_proj: Tensor,
+    v_proj: Tensor,
+    gate_proj: Tensor,
+    out_proj: Tensor,
+    q_norm: ZcRmsNorm,
+    k_norm: ZcRmsNorm,
+    num_heads: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+}
+
+impl Attention {
+    pub fn new(cfg: &ModelConfig, vb: ParamPath) -> Result<Self> {
+        let (d, attn_dim, head_dim) = (cfg.d_model, cfg.num_heads * cfg.head_dim(), cfg.head_dim());
+        let kv_dim = cfg.num_kv_heads * head_dim;
+        Ok(Self {
+            q_proj: vb.pp("q_proj").get(&[d, attn_dim], "kernel")?,
+            k_proj: vb.pp("k_proj").get(&[d, kv_dim], "kernel")?,
+            v_proj: vb.pp("v_proj").get(&[d, kv_dim], "kernel")?,
+            gate_proj: vb.pp("gate_proj").get(&[d, attn_dim], "kernel")?,
+            out_proj: vb.pp("out_proj").get(&[attn_dim, d], "kernel")?,
+            q_norm: ZcRmsNorm::new(head_dim, vb.pp("q_norm"))?,
+            k_norm: ZcRmsNorm::new(head_dim, vb.pp("k_norm"))?,
+            num_heads: cfg.num_heads,
+            num_kv_heads: cfg.num_kv_heads,
+            head_dim,
+        })
+    }
+
+    /// `x` `[B, T, d_model]` → `[B, T, d_model]`.
+    pub fn forward(&self, x: &Tensor, rope: &Rope, causal: &Tensor) -> Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        let q = self.heads(&x.broadcast_matmul(&self.q_proj)?, self.num_heads)?;
+        let k = self.heads(&x.broadcast_matmul(&self.k_proj)?, self.num_kv_heads)?;
+        let v = self.heads(&x.broadcast_matmul(&self.v_proj)?, self.num_kv_heads)?;
+        let q = rope.apply(&self.q_norm.forward(&q)?)?;
+        let k = rope.apply(&self.k_norm.forward(&k)?)?;
+        let (k, v) = (self.share_kv(&k)?, self.share_kv(&v)?);
+
+        let scores = (q.matmul(&k.t()?)? / (self.head_dim as f64).sqrt())?;
+        let weights = softmax_last(&scores.broadcast_add(causal)?)?;
+        let out = weights.matmul(&v)?.transpose(1, 2)?.reshape((b, t, self.num_heads * self.head_dim))?;
+
+        let gated = (out * sigmoid(&x.broadcast_matmul(&self.gate_proj)?)?)?;
+        Ok(gated.broadcast_matmul(&self.out_proj)?)
+    }
+
+    /// `[B, T, n·head_dim]` → `[B, n, T, head_dim]`.
+    fn heads(&self, x: &Tensor, n: usize) -> Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        Ok(x.reshape((b, t, n, self.head_dim))?.transpose(1, 2)?.contiguous()?)
+    }
+
+    /// Repeats each kv head for its group of query heads (query head h reads kv head h / group).
+    fn share_kv(&self, x: &Tensor) -> Result<Tensor> {
+        let group = self.num_heads / self.num_kv_heads;
+        if group == 1 {
+            return Ok(x.clone());
+        }
+        let (b, kv, t, hd) = x.dims4()?;
+        Ok(x.unsqueeze(2)?.broadcast_as((b, kv, group, t, hd))?.reshape((b, kv * group, t, hd))?)
+    }
+}

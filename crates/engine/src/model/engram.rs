@@ -1,0 +1,214 @@
+//! Engram memory: hashed n-gram lookups into learned tables, projected to keys and values once per
+//! sequence and injected into the residual stream at the configured layers through a gate that
+//! compares each memory's key with the current state.
+
+use candle_core::{Device, Tensor, D};
+
+use super::norm::rms_unit;
+use super::ops::{shift_right, sigmoid};
+use super::params::ParamPath;
+use super::{ModelError, Result};
+use crate::config::ModelConfig;
+
+/// Target width of one table's entries when `engram_heads` is 0 (automatic).
+const SUB_DIM: usize = 128;
+/// Taps of the causal convolution over the value sequence.
+const CONV_TAPS: usize = 4;
+const HASH_SEED: u32 = 0x9E37_79B9;
+const HASH_PRIME: u32 = 0x0100_0193;
+
+/// How the engram tables are laid out (the reference's `engram_geometry`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngramGeometry {
+    pub orders: Vec<usize>,
+    /// Hash heads (tables) per n-gram order.
+    pub heads: usize,
+    /// Width of one table entry.
+    pub sub_dim: usize,
+    pub slots: usize,
+}
+
+impl EngramGeometry {
+    pub fn new(cfg: &ModelConfig) -> Result<Self> {
+        let orders = cfg.engram_orders.clone();
+        if orders.is_empty() || orders.contains(&0) {
+            return Err(ModelError::InvalidConfig {
+                field: "engram_orders",
+                reason: format!("is {orders:?}; it needs at least one n-gram order, each ≥ 1"),
+            });
+        }
+        if cfg.engram_slots == 0 {
+            return Err(ModelError::InvalidConfig { field: "engram_slots", reason: "is 0; it must be ≥ 1".into() });
+        }
+        let heads =
+            if cfg.engram_heads > 0 { cfg.engram_heads } else { (cfg.d_model / (orders.len() * SUB_DIM)).max(1) };
+        let sub_dim = cfg.d_model / (orders.len() * heads);
+        if sub_dim == 0 {
+            return Err(ModelError::InvalidConfig {
+                field: "engram_heads",
+                reason: format!("{heads} heads × {} orders leave no width of d_model {}", orders.len(), cfg.d_model),
+            });
+        }
+        Ok(Self { orders, heads, sub_dim, slots: cfg.engram_slots })
+    }
+
+    /// Number of tables: one per (order, head) pair, order-major.
+    pub fn tables(&self) -> usize {
+        self.orders.len() * self.heads
+    }
+
+    /// Dilation of the value convolution: the longest n-gram.
+    fn dilation(&self) -> usize {
+        self.orders.iter().copied().max().unwrap_or(1)
+    }
+}
+
+/// The table slot of every (row, position, table), row-major `[B, T, tables]`, exactly as the
+/// reference's `engram_indices`: an FNV-style hash over the last `order` tokens in u32 arithmetic
+/// with wrap-around, tokens before the sequence start reading as 0.
+pub fn engram_indices(ids: &[Vec<u32>], geometry: &EngramGeometry) -> Vec<u32> {
+    let tables = geometry.tables();
+    let mut out = Vec::with_capacity(ids.iter().map(Vec::len).sum::<usize>() * tables);
+    for row in ids {
+        for t in 0..row.len() {
+            for (oi, &order) in geometry.orders.iter().enumerate() {
+                for h in 0..geometry.heads {
+                    let seed = HASH_SEED.wrapping_mul((oi * geometry.heads + h + 1) as u32);
+                    let acc = (0..order).fold(seed, |acc, j| {
+                        let token = t.checked_sub(j).map_or(0, |p| row[p]);
+                        (acc ^ token).wrapping_mul(HASH_PRIME)
+                    });
+                    out.push((acc ^ (acc >> 15)) % geometry.slots as u32);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The table lookups of one batch, shared by every engram site.
+#[derive(Debug, Clone)]
+pub struct EngramLookup {
+    /// `table · slots + slot` per (row, position, table), flattened.
+    flat_slots: Tensor,
+    /// `[1, T, tables, 1]`: 1 where the n-gram of that table's order fits in the causal window
+    /// (the reference's `_mask_diag(causal, order − 1)`), else 0.
+    ngram_ok: Tensor,
+    batch: usize,
+    seq_len: usize,
+}
+
+impl EngramLookup {
+    pub fn new(ids: &[Vec<u32>], geometry: &EngramGeometry, device: &Device) -> Result<Self> {
+        let (batch, seq_len, tables) = (ids.len(), ids.first().map_or(0, Vec::len), geometry.tables());
+        let flat: Vec<u32> = engram_indices(ids, geometry)
+            .into_iter()
+            .enumerate()
+            .map(|(i, slot)| (i % tables * geometry.slots) as u32 + slot)
+            .collect();
+        let ok: Vec<f32> = (0..seq_len)
+            .flat_map(|t| {
+                geometry
+                    .orders
+                    .iter()
+                    .flat_map(move |&order| std::iter::repeat_n(if t + 1 >= order { 1.0 } else { 0.0 }, geometry.heads))
+            })
+            .collect();
+        Ok(Self {
+            flat_slots: Tensor::from_vec(flat, batch * seq_len * tables, device)?,
+            ngram_ok: Tensor::from_vec(ok, (1, seq_len, tables, 1), device)?,
+            batch,
+            seq_len,
+        })
+    }
+}
+
+/// One site's memory for a batch: keys and values `[B, T, d_model]`.
+#[derive(Debug, Clone)]
+pub struct EngramKv {
+    key: Tensor,
+    value: Tensor,
+}
+
+impl EngramKv {
+    /// `σ(⟨x̂, k̂⟩ / √d) · v` with x̂, k̂ RMS-normalised: what the block adds to its input.
+    pub fn injection(&self, x: &Tensor) -> Result<Tensor> {
+        let d = x.dim(D::Minus1)? as f64;
+        let score = (rms_unit(x)? * rms_unit(&self.key)?)?.sum_keepdim(D::Minus1)?;
+        let alpha = sigmoid(&(score / d.sqrt())?)?;
+        Ok(self.value.broadcast_mul(&alpha)?)
+    }
+}
+
+/// One engram site (the reference's `engrams_<i>` module).
+#[derive(Debug, Clone)]
+pub struct Engram {
+    /// `[tables · slots, sub_dim]`: the `[tables, slots, sub_dim]` parameter with tables flattened.
+    embedding: Tensor,
+    key_proj: Tensor,
+    value_proj: Tensor,
+    taps: Tensor,
+    geometry: EngramGeometry,
+}
+
+impl Engram {
+    pub fn new(cfg: &ModelConfig, geometry: &EngramGeometry, vb: ParamPath) -> Result<Self> {
+        let (tables, width, d) = (geometry.tables(), geometry.tables() * geometry.sub_dim, cfg.d_model);
+        let embedding = vb.get(&[tables, geometry.slots, geometry.sub_dim], "embedding")?;
+        Ok(Self {
+            embedding: embedding.reshape((tables * geometry.slots, geometry.sub_dim))?,
+            key_proj: vb.pp("key_proj").get(&[width, d], "kernel")?,
+            value_proj: vb.pp("value_proj").get(&[width, d], "kernel")?,
+            taps: vb.get(&[CONV_TAPS, d], "taps")?,
+            geometry: geometry.clone(),
+        })
+    }
+
+    pub fn forward(&self, lookup: &EngramLookup) -> Result<EngramKv> {
+        let (b, t, g) = (lookup.batch, lookup.seq_len, &self.geometry);
+        let fetched = self.embedding.index_select(&lookup.flat_slots, 0)?.reshape((b, t, g.tables(), g.sub_dim))?;
+        let e = fetched.broadcast_mul(&lookup.ngram_ok)?.reshape((b, t, g.tables() * g.sub_dim))?;
+        let key = e.broadcast_matmul(&self.key_proj)?;
+        let value = self.causal_conv(&e.broadcast_matmul(&self.value_proj)?)?;
+        Ok(EngramKv { key, value })
+    }
+
+    /// `Σ_j taps[j] · v[t − j·dilation]`. The reference also multiplies tap j by
+    /// `_mask_diag(causal, j·dilation)`, which under a causal mask is exactly the zero padding of
+    /// the shift, so it is not repeated here.
+    fn causal_conv(&self, v: &Tensor) -> Result<Tensor> {
+        let dilation = self.geometry.dilation();
+        let mut out = v.zeros_like()?;
+        for j in 0..CONV_TAPS {
+            let tap = self.taps.get(j)?;
+            out = (out + shift_right(v, j * dilation)?.broadcast_mul(&tap)?)?;
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn geometry(orders: Vec<usize>, heads: usize, slots: usize) -> EngramGeometry {
+        EngramGeometry { orders, heads, sub_dim: 1, slots }
+    }
+
+    #[test]
+    fn indices_match_the_reference_hash_with_u32_wraparound() {
+        // Values printed by the reference's `engram_indices(jnp.array([[5, 7, 4000000000]]), (2, 3), 2, 8192)`.
+        let got = engram_indices(&[vec![5, 7, 4_000_000_000]], &geometry(vec![2, 3], 2, 8192));
+        assert_eq!(got, REFERENCE_INDICES);
+    }
+    const REFERENCE_INDICES: [u32; 12] = [1637, 1314, 5792, 3524, 78, 2045, 409, 5733, 3831, 5213, 728, 4871];
+
+    #[test]
+    fn geometry_defaults_to_128_wide_tables_per_order() {
+        let cfg = ModelConfig { d_model: 768, ..ModelConfig::default() };
+        let g = EngramGeometry::new(&cfg).unwrap();
+        assert_eq!((g.heads, g.sub_dim, g.tables(), g.dilation()), (3, 128, 6, 3));
+        let bad = ModelConfig { engram_orders: vec![], ..ModelConfig::default() };
+        assert!(matches!(EngramGeometry::new(&bad), Err(ModelError::InvalidConfig { field: "engram_orders", .. })));
+    }
+}

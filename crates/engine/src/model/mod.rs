@@ -1,0 +1,78 @@
+//! Needle 2, the reference's `SimpleAttentionNetwork`, as a candle network computed in f32.
+//!
+//! The shape of the model, top to bottom:
+//! - token embedding × √d_model, with the same matrix (transposed) as the output projection;
+//! - engram memories: hashed n-gram lookups turned into keys and values once per sequence, injected
+//!   through a learned gate at the configured layers ([`engram`]);
+//! - a stack of identical blocks whose parameters are stored stacked along a leading layer axis,
+//!   carried on several residual lanes mixed by doubly-stochastic matrices ([`stack`]);
+//! - each block: zero-centred RMSNorm sandwiches around grouped-query attention with per-head q/k
+//!   norms, RoPE and a sigmoid output gate ([`attention`]), then a Hadamard-mixing MLP ([`mlp`]).
+//!
+//! Every operation is written with differentiable candle primitives (no fused `rms_norm`,
+//! `softmax_last_dim` or `rope`, which have no backward pass), so training can take gradients
+//! through the whole forward. Parameters are read from a [`Params`] source whose paths are the
+//! checkpoint's own (`stack/layers/block/self_attn/q_proj/kernel`).
+
+pub mod attention;
+pub mod block;
+pub mod engram;
+pub mod eval;
+pub mod loss;
+pub mod mlp;
+pub mod network;
+pub mod norm;
+mod ops;
+pub mod params;
+#[cfg(test)]
+mod parity_tests;
+pub mod stack;
+
+pub use candle_core::Device;
+pub use eval::{evaluate, EvalSummary};
+pub use loss::{masked_ce_sum, masked_loss};
+pub use network::Network;
+pub use params::{ParamPath, Params};
+
+/// What can go wrong building or running the network.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(
+        "checkpoint parameter `{path}` is missing (expected shape {expected:?}); the checkpoint does not \
+         match its config — check the config's layer/width/engram settings or re-export the checkpoint"
+    )]
+    MissingParam { path: String, expected: Vec<usize> },
+    #[error(
+        "checkpoint parameter `{path}` has shape {actual:?} but the config implies {expected:?}; fix the \
+         config's geometry (d_model, heads, layers, lanes, engram settings) to match the params"
+    )]
+    ParamShape { path: String, expected: Vec<usize>, actual: Vec<usize> },
+    #[error(
+        "checkpoint parameter `{path}` is not used by a network with this config ({count} unexpected in \
+         all); the config describes fewer layers/engram sites/parts than the params hold"
+    )]
+    UnexpectedParam { path: String, count: usize },
+    #[error(
+        "tokenizer `{path}` has a vocabulary of {tokenizer_vocab} but the model's is {model_vocab}; use the \
+         tokenizer.model the checkpoint was trained with"
+    )]
+    VocabMismatch { path: std::path::PathBuf, tokenizer_vocab: usize, model_vocab: usize },
+    #[error("the model was given no tokens (an empty batch or zero-length rows); pass at least one token")]
+    EmptyBatch,
+    #[error("invalid model config: `{field}` {reason}")]
+    InvalidConfig { field: &'static str, reason: String },
+    #[error(
+        "token id {id} at batch row {row}, position {position} is outside the model's vocabulary of \
+         {vocab}; use the tokenizer that belongs to this checkpoint"
+    )]
+    TokenOutOfRange { id: u32, row: usize, position: usize, vocab: usize },
+    #[error(
+        "adapter entry `{path}`: {reason}; the adapter was trained for another base model (its recorded \
+         base is `{base}`) — pass the checkpoint it was trained from"
+    )]
+    AdapterMismatch { path: String, reason: String, base: String },
+    #[error("tensor computation failed: {0}")]
+    Candle(#[from] candle_core::Error),
+}
+
+pub type Result<T> = std::result::Result<T, ModelError>;

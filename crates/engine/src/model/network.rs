@@ -1,0 +1,316 @@
+//! The whole network (the reference's `SimpleAttentionNetwork.__call__`): token ids → logits.
+
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+
+use super::attention::{causal_bias, Rope};
+use super::block::Block;
+use super::engram::{Engram, EngramGeometry, EngramLookup};
+use super::norm::ZcRmsNorm;
+use super::params::{ParamPath, Params};
+use super::stack::Stack;
+use super::{ModelError, Result};
+use crate::checkpoint::Checkpoint;
+use crate::config::ModelConfig;
+
+/// Probe counts of the reference's contrastive and confidence heads.
+const CONTRASTIVE_PROBES: usize = 4;
+const CONFIDENCE_PROBES: usize = 8;
+
+#[derive(Debug, Clone)]
+pub struct Network {
+    cfg: ModelConfig,
+    /// `[vocab, d_model]`, also the (transposed) output projection.
+    embedding: Tensor,
+    /// `None` when no layer has an engram site.
+    engram_geometry: Option<EngramGeometry>,
+    engrams: Vec<Engram>,
+    stack: Stack,
+}
+
+impl Network {
+    /// Builds the network from `params`, failing on any missing, misshapen or unused parameter.
+    /// The multi-token-prediction block and the contrastive/confidence heads are optional (the
+    /// reference's plain forward never reads them); when present they are checked, not kept.
+    pub fn load(cfg: &ModelConfig, params: &Params) -> Result<Self> {
+        let cfg = cfg.clone().resolved();
+        validate(&cfg)?;
+        let root = params.root();
+        // Like the reference, the engram settings only matter when some layer has a site.
+        let engram_geometry = if cfg.engram_layers.is_empty() { None } else { Some(EngramGeometry::new(&cfg)?) };
+        let engrams = match &engram_geometry {
+            None => Vec::new(),
+            Some(geometry) => (0..cfg.engram_layers.len())
+                .map(|s| Engram::new(&cfg, geometry, root.pp(&format!("engrams_{s}"))))
+                .collect::<Result<_>>()?,
+        };
+        let network = Self {
+            embedding: root.pp("embedding").get(&[cfg.vocab_size, cfg.d_model], "embedding")?,
+            stack: Stack::new(&cfg, root.pp("stack"))?,
+            engram_geometry,
+            engrams,
+            cfg,
+        };
+        if ["mtp_block", "mtp_combine", "mtp_emb_norm", "mtp_final_norm"].iter().any(|p| params.has_prefix(p)) {
+            check_mtp(&network.cfg, &root)?;
+        }
+        if params.has_prefix("contrastive_head") {
+            check_head(
+                &root.pp("contrastive_head"),
+                CONTRASTIVE_PROBES,
+                network.cfg.d_model,
+                network.cfg.contrastive_dim,
+            )?;
+            root.pp("contrastive_head").get(&[], "log_temp")?;
+        }
+        if params.has_prefix("confidence_head") {
+            check_head(&root.pp("confidence_head"), CONFIDENCE_PROBES, network.cfg.d_model, 1)?;
+            root.pp("confidence_head").pp("proj").get(&[1], "bias")?;
+        }
+        params.ensure_all_used()?;
+        Ok(network)
+    }
+
+    /// The checkpoint's params (widened to f32) on `device`, shaped by its config.
+    pub fn from_checkpoint(checkpoint: &Checkpoint, device: &Device) -> Result<Self> {
+        Self::load(&checkpoint.config, &Params::from_checkpoint(checkpoint, device)?)
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    pub fn device(&self) -> &Device {
+        self.embedding.device()
+    }
+
+    /// Fails when a tokenizer's vocabulary (read from `path`) is not this model's.
+    pub fn check_tokenizer_vocab(&self, tokenizer_vocab: usize, path: &Path) -> Result<()> {
+        if tokenizer_vocab == self.cfg.vocab_size {
+            return Ok(());
+        }
+        Err(ModelError::VocabMismatch { path: path.into(), tokenizer_vocab, model_vocab: self.cfg.vocab_size })
+    }
+
+    /// Token ids `[B, T]` (any integer dtype) → logits `[B, T, vocab]` f32, under the causal mask
+    /// only (padding is attended to, as in the reference's `__call__`).
+    pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        let ids = ids.to_dtype(DType::U32)?;
+        let rows = ids.to_vec2::<u32>()?;
+        self.check_ids(&rows)?;
+        let (b, t) = ids.dims2()?;
+        let d = self.cfg.d_model;
+        let device = self.device();
+
+        let x = (self.embedding.index_select(&ids.flatten_all()?, 0)?.reshape((b, t, d))? * (d as f64).sqrt())?;
+        let rope = Rope::new(self.cfg.head_dim(), t, self.cfg.rope_theta, device)?;
+        let causal = causal_bias(t, device)?;
+        let memories = match &self.engram_geometry {
+            None => Vec::new(),
+            Some(geometry) => {
+                let lookup = EngramLookup::new(&rows, geometry, device)?;
+                self.engrams.iter().map(|e| e.forward(&lookup)).collect::<Result<_>>()?
+            }
+        };
+        let hidden = self.stack.forward(&x, &rope, &causal, &memories)?;
+        Ok(hidden.broadcast_matmul(&self.embedding.t()?)?)
+    }
+
+    fn check_ids(&self, rows: &[Vec<u32>]) -> Result<()> {
+        let vocab = self.cfg.vocab_size;
+        if rows.first().is_none_or(Vec::is_empty) {
+            return Err(ModelError::EmptyBatch);
+        }
+        for (row, ids) in rows.iter().enumerate() {
+            if let Some(position) = ids.iter().position(|&id| id as usize >= vocab) {
+                return Err(ModelError::TokenOutOfRange { id: ids[position], row, position, vocab });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The geometry constraints the reference assumes (it would fail in a reshape or an assert).
+fn validate(cfg: &ModelConfig) -> Result<()> {
+    let invalid = |field, reason: String| Err(ModelError::InvalidConfig { field, reason });
+    for (field, value) in [
+        ("vocab_size", cfg.vocab_size),
+        ("d_model", cfg.d_model),
+        ("num_heads", cfg.num_heads),
+        ("num_kv_heads", cfg.num_kv_heads),
+        ("mhc_lanes", cfg.mhc_lanes),
+    ] {
+        if value == 0 {
+            return invalid(field, "is 0; it must be ≥ 1".into());
+        }
+    }
+    let head_dim = cfg.head_dim();
+    if head_dim == 0 || head_dim * cfg.num_heads != cfg.attn_dim || head_dim & 1 == 1 {
+        return invalid(
+            "attn_dim",
+            format!("{} must split into {} heads of an even width", cfg.attn_dim, cfg.num_heads),
+        );
+    }
+    if cfg.num_heads / cfg.num_kv_heads * cfg.num_kv_heads != cfg.num_heads {
+        return invalid("num_kv_heads", format!("{} must divide num_heads {}", cfg.num_kv_heads, cfg.num_heads));
+    }
+    if let Some(layer) = cfg.engram_layers.iter().find(|&&l| l >= cfg.num_layers) {
+        return invalid("engram_layers", format!("names layer {layer} but the model has {} layers", cfg.num_layers));
+    }
+    Ok(())
+}
+
+/// Checks the multi-token-prediction parameters' presence and shapes.
+fn check_mtp(cfg: &ModelConfig, root: &ParamPath) -> Result<()> {
+    let d = cfg.d_model;
+    Block::new(cfg, root.pp("mtp_block"))?;
+    root.pp("mtp_combine").get(&[2 * d, d], "kernel")?;
+    ZcRmsNorm::new(d, root.pp("mtp_emb_norm"))?;
+    ZcRmsNorm::new(d, root.pp("mtp_final_norm"))?;
+    Ok(())
+}
+
+/// Checks a probe-pooling head's `probes` and `proj/kernel` shapes.
+fn check_head(head: &ParamPath, probes: usize, d_model: usize, out: usize) -> Result<()> {
+    head.get(&[probes, d_model], "probes")?;
+    head.pp("proj").get(&[probes * d_model, out], "kernel")?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::masked_loss;
+    use candle_core::Var;
+    use std::collections::BTreeMap;
+
+    /// Small but complete: GQA groups of 2, a padded Hadamard width (48 → 64), 2 lanes, an engram
+    /// site at each layer.
+    fn tiny_config() -> ModelConfig {
+        ModelConfig {
+            vocab_size: 40,
+            d_model: 48,
+            num_heads: 4,
+            num_kv_heads: 2,
+            num_layers: 2,
+            engram_layers: vec![0, 1],
+            engram_slots: 16,
+            mhc_lanes: 2,
+            ..ModelConfig::default()
+        }
+    }
+
+    /// Every parameter of a random-init tiny network, by path.
+    fn random_params(cfg: &ModelConfig) -> BTreeMap<String, Tensor> {
+        let params = Params::random_init(&Device::Cpu);
+        Network::load(cfg, &params).unwrap();
+        params.paths().into_iter().map(|p| (p.clone(), params.get(&p).unwrap())).collect()
+    }
+
+    fn batch() -> (Tensor, Tensor) {
+        let ids = Tensor::new(&[[2u32, 7, 7, 30, 11, 5, 1, 0], [2, 9, 3, 3, 3, 17, 39, 1]], &Device::Cpu).unwrap();
+        let mask =
+            Tensor::new(&[[0f32, 0., 0., 1., 1., 1., 1., 0.], [0., 0., 0., 0., 1., 1., 1., 1.]], &Device::Cpu).unwrap();
+        (ids, mask)
+    }
+
+    #[test]
+    fn gradients_reach_every_attention_projection() {
+        let cfg = tiny_config();
+        let mut params = Params::from_tensors(random_params(&cfg), &Device::Cpu).unwrap();
+        let vars: Vec<(String, Var)> = ["q_proj", "k_proj", "v_proj", "gate_proj", "out_proj"]
+            .iter()
+            .map(|name| {
+                let path = format!("stack/layers/block/self_attn/{name}/kernel");
+                let var = Var::from_tensor(&params.get(&path).unwrap()).unwrap();
+                params.insert(path.clone(), var.as_tensor().clone());
+                (path, var)
+            })
+            .collect();
+        let network = Network::load(&cfg, &params).unwrap();
+        let (ids, mask) = batch();
+        let loss = masked_loss(&network.forward(&ids).unwrap(), &ids, &mask).unwrap();
+        let grads = loss.backward().unwrap();
+        for (path, var) in &vars {
+            let grad = grads.get(var.as_tensor()).unwrap_or_else(|| panic!("no gradient for {path}"));
+            assert_eq!(grad.dims(), var.dims());
+            let per_layer = grad.abs().unwrap().sum(2).unwrap().sum(1).unwrap().to_vec1::<f32>().unwrap();
+            assert!(per_layer.iter().all(|g| g.is_finite() && *g > 0.0), "{path}: |grad| per layer {per_layer:?}");
+        }
+    }
+
+    #[test]
+    fn a_missing_misshapen_or_surplus_param_is_named() {
+        let cfg = tiny_config();
+        let full = random_params(&cfg);
+        let load = |edit: &dyn Fn(&mut BTreeMap<String, Tensor>), cfg: &ModelConfig| {
+            let mut tensors = full.clone();
+            edit(&mut tensors);
+            Network::load(cfg, &Params::from_tensors(tensors, &Device::Cpu).unwrap()).unwrap_err()
+        };
+        let k_proj = "stack/layers/block/self_attn/k_proj/kernel";
+        let err = load(&|t| drop(t.remove(k_proj)), &cfg);
+        assert!(
+            matches!(&err, ModelError::MissingParam { path, expected } if path == k_proj && expected == &[2, 48, 24]),
+            "{err}"
+        );
+
+        let err = load(
+            &|t| drop(t.insert(k_proj.into(), Tensor::zeros((2, 48, 48), DType::F32, &Device::Cpu).unwrap())),
+            &cfg,
+        );
+        assert!(
+            matches!(&err, ModelError::ParamShape { path, actual, .. } if path == k_proj && actual == &[2, 48, 48]),
+            "{err}"
+        );
+
+        let one_site = ModelConfig { engram_layers: vec![0], ..tiny_config() };
+        let err = load(&|_| {}, &one_site);
+        assert!(
+            matches!(&err, ModelError::UnexpectedParam { path, count: 4 } if path == "engrams_1/embedding"),
+            "{err}"
+        );
+
+        let three_layers = ModelConfig { num_layers: 3, ..tiny_config() };
+        let err = load(&|_| {}, &three_layers);
+        assert!(matches!(&err, ModelError::ParamShape { expected, .. } if expected[0] == 3), "{err}");
+    }
+
+    #[test]
+    fn bad_tokens_and_a_foreign_tokenizer_are_errors() {
+        let cfg = tiny_config();
+        let network = Network::load(&cfg, &Params::from_tensors(random_params(&cfg), &Device::Cpu).unwrap()).unwrap();
+        let empty = Tensor::zeros((1, 0), DType::U32, &Device::Cpu).unwrap();
+        assert!(matches!(network.forward(&empty), Err(ModelError::EmptyBatch)));
+        let ids = Tensor::new(&[[2u32, 40]], &Device::Cpu).unwrap();
+        let err = network.forward(&ids).unwrap_err();
+        assert!(matches!(err, ModelError::TokenOutOfRange { id: 40, row: 0, position: 1, vocab: 40 }), "{err}");
+        let err = network.check_tokenizer_vocab(512, Path::new("m/tokenizer.model")).unwrap_err();
+        assert!(err.to_string().contains("`m/tokenizer.model` has a vocabulary of 512 but the model's is 40"), "{err}");
+        network.check_tokenizer_vocab(40, Path::new("m/tokenizer.model")).unwrap();
+    }
+
+    #[test]
+    fn without_engram_sites_the_engram_settings_are_ignored() {
+        let cfg = ModelConfig { engram_layers: vec![], engram_orders: vec![], ..tiny_config() };
+        let params = Params::random_init(&Device::Cpu);
+        let logits = Network::load(&cfg, &params).unwrap().forward(&batch().0).unwrap();
+        assert_eq!(logits.dims(), &[2, 8, 40]);
+        assert!(!params.has_prefix("engrams_0"));
+    }
+
+    #[test]
+    fn configs_the_reference_cannot_run_are_rejected() {
+        let params = Params::random_init(&Device::Cpu);
+        for (cfg, field) in [
+            (ModelConfig { num_kv_heads: 3, ..tiny_config() }, "num_kv_heads"),
+            (ModelConfig { engram_layers: vec![2], ..tiny_config() }, "engram_layers"),
+            (ModelConfig { num_heads: 5, ..tiny_config() }, "attn_dim"),
+            (ModelConfig { mhc_lanes: 0, ..tiny_config() }, "mhc_lanes"),
+        ] {
+            let err = Network::load(&cfg, &params).unwrap_err();
+            assert!(matches!(err, ModelError::InvalidConfig { field: f, .. } if f == field), "{err}");
+        }
+    }
+}

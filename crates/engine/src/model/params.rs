@@ -1,0 +1,230 @@
+//! The weights source: every parameter as an f32 tensor under its checkpoint path.
+//!
+//! Paths are the checkpoint's flattened `/`-joined names. Parameters under `stack/layers/` carry the
+//! layer index as their leading axis (the reference scans one block over them); [`ParamPath::layer`]
+//! selects one layer's slice so that a layer's code can ask for the per-layer shape.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+
+use candle_core::{Device, Tensor};
+
+use super::{ModelError, Result};
+use crate::checkpoint::{Checkpoint, LoraFactors, NdArray, PickledAdapter};
+
+/// Named f32 tensors on one device, with a record of which ones the network consumed.
+#[derive(Debug)]
+pub struct Params {
+    tensors: RefCell<BTreeMap<String, Tensor>>,
+    used: RefCell<BTreeSet<String>>,
+    device: Device,
+    /// When set, a missing parameter is created as N(0, 0.02) noise instead of being an error:
+    /// a random-init network of any geometry, for benchmarks and tests.
+    random_init: bool,
+}
+
+impl Params {
+    /// Takes ownership of already-built tensors (converted to f32 on `device`).
+    pub fn from_tensors(tensors: BTreeMap<String, Tensor>, device: &Device) -> Result<Self> {
+        let tensors = tensors
+            .into_iter()
+            .map(|(path, t)| Ok((path, t.to_dtype(candle_core::DType::F32)?.to_device(device)?)))
+            .collect::<Result<_>>()?;
+        Ok(Self::with(tensors, device, false))
+    }
+
+    /// Every checkpoint param widened to f32 (float16 storage included) on `device`.
+    pub fn from_checkpoint(checkpoint: &Checkpoint, device: &Device) -> Result<Self> {
+        let tensors = checkpoint
+            .params
+            .iter()
+            .map(|(path, array)| Ok((path.clone(), Tensor::from_vec(array.to_f32(), array.shape.as_slice(), device)?)))
+            .collect::<Result<_>>()?;
+        Ok(Self::with(tensors, device, false))
+    }
+
+    /// A source that invents any parameter asked for (normal noise, std 0.02).
+    pub fn random_init(device: &Device) -> Self {
+        Self::with(BTreeMap::new(), device, true)
+    }
+
+    fn with(tensors: BTreeMap<String, Tensor>, device: &Device, random_init: bool) -> Self {
+        Self {
+            tensors: RefCell::new(tensors),
+            used: RefCell::new(BTreeSet::new()),
+            device: device.clone(),
+            random_init,
+        }
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The tensor stored at `path`, if any (shape unchecked).
+    pub fn get(&self, path: &str) -> Option<Tensor> {
+        self.tensors.borrow().get(path).cloned()
+    }
+
+    /// Replaces (or adds) the tensor at `path`: how LoRA-merged or trainable weights enter the network.
+    pub fn insert(&mut self, path: impl Into<String>, tensor: Tensor) {
+        self.tensors.get_mut().insert(path.into(), tensor);
+    }
+
+    /// Merges the reference's `.pkl` LoRA adapter into the weights: `W ← W + scale · A·B` for each
+    /// adapted path (per layer when the weight is stacked). Returns how many weights changed; on an
+    /// error nothing has changed.
+    pub fn merge_pickled_adapter(&mut self, adapter: &PickledAdapter) -> Result<usize> {
+        let merged = adapter
+            .lora
+            .iter()
+            .map(|(path, factors)| Ok((path.clone(), self.merged_weight(adapter, path, factors)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let count = merged.len();
+        self.tensors.get_mut().extend(merged);
+        Ok(count)
+    }
+
+    fn merged_weight(&self, adapter: &PickledAdapter, path: &str, factors: &LoraFactors) -> Result<Tensor> {
+        let mismatch =
+            |reason: String| ModelError::AdapterMismatch { path: path.into(), reason, base: adapter.base.clone() };
+        let weight = self.get(path).ok_or_else(|| mismatch("the base model has no such weight".into()))?;
+        let a = self.array_tensor(&factors.a)?;
+        let b = self.array_tensor(&factors.b)?;
+        let delta = a.matmul(&b).map_err(|e| mismatch(format!("A {:?} · B {:?} failed: {e}", a.dims(), b.dims())))?;
+        if delta.dims() != weight.dims() {
+            return Err(mismatch(format!("A·B has shape {:?} but the weight is {:?}", delta.dims(), weight.dims())));
+        }
+        Ok((weight + (delta * adapter.scale)?)?)
+    }
+
+    fn array_tensor(&self, array: &NdArray) -> Result<Tensor> {
+        Ok(Tensor::from_vec(array.to_f32(), array.shape.as_slice(), &self.device)?)
+    }
+
+    /// Whether any parameter lives under `prefix/`.
+    pub fn has_prefix(&self, prefix: &str) -> bool {
+        let dir = format!("{prefix}/");
+        self.tensors.borrow().keys().any(|k| k.starts_with(&dir))
+    }
+
+    /// All parameter paths, in order.
+    pub fn paths(&self) -> Vec<String> {
+        self.tensors.borrow().keys().cloned().collect()
+    }
+
+    /// The root of the parameter tree.
+    pub fn root(&self) -> ParamPath<'_> {
+        ParamPath { params: self, prefix: String::new(), layer: None }
+    }
+
+    /// Fails on the first parameter no part of the network asked for: such a param means the
+    /// config describes a different (smaller) network than the one that was saved.
+    pub fn ensure_all_used(&self) -> Result<()> {
+        let used = self.used.borrow();
+        let tensors = self.tensors.borrow();
+        let mut unused = tensors.keys().filter(|k| !used.contains(*k));
+        match unused.next() {
+            None => Ok(()),
+            Some(first) => Err(ModelError::UnexpectedParam { path: first.clone(), count: 1 + unused.count() }),
+        }
+    }
+
+    /// The full tensor at `path`, checked against `expected`.
+    fn fetch(&self, path: &str, expected: &[usize]) -> Result<Tensor> {
+        self.used.borrow_mut().insert(path.to_string());
+        let found = self.tensors.borrow().get(path).cloned();
+        let tensor = match found {
+            Some(t) => t,
+            None if self.random_init => {
+                let t = Tensor::randn(0f32, 0.02, expected, &self.device)?;
+                self.tensors.borrow_mut().insert(path.to_string(), t.clone());
+                t
+            }
+            None => return Err(ModelError::MissingParam { path: path.into(), expected: expected.into() }),
+        };
+        if tensor.dims() != expected {
+            return Err(ModelError::ParamShape {
+                path: path.into(),
+                expected: expected.into(),
+                actual: tensor.dims().into(),
+            });
+        }
+        Ok(tensor)
+    }
+}
+
+/// A position in the parameter tree, optionally restricted to one layer of a stacked group.
+#[derive(Debug, Clone)]
+pub struct ParamPath<'a> {
+    params: &'a Params,
+    prefix: String,
+    /// `(index, count)`: params here have a leading axis of `count` layers, and `index` is taken.
+    layer: Option<(usize, usize)>,
+}
+
+impl<'a> ParamPath<'a> {
+    /// The child node `name` (`pp("self_attn").pp("q_proj")` is `…/self_attn/q_proj`).
+    pub fn pp(&self, name: &str) -> Self {
+        let prefix = if self.prefix.is_empty() { name.to_string() } else { format!("{}/{name}", self.prefix) };
+        Self { params: self.params, prefix, layer: self.layer }
+    }
+
+    /// The same node seen as layer `index` of `count` stacked layers.
+    pub fn layer(&self, index: usize, count: usize) -> Self {
+        Self { params: self.params, prefix: self.prefix.clone(), layer: Some((index, count)) }
+    }
+
+    pub fn device(&self) -> &Device {
+        self.params.device()
+    }
+
+    /// The parameter `name` here with the (per-layer) shape `shape`.
+    pub fn get(&self, shape: &[usize], name: &str) -> Result<Tensor> {
+        let path = self.pp(name).prefix;
+        match self.layer {
+            None => self.params.fetch(&path, shape),
+            Some((index, count)) => {
+                let stacked: Vec<usize> = std::iter::once(count).chain(shape.iter().copied()).collect();
+                Ok(self.params.fetch(&path, &stacked)?.narrow(0, index, 1)?.squeeze(0)?)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(entries: &[(&str, &[usize])]) -> Params {
+        let map = entries
+            .iter()
+            .map(|(k, shape)| (k.to_string(), Tensor::zeros(*shape, candle_core::DType::F32, &Device::Cpu).unwrap()))
+            .collect();
+        Params::from_tensors(map, &Device::Cpu).unwrap()
+    }
+
+    #[test]
+    fn stacked_layer_slices_the_leading_axis_and_checks_the_full_shape() {
+        let p = params(&[("stack/layers/block/attn_gate", &[3]), ("stack/layers/block/w", &[3, 2, 5])]);
+        let block = p.root().pp("stack").pp("layers").pp("block");
+        assert_eq!(block.layer(1, 3).get(&[2, 5], "w").unwrap().dims(), &[2, 5]);
+        assert_eq!(block.layer(2, 3).get(&[], "attn_gate").unwrap().dims(), &[] as &[usize]);
+        let err = block.layer(0, 4).get(&[2, 5], "w").unwrap_err();
+        assert!(
+            matches!(&err, ModelError::ParamShape { path, expected, actual }
+            if path == "stack/layers/block/w" && expected == &[4, 2, 5] && actual == &[3, 2, 5]),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn missing_and_unused_params_are_named() {
+        let p = params(&[("a/kernel", &[2, 2]), ("b/extra", &[1])]);
+        let err = p.root().pp("a").get(&[2, 2], "bias").unwrap_err();
+        assert!(err.to_string().contains("`a/bias` is missing"), "{err}");
+        p.root().pp("a").get(&[2, 2], "kernel").unwrap();
+        let err = p.ensure_all_used().unwrap_err();
+        assert!(matches!(&err, ModelError::UnexpectedParam { path, count: 1 } if path == "b/extra"), "{err}");
+    }
+}

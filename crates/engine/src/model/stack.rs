@@ -1,0 +1,153 @@
+//! The layer stack with manifold-constrained hyper-connections (mHC): the residual stream is
+//! carried on `mhc_lanes` parallel lanes. Each layer reads one mixture of the lanes (`pre` gates),
+//! adds its block's update back to every lane (`post` gates) and mixes the lanes with a
+//! doubly-stochastic matrix (Sinkhorn-normalised `res` logits). The lanes are averaged at the end.
+
+use candle_core::Tensor;
+
+use super::attention::Rope;
+use super::block::Block;
+use super::engram::EngramKv;
+use super::norm::{rms_unit, ZcRmsNorm};
+use super::ops::sigmoid;
+use super::params::ParamPath;
+use super::Result;
+use crate::config::ModelConfig;
+
+/// Sinkhorn iterations of the reference (fixed, not configurable there).
+const SINKHORN_ITERS: usize = 20;
+
+/// One layer's lane gates (the `stack/mhc_*` parameters at this layer's index).
+#[derive(Debug, Clone)]
+struct LaneMix {
+    phi_pre: Tensor,
+    phi_post: Tensor,
+    phi_res: Tensor,
+    a_pre: Tensor,
+    a_post: Tensor,
+    a_res: Tensor,
+    /// `b_pre` plus the fixed lane offset: +4 on this layer's own lane (layer mod lanes), −4 elsewhere.
+    bias_pre: Tensor,
+    /// `b_post` plus the fixed lane offset: 0 on this layer's own lane, −4 elsewhere.
+    bias_post: Tensor,
+    b_res: Tensor,
+    lanes: usize,
+}
+
+impl LaneMix {
+    fn new(lanes: usize, d_model: usize, layer: usize, vb: ParamPath) -> Result<Self> {
+        let (n, nc) = (lanes, lanes * d_model);
+        let own_lane: Vec<f32> = (0..n).map(|l| if l == layer % n { 1.0 } else { 0.0 }).collect();
+        let own_lane = Tensor::from_vec(own_lane, n, vb.device())?;
+        let pre_offset = own_lane.affine(8.0, -4.0)?;
+        let post_offset = own_lane.affine(4.0, -4.0)?;
+        Ok(Self {
+            phi_pre: vb.get(&[nc, n], "mhc_phi_pre")?,
+            phi_post: vb.get(&[nc, n], "mhc_phi_post")?,
+            phi_res: vb.get(&[nc, n * n], "mhc_phi_res")?,
+            a_pre: vb.get(&[], "mhc_a_pre")?,
+            a_post: vb.get(&[], "mhc_a_post")?,
+            a_res: vb.get(&[], "mhc_a_res")?,
+            bias_pre: (vb.get(&[n], "mhc_b_pre")? + pre_offset)?,
+            bias_post: (vb.get(&[n], "mhc_b_post")? + post_offset)?,
+            b_res: vb.get(&[n, n], "mhc_b_res")?,
+            lanes,
+        })
+    }
+
+    /// `a · (x̂ φ) + b`: the dynamic-plus-static logits of one gate family.
+    fn logits(nx: &Tensor, phi: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        Ok(nx.broadcast_matmul(phi)?.broadcast_mul(a)?.broadcast_add(b)?)
+    }
+
+    /// One layer over lanes `x` `[B, T, n, d]`.
+    fn forward(&self, x: &Tensor, block: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
+        let (b, t, n, c) = x.dims4()?;
+        let nx = rms_unit(&x.reshape((b, t, n * c))?)?;
+        let h_pre = sigmoid(&Self::logits(&nx, &self.phi_pre, &self.a_pre, &self.bias_pre)?)?;
+        let u = x.broadcast_mul(&h_pre.unsqueeze(3)?)?.sum(2)?;
+        let update = (block(&u)? - &u)?;
+        let h_post = (sigmoid(&Self::logits(&nx, &self.phi_post, &self.a_post, &self.bias_post)?)? * 2.0)?;
+        let res = nx.broadcast_matmul(&self.phi_res)?.reshape((b, t, self.lanes, self.lanes))?;
+        let h_res = sinkhorn(&res.broadcast_mul(&self.a_res)?.broadcast_add(&self.b_res)?)?;
+        Ok((h_res.matmul(x)? + h_post.unsqueeze(3)?.broadcast_mul(&update.unsqueeze(2)?)?)?)
+    }
+}
+
+/// Alternately normalises rows and columns of `exp(logits)` (in log space) towards a
+/// doubly-stochastic matrix over the last two axes.
+pub fn sinkhorn(logits: &Tensor) -> Result<Tensor> {
+    let rank = logits.rank();
+    let mut log_k = logits.clone();
+    for _ in 0..SINKHORN_ITERS {
+        log_k = log_k.broadcast_sub(&log_k.log_sum_exp(rank - 1)?.unsqueeze(rank - 1)?)?;
+        log_k = log_k.broadcast_sub(&log_k.log_sum_exp(rank - 2)?.unsqueeze(rank - 2)?)?;
+    }
+    Ok(log_k.exp()?)
+}
+
+#[derive(Debug, Clone)]
+struct Layer {
+    mix: LaneMix,
+    block: Block,
+    /// Indices of the engram sites injected at this layer.
+    engram_sites: Vec<usize>,
+}
+
+/// The reference's `stack` module: the layers and the final norm.
+#[derive(Debug, Clone)]
+pub struct Stack {
+    layers: Vec<Layer>,
+    final_norm: ZcRmsNorm,
+    lanes: usize,
+}
+
+impl Stack {
+    pub fn new(cfg: &ModelConfig, vb: ParamPath) -> Result<Self> {
+        let count = cfg.num_layers;
+        let layers = (0..count)
+            .map(|i| {
+                Ok(Layer {
+                    mix: LaneMix::new(cfg.mhc_lanes, cfg.d_model, i, vb.layer(i, count))?,
+                    block: Block::new(cfg, vb.pp("layers").pp("block").layer(i, count))?,
+                    engram_sites: (0..cfg.engram_layers.len()).filter(|&s| cfg.engram_layers[s] == i).collect(),
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self { layers, final_norm: ZcRmsNorm::new(cfg.d_model, vb.pp("final_norm"))?, lanes: cfg.mhc_lanes })
+    }
+
+    /// Embedded tokens `[B, T, d]` → final hidden states `[B, T, d]`; `engrams[s]` is site s's memory.
+    pub fn forward(&self, x: &Tensor, rope: &Rope, causal: &Tensor, engrams: &[EngramKv]) -> Result<Tensor> {
+        let (b, t, d) = x.dims3()?;
+        let mut lanes = x.unsqueeze(2)?.broadcast_as((b, t, self.lanes, d))?.contiguous()?;
+        for layer in &self.layers {
+            let sites: Vec<&EngramKv> = layer.engram_sites.iter().filter_map(|&s| engrams.get(s)).collect();
+            lanes = layer.mix.forward(&lanes, |u| layer.block.forward(u, rope, causal, &sites))?;
+        }
+        self.final_norm.forward(&lanes.mean(2)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn sinkhorn_matches_the_reference_after_twenty_iterations() {
+        let logits = Tensor::new(&[[4.0f32, 0.3, -1.0], [0.0, 2.0, 1.0], [-2.0, 0.5, 4.0]], &Device::Cpu).unwrap();
+        // `_sinkhorn` of the reference on the same matrix: not yet exactly doubly stochastic.
+        let reference = [
+            [0.944_568_6, 0.051_972_55, 0.004_165_919],
+            [0.052_010_66, 0.855_285_2, 0.092_541_65],
+            [0.003_420_671, 0.092_742_32, 0.903_292_5],
+        ];
+        let got = sinkhorn(&logits).unwrap().to_vec2::<f32>().unwrap();
+        for (row, want) in got.iter().zip(reference) {
+            for (g, w) in row.iter().zip(want) {
+                assert!((g - w).abs() < 1e-6, "{g} vs {w}");
+            }
+        }
+    }
+}
