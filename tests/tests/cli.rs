@@ -3,7 +3,7 @@
 
 use std::process::Output;
 
-use needle_tests::{fixture, json, jsonl, needle};
+use needle_tests::{fixture, json, jsonl, needle, read};
 use serde_json::Value;
 
 fn run(args: &[&str]) -> Output {
@@ -134,4 +134,55 @@ fn an_unknown_backend_lists_the_choices() {
     assert!(err.contains("'tpu'") && err.contains("auto, cpu, cuda, metal"), "{err}");
     let output = run(&["backend", "--device", "tpu"]);
     assert!(stderr(&output).contains("auto, cpu, cuda, metal"));
+}
+
+#[test]
+fn eval_prints_the_reference_whole_file_loss_for_every_fixture() {
+    let golden = json("golden/eval.json");
+    let data = fixture("data/tool_calls.jsonl");
+    for stem in ["tiny_f32", "tiny_f16", "pretrained"] {
+        let checkpoint = fixture(&format!("models/{stem}.pkl"));
+        let output = run(&["eval", data.to_str().unwrap(), "--checkpoint", checkpoint.to_str().unwrap(), "--json"]);
+        assert!(output.status.success(), "{stem}: {}", stderr(&output));
+        let result: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+        let (ours, theirs) = (result["loss"].as_f64().unwrap(), golden[stem]["loss"].as_f64().unwrap());
+        assert!(((ours - theirs) / theirs).abs() < 1e-5, "{stem}: loss {ours} vs reference {theirs}");
+        assert_eq!(result["examples"], golden[stem]["examples"]);
+        assert_eq!(result["seq_len"], golden[stem]["seq_len"]);
+        assert_eq!(result["tokens"].as_f64(), golden[stem]["tokens"].as_f64());
+    }
+}
+
+#[test]
+fn build_then_inspect_verify_agrees_with_the_reference_cact() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("tuned.cact");
+    let checkpoint = fixture("models/tiny_f16.pkl");
+    let adapter = fixture("golden/tiny_f16/adapter.pkl");
+    let output = run(&[
+        "build",
+        checkpoint.to_str().unwrap(),
+        "--lora",
+        adapter.to_str().unwrap(),
+        "--bits",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(stdout(&output).contains("wrote"), "{}", stdout(&output));
+    let ours = std::fs::read(&out).unwrap();
+    assert_eq!(ours, read("golden/tiny_f16/w2_lora.cact"), "tiny_f16 W2 with adapter differs from the reference");
+
+    let output = run(&["inspect", out.to_str().unwrap(), "--json", "--verify"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    assert!(report.to_string().contains("d_model"), "{report}");
+
+    let truncated = dir.path().join("truncated.cact");
+    std::fs::write(&truncated, &ours[..ours.len() / 2]).unwrap();
+    let output = run(&["inspect", truncated.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let err = stderr(&output);
+    assert!(err.contains("truncated.cact") && !err.contains("panicked"), "{err}");
 }
