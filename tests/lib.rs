@@ -33,7 +33,8 @@ pub fn jsonl(relative: &str) -> Vec<serde_json::Value> {
 /// A command running the `needle` CLI, built once per test binary in the profile the tests use.
 ///
 /// The binary belongs to another package of the workspace, so cargo does not hand its path to these
-/// tests; escargot asks cargo to build it (a no-op when it is fresh) and says where it is.
+/// tests; escargot asks cargo to build it (a no-op when it is fresh) and says where it is. No `--target`:
+/// that would move the build to another directory and rebuild every dependency.
 pub fn needle() -> Command {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     let bin = BIN.get_or_init(|| {
@@ -42,7 +43,6 @@ pub fn needle() -> Command {
             .bin("needle")
             .manifest_path(Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml"))
             .current_release()
-            .current_target()
             .run()
             .unwrap_or_else(|e| panic!("cannot build the needle binary: {e}"));
         build.path().to_path_buf()
