@@ -2,7 +2,9 @@
 //! commands. Every subcommand is a thin layer over `needle_engine`; the desktop app drives the same code.
 
 mod backend;
+mod build;
 mod data;
+mod inspect;
 mod tokenize;
 
 use std::process::ExitCode;
@@ -20,8 +22,12 @@ struct Cli {
 enum Command {
     /// Show the compute backend (CUDA, Metal or CPU) that training would use, and why.
     Backend(backend::Args),
+    /// Merge an optional LoRA adapter into a checkpoint and write a quantized `.cact`.
+    Build(build::Args),
     /// Report on a dataset: usable examples, problems by line, token lengths, sequence length.
     Data(data::Args),
+    /// Describe a `.cact` file: geometry, tensors, sizes; `--verify` dequantizes every tensor.
+    Inspect(inspect::Args),
     /// Print the token ids of each input line as a JSON array.
     Tokenize(tokenize::Args),
 }
@@ -29,7 +35,9 @@ enum Command {
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Backend(args) => backend::run(args),
+        Command::Build(args) => build::run(args),
         Command::Data(args) => data::run(args),
+        Command::Inspect(args) => inspect::run(args),
         Command::Tokenize(args) => tokenize::run(args),
     };
     match result {
