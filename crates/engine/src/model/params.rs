@@ -38,12 +38,7 @@ impl Params {
         let tensors = checkpoint
             .params
             .iter()
-            .map(|(path, array)| {
-                Ok((
-                    path.clone(),
-                    Tensor::from_vec(array.to_f32(), array.shape.as_slice(), device)?,
-                ))
-            })
+            .map(|(path, array)| Ok((path.clone(), Tensor::from_vec(array.to_f32(), array.shape.as_slice(), device)?)))
             .collect::<Result<_>>()?;
         Ok(Self::with(tensors, device, false))
     }
@@ -91,27 +86,12 @@ impl Params {
     }
 
     fn merged_weight(&self, adapter: &PickledAdapter, path: &str, factors: &LoraFactors) -> Result<Tensor> {
-        let mismatch = |reason: String| ModelError::AdapterMismatch {
-            path: path.into(),
-            reason,
-            base: adapter.base.clone(),
-        };
-        let weight = self
-            .get(path)
-            .ok_or_else(|| mismatch("the base model has no such weight".into()))?;
+        let mismatch =
+            |reason: String| ModelError::AdapterMismatch { path: path.into(), reason, base: adapter.base.clone() };
+        let weight = self.get(path).ok_or_else(|| mismatch("the base model has no such weight".into()))?;
         let a = self.array_tensor(&factors.a)?;
         let b = self.array_tensor(&factors.b)?;
-        let delta = a
-            .matmul(&b)
-            .map_err(|e| mismatch(format!("A {:?} · B {:?} failed: {e}", a.dims(), b.dims())))?;
-        if delta.dims() != weight.dims() {
-            return Err(mismatch(format!(
-                "A·B has shape {:?} but the weight is {:?}",
-                delta.dims(),
-                weight.dims()
-            )));
-        }
-        Ok((weight + (delta * adapter.scale)?)?)
+        lora_merged(&weight, &a, &b, adapter.scale).map_err(mismatch)
     }
 
     fn array_tensor(&self, array: &NdArray) -> Result<Tensor> {
@@ -131,11 +111,7 @@ impl Params {
 
     /// The root of the parameter tree.
     pub fn root(&self) -> ParamPath<'_> {
-        ParamPath {
-            params: self,
-            prefix: String::new(),
-            layer: None,
-        }
+        ParamPath { params: self, prefix: String::new(), layer: None }
     }
 
     /// Fails on the first parameter no part of the network asked for: such a param means the
@@ -146,10 +122,7 @@ impl Params {
         let mut unused = tensors.keys().filter(|k| !used.contains(*k));
         match unused.next() {
             None => Ok(()),
-            Some(first) => Err(ModelError::UnexpectedParam {
-                path: first.clone(),
-                count: 1 + unused.count(),
-            }),
+            Some(first) => Err(ModelError::UnexpectedParam { path: first.clone(), count: 1 + unused.count() }),
         }
     }
 
@@ -164,12 +137,7 @@ impl Params {
                 self.tensors.borrow_mut().insert(path.to_string(), t.clone());
                 t
             }
-            None => {
-                return Err(ModelError::MissingParam {
-                    path: path.into(),
-                    expected: expected.into(),
-                })
-            }
+            None => return Err(ModelError::MissingParam { path: path.into(), expected: expected.into() }),
         };
         if tensor.dims() != expected {
             return Err(ModelError::ParamShape {
@@ -180,6 +148,17 @@ impl Params {
         }
         Ok(tensor)
     }
+}
+
+/// `W + scale · A·B` (per layer when the factors carry a leading layer axis). Built from
+/// differentiable ops, so training merges its `Var` factors with the same code that merges a saved
+/// adapter. The error is the reason the factors do not fit the weight.
+pub fn lora_merged(weight: &Tensor, a: &Tensor, b: &Tensor, scale: f64) -> std::result::Result<Tensor, String> {
+    let delta = a.matmul(b).map_err(|e| format!("A {:?} · B {:?} failed: {e}", a.dims(), b.dims()))?;
+    if delta.dims() != weight.dims() {
+        return Err(format!("A·B has shape {:?} but the weight is {:?}", delta.dims(), weight.dims()));
+    }
+    (delta * scale).and_then(|scaled| weight + scaled).map_err(|e| format!("adding the scaled update failed: {e}"))
 }
 
 /// A position in the parameter tree, optionally restricted to one layer of a stacked group.
@@ -194,25 +173,13 @@ pub struct ParamPath<'a> {
 impl<'a> ParamPath<'a> {
     /// The child node `name` (`pp("self_attn").pp("q_proj")` is `…/self_attn/q_proj`).
     pub fn pp(&self, name: &str) -> Self {
-        let prefix = if self.prefix.is_empty() {
-            name.to_string()
-        } else {
-            format!("{}/{name}", self.prefix)
-        };
-        Self {
-            params: self.params,
-            prefix,
-            layer: self.layer,
-        }
+        let prefix = if self.prefix.is_empty() { name.to_string() } else { format!("{}/{name}", self.prefix) };
+        Self { params: self.params, prefix, layer: self.layer }
     }
 
     /// The same node seen as layer `index` of `count` stacked layers.
     pub fn layer(&self, index: usize, count: usize) -> Self {
-        Self {
-            params: self.params,
-            prefix: self.prefix.clone(),
-            layer: Some((index, count)),
-        }
+        Self { params: self.params, prefix: self.prefix.clone(), layer: Some((index, count)) }
     }
 
     pub fn device(&self) -> &Device {
@@ -239,22 +206,14 @@ mod tests {
     fn params(entries: &[(&str, &[usize])]) -> Params {
         let map = entries
             .iter()
-            .map(|(k, shape)| {
-                (
-                    k.to_string(),
-                    Tensor::zeros(*shape, candle_core::DType::F32, &Device::Cpu).unwrap(),
-                )
-            })
+            .map(|(k, shape)| (k.to_string(), Tensor::zeros(*shape, candle_core::DType::F32, &Device::Cpu).unwrap()))
             .collect();
         Params::from_tensors(map, &Device::Cpu).unwrap()
     }
 
     #[test]
     fn stacked_layer_slices_the_leading_axis_and_checks_the_full_shape() {
-        let p = params(&[
-            ("stack/layers/block/attn_gate", &[3]),
-            ("stack/layers/block/w", &[3, 2, 5]),
-        ]);
+        let p = params(&[("stack/layers/block/attn_gate", &[3]), ("stack/layers/block/w", &[3, 2, 5])]);
         let block = p.root().pp("stack").pp("layers").pp("block");
         assert_eq!(block.layer(1, 3).get(&[2, 5], "w").unwrap().dims(), &[2, 5]);
         assert_eq!(block.layer(2, 3).get(&[], "attn_gate").unwrap().dims(), &[] as &[usize]);
@@ -273,9 +232,6 @@ mod tests {
         assert!(err.to_string().contains("`a/bias` is missing"), "{err}");
         p.root().pp("a").get(&[2, 2], "kernel").unwrap();
         let err = p.ensure_all_used().unwrap_err();
-        assert!(
-            matches!(&err, ModelError::UnexpectedParam { path, count: 1 } if path == "b/extra"),
-            "{err}"
-        );
+        assert!(matches!(&err, ModelError::UnexpectedParam { path, count: 1 } if path == "b/extra"), "{err}");
     }
 }
