@@ -46,7 +46,11 @@ pub enum ModelError {
         "checkpoint parameter `{path}` has shape {actual:?} but the config implies {expected:?}; fix the \
          config's geometry (d_model, heads, layers, lanes, engram settings) to match the params"
     )]
-    ParamShape { path: String, expected: Vec<usize>, actual: Vec<usize> },
+    ParamShape {
+        path: String,
+        expected: Vec<usize>,
+        actual: Vec<usize>,
+    },
     #[error(
         "checkpoint parameter `{path}` is not used by a network with this config ({count} unexpected in \
          all); the config describes fewer layers/engram sites/parts than the params hold"
@@ -56,7 +60,11 @@ pub enum ModelError {
         "tokenizer `{path}` has a vocabulary of {tokenizer_vocab} but the model's is {model_vocab}; use the \
          tokenizer.model the checkpoint was trained with"
     )]
-    VocabMismatch { path: std::path::PathBuf, tokenizer_vocab: usize, model_vocab: usize },
+    VocabMismatch {
+        path: std::path::PathBuf,
+        tokenizer_vocab: usize,
+        model_vocab: usize,
+    },
     #[error("the model was given no tokens (an empty batch or zero-length rows); pass at least one token")]
     EmptyBatch,
     #[error("invalid model config: `{field}` {reason}")]
@@ -65,7 +73,12 @@ pub enum ModelError {
         "token id {id} at batch row {row}, position {position} is outside the model's vocabulary of \
          {vocab}; use the tokenizer that belongs to this checkpoint"
     )]
-    TokenOutOfRange { id: u32, row: usize, position: usize, vocab: usize },
+    TokenOutOfRange {
+        id: u32,
+        row: usize,
+        position: usize,
+        vocab: usize,
+    },
     #[error(
         "adapter entry `{path}`: {reason}; the adapter was trained for another base model (its recorded \
          base is `{base}`) — pass the checkpoint it was trained from"

@@ -38,7 +38,12 @@ impl Params {
         let tensors = checkpoint
             .params
             .iter()
-            .map(|(path, array)| Ok((path.clone(), Tensor::from_vec(array.to_f32(), array.shape.as_slice(), device)?)))
+            .map(|(path, array)| {
+                Ok((
+                    path.clone(),
+                    Tensor::from_vec(array.to_f32(), array.shape.as_slice(), device)?,
+                ))
+            })
             .collect::<Result<_>>()?;
         Ok(Self::with(tensors, device, false))
     }
@@ -86,9 +91,14 @@ impl Params {
     }
 
     fn merged_weight(&self, adapter: &PickledAdapter, path: &str, factors: &LoraFactors) -> Result<Tensor> {
-        let mismatch =
-            |reason: String| ModelError::AdapterMismatch { path: path.into(), reason, base: adapter.base.clone() };
-        let weight = self.get(path).ok_or_else(|| mismatch("the base model has no such weight".into()))?;
+        let mismatch = |reason: String| ModelError::AdapterMismatch {
+            path: path.into(),
+            reason,
+            base: adapter.base.clone(),
+        };
+        let weight = self
+            .get(path)
+            .ok_or_else(|| mismatch("the base model has no such weight".into()))?;
         let a = self.array_tensor(&factors.a)?;
         let b = self.array_tensor(&factors.b)?;
         lora_merged(&weight, &a, &b, adapter.scale).map_err(mismatch)
@@ -111,7 +121,11 @@ impl Params {
 
     /// The root of the parameter tree.
     pub fn root(&self) -> ParamPath<'_> {
-        ParamPath { params: self, prefix: String::new(), layer: None }
+        ParamPath {
+            params: self,
+            prefix: String::new(),
+            layer: None,
+        }
     }
 
     /// Fails on the first parameter no part of the network asked for: such a param means the
@@ -122,7 +136,10 @@ impl Params {
         let mut unused = tensors.keys().filter(|k| !used.contains(*k));
         match unused.next() {
             None => Ok(()),
-            Some(first) => Err(ModelError::UnexpectedParam { path: first.clone(), count: 1 + unused.count() }),
+            Some(first) => Err(ModelError::UnexpectedParam {
+                path: first.clone(),
+                count: 1 + unused.count(),
+            }),
         }
     }
 
@@ -137,7 +154,12 @@ impl Params {
                 self.tensors.borrow_mut().insert(path.to_string(), t.clone());
                 t
             }
-            None => return Err(ModelError::MissingParam { path: path.into(), expected: expected.into() }),
+            None => {
+                return Err(ModelError::MissingParam {
+                    path: path.into(),
+                    expected: expected.into(),
+                })
+            }
         };
         if tensor.dims() != expected {
             return Err(ModelError::ParamShape {
@@ -173,13 +195,25 @@ pub struct ParamPath<'a> {
 impl<'a> ParamPath<'a> {
     /// The child node `name` (`pp("self_attn").pp("q_proj")` is `…/self_attn/q_proj`).
     pub fn pp(&self, name: &str) -> Self {
-        let prefix = if self.prefix.is_empty() { name.to_string() } else { format!("{}/{name}", self.prefix) };
-        Self { params: self.params, prefix, layer: self.layer }
+        let prefix = if self.prefix.is_empty() {
+            name.to_string()
+        } else {
+            format!("{}/{name}", self.prefix)
+        };
+        Self {
+            params: self.params,
+            prefix,
+            layer: self.layer,
+        }
     }
 
     /// The same node seen as layer `index` of `count` stacked layers.
     pub fn layer(&self, index: usize, count: usize) -> Self {
-        Self { params: self.params, prefix: self.prefix.clone(), layer: Some((index, count)) }
+        Self {
+            params: self.params,
+            prefix: self.prefix.clone(),
+            layer: Some((index, count)),
+        }
     }
 
     pub fn device(&self) -> &Device {
@@ -206,14 +240,22 @@ mod tests {
     fn params(entries: &[(&str, &[usize])]) -> Params {
         let map = entries
             .iter()
-            .map(|(k, shape)| (k.to_string(), Tensor::zeros(*shape, candle_core::DType::F32, &Device::Cpu).unwrap()))
+            .map(|(k, shape)| {
+                (
+                    k.to_string(),
+                    Tensor::zeros(*shape, candle_core::DType::F32, &Device::Cpu).unwrap(),
+                )
+            })
             .collect();
         Params::from_tensors(map, &Device::Cpu).unwrap()
     }
 
     #[test]
     fn stacked_layer_slices_the_leading_axis_and_checks_the_full_shape() {
-        let p = params(&[("stack/layers/block/attn_gate", &[3]), ("stack/layers/block/w", &[3, 2, 5])]);
+        let p = params(&[
+            ("stack/layers/block/attn_gate", &[3]),
+            ("stack/layers/block/w", &[3, 2, 5]),
+        ]);
         let block = p.root().pp("stack").pp("layers").pp("block");
         assert_eq!(block.layer(1, 3).get(&[2, 5], "w").unwrap().dims(), &[2, 5]);
         assert_eq!(block.layer(2, 3).get(&[], "attn_gate").unwrap().dims(), &[] as &[usize]);
@@ -232,6 +274,9 @@ mod tests {
         assert!(err.to_string().contains("`a/bias` is missing"), "{err}");
         p.root().pp("a").get(&[2, 2], "kernel").unwrap();
         let err = p.ensure_all_used().unwrap_err();
-        assert!(matches!(&err, ModelError::UnexpectedParam { path, count: 1 } if path == "b/extra"), "{err}");
+        assert!(
+            matches!(&err, ModelError::UnexpectedParam { path, count: 1 } if path == "b/extra"),
+            "{err}"
+        );
     }
 }
