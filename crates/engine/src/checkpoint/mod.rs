@@ -6,6 +6,7 @@
 
 mod array;
 pub mod pickle;
+pub mod writer;
 #[cfg(test)]
 mod tests;
 

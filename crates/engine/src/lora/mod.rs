@@ -12,6 +12,9 @@ use rand_distr::{Distribution, StandardNormal};
 
 use crate::model::{lora_merged, ModelError, Params, Result};
 
+pub mod file;
+pub use file::{load_adapter, save_adapter, AdapterFileError, AdapterMeta};
+
 /// The projections the reference adapts (`LORA_TARGETS` in `needle/model/finetune.py`).
 pub const TARGETS: [&str; 5] = ["q_proj", "k_proj", "v_proj", "gate_proj", "out_proj"];
 
