@@ -88,7 +88,7 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), AdapterF
     Ok(())
 }
 
-fn f32_bytes(tensor: &Tensor) -> Result<Vec<u8>, AdapterFileError> {
+pub(crate) fn f32_bytes(tensor: &Tensor) -> Result<Vec<u8>, AdapterFileError> {
     Ok(tensor.flatten_all()?.to_vec1::<f32>()?.iter().flat_map(|v| v.to_le_bytes()).collect())
 }
 
