@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use needle_engine::cact::{build_cact, merge_lora, write_cact, Bits, BitsChoice};
-use needle_engine::checkpoint::{Checkpoint, PickledAdapter};
+use needle_engine::checkpoint::Checkpoint;
+use needle_engine::lora::load_adapter;
 use needle_engine::tokenizer::Tokenizer;
 
 /// Export a checkpoint to the `.cact` the runtime loads.
@@ -60,7 +61,7 @@ fn python_repr(path: &Path) -> String {
 pub fn run(args: Args) -> Result<()> {
     let mut ckpt = Checkpoint::load(&args.checkpoint)?;
     if let Some(lora) = &args.lora {
-        let adapter = PickledAdapter::load(lora)?;
+        let adapter = load_adapter(lora)?;
         merge_lora(&mut ckpt, &adapter)?;
         let groups = adapter.lora.len();
         writeln!(
