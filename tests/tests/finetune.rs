@@ -85,7 +85,7 @@ fn fine_tuning_lowers_the_held_out_loss_of_the_pretrained_fixture() {
 fn out_of_range_flags_fail_before_training_and_name_the_flag() {
     let dir = tempfile::tempdir().unwrap();
     let adapter = dir.path().join("never.pkl");
-    for (flag, value) in [("--lora-rank", "0"), ("--lr", "-1"), ("--batch-size", "0"), ("--epochs", "0")] {
+    for (flag, value) in [("--lora-rank", "0"), ("--lr", "0"), ("--batch-size", "0"), ("--epochs", "0")] {
         let output = finetune("tiny_f32", &adapter, &[flag, value]);
         assert!(!output.status.success(), "{flag} {value} was accepted");
         let stderr = String::from_utf8_lossy(&output.stderr);

@@ -337,6 +337,64 @@ mod tests {
         assert_eq!(split(rows(3), 0.99, 0).0.len(), 1);
     }
 
+    fn fixture(relative: &str) -> PathBuf {
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).join(relative)
+    }
+
+    fn options(out: &Path, resume: bool) -> FinetuneOptions {
+        FinetuneOptions {
+            data: fixture("data/tool_calls.jsonl"),
+            checkpoint: fixture("models/tiny_f32.pkl"),
+            tokenizer: fixture("models/tokenizer.model"),
+            epochs: 1,
+            batch_size: 32,
+            lr: 1e-3,
+            rank: 4,
+            alpha: 8.0,
+            max_len: 64,
+            val_split: 0.1,
+            seed: 0,
+            out: out.into(),
+            resume,
+        }
+    }
+
+    #[test]
+    fn a_cancelled_run_saves_a_partial_adapter_and_resume_finishes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("adapter.safetensors");
+        let device = Device::Cpu;
+        let backend =
+            crate::backend::select(crate::backend::DeviceRequest::Only(crate::backend::Backend::Cpu)).unwrap().info;
+        let cancel = AtomicBool::new(false);
+        let first = Session::prepare(options(&out, false), &device).unwrap();
+        // Cancel as soon as the first step is reported: the run must stop at the next boundary.
+        let outcome = first
+            .run(&backend, &cancel, |event| {
+                if matches!(event, Event::Step { .. }) {
+                    cancel.store(true, Ordering::Relaxed);
+                }
+            })
+            .unwrap();
+        assert!(outcome.partial && outcome.epochs.is_empty());
+        let saved = crate::lora::load_adapter(&out).unwrap();
+        assert_eq!(saved.lora.len(), 5, "q, k, v, gate and out projections");
+
+        let resumed = Session::prepare(options(&out, true), &device).unwrap();
+        let mut first_step = None;
+        let mut steps = Vec::new();
+        let outcome = resumed
+            .run(&backend, &AtomicBool::new(false), |event| match event {
+                Event::Started { first_step: f, .. } => first_step = Some(f),
+                Event::Step { step, .. } => steps.push(step),
+                _ => {}
+            })
+            .unwrap();
+        assert_eq!(first_step, Some(1));
+        assert_eq!(steps, [2, 3]);
+        assert!(!outcome.partial && outcome.epochs.len() == 1);
+    }
+
     #[test]
     fn each_epoch_has_its_own_reproducible_order() {
         assert_eq!(epoch_order(20, 3, 1), epoch_order(20, 3, 1));
