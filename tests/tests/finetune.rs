@@ -23,7 +23,10 @@ fn finetune(stem: &str, out: &Path, extra: &[&str]) -> Output {
 
 fn events(output: &Output) -> Vec<Value> {
     assert!(output.status.success(), "needle failed: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8_lossy(&output.stdout).lines().map(|l| serde_json::from_str(l).expect("a JSON event per line")).collect()
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON event per line"))
+        .collect()
 }
 
 fn kinds(events: &[Value]) -> Vec<&str> {
@@ -71,7 +74,20 @@ fn one_epoch_emits_typed_events_and_writes_an_adapter_eval_accepts() {
 fn fine_tuning_lowers_the_held_out_loss_of_the_pretrained_fixture() {
     let dir = tempfile::tempdir().unwrap();
     let adapter = dir.path().join("pretrained.pkl");
-    let settings = ["--epochs", "3", "--lr", "3e-3", "--max-len", "128", "--val-split", "0.2", "--lora-rank", "8", "--lora-alpha", "16"];
+    let settings = [
+        "--epochs",
+        "3",
+        "--lr",
+        "3e-3",
+        "--max-len",
+        "128",
+        "--val-split",
+        "0.2",
+        "--lora-rank",
+        "8",
+        "--lora-alpha",
+        "16",
+    ];
     let events = events(&finetune("pretrained", &adapter, &settings));
     let vals: Vec<f64> = events.iter().filter(|e| e["event"] == "epoch").map(|e| e["val"].as_f64().unwrap()).collect();
     assert_eq!(vals.len(), 3);

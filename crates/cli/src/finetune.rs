@@ -87,7 +87,12 @@ pub fn run(args: Args) -> Result<()> {
         Ok(outcome) => {
             if args.events.is_none() {
                 println!("  {:<9} {}", "adapter", outcome.adapter.display());
-                println!("  {:<9} needle build {} --lora {}", "next", args.checkpoint.display(), outcome.adapter.display());
+                println!(
+                    "  {:<9} needle build {} --lora {}",
+                    "next",
+                    args.checkpoint.display(),
+                    outcome.adapter.display()
+                );
             }
             Ok(())
         }
@@ -135,8 +140,14 @@ fn print_plan(plan: &Plan, options: &FinetuneOptions, json: bool) -> Result<()> 
         println!("{}", serde_json::to_string(plan)?);
         return Ok(());
     }
-    println!("  {:<9} {} examples  {} held out  seq_len {}  cap {}", "data", plan.examples, plan.validation, plan.seq_len, options.max_len);
-    println!("  {:<9} rank {}  alpha {}  {} weight groups  {} parameters", "lora", options.rank, options.alpha, plan.adapted_weights, plan.trainable_parameters);
+    println!(
+        "  {:<9} {} examples  {} held out  seq_len {}  cap {}",
+        "data", plan.examples, plan.validation, plan.seq_len, options.max_len
+    );
+    println!(
+        "  {:<9} rank {}  alpha {}  {} weight groups  {} parameters",
+        "lora", options.rank, options.alpha, plan.adapted_weights, plan.trainable_parameters
+    );
     println!("  {:<9} {} steps  warmup {}  cosine decay  clip 1.0", "schedule", plan.steps, plan.warmup);
     println!("  {:<9} ~{:.1} MiB peak (estimate)", "memory", plan.memory_estimate_bytes as f64 / (1 << 20) as f64);
     println!("  {:<9} {}", "adapter", options.out.display());
@@ -161,7 +172,8 @@ impl TextView {
         match event {
             Event::Started { backend, device, examples, validation, seq_len, steps, warmup, first_step, .. } => {
                 self.bar.println(format!("  {:<9} {backend} ({device})  float32", "backend"));
-                self.bar.println(format!("  {:<9} {examples} examples  {validation} held out  seq_len {seq_len}", "data"));
+                self.bar
+                    .println(format!("  {:<9} {examples} examples  {validation} held out  seq_len {seq_len}", "data"));
                 self.bar.println(format!("  {:<9} {steps} steps  warmup {warmup}  cosine decay  clip 1.0", "schedule"));
                 self.bar.set_position(*first_step as u64);
             }

@@ -92,8 +92,11 @@ pub(crate) fn f32_bytes(tensor: &Tensor) -> Result<Vec<u8>, AdapterFileError> {
     Ok(tensor.flatten_all()?.to_vec1::<f32>()?.iter().flat_map(|v| v.to_le_bytes()).collect())
 }
 
-/// Every factor's tensors as `(name, shape, f32 bytes)`, `A` before `B`.
-pub(crate) fn factor_buffers(lora: &Lora) -> Result<Vec<(String, Vec<usize>, Vec<u8>)>, AdapterFileError> {
+/// A named f32 tensor ready to serialize: `(name, shape, little-endian bytes)`.
+pub(crate) type F32Buffer = (String, Vec<usize>, Vec<u8>);
+
+/// Every factor's tensors, `A` before `B`.
+pub(crate) fn factor_buffers(lora: &Lora) -> Result<Vec<F32Buffer>, AdapterFileError> {
     let mut out = Vec::new();
     for factor in &lora.factors {
         for (side, var) in [("A", &factor.a), ("B", &factor.b)] {
@@ -106,7 +109,7 @@ pub(crate) fn factor_buffers(lora: &Lora) -> Result<Vec<(String, Vec<usize>, Vec
 /// Serializes named f32 buffers with string metadata.
 pub(crate) fn serialize_f32(
     path: &Path,
-    buffers: &[(String, Vec<usize>, Vec<u8>)],
+    buffers: &[F32Buffer],
     metadata: HashMap<String, String>,
 ) -> Result<Vec<u8>, AdapterFileError> {
     let invalid =
