@@ -25,8 +25,10 @@ fn tokenizer_path() -> String {
 #[test]
 fn tokenize_prints_the_reference_ids_one_array_per_line() {
     // The corpus texts without a newline of their own, one per line of the input file.
-    let rows: Vec<Value> =
-        jsonl("tokenizer/corpus.jsonl").into_iter().filter(|row| !row["text"].as_str().unwrap().contains('\n')).collect();
+    let rows: Vec<Value> = jsonl("tokenizer/corpus.jsonl")
+        .into_iter()
+        .filter(|row| !row["text"].as_str().unwrap().contains('\n'))
+        .collect();
     assert!(rows.len() > 100);
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("input.txt");

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use needle_engine::cact::{build_cact, merge_lora, write_cact, Bits, BitsChoice};
-use needle_engine::checkpoint::{Checkpoint, PickledAdapter};
+use needle_engine::checkpoint::Checkpoint;
+use needle_engine::lora::load_adapter;
 use needle_engine::tokenizer::Tokenizer;
 
 /// Export a checkpoint to the `.cact` the runtime loads.
@@ -38,9 +39,7 @@ fn parse_bits(value: &str) -> Result<Bits, String> {
 
 /// The reference's default: the checkpoint's file stem + `.cact`, in the current directory.
 fn default_out(checkpoint: &Path) -> PathBuf {
-    let stem = checkpoint
-        .file_stem()
-        .map_or_else(|| "needle".into(), |s| s.to_os_string());
+    let stem = checkpoint.file_stem().map_or_else(|| "needle".into(), |s| s.to_os_string());
     let mut name = stem;
     name.push(".cact");
     PathBuf::from(name)
@@ -48,40 +47,23 @@ fn default_out(checkpoint: &Path) -> PathBuf {
 
 /// Python's `repr` of a path string, for the `next` hint line the reference prints.
 fn python_repr(path: &Path) -> String {
-    format!(
-        "'{}'",
-        path.display()
-            .to_string()
-            .replace('\\', "\\\\")
-            .replace('\'', "\\'")
-    )
+    format!("'{}'", path.display().to_string().replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
 pub fn run(args: Args) -> Result<()> {
     let mut ckpt = Checkpoint::load(&args.checkpoint)?;
     if let Some(lora) = &args.lora {
-        let adapter = PickledAdapter::load(lora)?;
+        let adapter = load_adapter(lora)?;
         merge_lora(&mut ckpt, &adapter)?;
         let groups = adapter.lora.len();
-        writeln!(
-            std::io::stdout().lock(),
-            "  {:<9} {groups} weight groups  {}",
-            "merged",
-            lora.display()
-        )?;
+        writeln!(std::io::stdout().lock(), "  {:<9} {groups} weight groups  {}", "merged", lora.display())?;
     }
     let bits = BitsChoice::resolve(args.bits, &ckpt.config)
         .with_context(|| format!("{}: config weight_bits", args.checkpoint.display()))?;
-    let tokenizer_path = args
-        .tokenizer
-        .clone()
-        .unwrap_or_else(|| args.checkpoint.with_file_name("tokenizer.model"));
+    let tokenizer_path = args.tokenizer.clone().unwrap_or_else(|| args.checkpoint.with_file_name("tokenizer.model"));
     let tokenizer = Tokenizer::load(&tokenizer_path)?;
     let built = build_cact(&ckpt, &bits, &tokenizer.to_cact_blob())?;
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| default_out(&args.checkpoint));
+    let out = args.out.clone().unwrap_or_else(|| default_out(&args.checkpoint));
     write_cact(&out, &built.bytes)?;
     // Written, not println!'d: a closed pipe (`needle build … | head`) is an error, not a panic.
     let mut stdout = std::io::stdout().lock();
@@ -94,12 +76,7 @@ pub fn run(args: Args) -> Result<()> {
         built.num_tensors,
         bits.scheme()
     )?;
-    writeln!(
-        stdout,
-        "  {:<9} needle.Needle(weights={}, tools=[...])",
-        "next",
-        python_repr(&out)
-    )?;
+    writeln!(stdout, "  {:<9} needle.Needle(weights={}, tools=[...])", "next", python_repr(&out))?;
     Ok(())
 }
 
@@ -113,8 +90,7 @@ mod tests {
 
     #[test]
     fn builds_a_fixture_with_its_adapter_like_the_reference() {
-        let out =
-            std::env::temp_dir().join(format!("needle-build-test-{}.cact", std::process::id()));
+        let out = std::env::temp_dir().join(format!("needle-build-test-{}.cact", std::process::id()));
         let args = Args {
             checkpoint: PathBuf::from(FIXTURES).join("models/tiny_f16.pkl"),
             lora: Some(PathBuf::from(FIXTURES).join("golden/tiny_f16/adapter.pkl")),
@@ -125,18 +101,14 @@ mod tests {
         run(args).unwrap();
         let ours = CactFile::open(&out).unwrap();
         std::fs::remove_file(&out).unwrap();
-        let gold =
-            CactFile::open(&PathBuf::from(FIXTURES).join("golden/tiny_f16/w2_lora.cact")).unwrap();
+        let gold = CactFile::open(&PathBuf::from(FIXTURES).join("golden/tiny_f16/w2_lora.cact")).unwrap();
         assert_eq!(ours.preamble(), gold.preamble());
         ours.verify().unwrap();
     }
 
     #[test]
     fn output_defaults_to_the_checkpoint_stem_in_the_current_directory() {
-        assert_eq!(
-            default_out(Path::new("runs/base.v2.pkl")),
-            PathBuf::from("base.v2.cact")
-        );
+        assert_eq!(default_out(Path::new("runs/base.v2.pkl")), PathBuf::from("base.v2.cact"));
         assert_eq!(default_out(Path::new("ckpt")), PathBuf::from("ckpt.cact"));
     }
 

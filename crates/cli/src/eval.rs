@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use needle_engine::backend::{self, DeviceRequest};
-use needle_engine::checkpoint::{Checkpoint, PickledAdapter};
+use needle_engine::checkpoint::Checkpoint;
 use needle_engine::dataset::Dataset;
+use needle_engine::lora::load_adapter;
 use needle_engine::model::{evaluate, EvalSummary, Network, Params};
 use needle_engine::tokenizer::Tokenizer;
 
@@ -22,7 +23,7 @@ pub struct Args {
     /// SentencePiece model [default: tokenizer.model beside the checkpoint]
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
-    /// LoRA adapter (.pkl from the reference) to merge before evaluating
+    /// LoRA adapter (.pkl or .safetensors from needle finetune or the reference) to merge first
     #[arg(long)]
     pub lora: Option<PathBuf>,
     /// Longest sequence length; rows use the reference's fit_max_len bucket under it
@@ -52,7 +53,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     if let Some(path) = &args.lora {
         let merged = params
-            .merge_pickled_adapter(&PickledAdapter::load(path)?)
+            .merge_pickled_adapter(&load_adapter(path)?)
             .with_context(|| format!("merging {} into {}", path.display(), args.checkpoint.display()))?;
         eprintln!("  {:<9} {merged} weight groups  {}", "merged", path.display());
     }

@@ -55,10 +55,7 @@ fn summarise<'a>(args: &Args, cact: &'a CactFile, verify: Option<VerifyReport>) 
         tensors: cact
             .records
             .iter()
-            .map(|record| Tensor {
-                record,
-                bits: record.bits().map(|b| b.to_string()),
-            })
+            .map(|record| Tensor { record, bits: record.bits().map(|b| b.to_string()) })
             .collect(),
         size_by_kind,
         tokenizer_pieces: cact.tokenizer_pieces(),
@@ -69,11 +66,7 @@ fn summarise<'a>(args: &Args, cact: &'a CactFile, verify: Option<VerifyReport>) 
 /// Writes the human-readable report; errors (a closed pipe) are returned, never a panic.
 fn print_tables(s: &Summary, out: &mut impl Write) -> std::io::Result<()> {
     let h = s.header;
-    writeln!(
-        out,
-        "{}: {} bytes, {} tensors",
-        s.file, s.bytes, h.num_tensors
-    )?;
+    writeln!(out, "{}: {} bytes, {} tensors", s.file, s.bytes, h.num_tensors)?;
     writeln!(
         out,
         "  geometry   vocab {}  d_model {}  heads {}/{}  head_dim {}  layers {}  max_seq_len {}  hada_n {}  mhc_lanes {}",
@@ -82,18 +75,16 @@ fn print_tables(s: &Summary, out: &mut impl Write) -> std::io::Result<()> {
     writeln!(
         out,
         "  engram     slots {}  sub_dim {}  tables {}  conv taps {} dilation {}  orders {:?}  sites {:?}",
-        h.engram_slots, h.engram_sub_dim, h.num_engram_tables, h.engram_conv_taps, h.engram_conv_dilation, h.engram_orders, h.engram_layers
+        h.engram_slots,
+        h.engram_sub_dim,
+        h.num_engram_tables,
+        h.engram_conv_taps,
+        h.engram_conv_dilation,
+        h.engram_orders,
+        h.engram_layers
     )?;
-    writeln!(
-        out,
-        "  runtime    kv_window {}  kv_bits {}  rope_theta {}",
-        h.kv_window, h.kv_bits, h.rope_theta
-    )?;
-    writeln!(
-        out,
-        "\n  {:>4}  {:<26} {:<5} {:<16} {:>4} {:>12}",
-        "#", "name", "dtype", "shape", "bits", "bytes"
-    )?;
+    writeln!(out, "  runtime    kv_window {}  kv_bits {}  rope_theta {}", h.kv_window, h.kv_bits, h.rope_theta)?;
+    writeln!(out, "\n  {:>4}  {:<26} {:<5} {:<16} {:>4} {:>12}", "#", "name", "dtype", "shape", "bits", "bytes")?;
     for (i, t) in s.tensors.iter().enumerate() {
         let r = t.record;
         writeln!(
@@ -127,20 +118,13 @@ fn print_tables(s: &Summary, out: &mut impl Write) -> std::io::Result<()> {
 pub fn run(args: Args) -> Result<()> {
     let cact = CactFile::open(&args.file)?;
     let verify = if args.verify {
-        Some(
-            cact.verify()
-                .map_err(|e| anyhow::anyhow!("{}: verify failed: {e}", args.file.display()))?,
-        )
+        Some(cact.verify().map_err(|e| anyhow::anyhow!("{}: verify failed: {e}", args.file.display()))?)
     } else {
         None
     };
     let summary = summarise(&args, &cact, verify);
     if args.json {
-        writeln!(
-            std::io::stdout().lock(),
-            "{}",
-            serde_json::to_string_pretty(&summary)?
-        )?;
+        writeln!(std::io::stdout().lock(), "{}", serde_json::to_string_pretty(&summary)?)?;
     } else {
         print_tables(&summary, &mut std::io::stdout().lock())?;
     }
@@ -151,18 +135,11 @@ pub fn run(args: Args) -> Result<()> {
 mod tests {
     use super::*;
 
-    const GOLDEN: &str = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/fixtures/golden/tiny_f32/w4.cact"
-    );
+    const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/golden/tiny_f32/w4.cact");
 
     #[test]
     fn the_report_lists_geometry_every_tensor_sizes_and_tokenizer() {
-        let args = Args {
-            file: GOLDEN.into(),
-            json: false,
-            verify: true,
-        };
+        let args = Args { file: GOLDEN.into(), json: false, verify: true };
         let cact = CactFile::open(&args.file).unwrap();
         let summary = summarise(&args, &cact, Some(cact.verify().unwrap()));
         let mut text = Vec::new();
@@ -176,9 +153,6 @@ mod tests {
         let json = serde_json::to_value(&summary).unwrap();
         assert_eq!(json["tensors"][0]["name"], "embedding");
         assert_eq!(json["tensors"][0]["bits"], "4");
-        assert_eq!(
-            json["tensors"].as_array().unwrap().len(),
-            json["header"]["num_tensors"].as_u64().unwrap() as usize
-        );
+        assert_eq!(json["tensors"].as_array().unwrap().len(), json["header"]["num_tensors"].as_u64().unwrap() as usize);
     }
 }

@@ -5,6 +5,7 @@ mod backend;
 mod build;
 mod data;
 mod eval;
+mod finetune;
 mod inspect;
 mod tokenize;
 
@@ -27,8 +28,10 @@ enum Command {
     Build(build::Args),
     /// Report on a dataset: usable examples, problems by line, token lengths, sequence length.
     Data(data::Args),
-    /// Masked answer loss of a checkpoint (optionally with an adapter) over a whole dataset.
+    /// Masked answer loss of a checkpoint (and optional LoRA adapter) over a dataset.
     Eval(eval::Args),
+    /// Fine-tune LoRA adapters on a dataset with the reference's recipe.
+    Finetune(finetune::Args),
     /// Describe a `.cact` file: geometry, tensors, sizes; `--verify` dequantizes every tensor.
     Inspect(inspect::Args),
     /// Print the token ids of each input line as a JSON array.
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
         Command::Build(args) => build::run(args),
         Command::Data(args) => data::run(args),
         Command::Eval(args) => eval::run(args),
+        Command::Finetune(args) => finetune::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Tokenize(args) => tokenize::run(args),
     };

@@ -24,8 +24,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let tokenizer = Tokenizer::load(&args.tokenizer)?;
     let text = match (&args.text, &args.file) {
         (Some(text), _) => text.clone(),
-        (None, Some(path)) => std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read {} as UTF-8 text", path.display()))?,
+        (None, Some(path)) => {
+            std::fs::read_to_string(path).with_context(|| format!("cannot read {} as UTF-8 text", path.display()))?
+        }
         (None, None) => unreachable!("clap requires --text or --file"),
     };
     let mut out = std::io::stdout().lock();

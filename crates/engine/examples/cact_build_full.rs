@@ -34,15 +34,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let t = Instant::now();
     let ckpt = synthetic::random_checkpoint(&config, true, 0)?;
-    let params: usize = ckpt
-        .params
-        .values()
-        .map(|a| a.shape.iter().product::<usize>())
-        .sum();
-    println!(
-        "random init: {params} params in {:.2} s",
-        t.elapsed().as_secs_f64()
-    );
+    let params: usize = ckpt.params.values().map(|a| a.shape.iter().product::<usize>()).sum();
+    println!("random init: {params} params in {:.2} s", t.elapsed().as_secs_f64());
     let tokenizer = synthetic::placeholder_tokenizer_blob(config.vocab_size);
     for bits in [Bits::Four, Bits::Two] {
         let (t, cpu) = (Instant::now(), cpu_seconds());

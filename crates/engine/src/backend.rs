@@ -208,9 +208,8 @@ fn open(backend: Backend) -> Result<(Device, Probe), String> {
 
 fn probe_cpu() -> Probe {
     use sysinfo::{CpuRefreshKind, MemoryRefreshKind, RefreshKind, System};
-    let refresh = RefreshKind::nothing()
-        .with_cpu(CpuRefreshKind::nothing())
-        .with_memory(MemoryRefreshKind::nothing().with_ram());
+    let refresh =
+        RefreshKind::nothing().with_cpu(CpuRefreshKind::nothing()).with_memory(MemoryRefreshKind::nothing().with_ram());
     match System::new_with_specifics(refresh) {
         Ok(system) => {
             let brand = system.cpus().first().map(|c| c.brand().trim().to_string()).unwrap_or_default();

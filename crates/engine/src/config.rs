@@ -81,7 +81,11 @@ impl ModelConfig {
     }
 
     fn resolved_attn_dim(&self) -> usize {
-        if self.attn_dim == 0 { self.d_model } else { self.attn_dim }
+        if self.attn_dim == 0 {
+            self.d_model
+        } else {
+            self.attn_dim
+        }
     }
 }
 

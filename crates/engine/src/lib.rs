@@ -4,11 +4,13 @@
 //! file → examples ([`dataset`]) → tokens ([`tokenizer`]); model weights come from [`checkpoint`]
 //! (format-v2 pickles, read without executing anything) described by [`config`].
 
+pub mod backend;
 pub mod cact;
 pub mod checkpoint;
-pub mod backend;
 pub mod config;
 pub mod dataset;
+pub mod lora;
 pub mod model;
 pub mod pyjson;
 pub mod tokenizer;
+pub mod train;

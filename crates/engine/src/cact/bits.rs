@@ -18,19 +18,13 @@ pub enum BitsMapError {
     #[error("bits map {spec:?}: entry {entry:?} has no `=`; write entries as NAME=BITS, e.g. attn.q_proj=2")]
     MissingEquals { spec: String, entry: String },
     #[error("bits map {spec:?}: entry {entry:?} has width {value:?}; supported widths are 2, 3, 4 and 1.58")]
-    UnsupportedWidth {
-        spec: String,
-        entry: String,
-        value: String,
-    },
+    UnsupportedWidth { spec: String, entry: String, value: String },
     #[error("bits map {spec:?} needs a default=<b> entry (e.g. append `,default=4`)")]
     MissingDefault { spec: String },
 }
 
-static LAYER_PREFIX: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^layer\d+\.").expect("static regex"));
-static ENGRAM_PREFIX: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^engrams?_?(\d+)[./]?").expect("static regex"));
+static LAYER_PREFIX: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^layer\d+\.").expect("static regex"));
+static ENGRAM_PREFIX: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^engrams?_?(\d+)[./]?").expect("static regex"));
 static ENGRAM_TABLES: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^(engram\d+\.)embedding$").expect("static regex"));
 
@@ -39,15 +33,9 @@ pub fn canonical_tensor_name(name: &str) -> String {
     let n = LAYER_PREFIX.replace(name, "attn.");
     let n = ENGRAM_PREFIX.replace(&n, "engram${1}.");
     let n = n.strip_prefix("stack/").unwrap_or(&n);
-    let n = n
-        .replace("layers/block/self_attn/", "attn.")
-        .replace("mtp_block/self_attn/", "mtp.");
+    let n = n.replace("layers/block/self_attn/", "attn.").replace("mtp_block/self_attn/", "mtp.");
     let n = n.strip_suffix("/kernel").unwrap_or(&n);
-    let n = if n == "embedding/embedding" {
-        "embedding"
-    } else {
-        n
-    };
+    let n = if n == "embedding/embedding" { "embedding" } else { n };
     ENGRAM_TABLES.replace(n, "${1}tables").replace('/', ".")
 }
 
@@ -79,13 +67,9 @@ impl BitsMap {
         let mut entries: Vec<(String, Bits)> = Vec::new();
         let mut default = None;
         for entry in spec.split(',').filter(|e| !e.trim().is_empty()) {
-            let (key, value) =
-                entry
-                    .split_once('=')
-                    .ok_or_else(|| BitsMapError::MissingEquals {
-                        spec: spec.into(),
-                        entry: entry.into(),
-                    })?;
+            let (key, value) = entry
+                .split_once('=')
+                .ok_or_else(|| BitsMapError::MissingEquals { spec: spec.into(), entry: entry.into() })?;
             let bits = parse_width(value).ok_or_else(|| BitsMapError::UnsupportedWidth {
                 spec: spec.into(),
                 entry: entry.into(),
@@ -127,10 +111,7 @@ impl BitsChoice {
         match cli_bits {
             Some(bits) => Ok(BitsChoice::Uniform(bits)),
             None if config.weight_bits.is_empty() => Ok(BitsChoice::Uniform(Bits::Four)),
-            None => Ok(BitsChoice::Map {
-                spec: config.weight_bits.clone(),
-                map: BitsMap::parse(&config.weight_bits)?,
-            }),
+            None => Ok(BitsChoice::Map { spec: config.weight_bits.clone(), map: BitsMap::parse(&config.weight_bits)? }),
         }
     }
 
@@ -174,10 +155,7 @@ mod tests {
 
     #[test]
     fn longest_prefix_wins_and_the_default_covers_the_rest() {
-        let map = BitsMap::parse(
-            "default=4, attn=3,stack/layers/block/self_attn/q_proj/kernel=2,engram=1.58",
-        )
-        .unwrap();
+        let map = BitsMap::parse("default=4, attn=3,stack/layers/block/self_attn/q_proj/kernel=2,engram=1.58").unwrap();
         assert_eq!(map.bits_for("layer00.q_proj"), Bits::Two);
         assert_eq!(map.bits_for("layer11.k_proj"), Bits::Three);
         assert_eq!(map.bits_for("engram0.tables"), Bits::Ternary);
@@ -192,53 +170,20 @@ mod tests {
 
     #[test]
     fn bad_specs_name_the_entry_and_the_fix() {
-        assert_eq!(
-            BitsMap::parse("attn=2"),
-            Err(BitsMapError::MissingDefault {
-                spec: "attn=2".into()
-            })
-        );
+        assert_eq!(BitsMap::parse("attn=2"), Err(BitsMapError::MissingDefault { spec: "attn=2".into() }));
         let err = BitsMap::parse("default=4,attn=8").unwrap_err();
-        assert!(
-            err.to_string().contains("\"attn=8\"") && err.to_string().contains("1.58"),
-            "{err}"
-        );
-        assert!(matches!(
-            BitsMap::parse("default=4.0"),
-            Err(BitsMapError::UnsupportedWidth { .. })
-        ));
-        assert!(matches!(
-            BitsMap::parse("default=4,attn"),
-            Err(BitsMapError::MissingEquals { .. })
-        ));
+        assert!(err.to_string().contains("\"attn=8\"") && err.to_string().contains("1.58"), "{err}");
+        assert!(matches!(BitsMap::parse("default=4.0"), Err(BitsMapError::UnsupportedWidth { .. })));
+        assert!(matches!(BitsMap::parse("default=4,attn"), Err(BitsMapError::MissingEquals { .. })));
     }
 
     #[test]
     fn cli_bits_win_then_the_config_map_then_w4() {
-        let mut cfg = ModelConfig {
-            weight_bits: "default=2".into(),
-            ..ModelConfig::default()
-        };
-        assert_eq!(
-            BitsChoice::resolve(Some(Bits::Four), &cfg)
-                .unwrap()
-                .scheme(),
-            "W4"
-        );
-        assert_eq!(
-            BitsChoice::resolve(None, &cfg)
-                .unwrap()
-                .bits_for("embedding"),
-            Bits::Two
-        );
-        assert_eq!(
-            BitsChoice::resolve(None, &cfg).unwrap().scheme(),
-            "mixed[default=2]"
-        );
+        let mut cfg = ModelConfig { weight_bits: "default=2".into(), ..ModelConfig::default() };
+        assert_eq!(BitsChoice::resolve(Some(Bits::Four), &cfg).unwrap().scheme(), "W4");
+        assert_eq!(BitsChoice::resolve(None, &cfg).unwrap().bits_for("embedding"), Bits::Two);
+        assert_eq!(BitsChoice::resolve(None, &cfg).unwrap().scheme(), "mixed[default=2]");
         cfg.weight_bits.clear();
-        assert_eq!(
-            BitsChoice::resolve(None, &cfg).unwrap(),
-            BitsChoice::Uniform(Bits::Four)
-        );
+        assert_eq!(BitsChoice::resolve(None, &cfg).unwrap(), BitsChoice::Uniform(Bits::Four));
     }
 }

@@ -54,29 +54,17 @@ impl Geometry {
                 return Err(GeometryError::Zero { field });
             }
         }
-        for (field, count) in [
-            ("engram_orders", config.engram_orders.len()),
-            ("engram_layers", config.engram_layers.len()),
-        ] {
+        for (field, count) in
+            [("engram_orders", config.engram_orders.len()), ("engram_layers", config.engram_layers.len())]
+        {
             if count > MAX_HEADER_LIST {
                 return Err(GeometryError::TooMany { field, count });
             }
         }
-        if let Some(&site) = config
-            .engram_layers
-            .iter()
-            .find(|&&s| s >= config.num_layers)
-        {
-            return Err(GeometryError::SiteOutOfRange {
-                site,
-                num_layers: config.num_layers,
-            });
+        if let Some(&site) = config.engram_layers.iter().find(|&&s| s >= config.num_layers) {
+            return Err(GeometryError::SiteOutOfRange { site, num_layers: config.num_layers });
         }
-        let attn_dim = if config.attn_dim == 0 {
-            config.d_model
-        } else {
-            config.attn_dim
-        };
+        let attn_dim = if config.attn_dim == 0 { config.d_model } else { config.attn_dim };
         let n_orders = config.engram_orders.len();
         let engram_heads = if config.engram_heads == 0 {
             (config.d_model / (n_orders * ENGRAM_SUB_DIM)).max(1)
@@ -85,9 +73,7 @@ impl Geometry {
         };
         let engram_sub_dim = config.d_model / (n_orders * engram_heads);
         if engram_sub_dim == 0 {
-            return Err(GeometryError::Zero {
-                field: "d_model / (engram orders × engram_heads)",
-            });
+            return Err(GeometryError::Zero { field: "d_model / (engram orders × engram_heads)" });
         }
         Ok(Self {
             head_dim: attn_dim / config.num_heads,
@@ -111,20 +97,14 @@ pub fn kv_budget_window(config: &ModelConfig) -> Result<usize, GeometryError> {
     if config.num_heads == 0 {
         return Err(GeometryError::Zero { field: "num_heads" });
     }
-    let attn_dim = if config.attn_dim == 0 {
-        config.d_model
-    } else {
-        config.attn_dim
-    };
+    let attn_dim = if config.attn_dim == 0 { config.d_model } else { config.attn_dim };
     let kv = config.num_kv_heads * (attn_dim / config.num_heads);
     let d = config.d_model;
-    let per_pos = config.num_layers * (2 * kv + 2 * (kv / KV_GROUP) * 4)
-        + config.engram_layers.len() * (d + (d / KV_GROUP) * 4);
+    let per_pos =
+        config.num_layers * (2 * kv + 2 * (kv / KV_GROUP) * 4) + config.engram_layers.len() * (d + (d / KV_GROUP) * 4);
     let window = KV_BUDGET_BYTES
         .checked_div(per_pos)
-        .ok_or(GeometryError::Zero {
-            field: "num_layers × num_kv_heads (KV bytes per position)",
-        })?
+        .ok_or(GeometryError::Zero { field: "num_layers × num_kv_heads (KV bytes per position)" })?
         / KV_GROUP
         * KV_GROUP;
     Ok(window.min(config.max_seq_len).max(KV_WINDOW_MIN))
@@ -133,11 +113,7 @@ pub fn kv_budget_window(config: &ModelConfig) -> Result<usize, GeometryError> {
 /// The reference's `effective_kv_window`: the trained window if set, capped by the budget.
 pub fn effective_kv_window(config: &ModelConfig) -> Result<usize, GeometryError> {
     let budget = kv_budget_window(config)?;
-    Ok(if config.kv_window == 0 {
-        budget
-    } else {
-        budget.min(config.kv_window)
-    })
+    Ok(if config.kv_window == 0 { budget } else { budget.min(config.kv_window) })
 }
 
 #[cfg(test)]
@@ -146,63 +122,24 @@ mod tests {
 
     #[test]
     fn full_size_needle_geometry_and_kv_window() {
-        let cfg = ModelConfig {
-            d_model: 768,
-            num_layers: 27,
-            num_heads: 12,
-            num_kv_heads: 6,
-            ..ModelConfig::default()
-        };
+        let cfg =
+            ModelConfig { d_model: 768, num_layers: 27, num_heads: 12, num_kv_heads: 6, ..ModelConfig::default() };
         let g = Geometry::of(&cfg).unwrap();
-        assert_eq!(
-            (g.head_dim, g.engram_heads, g.engram_sub_dim, g.hada_n),
-            (64, 3, 128, 1024)
-        );
+        assert_eq!((g.head_dim, g.engram_heads, g.engram_sub_dim, g.hada_n), (64, 3, 128, 1024));
         // per position: 27 * (2*384 + 2*12*4) + 2 * (768 + 24*4) = 25056 bytes -> 480 positions.
         assert_eq!(kv_budget_window(&cfg).unwrap(), 480);
-        assert_eq!(
-            effective_kv_window(&ModelConfig {
-                kv_window: 256,
-                ..cfg.clone()
-            })
-            .unwrap(),
-            256
-        );
-        assert_eq!(
-            effective_kv_window(&ModelConfig {
-                kv_window: 4096,
-                ..cfg
-            })
-            .unwrap(),
-            480
-        );
+        assert_eq!(effective_kv_window(&ModelConfig { kv_window: 256, ..cfg.clone() }).unwrap(), 256);
+        assert_eq!(effective_kv_window(&ModelConfig { kv_window: 4096, ..cfg }).unwrap(), 480);
     }
 
     #[test]
     fn impossible_configs_are_errors_not_panics() {
-        let zero_heads = ModelConfig {
-            num_heads: 0,
-            ..ModelConfig::default()
-        };
-        assert_eq!(
-            Geometry::of(&zero_heads),
-            Err(GeometryError::Zero { field: "num_heads" })
-        );
+        let zero_heads = ModelConfig { num_heads: 0, ..ModelConfig::default() };
+        assert_eq!(Geometry::of(&zero_heads), Err(GeometryError::Zero { field: "num_heads" }));
         assert!(kv_budget_window(&zero_heads).is_err());
-        let no_kv = ModelConfig {
-            num_layers: 0,
-            engram_layers: vec![],
-            ..ModelConfig::default()
-        };
+        let no_kv = ModelConfig { num_layers: 0, engram_layers: vec![], ..ModelConfig::default() };
         assert!(kv_budget_window(&no_kv).is_err());
-        let bad_site = ModelConfig {
-            num_layers: 2,
-            engram_layers: vec![5],
-            ..ModelConfig::default()
-        };
-        assert!(matches!(
-            Geometry::of(&bad_site),
-            Err(GeometryError::SiteOutOfRange { site: 5, .. })
-        ));
+        let bad_site = ModelConfig { num_layers: 2, engram_layers: vec![5], ..ModelConfig::default() };
+        assert!(matches!(Geometry::of(&bad_site), Err(GeometryError::SiteOutOfRange { site: 5, .. })));
     }
 }

@@ -28,11 +28,7 @@ fn ulp_distance(a: f16, b: f16) -> u16 {
 
 /// Compares our image with the golden one; `label` names the case in failures.
 fn assert_agrees(ours: &CactFile, gold: &CactFile, label: &str) {
-    assert_eq!(
-        ours.preamble(),
-        gold.preamble(),
-        "{label}: header/codebooks/directory differ"
-    );
+    assert_eq!(ours.preamble(), gold.preamble(), "{label}: header/codebooks/directory differ");
     let (mut same, mut total) = (0usize, 0usize);
     for (i, r) in gold.records.iter().enumerate() {
         let (a, b) = (ours.blob(i).unwrap(), gold.blob(i).unwrap());
@@ -42,46 +38,23 @@ fn assert_agrees(ours: &CactFile, gold: &CactFile, label: &str) {
                 let a = cq_split(a, out, in_dim, bits).unwrap();
                 let b = cq_split(b, out, in_dim, bits).unwrap();
                 total += a.indices.len();
-                same += a
-                    .indices
-                    .iter()
-                    .zip(&b.indices)
-                    .filter(|(x, y)| x == y)
-                    .count();
+                same += a.indices.iter().zip(&b.indices).filter(|(x, y)| x == y).count();
                 for (g, (x, y)) in a.norms.iter().zip(&b.norms).enumerate() {
-                    assert!(
-                        ulp_distance(*x, *y) <= 1,
-                        "{label}: {} norm {g}: {x} vs {y}",
-                        r.name
-                    );
+                    assert!(ulp_distance(*x, *y) <= 1, "{label}: {} norm {g}: {x} vs {y}", r.name);
                 }
             }
-            _ => assert!(
-                a == b,
-                "{label}: {} ({}) blob differs",
-                r.name,
-                r.kind.label()
-            ),
+            _ => assert!(a == b, "{label}: {} ({}) blob differs", r.name, r.kind.label()),
         }
     }
     let agreement = same as f64 / total as f64;
-    assert!(
-        agreement >= 0.99999,
-        "{label}: only {same}/{total} CQ indices agree"
-    );
+    assert!(agreement >= 0.99999, "{label}: only {same}/{total} CQ indices agree");
 }
 
 fn check_fixture(stem: &str) {
     let base = Checkpoint::load(&fixture(&format!("models/{stem}.pkl"))).unwrap();
     let mut merged = base.clone();
-    merge_lora(
-        &mut merged,
-        &PickledAdapter::load(&fixture(&format!("golden/{stem}/adapter.pkl"))).unwrap(),
-    )
-    .unwrap();
-    let tokenizer = Tokenizer::load(&fixture("models/tokenizer.model"))
-        .unwrap()
-        .to_cact_blob();
+    merge_lora(&mut merged, &PickledAdapter::load(&fixture(&format!("golden/{stem}/adapter.pkl"))).unwrap()).unwrap();
+    let tokenizer = Tokenizer::load(&fixture("models/tokenizer.model")).unwrap().to_cact_blob();
     for (golden, ckpt, bits) in [
         ("w4", &base, Bits::Four),
         ("w2", &base, Bits::Two),
@@ -114,9 +87,6 @@ fn pretrained_agrees_with_the_reference() {
 #[test]
 fn codebook_constants_are_the_reference_header_codebooks() {
     let gold = std::fs::read(fixture("golden/tiny_f32/w4.cact")).unwrap();
-    let stored: Vec<u8> = header_codebooks()
-        .iter()
-        .flat_map(|c| c.to_le_bytes())
-        .collect();
+    let stored: Vec<u8> = header_codebooks().iter().flat_map(|c| c.to_le_bytes()).collect();
     assert_eq!(gold[HEADER_LEN..HEADER_LEN + stored.len()], stored[..]);
 }

@@ -10,19 +10,11 @@ pub struct LayerTensor {
 }
 
 const fn fp16(name: &'static str, path: &'static str) -> LayerTensor {
-    LayerTensor {
-        name,
-        path,
-        kernel: false,
-    }
+    LayerTensor { name, path, kernel: false }
 }
 
 const fn kernel(name: &'static str, path: &'static str) -> LayerTensor {
-    LayerTensor {
-        name,
-        path,
-        kernel: true,
-    }
+    LayerTensor { name, path, kernel: true }
 }
 
 /// Per-layer tensors, in file order.
@@ -44,14 +36,8 @@ pub const LAYER_TENSORS: [LayerTensor; 14] = [
 ];
 
 /// The mHC tensors after the last layer: six FP16 mixing vectors, then the three CQ phi matrices.
-pub const MHC_FP16_TENSORS: [&str; 6] = [
-    "mhc_a_pre",
-    "mhc_a_post",
-    "mhc_a_res",
-    "mhc_b_pre",
-    "mhc_b_post",
-    "mhc_b_res",
-];
+pub const MHC_FP16_TENSORS: [&str; 6] =
+    ["mhc_a_pre", "mhc_a_post", "mhc_a_res", "mhc_b_pre", "mhc_b_post", "mhc_b_res"];
 pub const MHC_PHI_TENSORS: [&str; 3] = ["mhc_phi_pre", "mhc_phi_post", "mhc_phi_res"];
 
 /// Per engram site, in file order.
@@ -80,12 +66,7 @@ pub fn core_names(num_layers: usize, num_sites: usize) -> Vec<String> {
     for layer in 0..num_layers {
         names.extend(LAYER_TENSORS.iter().map(|t| layer_name(layer, t.name)));
     }
-    names.extend(
-        MHC_FP16_TENSORS
-            .iter()
-            .chain(&MHC_PHI_TENSORS)
-            .map(|t| t.to_string()),
-    );
+    names.extend(MHC_FP16_TENSORS.iter().chain(&MHC_PHI_TENSORS).map(|t| t.to_string()));
     for site in 0..num_sites {
         names.extend(ENGRAM_TENSORS.iter().map(|t| engram_name(site, t)));
     }
@@ -97,10 +78,7 @@ pub fn core_names(num_layers: usize, num_sites: usize) -> Vec<String> {
 pub fn head_names(codes: &[u16]) -> Vec<String> {
     let mut names = vec![HEADS_MANIFEST.to_string()];
     for (h, code) in codes.iter().enumerate() {
-        let key = HEAD_CODES
-            .iter()
-            .find(|(_, c)| c == code)
-            .map_or_else(|| format!("head{h}"), |(k, _)| k.to_string());
+        let key = HEAD_CODES.iter().find(|(_, c)| c == code).map_or_else(|| format!("head{h}"), |(k, _)| k.to_string());
         names.extend(HEAD_TENSORS.iter().map(|t| format!("{key}.{t}")));
     }
     names

@@ -22,25 +22,15 @@ pub enum MergeProblem {
     #[error("targets `{path}`, which {} does not have; was the adapter trained on a different base?", checkpoint.display())]
     MissingTarget { path: String, checkpoint: PathBuf },
     #[error("`{path}`: weight {weight:?}, A {a:?}, B {b:?} do not compose as W[.., in, out] + A[.., in, r] @ B[.., r, out]; was the adapter trained on a different base?")]
-    ShapeMismatch {
-        path: String,
-        weight: Vec<usize>,
-        a: Vec<usize>,
-        b: Vec<usize>,
-    },
+    ShapeMismatch { path: String, weight: Vec<usize>, a: Vec<usize>, b: Vec<usize> },
     #[error("`{path}`: {which} is {dtype:?}; merging needs float16 or float32 arrays")]
-    UnsupportedDtype {
-        path: String,
-        which: &'static str,
-        dtype: DType,
-    },
+    UnsupportedDtype { path: String, which: &'static str, dtype: DType },
 }
 
 /// Leading (batch) dims, `in`, `r`, `out` of a weight/A/B triple, when they compose.
 fn merge_dims(w: &[usize], a: &[usize], b: &[usize]) -> Option<(usize, usize, usize, usize)> {
     let n = w.len();
-    if n < 2 || a.len() != n || b.len() != n || w[..n - 2] != a[..n - 2] || w[..n - 2] != b[..n - 2]
-    {
+    if n < 2 || a.len() != n || b.len() != n || w[..n - 2] != a[..n - 2] || w[..n - 2] != b[..n - 2] {
         return None;
     }
     let (d_in, d_out, rank) = (w[n - 2], w[n - 1], a[n - 1]);
@@ -64,9 +54,7 @@ fn scaled_delta(
         let out = &mut delta[n * d_in * d_out..(n + 1) * d_in * d_out];
         for (i, row) in out.chunks_exact_mut(d_out).enumerate() {
             for (j, cell) in row.iter_mut().enumerate() {
-                let dot = (0..rank).fold(0.0f32, |acc, k| {
-                    acc + a_n[i * rank + k] * b_n[k * d_out + j]
-                });
+                let dot = (0..rank).fold(0.0f32, |acc, k| acc + a_n[i * rank + k] * b_n[k * d_out + j]);
                 *cell = scale * dot;
             }
         }
@@ -77,11 +65,7 @@ fn scaled_delta(
 fn check_float(path: &str, which: &'static str, arr: &NdArray) -> Result<(), MergeProblem> {
     match arr.dtype {
         DType::F16 | DType::F32 => Ok(()),
-        dtype => Err(MergeProblem::UnsupportedDtype {
-            path: path.into(),
-            which,
-            dtype,
-        }),
+        dtype => Err(MergeProblem::UnsupportedDtype { path: path.into(), which, dtype }),
     }
 }
 
@@ -94,20 +78,13 @@ fn add_in_dtype(weight: &NdArray, delta: &[f32]) -> Vec<u8> {
             .zip(delta)
             .flat_map(|(&x, &d)| f16::from_f32(x + f16::from_f32(d).to_f32()).to_le_bytes())
             .collect(),
-        _ => w
-            .iter()
-            .zip(delta)
-            .flat_map(|(&x, &d)| (x + d).to_le_bytes())
-            .collect(),
+        _ => w.iter().zip(delta).flat_map(|(&x, &d)| (x + d).to_le_bytes()).collect(),
     }
 }
 
 /// Adds every adapter pair into the checkpoint's weights in place.
 pub fn merge_lora(ckpt: &mut Checkpoint, adapter: &PickledAdapter) -> Result<(), MergeError> {
-    merge_factors(ckpt, adapter).map_err(|problem| MergeError {
-        adapter: adapter.source.clone(),
-        problem,
-    })
+    merge_factors(ckpt, adapter).map_err(|problem| MergeError { adapter: adapter.source.clone(), problem })
 }
 
 fn merge_factors(ckpt: &mut Checkpoint, adapter: &PickledAdapter) -> Result<(), MergeProblem> {
@@ -116,20 +93,15 @@ fn merge_factors(ckpt: &mut Checkpoint, adapter: &PickledAdapter) -> Result<(), 
         let weight = ckpt
             .params
             .get_mut(path)
-            .ok_or_else(|| MergeProblem::MissingTarget {
-                path: path.clone(),
-                checkpoint: ckpt.source.clone(),
-            })?;
+            .ok_or_else(|| MergeProblem::MissingTarget { path: path.clone(), checkpoint: ckpt.source.clone() })?;
         check_float(path, "the weight", weight)?;
         check_float(path, "A", a)?;
         check_float(path, "B", b)?;
-        let dims = merge_dims(&weight.shape, &a.shape, &b.shape).ok_or_else(|| {
-            MergeProblem::ShapeMismatch {
-                path: path.clone(),
-                weight: weight.shape.clone(),
-                a: a.shape.clone(),
-                b: b.shape.clone(),
-            }
+        let dims = merge_dims(&weight.shape, &a.shape, &b.shape).ok_or_else(|| MergeProblem::ShapeMismatch {
+            path: path.clone(),
+            weight: weight.shape.clone(),
+            a: a.shape.clone(),
+            b: b.shape.clone(),
         })?;
         let delta = scaled_delta(&a.to_f32(), &b.to_f32(), dims, adapter.scale);
         weight.data = add_in_dtype(weight, &delta);
@@ -145,17 +117,10 @@ mod tests {
 
     fn array(dtype: DType, shape: &[usize], values: &[f32]) -> NdArray {
         let data = match dtype {
-            DType::F16 => values
-                .iter()
-                .flat_map(|&v| f16::from_f32(v).to_le_bytes())
-                .collect(),
+            DType::F16 => values.iter().flat_map(|&v| f16::from_f32(v).to_le_bytes()).collect(),
             _ => values.iter().flat_map(|&v| v.to_le_bytes()).collect(),
         };
-        NdArray {
-            dtype,
-            shape: shape.to_vec(),
-            data,
-        }
+        NdArray { dtype, shape: shape.to_vec(), data }
     }
 
     fn checkpoint(weight: NdArray) -> Checkpoint {
@@ -181,12 +146,7 @@ mod tests {
     fn float16_weights_add_the_float16_rounded_delta() {
         // 1 + 2 * (1e-4 * 1) : the delta rounds to f16 before the f16 add.
         let mut ckpt = checkpoint(array(DType::F16, &[1, 1], &[1.0]));
-        let lora = adapter(
-            "w",
-            array(DType::F32, &[1, 1], &[1e-4]),
-            array(DType::F32, &[1, 1], &[1.0]),
-            2.0,
-        );
+        let lora = adapter("w", array(DType::F32, &[1, 1], &[1e-4]), array(DType::F32, &[1, 1], &[1.0]), 2.0);
         merge_lora(&mut ckpt, &lora).unwrap();
         let expected = f16::from_f32(1.0 + f16::from_f32(2e-4).to_f32());
         assert_eq!(ckpt.params["w"].data, expected.to_le_bytes().to_vec());
@@ -209,6 +169,9 @@ mod tests {
         let err = merge_lora(&mut ckpt, &adapter("w", a.clone(), b.clone(), 1.0)).unwrap_err();
         assert!(matches!(err.problem, MergeProblem::ShapeMismatch { .. }));
         let err = merge_lora(&mut ckpt, &adapter("nope", a, b, 1.0)).unwrap_err();
-        assert_eq!(err.to_string(), "adapter.pkl: targets `nope`, which base.pkl does not have; was the adapter trained on a different base?");
+        assert_eq!(
+            err.to_string(),
+            "adapter.pkl: targets `nope`, which base.pkl does not have; was the adapter trained on a different base?"
+        );
     }
 }

@@ -26,13 +26,12 @@ const fn f32_levels<const N: usize>(bits: [u32; N]) -> [f32; N] {
 /// Lloyd-Max 2-bit levels / sqrt(128).
 pub const CODEBOOK_2: [f32; 4] = f32_levels([0xbe085e47, 0xbd237060, 0x3d23fc09, 0x3e08a9db]);
 /// Lloyd-Max 3-bit levels / sqrt(128).
-pub const CODEBOOK_3: [f32; 8] = f32_levels([
-    0xbe41cdbb, 0xbdf16db0, 0xbd87797d, 0xbcac246c, 0x3cb50d39, 0x3d88c69c, 0x3df23363, 0x3e4261c1,
-]);
+pub const CODEBOOK_3: [f32; 8] =
+    f32_levels([0xbe41cdbb, 0xbdf16db0, 0xbd87797d, 0xbcac246c, 0x3cb50d39, 0x3d88c69c, 0x3df23363, 0x3e4261c1]);
 /// Lloyd-Max 4-bit levels / sqrt(128).
 pub const CODEBOOK_4: [f32; 16] = f32_levels([
-    0xbe7547c2, 0xbe390b02, 0xbe105747, 0xbddf41f9, 0xbda6f045, 0xbd67898a, 0xbd06eb34, 0xbc25be0a,
-    0x3c5040f6, 0x3d124277, 0x3d738a80, 0x3dae086f, 0x3de6e514, 0x3e142b6e, 0x3e3ca926, 0x3e781699,
+    0xbe7547c2, 0xbe390b02, 0xbe105747, 0xbddf41f9, 0xbda6f045, 0xbd67898a, 0xbd06eb34, 0xbc25be0a, 0x3c5040f6,
+    0x3d124277, 0x3d738a80, 0x3dae086f, 0x3de6e514, 0x3e142b6e, 0x3e3ca926, 0x3e781699,
 ]);
 /// The 3-level centroid of a unit Gaussian, {-c, 0, +c}; analytic, so never stored in a file.
 const TERNARY_C: f64 = 1.2240064;
@@ -167,17 +166,9 @@ fn nearest_indices(unit: &[f32; GROUP], cb: &[f32], out: &mut [u8; GROUP]) {
     }
     let last = cb.len() - 1;
     for ((o, &n), &x) in out.iter_mut().zip(&below).zip(unit) {
-        let pos = if x.is_nan() {
-            last
-        } else {
-            usize::from(n).clamp(1, last)
-        };
+        let pos = if x.is_nan() { last } else { usize::from(n).clamp(1, last) };
         let (left, right) = (cb[pos - 1], cb[pos]);
-        *o = if (x - left).abs() <= (x - right).abs() {
-            (pos - 1) as u8
-        } else {
-            pos as u8
-        };
+        *o = if (x - left).abs() <= (x - right).abs() { (pos - 1) as u8 } else { pos as u8 };
     }
 }
 
@@ -202,10 +193,7 @@ fn crumb_to_ternary(crumb: u8) -> Option<u8> {
 /// Appends `indices` (a multiple of 8 of them) as one LSB-first bitstream of `bits`-wide fields.
 fn pack_lsb(indices: &[u8], bits: usize, out: &mut Vec<u8>) {
     for chunk in indices.chunks_exact(8) {
-        let word = chunk
-            .iter()
-            .enumerate()
-            .fold(0u64, |w, (i, &idx)| w | (u64::from(idx) << (i * bits)));
+        let word = chunk.iter().enumerate().fold(0u64, |w, (i, &idx)| w | (u64::from(idx) << (i * bits)));
         out.extend_from_slice(&word.to_le_bytes()[..bits]);
     }
 }
@@ -233,10 +221,7 @@ fn quantize_row(row: &[f32], bits: Bits, cb: &[f32]) -> QuantizedRow {
     let in_pad = padded_width(row.len());
     let mut indices = vec![0u8; in_pad];
     let mut norms = Vec::with_capacity(in_pad / GROUP);
-    for (start, out) in (0..in_pad)
-        .step_by(GROUP)
-        .zip(indices.chunks_exact_mut(GROUP))
-    {
+    for (start, out) in (0..in_pad).step_by(GROUP).zip(indices.chunks_exact_mut(GROUP)) {
         let mut group = [0.0f32; GROUP];
         let end = row.len().min(start + GROUP);
         group[..end - start].copy_from_slice(&row[start..end]);
@@ -244,9 +229,7 @@ fn quantize_row(row: &[f32], bits: Bits, cb: &[f32]) -> QuantizedRow {
         let norm = sum_of_squares(&group).sqrt();
         let divisor = norm.max(1e-12);
         group.iter_mut().for_each(|v| *v /= divisor);
-        let out: &mut [u8; GROUP] = out
-            .try_into()
-            .expect("chunks_exact yields GROUP-long chunks");
+        let out: &mut [u8; GROUP] = out.try_into().expect("chunks_exact yields GROUP-long chunks");
         nearest_indices(&group, cb, out);
         norms.push(f16::from_f32(norm));
     }
@@ -266,32 +249,19 @@ pub fn cq_encode(weights: &[f32], in_dim: usize, bits: Bits) -> Vec<u8> {
     let rows: Vec<QuantizedRow> = if in_dim == 0 {
         Vec::new()
     } else {
-        weights
-            .par_chunks(in_dim)
-            .map(|row| quantize_row(row, bits, &cb))
-            .collect()
+        weights.par_chunks(in_dim).map(|row| quantize_row(row, bits, &cb)).collect()
     };
     let mut blob = Vec::with_capacity(cq_blob_len(rows.len(), in_dim, bits));
     rows.iter().for_each(|r| blob.extend_from_slice(&r.packed));
-    rows.iter()
-        .flat_map(|r| &r.norms)
-        .for_each(|n| blob.extend_from_slice(&n.to_le_bytes()));
+    rows.iter().flat_map(|r| &r.norms).for_each(|n| blob.extend_from_slice(&n.to_le_bytes()));
     blob
 }
 
 /// A CQ blob that cannot be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CqBlobError {
-    #[error(
-        "blob is {found} bytes but a [{out}, {in_dim}] matrix at {bits} bits needs {expected}"
-    )]
-    Length {
-        found: usize,
-        expected: usize,
-        out: usize,
-        in_dim: usize,
-        bits: Bits,
-    },
+    #[error("blob is {found} bytes but a [{out}, {in_dim}] matrix at {bits} bits needs {expected}")]
+    Length { found: usize, expected: usize, out: usize, in_dim: usize, bits: Bits },
     #[error("ternary crumb at index position {position} is 2, which encodes no level (valid crumbs: 3, 0, 1)")]
     BadCrumb { position: usize },
 }
@@ -303,21 +273,10 @@ pub struct CqParts {
 }
 
 /// Splits a CQ blob of an `[out, in_dim]` matrix into level indices and norms.
-pub fn cq_split(
-    blob: &[u8],
-    out: usize,
-    in_dim: usize,
-    bits: Bits,
-) -> Result<CqParts, CqBlobError> {
+pub fn cq_split(blob: &[u8], out: usize, in_dim: usize, bits: Bits) -> Result<CqParts, CqBlobError> {
     let expected = cq_blob_len(out, in_dim, bits);
     if blob.len() != expected {
-        return Err(CqBlobError::Length {
-            found: blob.len(),
-            expected,
-            out,
-            in_dim,
-            bits,
-        });
+        return Err(CqBlobError::Length { found: blob.len(), expected, out, in_dim, bits });
     }
     let in_pad = padded_width(in_dim);
     let row_bytes = packed_row_bytes(in_pad, bits);
@@ -333,20 +292,12 @@ pub fn cq_split(
             *i = crumb_to_ternary(*i).ok_or(CqBlobError::BadCrumb { position })?;
         }
     }
-    let norms = norm_bytes
-        .chunks_exact(2)
-        .map(|b| f16::from_le_bytes([b[0], b[1]]))
-        .collect();
+    let norms = norm_bytes.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]])).collect();
     Ok(CqParts { indices, norms })
 }
 
 /// Reconstructs the row-major `[out, in_dim]` matrix: per group `(codebook[idx] * norm) @ H`.
-pub fn cq_decode(
-    blob: &[u8],
-    out: usize,
-    in_dim: usize,
-    bits: Bits,
-) -> Result<Vec<f32>, CqBlobError> {
+pub fn cq_decode(blob: &[u8], out: usize, in_dim: usize, bits: Bits) -> Result<Vec<f32>, CqBlobError> {
     let parts = cq_split(blob, out, in_dim, bits)?;
     if in_dim == 0 {
         return Ok(Vec::new());
@@ -354,11 +305,7 @@ pub fn cq_decode(
     let cb = bits.codebook();
     let in_pad = padded_width(in_dim);
     let mut weights = Vec::with_capacity(out * in_dim);
-    for (row_idx, row_norms) in parts
-        .indices
-        .chunks_exact(in_pad)
-        .zip(parts.norms.chunks_exact(in_pad / GROUP))
-    {
+    for (row_idx, row_norms) in parts.indices.chunks_exact(in_pad).zip(parts.norms.chunks_exact(in_pad / GROUP)) {
         let mut row = Vec::with_capacity(in_pad);
         for (group_idx, norm) in row_idx.chunks_exact(GROUP).zip(row_norms) {
             let mut group = [0.0f32; GROUP];
@@ -384,11 +331,7 @@ mod tests {
             .map(|j| {
                 (0..GROUP)
                     .map(|i| {
-                        let sign = if (i & j).count_ones() % 2 == 0 {
-                            1.0
-                        } else {
-                            -1.0
-                        };
+                        let sign = if (i & j).count_ones() % 2 == 0 { 1.0 } else { -1.0 };
                         sign * f64::from(x[i])
                     })
                     .sum::<f64>()
@@ -400,9 +343,7 @@ mod tests {
     #[test]
     fn butterfly_matches_the_dense_normalised_hadamard_product() {
         let mut x = [0.0f32; GROUP];
-        x.iter_mut()
-            .enumerate()
-            .for_each(|(i, v)| *v = ((i * 37 % 101) as f32 - 50.0) / 17.0);
+        x.iter_mut().enumerate().for_each(|(i, v)| *v = ((i * 37 % 101) as f32 - 50.0) / 17.0);
         let expected = dense_hadamard(&x);
         hadamard_in_place(&mut x);
         for (got, want) in x.iter().zip(expected) {
@@ -440,26 +381,18 @@ mod tests {
     #[test]
     fn ternary_crumbs_sign_extend_to_minus_one_zero_plus_one() {
         assert_eq!([0u8, 1, 2].map(ternary_crumb), [3, 0, 1]);
-        assert_eq!(
-            [3u8, 0, 1, 2].map(crumb_to_ternary),
-            [Some(0), Some(1), Some(2), None]
-        );
+        assert_eq!([3u8, 0, 1, 2].map(crumb_to_ternary), [Some(0), Some(1), Some(2), None]);
         // One row of 128 weights: 32 crumb bytes, then one fp16 norm; 0xAA is four crumbs of 2.
         let mut blob = vec![0xAAu8; 32];
         blob.extend_from_slice(&f16::ONE.to_le_bytes());
-        assert_eq!(
-            cq_decode(&blob, 1, 128, Bits::Ternary),
-            Err(CqBlobError::BadCrumb { position: 0 })
-        );
+        assert_eq!(cq_decode(&blob, 1, 128, Bits::Ternary), Err(CqBlobError::BadCrumb { position: 0 }));
     }
 
     /// Deterministic standard-normal weights: Box-Muller over a 64-bit LCG.
     fn gaussianish(n: usize) -> Vec<f32> {
         let mut state = 0x9E37_79B9_7F4A_7C15u64;
         let mut uniform = move || {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
         };
         (0..n)
@@ -475,22 +408,13 @@ mod tests {
         // Gaussian-source distortions: W4 0.0095, W3 0.035, W2 0.118, ternary 0.19 (plus slack).
         let (out, in_dim) = (16, 256);
         let w = gaussianish(out * in_dim);
-        for (bits, limit) in [
-            (Bits::Four, 0.013),
-            (Bits::Three, 0.045),
-            (Bits::Two, 0.15),
-            (Bits::Ternary, 0.25),
-        ] {
+        for (bits, limit) in [(Bits::Four, 0.013), (Bits::Three, 0.045), (Bits::Two, 0.15), (Bits::Ternary, 0.25)] {
             let blob = cq_encode(&w, in_dim, bits);
             assert_eq!(blob.len(), cq_blob_len(out, in_dim, bits));
             let back = cq_decode(&blob, out, in_dim, bits).unwrap();
             let err: f32 = w.iter().zip(&back).map(|(a, b)| (a - b).powi(2)).sum();
             let energy: f32 = w.iter().map(|a| a * a).sum();
-            assert!(
-                err / energy < limit,
-                "{bits}: relative error {}",
-                err / energy
-            );
+            assert!(err / energy < limit, "{bits}: relative error {}", err / energy);
         }
     }
 
@@ -500,10 +424,7 @@ mod tests {
         let w = gaussianish(out * in_dim);
         let blob = cq_encode(&w, in_dim, Bits::Four);
         assert_eq!(blob.len(), out * (256 / 2) + out * 2 * 2);
-        assert_eq!(
-            cq_decode(&blob, out, in_dim, Bits::Four).unwrap().len(),
-            out * in_dim
-        );
+        assert_eq!(cq_decode(&blob, out, in_dim, Bits::Four).unwrap().len(), out * in_dim);
         let mut padded = w[..in_dim].to_vec();
         padded.resize(256, 0.0);
         let first_row_alone = cq_encode(&padded, 256, Bits::Four);
@@ -512,9 +433,6 @@ mod tests {
 
     #[test]
     fn ternary_codebook_is_the_scaled_analytic_centroid() {
-        assert_eq!(
-            Bits::Ternary.codebook()[2].to_bits(),
-            0.10818791f32.to_bits()
-        );
+        assert_eq!(Bits::Ternary.codebook()[2].to_bits(), 0.10818791f32.to_bits());
     }
 }

@@ -20,10 +20,7 @@ const MAX_PIECE_TYPE: u8 = 4;
 #[derive(Debug, Error)]
 pub enum ReadError {
     #[error("cannot read {}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("{}: {problem}", path.display())]
     Format { path: PathBuf, problem: FormatError },
 }
@@ -40,11 +37,7 @@ pub enum FormatError {
     #[error("header: {field} is {count}, the header holds at most 4; the file is corrupt")]
     HeaderList { field: &'static str, count: u32 },
     #[error("tensor {index} (directory record at byte {at}): {problem}; the file is corrupt, rebuild it with `needle build`")]
-    Record {
-        index: usize,
-        at: u64,
-        problem: RecordProblem,
-    },
+    Record { index: usize, at: u64, problem: RecordProblem },
     #[error("the directory lists {found} tensors but the header geometry implies {expected}; the file is corrupt")]
     TensorCount { found: u64, expected: String },
 }
@@ -60,21 +53,16 @@ pub enum RecordProblem {
     Misaligned(u64),
     #[error("blob [{offset}, +{nbytes}) runs past the end of the file ({len} bytes)")]
     PastEnd { offset: u64, nbytes: u64, len: u64 },
-    #[error(
-        "blob at {offset} starts before the end of the previous blob or the directory ({floor})"
-    )]
+    #[error("blob at {offset} starts before the end of the previous blob or the directory ({floor})")]
     Overlap { offset: u64, floor: u64 },
-    #[error("CQ record has group {group} and bits {bits}; the format uses group {GROUP} and bits 2, 3, 4 or 5 (ternary)")]
+    #[error(
+        "CQ record has group {group} and bits {bits}; the format uses group {GROUP} and bits 2, 3, 4 or 5 (ternary)"
+    )]
     CqParams { group: u32, bits: u32 },
     #[error("CQ tensor has shape {0:?}; CQ tensors are 2-D [out, in]")]
     CqShape(Vec<u32>),
     #[error("blob is {nbytes} bytes but a {kind} tensor of shape {shape:?} needs {expected}")]
-    Size {
-        kind: &'static str,
-        shape: Vec<u32>,
-        nbytes: u64,
-        expected: u64,
-    },
+    Size { kind: &'static str, shape: Vec<u32>, nbytes: u64, expected: u64 },
 }
 
 /// The geometry a `.cact` header carries.
@@ -147,13 +135,11 @@ struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     fn slice(&self, at: usize, len: usize, what: &str) -> Result<&'a [u8], FormatError> {
-        at.checked_add(len)
-            .and_then(|end| self.bytes.get(at..end))
-            .ok_or_else(|| FormatError::Truncated {
-                what: what.into(),
-                needed: at as u64 + len as u64,
-                len: self.bytes.len() as u64,
-            })
+        at.checked_add(len).and_then(|end| self.bytes.get(at..end)).ok_or_else(|| FormatError::Truncated {
+            what: what.into(),
+            needed: at as u64 + len as u64,
+            len: self.bytes.len() as u64,
+        })
     }
 
     fn u32(&self, at: usize, what: &str) -> Result<u32, FormatError> {
@@ -172,19 +158,13 @@ fn header_list(fields: &[u32], count: u32, field: &'static str) -> Result<Vec<u3
 
 fn parse_header(c: &Cursor) -> Result<Header, FormatError> {
     let raw = c.slice(0, HEADER_LEN, "120-byte header")?;
-    let f: Vec<u32> = raw
-        .chunks_exact(4)
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
+    let f: Vec<u32> = raw.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
     if f[0] != TAG {
         return Err(FormatError::BadTag { found: f[0] });
     }
     let expected_cb = quant::header_codebooks().len() as u32;
     if f[2] != expected_cb {
-        return Err(FormatError::CodebookLen {
-            found: f[2],
-            expected: expected_cb,
-        });
+        return Err(FormatError::CodebookLen { found: f[2], expected: expected_cb });
     }
     Ok(Header {
         num_tensors: f[1],
@@ -231,16 +211,7 @@ fn expected_blob_len(kind: TensorKind, shape: &[u32], elements: u64) -> Result<u
 fn parse_record(rec: &[u8], file_len: u64, floor: u64) -> Result<Record, RecordProblem> {
     let u32_at = |i: usize| u32::from_le_bytes([rec[i], rec[i + 1], rec[i + 2], rec[i + 3]]);
     let u64_at = |i: usize| {
-        u64::from_le_bytes([
-            rec[i],
-            rec[i + 1],
-            rec[i + 2],
-            rec[i + 3],
-            rec[i + 4],
-            rec[i + 5],
-            rec[i + 6],
-            rec[i + 7],
-        ])
+        u64::from_le_bytes([rec[i], rec[i + 1], rec[i + 2], rec[i + 3], rec[i + 4], rec[i + 5], rec[i + 6], rec[i + 7]])
     };
     let (code, ndim) = (rec[0], rec[1]);
     if usize::from(ndim) > MAX_NDIM {
@@ -266,49 +237,25 @@ fn parse_record(rec: &[u8], file_len: u64, floor: u64) -> Result<Record, RecordP
         return Err(RecordProblem::Overlap { offset, floor });
     }
     if offset.checked_add(nbytes).is_none_or(|end| end > file_len) {
-        return Err(RecordProblem::PastEnd {
-            offset,
-            nbytes,
-            len: file_len,
-        });
+        return Err(RecordProblem::PastEnd { offset, nbytes, len: file_len });
     }
-    let record = Record {
-        name: String::new(),
-        kind,
-        shape,
-        offset,
-        nbytes,
-    };
+    let record = Record { name: String::new(), kind, shape, offset, nbytes };
     // Every dimension is a u32 and there are at most 4, but their product can overflow u64.
-    let elements = record
-        .shape
-        .iter()
-        .try_fold(1u64, |acc, &d| acc.checked_mul(u64::from(d)));
+    let elements = record.shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(u64::from(d)));
     let expected = match elements {
         Some(n) => expected_blob_len(kind, &record.shape, n)?,
         None => u64::MAX,
     };
     if kind != TensorKind::Raw && expected != nbytes {
-        return Err(RecordProblem::Size {
-            kind: kind.label(),
-            shape: record.shape.clone(),
-            nbytes,
-            expected,
-        });
+        return Err(RecordProblem::Size { kind: kind.label(), shape: record.shape.clone(), nbytes, expected });
     }
     Ok(record)
 }
 
 impl CactFile {
     pub fn open(path: &Path) -> Result<Self, ReadError> {
-        let bytes = std::fs::read(path).map_err(|source| ReadError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Self::parse(bytes).map_err(|problem| ReadError::Format {
-            path: path.to_path_buf(),
-            problem,
-        })
+        let bytes = std::fs::read(path).map_err(|source| ReadError::Io { path: path.to_path_buf(), source })?;
+        Self::parse(bytes).map_err(|problem| ReadError::Format { path: path.to_path_buf(), problem })
     }
 
     pub fn parse(bytes: Vec<u8>) -> Result<Self, FormatError> {
@@ -328,28 +275,18 @@ impl CactFile {
         let mut floor = (dir_start + directory.len()) as u64;
         for (index, rec) in directory.chunks_exact(RECORD_LEN).enumerate() {
             let at = dir_start + index * RECORD_LEN;
-            let record = parse_record(rec, bytes.len() as u64, floor).map_err(|problem| {
-                FormatError::Record {
-                    index,
-                    at: at as u64,
-                    problem,
-                }
+            let record = parse_record(rec, bytes.len() as u64, floor).map_err(|problem| FormatError::Record {
+                index,
+                at: at as u64,
+                problem,
             })?;
             floor = record.offset + record.nbytes;
             records.push(record);
         }
-        let mut file = CactFile {
-            header,
-            codebook,
-            records,
-            bytes: Vec::new(),
-        };
+        let mut file = CactFile { header, codebook, records, bytes: Vec::new() };
         file.bytes = bytes;
         let names = file.positional_names()?;
-        file.records
-            .iter_mut()
-            .zip(names)
-            .for_each(|(r, name)| r.name = name);
+        file.records.iter_mut().zip(names).for_each(|(r, name)| r.name = name);
         Ok(file)
     }
 
@@ -361,8 +298,7 @@ impl CactFile {
     /// The blob of tensor `index` (validated against the file size at parse time).
     pub fn blob(&self, index: usize) -> Option<&[u8]> {
         let r = self.records.get(index)?;
-        self.bytes
-            .get(r.offset as usize..(r.offset + r.nbytes) as usize)
+        self.bytes.get(r.offset as usize..(r.offset + r.nbytes) as usize)
     }
 
     /// Header, codebooks and directory: everything before the first blob.
@@ -373,10 +309,7 @@ impl CactFile {
 
     /// Index of the RAW tokenizer blob, which the writer always puts last.
     pub fn tokenizer_index(&self) -> Option<usize> {
-        self.records
-            .iter()
-            .rposition(|r| r.kind == TensorKind::Raw)
-            .filter(|&i| i + 1 == self.records.len())
+        self.records.iter().rposition(|r| r.kind == TensorKind::Raw).filter(|&i| i + 1 == self.records.len())
     }
 
     /// Names by position: the canonical order from the header geometry, then the heads the manifest
@@ -388,28 +321,19 @@ impl CactFile {
         let tokenizer = u64::from(self.tokenizer_index().is_some());
         let count_error = || FormatError::TensorCount {
             found,
-            expected: format!(
-                "{core} through final_norm, then 1 + 3 per probe head, then the tokenizer"
-            ),
+            expected: format!("{core} through final_norm, then 1 + 3 per probe head, then the tokenizer"),
         };
-        let extra = found
-            .checked_sub(core + tokenizer)
-            .ok_or_else(count_error)?;
+        let extra = found.checked_sub(core + tokenizer).ok_or_else(count_error)?;
         let mut names = layout::core_names(h.num_layers as usize, h.engram_layers.len());
         if extra > 0 {
             if (extra - 1) % 3 != 0 {
                 return Err(count_error());
             }
             let heads = ((extra - 1) / 3) as usize;
-            let manifest = self
-                .records
-                .get(core as usize)
-                .filter(|r| r.kind == TensorKind::Fp16 && r.elements() == heads as u64);
+            let manifest =
+                self.records.get(core as usize).filter(|r| r.kind == TensorKind::Fp16 && r.elements() == heads as u64);
             let codes: Vec<u16> = match manifest.and_then(|_| self.blob(core as usize)) {
-                Some(blob) => blob
-                    .chunks_exact(2)
-                    .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32() as u16)
-                    .collect(),
+                Some(blob) => blob.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32() as u16).collect(),
                 None => return Err(count_error()),
             };
             names.extend(layout::head_names(&codes));
@@ -425,14 +349,12 @@ impl CactFile {
         let r = self.records.get(index)?;
         let blob = self.blob(index)?;
         match r.kind {
-            TensorKind::Fp16 => Some(Ok(blob
-                .chunks_exact(2)
-                .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect())),
-            TensorKind::Fp32 => Some(Ok(blob
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect())),
+            TensorKind::Fp16 => {
+                Some(Ok(blob.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()).collect()))
+            }
+            TensorKind::Fp32 => {
+                Some(Ok(blob.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()))
+            }
             TensorKind::Cq(bits) => {
                 let (out, in_dim) = (r.shape[0] as usize, r.shape[1] as usize);
                 Some(quant::cq_decode(blob, out, in_dim, bits))
@@ -456,22 +378,12 @@ impl CactFile {
         }
         let mut report = VerifyReport::default();
         for (index, r) in self.records.iter().enumerate() {
-            let fail = |problem: String| VerifyError::Tensor {
-                index,
-                name: r.name.clone(),
-                problem,
-            };
-            let blob = self
-                .blob(index)
-                .ok_or_else(|| fail("blob out of range".into()))?;
+            let fail = |problem: String| VerifyError::Tensor { index, name: r.name.clone(), problem };
+            let blob = self.blob(index).ok_or_else(|| fail("blob out of range".into()))?;
             if let TensorKind::Cq(bits) = r.kind {
                 let parts = quant::cq_split(blob, r.shape[0] as usize, r.shape[1] as usize, bits)
                     .map_err(|e| fail(e.to_string()))?;
-                if let Some(g) = parts
-                    .norms
-                    .iter()
-                    .position(|n| !n.is_finite() || n.to_f32() < 0.0)
-                {
+                if let Some(g) = parts.norms.iter().position(|n| !n.is_finite() || n.to_f32() < 0.0) {
                     return Err(fail(format!("group norm {g} is {}", parts.norms[g])));
                 }
                 report.cq_groups += parts.norms.len();
@@ -496,41 +408,22 @@ impl CactFile {
 fn check_tokenizer_blob(blob: &[u8]) -> Result<u32, String> {
     let c = Cursor { bytes: blob };
     let err = |e: FormatError| format!("tokenizer blob: {e}");
-    c.slice(0, TOKENIZER_HEADER_LEN, "tokenizer header")
-        .map_err(err)?;
+    c.slice(0, TOKENIZER_HEADER_LEN, "tokenizer header").map_err(err)?;
     let n = c.u32(0, "tokenizer header").map_err(err)?;
     let mut at = TOKENIZER_HEADER_LEN;
     for piece in 0..n {
-        let rec = c
-            .slice(at, TOKENIZER_RECORD_LEN, &format!("piece {piece} record"))
-            .map_err(err)?;
+        let rec = c.slice(at, TOKENIZER_RECORD_LEN, &format!("piece {piece} record")).map_err(err)?;
         let (kind, len) = (rec[4], usize::from(u16::from_le_bytes([rec[5], rec[6]])));
         if kind > MAX_PIECE_TYPE {
-            return Err(format!(
-                "tokenizer blob byte {}: piece {piece} has type {kind} (0..=4)",
-                at + 4
-            ));
+            return Err(format!("tokenizer blob byte {}: piece {piece} has type {kind} (0..=4)", at + 4));
         }
-        let surface = c
-            .slice(
-                at + TOKENIZER_RECORD_LEN,
-                len,
-                &format!("piece {piece} surface"),
-            )
-            .map_err(err)?;
-        std::str::from_utf8(surface).map_err(|e| {
-            format!(
-                "tokenizer blob byte {}: piece {piece} is not UTF-8 ({e})",
-                at + 7
-            )
-        })?;
+        let surface = c.slice(at + TOKENIZER_RECORD_LEN, len, &format!("piece {piece} surface")).map_err(err)?;
+        std::str::from_utf8(surface)
+            .map_err(|e| format!("tokenizer blob byte {}: piece {piece} is not UTF-8 ({e})", at + 7))?;
         at += TOKENIZER_RECORD_LEN + len;
     }
     if at != blob.len() {
-        return Err(format!(
-            "tokenizer blob has {} trailing bytes after its {n} pieces",
-            blob.len() - at
-        ));
+        return Err(format!("tokenizer blob has {} trailing bytes after its {n} pieces", blob.len() - at));
     }
     Ok(n)
 }
@@ -550,11 +443,7 @@ pub enum VerifyError {
     #[error("the header's codebooks differ from the format's Lloyd-Max levels; the file was not written by a Needle 2 exporter")]
     Codebook,
     #[error("tensor {index} ({name}): {problem}")]
-    Tensor {
-        index: usize,
-        name: String,
-        problem: String,
-    },
+    Tensor { index: usize, name: String, problem: String },
 }
 
 #[cfg(test)]
@@ -582,13 +471,7 @@ mod tests {
             ..ModelConfig::default()
         };
         let ckpt = random_checkpoint(&config, false, 7).unwrap();
-        build_cact(
-            &ckpt,
-            &BitsChoice::Uniform(Bits::Two),
-            &placeholder_tokenizer_blob(40),
-        )
-        .unwrap()
-        .bytes
+        build_cact(&ckpt, &BitsChoice::Uniform(Bits::Two), &placeholder_tokenizer_blob(40)).unwrap().bytes
     });
 
     /// Everything a consumer does with a parsed file; must never panic whatever the bytes.
@@ -611,10 +494,7 @@ mod tests {
         let file = CactFile::parse(IMAGE.clone()).unwrap();
         let names: Vec<&str> = file.records.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names.len(), 1 + 2 * 14 + 9 + 2 * 4 + 1 + 1);
-        assert_eq!(
-            names[..3],
-            ["embedding", "layer00.norm_in", "layer00.q_proj"]
-        );
+        assert_eq!(names[..3], ["embedding", "layer00.norm_in", "layer00.q_proj"]);
         assert_eq!(names[names.len() - 2..], ["final_norm", "tokenizer"]);
         assert_eq!(file.tokenizer_pieces(), Some(40));
         let report = file.verify().unwrap();
@@ -626,26 +506,14 @@ mod tests {
     fn a_foreign_file_is_a_bad_tag() {
         let mut bytes = IMAGE.clone();
         bytes[..4].copy_from_slice(b"PK\x03\x04");
-        assert_eq!(
-            CactFile::parse(bytes).unwrap_err(),
-            FormatError::BadTag { found: 0x0403_4b50 }
-        );
+        assert_eq!(CactFile::parse(bytes).unwrap_err(), FormatError::BadTag { found: 0x0403_4b50 });
     }
 
     #[test]
     fn truncation_names_what_is_missing() {
         let len = IMAGE.len();
         let err = CactFile::parse(IMAGE[..len - 1].to_vec()).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                FormatError::Record {
-                    problem: RecordProblem::PastEnd { .. },
-                    ..
-                }
-            ),
-            "{err}"
-        );
+        assert!(matches!(err, FormatError::Record { problem: RecordProblem::PastEnd { .. }, .. }), "{err}");
         let err = CactFile::parse(IMAGE[..100].to_vec()).unwrap_err();
         assert!(err.to_string().contains("120-byte header"), "{err}");
     }
@@ -658,11 +526,7 @@ mod tests {
         bytes[at..at + 8].copy_from_slice(&offset.to_le_bytes());
         assert_eq!(
             CactFile::parse(bytes).unwrap_err(),
-            FormatError::Record {
-                index: 3,
-                at: record_at(3) as u64,
-                problem: RecordProblem::Misaligned(offset)
-            }
+            FormatError::Record { index: 3, at: record_at(3) as u64, problem: RecordProblem::Misaligned(offset) }
         );
     }
 
@@ -670,20 +534,14 @@ mod tests {
     fn a_huge_tensor_count_is_a_truncation_not_an_allocation() {
         let mut bytes = IMAGE.clone();
         bytes[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(matches!(
-            CactFile::parse(bytes),
-            Err(FormatError::Truncated { .. })
-        ));
+        assert!(matches!(CactFile::parse(bytes), Err(FormatError::Truncated { .. })));
     }
 
     #[test]
     fn a_huge_layer_count_is_a_count_mismatch_not_an_allocation() {
         let mut bytes = IMAGE.clone();
         bytes[36..40].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(matches!(
-            CactFile::parse(bytes),
-            Err(FormatError::TensorCount { .. })
-        ));
+        assert!(matches!(CactFile::parse(bytes), Err(FormatError::TensorCount { .. })));
     }
 
     proptest! {

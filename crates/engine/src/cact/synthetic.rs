@@ -12,23 +12,14 @@ use crate::checkpoint::{Checkpoint, DType, NdArray};
 use crate::config::ModelConfig;
 
 /// Every parameter the export reads, with its shape for `config` (heads excluded: they are optional).
-pub fn export_param_shapes(
-    config: &ModelConfig,
-) -> Result<Vec<(String, Vec<usize>)>, GeometryError> {
+pub fn export_param_shapes(config: &ModelConfig) -> Result<Vec<(String, Vec<usize>)>, GeometryError> {
     let geo = Geometry::of(config)?;
     let (d, l, lanes) = (config.d_model, config.num_layers, config.mhc_lanes);
-    let attn = if config.attn_dim == 0 {
-        d
-    } else {
-        config.attn_dim
-    };
+    let attn = if config.attn_dim == 0 { d } else { config.attn_dim };
     let kv = config.num_kv_heads * geo.head_dim;
     let block = |p: &str| format!("stack/layers/block/{p}");
     let mut shapes = vec![
-        (
-            "embedding/embedding".to_string(),
-            vec![config.vocab_size, d],
-        ),
+        ("embedding/embedding".to_string(), vec![config.vocab_size, d]),
         (block("ZCRMSNorm_0/scale"), vec![l, d]),
         (block("self_attn/q_proj/kernel"), vec![l, d, attn]),
         (block("self_attn/k_proj/kernel"), vec![l, d, kv]),
@@ -51,22 +42,12 @@ pub fn export_param_shapes(
         ("stack/mhc_b_res".into(), vec![l, lanes, lanes]),
         ("stack/mhc_phi_pre".into(), vec![l, lanes * d, lanes]),
         ("stack/mhc_phi_post".into(), vec![l, lanes * d, lanes]),
-        (
-            "stack/mhc_phi_res".into(),
-            vec![l, lanes * d, lanes * lanes],
-        ),
+        ("stack/mhc_phi_res".into(), vec![l, lanes * d, lanes * lanes]),
         ("stack/final_norm/scale".into(), vec![d]),
     ];
     for site in 0..geo.sites.len() {
         let e = |p: &str| format!("engrams_{site}/{p}");
-        shapes.push((
-            e("embedding"),
-            vec![
-                geo.num_engram_tables(),
-                config.engram_slots,
-                geo.engram_sub_dim,
-            ],
-        ));
+        shapes.push((e("embedding"), vec![geo.num_engram_tables(), config.engram_slots, geo.engram_sub_dim]));
         shapes.push((e("key_proj/kernel"), vec![d, d]));
         shapes.push((e("value_proj/kernel"), vec![d, d]));
         shapes.push((e("taps"), vec![ENGRAM_CONV_TAPS, d]));
@@ -76,11 +57,7 @@ pub fn export_param_shapes(
 
 /// A checkpoint of `config`'s geometry with every parameter uniform in ±0.05, stored as float16
 /// (like released checkpoints) or float32.
-pub fn random_checkpoint(
-    config: &ModelConfig,
-    float16: bool,
-    seed: u64,
-) -> Result<Checkpoint, GeometryError> {
+pub fn random_checkpoint(config: &ModelConfig, float16: bool, seed: u64) -> Result<Checkpoint, GeometryError> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut params = BTreeMap::new();
     for (path, shape) in export_param_shapes(config)? {
@@ -90,26 +67,14 @@ pub fn random_checkpoint(
             NdArray {
                 dtype: DType::F16,
                 shape,
-                data: values
-                    .iter()
-                    .flat_map(|&v| f16::from_f32(v).to_le_bytes())
-                    .collect(),
+                data: values.iter().flat_map(|&v| f16::from_f32(v).to_le_bytes()).collect(),
             }
         } else {
-            NdArray {
-                dtype: DType::F32,
-                shape,
-                data: values.iter().flat_map(|&v| v.to_le_bytes()).collect(),
-            }
+            NdArray { dtype: DType::F32, shape, data: values.iter().flat_map(|&v| v.to_le_bytes()).collect() }
         };
         params.insert(path, array);
     }
-    Ok(Checkpoint {
-        source: format!("<random seed {seed}>").into(),
-        params,
-        config: config.clone(),
-        step: None,
-    })
+    Ok(Checkpoint { source: format!("<random seed {seed}>").into(), params, config: config.clone(), step: None })
 }
 
 /// A RAW tokenizer blob with `pieces` one-letter NORMAL pieces: enough for a build, which only

@@ -9,9 +9,7 @@ use rayon::prelude::*;
 use thiserror::Error;
 
 use super::bits::BitsChoice;
-use super::geometry::{
-    effective_kv_window, Geometry, GeometryError, ENGRAM_CONV_TAPS, MAX_HEADER_LIST,
-};
+use super::geometry::{effective_kv_window, Geometry, GeometryError, ENGRAM_CONV_TAPS, MAX_HEADER_LIST};
 use super::layout::{self, HEAD_CODES, LAYER_TENSORS, MHC_FP16_TENSORS, MHC_PHI_TENSORS};
 use super::quant::{self, Bits, GROUP};
 use super::{align_up, TensorKind, HEADER_LEN, MAX_NDIM, RECORD_LEN, TAG, TOKENIZER_HEADER_LEN};
@@ -29,12 +27,10 @@ pub struct BuildError {
 pub enum BuildProblem {
     #[error("no parameter `{path}`; `needle build` needs a Needle 2 format-v2 checkpoint")]
     MissingParam { path: String },
-    #[error("parameter `{path}` has shape {found:?} but the export needs {expected}; the params do not match the config")]
-    BadShape {
-        path: String,
-        expected: String,
-        found: Vec<usize>,
-    },
+    #[error(
+        "parameter `{path}` has shape {found:?} but the export needs {expected}; the params do not match the config"
+    )]
+    BadShape { path: String, expected: String, found: Vec<usize> },
     #[error("parameter `{path}` is {dtype:?}; the export reads float16 or float32 weights (re-save the checkpoint as float32)")]
     UnsupportedDtype { path: String, dtype: DType },
     #[error("config: {0}")]
@@ -43,9 +39,7 @@ pub enum BuildProblem {
     TokenizerVocab { tokenizer: usize, config: usize },
     #[error("tokenizer blob is {len} bytes, shorter than its {TOKENIZER_HEADER_LEN}-byte header; the tokenizer did not serialise")]
     TokenizerBlob { len: usize },
-    #[error(
-        "tensor `{name}` has {ndim} dimensions; a .cact directory record holds at most {MAX_NDIM}"
-    )]
+    #[error("tensor `{name}` has {ndim} dimensions; a .cact directory record holds at most {MAX_NDIM}")]
     TooManyDims { name: String, ndim: usize },
     #[error("{what} = {value} does not fit the .cact header's u32 field")]
     TooLarge { what: String, value: usize },
@@ -69,25 +63,15 @@ struct Param {
 
 impl Param {
     fn load(ckpt: &Checkpoint, path: &str) -> Result<Self, BuildProblem> {
-        let arr = ckpt
-            .params
-            .get(path)
-            .ok_or_else(|| BuildProblem::MissingParam { path: path.into() })?;
+        let arr = ckpt.params.get(path).ok_or_else(|| BuildProblem::MissingParam { path: path.into() })?;
         Self::from_array(path, arr)
     }
 
     fn from_array(path: &str, arr: &NdArray) -> Result<Self, BuildProblem> {
         if !matches!(arr.dtype, DType::F16 | DType::F32) {
-            return Err(BuildProblem::UnsupportedDtype {
-                path: path.into(),
-                dtype: arr.dtype,
-            });
+            return Err(BuildProblem::UnsupportedDtype { path: path.into(), dtype: arr.dtype });
         }
-        let param = Self {
-            path: path.into(),
-            shape: arr.shape.clone(),
-            values: arr.to_f32(),
-        };
+        let param = Self { path: path.into(), shape: arr.shape.clone(), values: arr.to_f32() };
         if param.values.len() != param.shape.iter().product::<usize>() {
             return Err(param.bad_shape(format!("{} elements for its shape", param.values.len())));
         }
@@ -95,19 +79,12 @@ impl Param {
     }
 
     fn bad_shape(&self, expected: impl Into<String>) -> BuildProblem {
-        BuildProblem::BadShape {
-            path: self.path.clone(),
-            expected: expected.into(),
-            found: self.shape.clone(),
-        }
+        BuildProblem::BadShape { path: self.path.clone(), expected: expected.into(), found: self.shape.clone() }
     }
 
     /// Element `index` along the leading (stacked-layers) axis.
     fn layer(&self, index: usize) -> Result<Param, BuildProblem> {
-        let (&layers, inner) = self
-            .shape
-            .split_first()
-            .ok_or_else(|| self.bad_shape("a leading layer axis"))?;
+        let (&layers, inner) = self.shape.split_first().ok_or_else(|| self.bad_shape("a leading layer axis"))?;
         if index >= layers {
             return Err(self.bad_shape(format!("at least {} entries on the layer axis", index + 1)));
         }
@@ -121,10 +98,7 @@ impl Param {
 
     fn reshaped(mut self, shape: Vec<usize>) -> Result<Param, BuildProblem> {
         if shape.iter().product::<usize>() != self.values.len() {
-            return Err(self.bad_shape(format!(
-                "{} elements (shape {shape:?})",
-                shape.iter().product::<usize>()
-            )));
+            return Err(self.bad_shape(format!("{} elements (shape {shape:?})", shape.iter().product::<usize>())));
         }
         self.shape = shape;
         Ok(self)
@@ -147,11 +121,7 @@ impl Param {
                 }
             }
         }
-        Ok(Param {
-            path: self.path.clone(),
-            shape: vec![cols, rows],
-            values,
-        })
+        Ok(Param { path: self.path.clone(), shape: vec![cols, rows], values })
     }
 
     /// The mHC phi stack `[L, nC, lanes]` as `[L*lanes, nC]`: `phi.transpose(0, 2, 1).reshape(...)`.
@@ -166,11 +136,7 @@ impl Param {
                 values.extend((0..n_c).map(|c| block[c * lanes + lane]));
             }
         }
-        Ok(Param {
-            path: self.path.clone(),
-            shape: vec![layers * lanes, n_c],
-            values,
-        })
+        Ok(Param { path: self.path.clone(), shape: vec![layers * lanes, n_c], values })
     }
 }
 
@@ -183,50 +149,26 @@ struct Tensor {
 }
 
 fn fp16_tensor(name: impl Into<String>, p: &Param) -> Tensor {
-    let blob = p
-        .values
-        .iter()
-        .flat_map(|&v| f16::from_f32(v).to_le_bytes())
-        .collect();
-    Tensor {
-        name: name.into(),
-        kind: TensorKind::Fp16,
-        shape: p.shape.clone(),
-        blob,
-    }
+    let blob = p.values.iter().flat_map(|&v| f16::from_f32(v).to_le_bytes()).collect();
+    Tensor { name: name.into(), kind: TensorKind::Fp16, shape: p.shape.clone(), blob }
 }
 
-fn cq_tensor(
-    name: impl Into<String>,
-    matrix: &Param,
-    bits: &BitsChoice,
-) -> Result<Tensor, BuildProblem> {
+fn cq_tensor(name: impl Into<String>, matrix: &Param, bits: &BitsChoice) -> Result<Tensor, BuildProblem> {
     let name = name.into();
     let &[_, in_dim] = matrix.shape.as_slice() else {
         return Err(matrix.bad_shape("a 2-D matrix"));
     };
     let width: Bits = bits.bits_for(&name);
     let blob = quant::cq_encode(&matrix.values, in_dim, width);
-    Ok(Tensor {
-        name,
-        kind: TensorKind::Cq(width),
-        shape: matrix.shape.clone(),
-        blob,
-    })
+    Ok(Tensor { name, kind: TensorKind::Cq(width), shape: matrix.shape.clone(), blob })
 }
 
 /// The stacked per-layer block every layer's tensors are sliced from.
 const BLOCK: &str = "stack/layers/block";
 
-fn layer_tensors(
-    ckpt: &Checkpoint,
-    bits: &BitsChoice,
-    out: &mut Vec<Tensor>,
-) -> Result<(), BuildProblem> {
-    let stacked: Vec<Param> = LAYER_TENSORS
-        .iter()
-        .map(|t| Param::load(ckpt, &format!("{BLOCK}/{}", t.path)))
-        .collect::<Result<_, _>>()?;
+fn layer_tensors(ckpt: &Checkpoint, bits: &BitsChoice, out: &mut Vec<Tensor>) -> Result<(), BuildProblem> {
+    let stacked: Vec<Param> =
+        LAYER_TENSORS.iter().map(|t| Param::load(ckpt, &format!("{BLOCK}/{}", t.path))).collect::<Result<_, _>>()?;
     // Layers are independent: slicing and transposing them in parallel keeps both cores busy
     // between the row-parallel quantizations.
     let layers: Vec<Vec<Tensor>> = (0..ckpt.config.num_layers)
@@ -237,11 +179,7 @@ fn layer_tensors(
     Ok(())
 }
 
-fn one_layer(
-    layer: usize,
-    stacked: &[Param],
-    bits: &BitsChoice,
-) -> Result<Vec<Tensor>, BuildProblem> {
+fn one_layer(layer: usize, stacked: &[Param], bits: &BitsChoice) -> Result<Vec<Tensor>, BuildProblem> {
     LAYER_TENSORS
         .iter()
         .zip(stacked)
@@ -260,23 +198,12 @@ fn one_layer(
         .collect()
 }
 
-fn mhc_tensors(
-    ckpt: &Checkpoint,
-    bits: &BitsChoice,
-    out: &mut Vec<Tensor>,
-) -> Result<(), BuildProblem> {
+fn mhc_tensors(ckpt: &Checkpoint, bits: &BitsChoice, out: &mut Vec<Tensor>) -> Result<(), BuildProblem> {
     for name in MHC_FP16_TENSORS {
-        out.push(fp16_tensor(
-            name,
-            &Param::load(ckpt, &format!("stack/{name}"))?,
-        ));
+        out.push(fp16_tensor(name, &Param::load(ckpt, &format!("stack/{name}"))?));
     }
     for name in MHC_PHI_TENSORS {
-        out.push(cq_tensor(
-            name,
-            &Param::load(ckpt, &format!("stack/{name}"))?.phi_rows()?,
-            bits,
-        )?);
+        out.push(cq_tensor(name, &Param::load(ckpt, &format!("stack/{name}"))?.phi_rows()?, bits)?);
     }
     Ok(())
 }
@@ -289,31 +216,14 @@ fn engram_tensors(
 ) -> Result<(), BuildProblem> {
     for site in 0..geo.sites.len() {
         let prefix = format!("engrams_{site}");
-        let tables = Param::load(ckpt, &format!("{prefix}/embedding"))?.reshaped(vec![
-            geo.num_engram_tables() * ckpt.config.engram_slots,
-            geo.engram_sub_dim,
-        ])?;
+        let tables = Param::load(ckpt, &format!("{prefix}/embedding"))?
+            .reshaped(vec![geo.num_engram_tables() * ckpt.config.engram_slots, geo.engram_sub_dim])?;
         let key = Param::load(ckpt, &format!("{prefix}/key_proj/kernel"))?.transposed()?;
         let value = Param::load(ckpt, &format!("{prefix}/value_proj/kernel"))?.transposed()?;
-        out.push(cq_tensor(
-            layout::engram_name(site, "tables"),
-            &tables,
-            bits,
-        )?);
-        out.push(cq_tensor(
-            layout::engram_name(site, "key_proj"),
-            &key,
-            bits,
-        )?);
-        out.push(cq_tensor(
-            layout::engram_name(site, "value_proj"),
-            &value,
-            bits,
-        )?);
-        out.push(fp16_tensor(
-            layout::engram_name(site, "taps"),
-            &Param::load(ckpt, &format!("{prefix}/taps"))?,
-        ));
+        out.push(cq_tensor(layout::engram_name(site, "tables"), &tables, bits)?);
+        out.push(cq_tensor(layout::engram_name(site, "key_proj"), &key, bits)?);
+        out.push(cq_tensor(layout::engram_name(site, "value_proj"), &value, bits)?);
+        out.push(fp16_tensor(layout::engram_name(site, "taps"), &Param::load(ckpt, &format!("{prefix}/taps"))?));
     }
     Ok(())
 }
@@ -324,21 +234,13 @@ fn head_tensors(ckpt: &Checkpoint, out: &mut Vec<Tensor>) -> Result<(), BuildPro
     let present: Vec<(&str, u16)> = HEAD_CODES
         .iter()
         .copied()
-        .filter(|(key, _)| {
-            ckpt.params
-                .keys()
-                .any(|p| p.starts_with(&format!("{key}/")))
-        })
+        .filter(|(key, _)| ckpt.params.keys().any(|p| p.starts_with(&format!("{key}/"))))
         .collect();
     if present.is_empty() {
         return Ok(());
     }
     let codes: Vec<f32> = present.iter().map(|&(_, c)| f32::from(c)).collect();
-    let manifest = Param {
-        path: layout::HEADS_MANIFEST.into(),
-        shape: vec![codes.len()],
-        values: codes,
-    };
+    let manifest = Param { path: layout::HEADS_MANIFEST.into(), shape: vec![codes.len()], values: codes };
     out.push(fp16_tensor(layout::HEADS_MANIFEST, &manifest));
     for (key, _) in present {
         let probes = Param::load(ckpt, &format!("{key}/probes"))?;
@@ -347,11 +249,7 @@ fn head_tensors(ckpt: &Checkpoint, out: &mut Vec<Tensor>) -> Result<(), BuildPro
         let bias = if ckpt.params.contains_key(&bias_path) {
             Param::load(ckpt, &bias_path)?
         } else {
-            Param {
-                path: bias_path,
-                shape: vec![kernel.shape[0]],
-                values: vec![0.0; kernel.shape[0]],
-            }
+            Param { path: bias_path, shape: vec![kernel.shape[0]], values: vec![0.0; kernel.shape[0]] }
         };
         out.push(fp16_tensor(format!("{key}.probes"), &probes));
         out.push(fp16_tensor(format!("{key}.proj"), &kernel));
@@ -361,20 +259,13 @@ fn head_tensors(ckpt: &Checkpoint, out: &mut Vec<Tensor>) -> Result<(), BuildPro
 }
 
 /// Every tensor of the export in canonical order (the tokenizer is appended by the caller).
-fn canonical_tensors(
-    ckpt: &Checkpoint,
-    geo: &Geometry,
-    bits: &BitsChoice,
-) -> Result<Vec<Tensor>, BuildProblem> {
+fn canonical_tensors(ckpt: &Checkpoint, geo: &Geometry, bits: &BitsChoice) -> Result<Vec<Tensor>, BuildProblem> {
     let embedding = Param::load(ckpt, "embedding/embedding")?;
     let mut out = vec![cq_tensor("embedding", &embedding, bits)?];
     layer_tensors(ckpt, bits, &mut out)?;
     mhc_tensors(ckpt, bits, &mut out)?;
     engram_tensors(ckpt, geo, bits, &mut out)?;
-    out.push(fp16_tensor(
-        layout::FINAL_NORM,
-        &Param::load(ckpt, "stack/final_norm/scale")?,
-    ));
+    out.push(fp16_tensor(layout::FINAL_NORM, &Param::load(ckpt, "stack/final_norm/scale")?));
     head_tensors(ckpt, &mut out)?;
     Ok(out)
 }
@@ -386,24 +277,13 @@ fn tokenizer_tensor(blob: &[u8], vocab_size: usize) -> Result<Tensor, BuildProbl
         .filter(|_| blob.len() >= TOKENIZER_HEADER_LEN)
         .ok_or(BuildProblem::TokenizerBlob { len: blob.len() })?;
     if pieces != vocab_size {
-        return Err(BuildProblem::TokenizerVocab {
-            tokenizer: pieces,
-            config: vocab_size,
-        });
+        return Err(BuildProblem::TokenizerVocab { tokenizer: pieces, config: vocab_size });
     }
-    Ok(Tensor {
-        name: layout::TOKENIZER.into(),
-        kind: TensorKind::Raw,
-        shape: vec![],
-        blob: blob.to_vec(),
-    })
+    Ok(Tensor { name: layout::TOKENIZER.into(), kind: TensorKind::Raw, shape: vec![], blob: blob.to_vec() })
 }
 
 fn u32_field(what: &str, value: usize) -> Result<u32, BuildProblem> {
-    u32::try_from(value).map_err(|_| BuildProblem::TooLarge {
-        what: what.into(),
-        value,
-    })
+    u32::try_from(value).map_err(|_| BuildProblem::TooLarge { what: what.into(), value })
 }
 
 /// Pads a list to the header's four slots.
@@ -448,31 +328,21 @@ fn header_bytes(
     .iter()
     .map(|&(what, v)| u32_field(what, v))
     .chain(four_slots("engram_orders", &geo.orders)?.map(Ok))
-    .chain(std::iter::once(u32_field(
-        "num_engram_sites",
-        geo.sites.len(),
-    )))
+    .chain(std::iter::once(u32_field("num_engram_sites", geo.sites.len())))
     .chain(four_slots("engram_layers", &geo.sites)?.map(Ok))
     .collect::<Result<_, _>>()?;
     let mut bytes = Vec::with_capacity(HEADER_LEN + codebooks.len() * 4);
     bytes.extend_from_slice(&TAG.to_le_bytes());
-    fields
-        .iter()
-        .for_each(|f| bytes.extend_from_slice(&f.to_le_bytes()));
+    fields.iter().for_each(|f| bytes.extend_from_slice(&f.to_le_bytes()));
     bytes.extend_from_slice(&(cfg.rope_theta as f32).to_le_bytes());
     debug_assert_eq!(bytes.len(), HEADER_LEN);
-    codebooks
-        .iter()
-        .for_each(|c| bytes.extend_from_slice(&c.to_le_bytes()));
+    codebooks.iter().for_each(|c| bytes.extend_from_slice(&c.to_le_bytes()));
     Ok(bytes)
 }
 
 fn directory_record(t: &Tensor, offset: usize) -> Result<[u8; RECORD_LEN], BuildProblem> {
     if t.shape.len() > MAX_NDIM {
-        return Err(BuildProblem::TooManyDims {
-            name: t.name.clone(),
-            ndim: t.shape.len(),
-        });
+        return Err(BuildProblem::TooManyDims { name: t.name.clone(), ndim: t.shape.len() });
     }
     let (group, bits) = match t.kind {
         TensorKind::Cq(b) => (GROUP as u32, b.record_bits()),
@@ -482,8 +352,7 @@ fn directory_record(t: &Tensor, offset: usize) -> Result<[u8; RECORD_LEN], Build
     rec[0] = t.kind.code();
     rec[1] = t.shape.len() as u8;
     for (i, &dim) in t.shape.iter().enumerate() {
-        rec[4 + 4 * i..8 + 4 * i]
-            .copy_from_slice(&u32_field(&format!("{} dimension {i}", t.name), dim)?.to_le_bytes());
+        rec[4 + 4 * i..8 + 4 * i].copy_from_slice(&u32_field(&format!("{} dimension {i}", t.name), dim)?.to_le_bytes());
     }
     rec[20..28].copy_from_slice(&(offset as u64).to_le_bytes());
     rec[28..36].copy_from_slice(&(t.blob.len() as u64).to_le_bytes());
@@ -505,22 +374,11 @@ pub struct BuiltCact {
 /// Lays the checkpoint out as a `.cact` exactly as the reference's `_pack_cact` does.
 /// `tokenizer_blob` is the RAW tokenizer dump (`Tokenizer::to_cact_blob`); its piece count must
 /// equal the config's `vocab_size`.
-pub fn build_cact(
-    ckpt: &Checkpoint,
-    bits: &BitsChoice,
-    tokenizer_blob: &[u8],
-) -> Result<BuiltCact, BuildError> {
-    pack(ckpt, bits, tokenizer_blob).map_err(|problem| BuildError {
-        checkpoint: ckpt.source.clone(),
-        problem,
-    })
+pub fn build_cact(ckpt: &Checkpoint, bits: &BitsChoice, tokenizer_blob: &[u8]) -> Result<BuiltCact, BuildError> {
+    pack(ckpt, bits, tokenizer_blob).map_err(|problem| BuildError { checkpoint: ckpt.source.clone(), problem })
 }
 
-fn pack(
-    ckpt: &Checkpoint,
-    bits: &BitsChoice,
-    tokenizer_blob: &[u8],
-) -> Result<BuiltCact, BuildProblem> {
+fn pack(ckpt: &Checkpoint, bits: &BitsChoice, tokenizer_blob: &[u8]) -> Result<BuiltCact, BuildProblem> {
     let geo = Geometry::of(&ckpt.config)?;
     let mut tensors = canonical_tensors(ckpt, &geo, bits)?;
     tensors.push(tokenizer_tensor(tokenizer_blob, ckpt.config.vocab_size)?);
@@ -541,20 +399,13 @@ fn pack(
         bytes.resize(offset, 0);
         bytes.extend_from_slice(&t.blob);
     }
-    Ok(BuiltCact {
-        bytes,
-        num_tensors: tensors.len(),
-        names: tensors.into_iter().map(|t| t.name).collect(),
-    })
+    Ok(BuiltCact { bytes, num_tensors: tensors.len(), names: tensors.into_iter().map(|t| t.name).collect() })
 }
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same directory, renamed over the
 /// target, so an interrupted build never leaves a half-written `.cact` for a runtime to mmap.
 pub fn write_cact(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
-    let io = |source| WriteError {
-        path: path.to_path_buf(),
-        source,
-    };
+    let io = |source| WriteError { path: path.to_path_buf(), source };
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -597,12 +448,7 @@ mod tests {
         // The reader recovers every position's name from the header alone.
         let read_names: Vec<&String> = file.records.iter().map(|r| &r.name).collect();
         assert_eq!(read_names, built.names.iter().collect::<Vec<_>>());
-        let width = |name: &str| {
-            file.records
-                .iter()
-                .find(|r| r.name == name)
-                .and_then(|r| r.bits())
-        };
+        let width = |name: &str| file.records.iter().find(|r| r.name == name).and_then(|r| r.bits());
         assert_eq!(width("embedding"), Some(Bits::Three));
         assert_eq!(width("layer01.q_proj"), Some(Bits::Two));
         assert_eq!(width("layer01.k_proj"), Some(Bits::Four));
@@ -623,12 +469,7 @@ mod tests {
     fn a_missing_parameter_names_the_checkpoint_and_the_path() {
         let mut ckpt = random_checkpoint(&small_config(), false, 1).unwrap();
         ckpt.params.remove("stack/mhc_b_res");
-        let err = build_cact(
-            &ckpt,
-            &BitsChoice::Uniform(Bits::Four),
-            &placeholder_tokenizer_blob(32),
-        )
-        .unwrap_err();
+        let err = build_cact(&ckpt, &BitsChoice::Uniform(Bits::Four), &placeholder_tokenizer_blob(32)).unwrap_err();
         assert_eq!(
             err.to_string(),
             "<random seed 1>: no parameter `stack/mhc_b_res`; `needle build` needs a Needle 2 format-v2 checkpoint"
@@ -638,22 +479,8 @@ mod tests {
     #[test]
     fn a_tokenizer_of_another_vocabulary_is_refused() {
         let ckpt = random_checkpoint(&small_config(), false, 1).unwrap();
-        let err = build_cact(
-            &ckpt,
-            &BitsChoice::Uniform(Bits::Four),
-            &placeholder_tokenizer_blob(31),
-        )
-        .unwrap_err();
-        assert!(
-            matches!(
-                err.problem,
-                BuildProblem::TokenizerVocab {
-                    tokenizer: 31,
-                    config: 32
-                }
-            ),
-            "{err}"
-        );
+        let err = build_cact(&ckpt, &BitsChoice::Uniform(Bits::Four), &placeholder_tokenizer_blob(31)).unwrap_err();
+        assert!(matches!(err.problem, BuildProblem::TokenizerVocab { tokenizer: 31, config: 32 }), "{err}");
     }
 
     #[test]
@@ -661,16 +488,8 @@ mod tests {
         let mut ckpt = random_checkpoint(&small_config(), false, 1).unwrap();
         let k = ckpt.params.get_mut("engrams_0/key_proj/kernel").unwrap();
         k.shape = vec![k.shape.iter().product()];
-        let err = build_cact(
-            &ckpt,
-            &BitsChoice::Uniform(Bits::Four),
-            &placeholder_tokenizer_blob(32),
-        )
-        .unwrap_err();
-        assert!(
-            matches!(err.problem, BuildProblem::BadShape { .. }),
-            "{err}"
-        );
+        let err = build_cact(&ckpt, &BitsChoice::Uniform(Bits::Four), &placeholder_tokenizer_blob(32)).unwrap_err();
+        assert!(matches!(err.problem, BuildProblem::BadShape { .. }), "{err}");
     }
 
     #[test]

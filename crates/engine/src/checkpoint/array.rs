@@ -92,12 +92,7 @@ pub enum ArrayError {
         "shape {shape:?} of {dtype} needs {expected} bytes of data but the pickle holds {found}; \
          the array data is damaged or does not belong to this shape"
     )]
-    DataLength {
-        shape: Vec<usize>,
-        dtype: DType,
-        expected: usize,
-        found: usize,
-    },
+    DataLength { shape: Vec<usize>, dtype: DType, expected: usize, found: usize },
 }
 
 /// A numpy array as read from a pickle: C-order, little-endian elements.
@@ -112,26 +107,13 @@ pub struct NdArray {
 impl NdArray {
     /// Builds an array from numpy's raw buffer, checking its length against the shape and normalising
     /// the byte order and memory order.
-    pub fn from_raw(
-        dtype: DType,
-        shape: Vec<usize>,
-        layout: RawLayout,
-        raw: &[u8],
-    ) -> Result<Self, ArrayError> {
+    pub fn from_raw(dtype: DType, shape: Vec<usize>, layout: RawLayout, raw: &[u8]) -> Result<Self, ArrayError> {
         let expected = shape
             .iter()
             .try_fold(dtype.itemsize(), |bytes, &dim| bytes.checked_mul(dim))
-            .ok_or_else(|| ArrayError::ShapeOverflow {
-                shape: shape.clone(),
-                dtype,
-            })?;
+            .ok_or_else(|| ArrayError::ShapeOverflow { shape: shape.clone(), dtype })?;
         if raw.len() != expected {
-            return Err(ArrayError::DataLength {
-                shape,
-                dtype,
-                expected,
-                found: raw.len(),
-            });
+            return Err(ArrayError::DataLength { shape, dtype, expected, found: raw.len() });
         }
         let mut data = if layout.fortran && shape.len() > 1 {
             fortran_to_c_order(raw, &shape, dtype.itemsize())
@@ -139,8 +121,7 @@ impl NdArray {
             raw.to_vec()
         };
         if layout.big_endian && dtype.itemsize() > 1 {
-            data.chunks_exact_mut(dtype.itemsize())
-                .for_each(<[u8]>::reverse);
+            data.chunks_exact_mut(dtype.itemsize()).for_each(<[u8]>::reverse);
         }
         Ok(NdArray { dtype, shape, data })
     }
@@ -215,10 +196,7 @@ fn fortran_to_c_order(raw: &[u8], shape: &[usize], itemsize: usize) -> Vec<u8> {
 mod tests {
     use super::*;
 
-    const C_LE: RawLayout = RawLayout {
-        big_endian: false,
-        fortran: false,
-    };
+    const C_LE: RawLayout = RawLayout { big_endian: false, fortran: false };
 
     #[test]
     fn fortran_buffer_is_reordered_to_c() {
@@ -226,10 +204,7 @@ mod tests {
         let a = NdArray::from_raw(
             DType::U8,
             vec![2, 3],
-            RawLayout {
-                big_endian: false,
-                fortran: true,
-            },
+            RawLayout { big_endian: false, fortran: true },
             &[0, 3, 1, 4, 2, 5],
         )
         .unwrap();
@@ -248,19 +223,10 @@ mod tests {
                 }
             }
         }
-        let a = NdArray::from_raw(
-            DType::U8,
-            shape.to_vec(),
-            RawLayout {
-                big_endian: false,
-                fortran: true,
-            },
-            &fortran,
-        )
-        .unwrap();
-        let c: Vec<u8> = (0..2u8)
-            .flat_map(|i| (0..3u8).flat_map(move |j| (0..2u8).map(move |k| 100 * i + 10 * j + k)))
-            .collect();
+        let a = NdArray::from_raw(DType::U8, shape.to_vec(), RawLayout { big_endian: false, fortran: true }, &fortran)
+            .unwrap();
+        let c: Vec<u8> =
+            (0..2u8).flat_map(|i| (0..3u8).flat_map(move |j| (0..2u8).map(move |k| 100 * i + 10 * j + k))).collect();
         assert_eq!(a.data, c);
     }
 
@@ -269,10 +235,7 @@ mod tests {
         let a = NdArray::from_raw(
             DType::F32,
             vec![1],
-            RawLayout {
-                big_endian: true,
-                fortran: false,
-            },
+            RawLayout { big_endian: true, fortran: false },
             &1.5f32.to_be_bytes(),
         )
         .unwrap();
@@ -282,15 +245,7 @@ mod tests {
     #[test]
     fn data_length_must_match_shape() {
         let err = NdArray::from_raw(DType::F32, vec![2, 2], C_LE, &[0; 12]).unwrap_err();
-        assert_eq!(
-            err,
-            ArrayError::DataLength {
-                shape: vec![2, 2],
-                dtype: DType::F32,
-                expected: 16,
-                found: 12
-            }
-        );
+        assert_eq!(err, ArrayError::DataLength { shape: vec![2, 2], dtype: DType::F32, expected: 16, found: 12 });
     }
 
     #[test]
@@ -301,8 +256,7 @@ mod tests {
 
     #[test]
     fn to_f32_widens_every_dtype() {
-        let half_max =
-            NdArray::from_raw(DType::F16, vec![1], C_LE, &f16::MAX.to_le_bytes()).unwrap();
+        let half_max = NdArray::from_raw(DType::F16, vec![1], C_LE, &f16::MAX.to_le_bytes()).unwrap();
         assert_eq!(half_max.to_f32(), vec![65504.0]);
         let ints = NdArray::from_raw(DType::I16, vec![2], C_LE, &[0xff, 0xff, 0x02, 0x00]).unwrap();
         assert_eq!(ints.to_f32(), vec![-1.0, 2.0]);

@@ -8,6 +8,7 @@ mod array;
 pub mod pickle;
 #[cfg(test)]
 mod tests;
+pub mod writer;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -28,18 +29,11 @@ const ADAPTER_SHAPE: &str =
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
     #[error("cannot read {}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("{} is not a readable pickle: {source}", path.display())]
     Pickle { path: PathBuf, source: PickleError },
     #[error("{} holds a {found} at the top level, not a dict; {expected}", path.display())]
-    NotADict {
-        path: PathBuf,
-        found: &'static str,
-        expected: &'static str,
-    },
+    NotADict { path: PathBuf, found: &'static str, expected: &'static str },
     #[error(
         "{} is not a format-v{FORMAT_VERSION} checkpoint (got format_version={found}); old encoder-decoder/\
          tool-calling checkpoints are incompatible, use one saved by needle 2.x",
@@ -47,34 +41,16 @@ pub enum CheckpointError {
     )]
     FormatVersion { path: PathBuf, found: String },
     #[error("{} has no `{key}` entry; {expected}", path.display())]
-    MissingKey {
-        path: PathBuf,
-        key: String,
-        expected: &'static str,
-    },
+    MissingKey { path: PathBuf, key: String, expected: &'static str },
     #[error("{}: `{key}` is a {found}, but {expected}", path.display())]
-    WrongType {
-        path: PathBuf,
-        key: String,
-        found: &'static str,
-        expected: &'static str,
-    },
+    WrongType { path: PathBuf, key: String, found: &'static str, expected: &'static str },
     #[error("{}: config value `{key}` {problem}; correct it in the checkpoint's config dict", path.display())]
-    ConfigValue {
-        path: PathBuf,
-        key: String,
-        problem: String,
-    },
+    ConfigValue { path: PathBuf, key: String, problem: String },
     #[error(
         "{}: no parameter `{name}` among its {count}; names are the `/`-joined params keys, e.g. `{example}`",
         path.display()
     )]
-    MissingParam {
-        path: PathBuf,
-        name: String,
-        count: usize,
-        example: String,
-    },
+    MissingParam { path: PathBuf, name: String, count: usize, example: String },
 }
 
 /// A format-v2 checkpoint: params flattened to `/`-joined paths (`stack/layers/block/self_attn/q_proj/kernel`).
@@ -108,24 +84,17 @@ impl Checkpoint {
             None | Some(PyValue::None) => None,
             Some(value) => Some(file.integer("step", &value, "the step must be an int or None")?),
         };
-        Ok(Checkpoint {
-            source: path.to_owned(),
-            params,
-            config,
-            step,
-        })
+        Ok(Checkpoint { source: path.to_owned(), params, config, step })
     }
 
     /// One parameter by its flattened path.
     pub fn param(&self, name: &str) -> Result<&NdArray, CheckpointError> {
-        self.params
-            .get(name)
-            .ok_or_else(|| CheckpointError::MissingParam {
-                path: self.source.clone(),
-                name: name.to_owned(),
-                count: self.params.len(),
-                example: self.params.keys().next().cloned().unwrap_or_default(),
-            })
+        self.params.get(name).ok_or_else(|| CheckpointError::MissingParam {
+            path: self.source.clone(),
+            name: name.to_owned(),
+            count: self.params.len(),
+            example: self.params.keys().next().cloned().unwrap_or_default(),
+        })
     }
 }
 
@@ -173,43 +142,16 @@ impl PickledAdapter {
         let scale = match top.require("scale", ADAPTER_SHAPE)? {
             PyValue::Float(f) => f,
             PyValue::Int(i) => i as f64,
-            other => {
-                return Err(file.wrong_type(
-                    "scale",
-                    other.type_name(),
-                    "the scale must be a float",
-                ))
-            }
+            other => return Err(file.wrong_type("scale", other.type_name(), "the scale must be a float")),
         };
         let base = match top.require("base", ADAPTER_SHAPE)? {
             PyValue::Str(s) => s,
-            other => {
-                return Err(file.wrong_type(
-                    "base",
-                    other.type_name(),
-                    "the base must be a str path",
-                ))
-            }
+            other => return Err(file.wrong_type("base", other.type_name(), "the base must be a str path")),
         };
-        let rank = file.integer(
-            "rank",
-            &top.require("rank", ADAPTER_SHAPE)?,
-            "the rank must be a non-negative int",
-        )?;
-        let rank = usize::try_from(rank).map_err(|_| {
-            file.wrong_type(
-                "rank",
-                "negative int",
-                "the rank must be a non-negative int",
-            )
-        })?;
-        Ok(PickledAdapter {
-            source: path.to_owned(),
-            lora,
-            scale,
-            base,
-            rank,
-        })
+        let rank = file.integer("rank", &top.require("rank", ADAPTER_SHAPE)?, "the rank must be a non-negative int")?;
+        let rank = usize::try_from(rank)
+            .map_err(|_| file.wrong_type("rank", "negative int", "the rank must be a non-negative int"))?;
+        Ok(PickledAdapter { source: path.to_owned(), lora, scale, base, rank })
     }
 }
 
@@ -224,69 +166,39 @@ struct Entries(Vec<(PyValue, PyValue)>);
 impl Entries {
     /// Removes and returns the value under `key`; the last pair wins, as in Python.
     fn take(&mut self, key: &str) -> Option<PyValue> {
-        let index = self
-            .0
-            .iter()
-            .rposition(|(k, _)| matches!(k, PyValue::Str(s) if s == key))?;
+        let index = self.0.iter().rposition(|(k, _)| matches!(k, PyValue::Str(s) if s == key))?;
         Some(self.0.swap_remove(index).1)
     }
 }
 
 impl FileReader<'_> {
     fn top_dict(&self, expected: &'static str) -> Result<TopDict<'_>, CheckpointError> {
-        let bytes = std::fs::read(self.path).map_err(|source| CheckpointError::Io {
-            path: self.path.to_owned(),
-            source,
-        })?;
+        let bytes =
+            std::fs::read(self.path).map_err(|source| CheckpointError::Io { path: self.path.to_owned(), source })?;
         match pickle::parse(&bytes) {
-            Ok(PyValue::Dict(pairs)) => Ok(TopDict {
-                file: self,
-                entries: Entries(pairs),
-            }),
-            Ok(other) => Err(CheckpointError::NotADict {
-                path: self.path.to_owned(),
-                found: other.type_name(),
-                expected,
-            }),
-            Err(source) => Err(CheckpointError::Pickle {
-                path: self.path.to_owned(),
-                source,
-            }),
+            Ok(PyValue::Dict(pairs)) => Ok(TopDict { file: self, entries: Entries(pairs) }),
+            Ok(other) => {
+                Err(CheckpointError::NotADict { path: self.path.to_owned(), found: other.type_name(), expected })
+            }
+            Err(source) => Err(CheckpointError::Pickle { path: self.path.to_owned(), source }),
         }
     }
 
-    fn wrong_type(
-        &self,
-        key: &str,
-        found: &'static str,
-        expected: &'static str,
-    ) -> CheckpointError {
-        CheckpointError::WrongType {
-            path: self.path.to_owned(),
-            key: key.to_owned(),
-            found,
-            expected,
-        }
+    fn wrong_type(&self, key: &str, found: &'static str, expected: &'static str) -> CheckpointError {
+        CheckpointError::WrongType { path: self.path.to_owned(), key: key.to_owned(), found, expected }
     }
 
     fn str_key(&self, parent: &str, key: PyValue) -> Result<String, CheckpointError> {
         match key {
             PyValue::Str(s) => Ok(s),
-            other => Err(self.wrong_type(
-                &format!("{parent}/<key>"),
-                other.type_name(),
-                "every key there must be a str",
-            )),
+            other => {
+                Err(self.wrong_type(&format!("{parent}/<key>"), other.type_name(), "every key there must be a str"))
+            }
         }
     }
 
     /// An int, also accepting a numpy integer scalar (what `np.int64` arithmetic leaves behind).
-    fn integer(
-        &self,
-        key: &str,
-        value: &PyValue,
-        expected: &'static str,
-    ) -> Result<i64, CheckpointError> {
+    fn integer(&self, key: &str, value: &PyValue, expected: &'static str) -> Result<i64, CheckpointError> {
         match value {
             PyValue::Int(i) => Ok(*i),
             PyValue::Array(a) if a.shape.is_empty() => numpy_scalar(a)
@@ -299,11 +211,7 @@ impl FileReader<'_> {
     /// Flattens the nested params dict into `/`-joined paths; every leaf must be an array.
     fn params(&self, value: PyValue) -> Result<BTreeMap<String, NdArray>, CheckpointError> {
         let PyValue::Dict(pairs) = value else {
-            return Err(self.wrong_type(
-                "params",
-                value.type_name(),
-                "params must be a nested dict of numpy arrays",
-            ));
+            return Err(self.wrong_type("params", value.type_name(), "params must be a nested dict of numpy arrays"));
         };
         let mut out = BTreeMap::new();
         for (key, child) in pairs {
@@ -363,14 +271,13 @@ impl FileReader<'_> {
             })?;
             object.insert(key, json);
         }
-        let config: ModelConfig =
-            serde_path_to_error::deserialize(serde_json::Value::Object(object)).map_err(|e| {
-                CheckpointError::ConfigValue {
-                    path: self.path.to_owned(),
-                    key: e.path().to_string(),
-                    problem: e.inner().to_string(),
-                }
-            })?;
+        let config: ModelConfig = serde_path_to_error::deserialize(serde_json::Value::Object(object)).map_err(|e| {
+            CheckpointError::ConfigValue {
+                path: self.path.to_owned(),
+                key: e.path().to_string(),
+                problem: e.inner().to_string(),
+            }
+        })?;
         Ok(config.resolved())
     }
 
@@ -386,21 +293,16 @@ impl FileReader<'_> {
         let mut entries = Entries(pairs);
         let mut factor = |name: &str| match entries.take(name) {
             Some(PyValue::Array(array)) => Ok(array),
-            Some(other) => Err(self.wrong_type(
-                &format!("{key}/{name}"),
-                other.type_name(),
-                "LoRA factors must be numpy arrays",
-            )),
+            Some(other) => {
+                Err(self.wrong_type(&format!("{key}/{name}"), other.type_name(), "LoRA factors must be numpy arrays"))
+            }
             None => Err(CheckpointError::MissingKey {
                 path: self.path.to_owned(),
                 key: format!("{key}/{name}"),
                 expected: ADAPTER_SHAPE,
             }),
         };
-        Ok(LoraFactors {
-            a: factor("A")?,
-            b: factor("B")?,
-        })
+        Ok(LoraFactors { a: factor("A")?, b: factor("B")? })
     }
 }
 
@@ -416,13 +318,11 @@ impl TopDict<'_> {
     }
 
     fn require(&mut self, key: &str, expected: &'static str) -> Result<PyValue, CheckpointError> {
-        self.entries
-            .take(key)
-            .ok_or_else(|| CheckpointError::MissingKey {
-                path: self.file.path.to_owned(),
-                key: key.to_owned(),
-                expected,
-            })
+        self.entries.take(key).ok_or_else(|| CheckpointError::MissingKey {
+            path: self.file.path.to_owned(),
+            key: key.to_owned(),
+            expected,
+        })
     }
 }
 
@@ -461,10 +361,7 @@ fn to_json(value: &PyValue) -> Result<serde_json::Value, String> {
             let mut object = serde_json::Map::new();
             for (key, value) in pairs {
                 let PyValue::Str(key) = key else {
-                    return Err(format!(
-                        "is a dict with a {} key, where only str keys fit",
-                        key.type_name()
-                    ));
+                    return Err(format!("is a dict with a {} key, where only str keys fit", key.type_name()));
                 };
                 object.insert(key.clone(), to_json(value)?);
             }
@@ -474,12 +371,7 @@ fn to_json(value: &PyValue) -> Result<serde_json::Value, String> {
             numpy_scalar(a).ok_or_else(|| "is a non-finite numpy float".to_owned())?
         }
         PyValue::BigInt(_) => return Err("is an integer too large for 64 bits".into()),
-        other => {
-            return Err(format!(
-                "is a {}, which no config field takes",
-                other.type_name()
-            ))
-        }
+        other => return Err(format!("is a {}, which no config field takes", other.type_name())),
     })
 }
 

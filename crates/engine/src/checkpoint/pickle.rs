@@ -72,11 +72,9 @@ impl PyValue {
     /// The value stored under string key `key`, if this is a dict that has one.
     pub fn get(&self, key: &str) -> Option<&PyValue> {
         match self {
-            PyValue::Dict(pairs) => pairs
-                .iter()
-                .rev()
-                .find(|(k, _)| matches!(k, PyValue::Str(s) if s == key))
-                .map(|(_, v)| v),
+            PyValue::Dict(pairs) => {
+                pairs.iter().rev().find(|(k, _)| matches!(k, PyValue::Str(s) if s == key)).map(|(_, v)| v)
+            }
             _ => None,
         }
     }
@@ -94,22 +92,17 @@ pub struct PickleError {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PickleErrorKind {
     #[error("{opcode} needs {needed} bytes but only {available} remain; the file is truncated, copy or save it again")]
-    Truncated {
-        opcode: &'static str,
-        needed: u64,
-        available: usize,
-    },
+    Truncated { opcode: &'static str, needed: u64, available: usize },
     #[error("the data ends without a STOP opcode; the file is truncated, copy or save it again")]
     MissingStop,
     #[error("byte 0x{0:02x} is not a pickle opcode; the file is not a pickle or is corrupted")]
     UnknownOpcode(u8),
-    #[error("protocol {0} is newer than {HIGHEST_PROTOCOL}, the newest this reader knows; save with protocol 5 or lower")]
+    #[error(
+        "protocol {0} is newer than {HIGHEST_PROTOCOL}, the newest this reader knows; save with protocol 5 or lower"
+    )]
     UnsupportedProtocol(u8),
     #[error("opcode {opcode} is not supported: {why}")]
-    UnsupportedOpcode {
-        opcode: &'static str,
-        why: &'static str,
-    },
+    UnsupportedOpcode { opcode: &'static str, why: &'static str },
     #[error(
         "refusing global `{module}.{name}`: only numpy arrays, dtypes and scalars, builtin containers and \
          `collections.OrderedDict` are understood (nothing is ever imported or run); convert the object to \
@@ -123,18 +116,11 @@ pub enum PickleErrorKind {
     #[error("{opcode} refers to memo slot {index}, which was never stored; the file is corrupted")]
     MemoMiss { opcode: &'static str, index: u32 },
     #[error("{opcode} expects {expected} but found {found}; the file is corrupted or not a plain-data pickle")]
-    WrongType {
-        opcode: &'static str,
-        expected: &'static str,
-        found: &'static str,
-    },
+    WrongType { opcode: &'static str, expected: &'static str, found: &'static str },
     #[error("{opcode} text is not valid UTF-8; the file is corrupted")]
     InvalidUtf8 { opcode: &'static str },
     #[error("`{callable}` was called with {problem}; the file is corrupted or was written by an unsupported numpy")]
-    BadArguments {
-        callable: &'static str,
-        problem: String,
-    },
+    BadArguments { callable: &'static str, problem: String },
     #[error("numpy dtype `{0}` is not supported; store float16/32/64, (u)int8..64 or bool arrays")]
     UnsupportedDType(String),
     #[error("numpy array {0}")]
@@ -185,9 +171,7 @@ enum Global {
 impl Global {
     fn lookup(module: &str, name: &str) -> Option<Global> {
         Some(match (module, name) {
-            ("numpy.core.multiarray" | "numpy._core.multiarray", "_reconstruct") => {
-                Global::Reconstruct
-            }
+            ("numpy.core.multiarray" | "numpy._core.multiarray", "_reconstruct") => Global::Reconstruct,
             ("numpy.core.multiarray" | "numpy._core.multiarray", "scalar") => Global::Scalar,
             ("numpy", "dtype") => Global::DType,
             ("numpy", "ndarray") => Global::NdArrayClass,
@@ -342,8 +326,7 @@ fn refused_opcode(byte: u8) -> Option<(&'static str, &'static str)> {
     const PERSID: &str = "persistent ids need the saver's own loader (torch.save and the like); \
                           save the arrays with plain pickle.dump";
     const EXT: &str = "copyreg extension codes name code to run; save without copyreg extensions";
-    const BUFFER: &str =
-        "out-of-band buffers live outside the file; save without a buffer_callback";
+    const BUFFER: &str = "out-of-band buffers live outside the file; save without a buffer_callback";
     Some(match byte {
         b'I' => ("INT", TEXT),
         b'L' => ("LONG", TEXT),
@@ -394,10 +377,7 @@ impl<'a> Machine<'a> {
     }
 
     fn error(&self, kind: PickleErrorKind) -> PickleError {
-        PickleError {
-            offset: self.at,
-            kind,
-        }
+        PickleError { offset: self.at, kind }
     }
 
     /// Runs opcodes until STOP and returns the value it pops.
@@ -643,11 +623,7 @@ impl<'a> Machine<'a> {
                 self.pos += n;
                 Ok(bytes)
             }
-            _ => Err(self.error(PickleErrorKind::Truncated {
-                opcode,
-                needed: len,
-                available,
-            })),
+            _ => Err(self.error(PickleErrorKind::Truncated { opcode, needed: len, available })),
         }
     }
 
@@ -681,8 +657,7 @@ impl<'a> Machine<'a> {
             }));
         };
         self.pos += len + 1;
-        std::str::from_utf8(&rest[..len])
-            .map_err(|_| self.error(PickleErrorKind::InvalidUtf8 { opcode }))
+        std::str::from_utf8(&rest[..len]).map_err(|_| self.error(PickleErrorKind::InvalidUtf8 { opcode }))
     }
 
     // ---- stack ----
@@ -706,9 +681,7 @@ impl<'a> Machine<'a> {
         if self.stack.len() <= self.floor() {
             return Err(self.error(PickleErrorKind::StackUnderflow { opcode }));
         }
-        self.stack
-            .pop()
-            .ok_or_else(|| self.error(PickleErrorKind::StackUnderflow { opcode }))
+        self.stack.pop().ok_or_else(|| self.error(PickleErrorKind::StackUnderflow { opcode }))
     }
 
     fn pop_n(&mut self, opcode: &'static str, n: usize) -> Result<Vec<Value>, PickleError> {
@@ -727,10 +700,7 @@ impl<'a> Machine<'a> {
 
     /// Pops everything above the innermost MARK, and the mark.
     fn pop_mark(&mut self, opcode: &'static str) -> Result<Vec<Value>, PickleError> {
-        let mark = self
-            .marks
-            .pop()
-            .ok_or_else(|| self.error(PickleErrorKind::MissingMark { opcode }))?;
+        let mark = self.marks.pop().ok_or_else(|| self.error(PickleErrorKind::MissingMark { opcode }))?;
         Ok(self.stack.split_off(mark))
     }
 
@@ -755,17 +725,8 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn wrong_type(
-        &self,
-        opcode: &'static str,
-        expected: &'static str,
-        found: Value,
-    ) -> PickleError {
-        self.error(PickleErrorKind::WrongType {
-            opcode,
-            expected,
-            found: self.type_name(found),
-        })
+    fn wrong_type(&self, opcode: &'static str, expected: &'static str, found: Value) -> PickleError {
+        self.error(PickleErrorKind::WrongType { opcode, expected, found: self.type_name(found) })
     }
 
     fn str_of(&self, opcode: &'static str, value: Value) -> Result<&str, PickleError> {
@@ -806,8 +767,7 @@ impl<'a> Machine<'a> {
 
     fn push_str(&mut self, opcode: &'static str, len: u64) -> Result<(), PickleError> {
         let bytes = self.take(opcode, len)?;
-        let text = std::str::from_utf8(bytes)
-            .map_err(|_| self.error(PickleErrorKind::InvalidUtf8 { opcode }))?;
+        let text = std::str::from_utf8(bytes).map_err(|_| self.error(PickleErrorKind::InvalidUtf8 { opcode }))?;
         self.push_obj(Obj::Str(Cow::Borrowed(text)));
         Ok(())
     }
@@ -827,11 +787,7 @@ impl<'a> Machine<'a> {
             }
             other => {
                 let found = other.type_name();
-                Err(self.error(PickleErrorKind::WrongType {
-                    opcode,
-                    expected: "a list",
-                    found,
-                }))
+                Err(self.error(PickleErrorKind::WrongType { opcode, expected: "a list", found }))
             }
         }
     }
@@ -846,21 +802,13 @@ impl<'a> Machine<'a> {
             }
             other => {
                 let found = other.type_name();
-                Err(self.error(PickleErrorKind::WrongType {
-                    opcode,
-                    expected: "a dict",
-                    found,
-                }))
+                Err(self.error(PickleErrorKind::WrongType { opcode, expected: "a dict", found }))
             }
         }
     }
 
     /// Pairs up alternating keys and values.
-    fn pairs(
-        &self,
-        opcode: &'static str,
-        items: Vec<Value>,
-    ) -> Result<Vec<(Value, Value)>, PickleError> {
+    fn pairs(&self, opcode: &'static str, items: Vec<Value>) -> Result<Vec<(Value, Value)>, PickleError> {
         if items.len() % 2 == 1 {
             return Err(self.error(PickleErrorKind::WrongType {
                 opcode,
@@ -868,10 +816,7 @@ impl<'a> Machine<'a> {
                 found: "an odd count",
             }));
         }
-        Ok(items
-            .chunks_exact(2)
-            .map(|pair| (pair[0], pair[1]))
-            .collect())
+        Ok(items.chunks_exact(2).map(|pair| (pair[0], pair[1])).collect())
     }
 
     fn put(&mut self, opcode: &'static str, index: u32) -> Result<(), PickleError> {
@@ -881,41 +826,27 @@ impl<'a> Machine<'a> {
     }
 
     fn get(&mut self, opcode: &'static str, index: u32) -> Result<(), PickleError> {
-        let value = *self
-            .memo
-            .get(&index)
-            .ok_or_else(|| self.error(PickleErrorKind::MemoMiss { opcode, index }))?;
+        let value = *self.memo.get(&index).ok_or_else(|| self.error(PickleErrorKind::MemoMiss { opcode, index }))?;
         self.stack.push(value);
         Ok(())
     }
 
     fn allowed_global(&self, module: &str, name: &str) -> Result<Global, PickleError> {
         Global::lookup(module, name).ok_or_else(|| {
-            self.error(PickleErrorKind::ForbiddenGlobal {
-                module: module.to_owned(),
-                name: name.to_owned(),
-            })
+            self.error(PickleErrorKind::ForbiddenGlobal { module: module.to_owned(), name: name.to_owned() })
         })
     }
 
     // ---- the allow-listed callables ----
 
     fn bad_args(&self, callable: Global, problem: impl Into<String>) -> PickleError {
-        self.error(PickleErrorKind::BadArguments {
-            callable: callable.name(),
-            problem: problem.into(),
-        })
+        self.error(PickleErrorKind::BadArguments { callable: callable.name(), problem: problem.into() })
     }
 
     /// Checks the argument count and returns the arguments as an array.
-    fn args<const N: usize>(
-        &self,
-        callable: Global,
-        args: &[Value],
-    ) -> Result<[Value; N], PickleError> {
-        <[Value; N]>::try_from(args).map_err(|_| {
-            self.bad_args(callable, format!("{} arguments instead of {N}", args.len()))
-        })
+    fn args<const N: usize>(&self, callable: Global, args: &[Value]) -> Result<[Value; N], PickleError> {
+        <[Value; N]>::try_from(args)
+            .map_err(|_| self.bad_args(callable, format!("{} arguments instead of {N}", args.len())))
     }
 
     fn call(&mut self, callable: Global, args: &[Value]) -> Result<Value, PickleError> {
@@ -934,19 +865,12 @@ impl<'a> Machine<'a> {
                 Ok(self.alloc(Obj::ArrayShell))
             }
             Global::DType => {
-                let code = args
-                    .first()
-                    .copied()
-                    .ok_or_else(|| self.bad_args(callable, "no type code"))?;
+                let code = args.first().copied().ok_or_else(|| self.bad_args(callable, "no type code"))?;
                 let code = self.str_of("REDUCE", code)?;
-                let dtype = DType::from_numpy_code(code).ok_or_else(|| {
-                    self.error(PickleErrorKind::UnsupportedDType(code.to_owned()))
-                })?;
+                let dtype = DType::from_numpy_code(code)
+                    .ok_or_else(|| self.error(PickleErrorKind::UnsupportedDType(code.to_owned())))?;
                 // numpy writes the byte order in the BUILD state that follows; single-byte types have none.
-                Ok(self.alloc(Obj::DType(NumpyDType {
-                    dtype,
-                    big_endian: false,
-                })))
+                Ok(self.alloc(Obj::DType(NumpyDType { dtype, big_endian: false })))
             }
             Global::Scalar => {
                 let [dtype, raw] = self.args(callable, args)?;
@@ -962,10 +886,7 @@ impl<'a> Machine<'a> {
                     "C" => false,
                     "F" => true,
                     other => {
-                        return Err(self.bad_args(
-                            callable,
-                            format!("memory order {other:?} instead of 'C' or 'F'"),
-                        ))
+                        return Err(self.bad_args(callable, format!("memory order {other:?} instead of 'C' or 'F'")))
                     }
                 };
                 let array = self.array_from(dtype, shape, fortran, buffer)?;
@@ -975,10 +896,7 @@ impl<'a> Machine<'a> {
                 let [text, encoding] = self.args(callable, args)?;
                 let encoding = self.str_of("REDUCE", encoding)?;
                 if encoding != "latin1" && encoding != "latin-1" {
-                    return Err(self.bad_args(
-                        callable,
-                        format!("encoding {encoding:?}; only latin1 spells bytes"),
-                    ));
+                    return Err(self.bad_args(callable, format!("encoding {encoding:?}; only latin1 spells bytes")));
                 }
                 let bytes = latin1_bytes(self.str_of("REDUCE", text)?)
                     .ok_or_else(|| self.bad_args(callable, "text with characters beyond U+00FF"))?;
@@ -994,10 +912,7 @@ impl<'a> Machine<'a> {
                 let [data] = self.args(callable, args)?;
                 match data {
                     Value::Obj(id) if matches!(self.objects[id], Obj::Bytes(_)) => Ok(data),
-                    other => Err(self.bad_args(
-                        callable,
-                        format!("a {} instead of bytes", self.type_name(other)),
-                    )),
+                    other => Err(self.bad_args(callable, format!("a {} instead of bytes", self.type_name(other)))),
                 }
             }
             Global::Set => {
@@ -1008,25 +923,16 @@ impl<'a> Machine<'a> {
                             let items = items.clone();
                             Ok(self.alloc(Obj::Set(items)))
                         }
-                        other => Err(self.bad_args(
-                            callable,
-                            format!("a {} instead of a list", other.type_name()),
-                        )),
+                        other => Err(self.bad_args(callable, format!("a {} instead of a list", other.type_name()))),
                     },
-                    other => Err(self.bad_args(
-                        callable,
-                        format!("a {} instead of a list", self.type_name(other)),
-                    )),
+                    other => Err(self.bad_args(callable, format!("a {} instead of a list", self.type_name(other)))),
                 }
             }
             Global::OrderedDict => {
                 let [] = self.args(callable, args)?;
                 Ok(self.alloc(Obj::Dict(Vec::new())))
             }
-            Global::NdArrayClass => Err(self.bad_args(
-                callable,
-                "a direct call (it is only _reconstruct's argument)",
-            )),
+            Global::NdArrayClass => Err(self.bad_args(callable, "a direct call (it is only _reconstruct's argument)")),
         }
     }
 
@@ -1037,10 +943,7 @@ impl<'a> Machine<'a> {
                 self.push_obj(Obj::Dict(Vec::new()));
                 Ok(())
             }
-            other => Err(self.bad_args(
-                other,
-                format!("{opcode}, which only builds collections.OrderedDict"),
-            )),
+            other => Err(self.bad_args(other, format!("{opcode}, which only builds collections.OrderedDict"))),
         }
     }
 
@@ -1056,18 +959,10 @@ impl<'a> Machine<'a> {
             Obj::ArrayShell => {
                 let state = self.tuple_of("BUILD", state)?;
                 // numpy writes (version, shape, dtype, is_fortran, data); very old numpy left the version out.
-                let fields = if state.len() == 5 {
-                    &state[1..]
-                } else {
-                    &state[..]
-                };
-                let [shape, dtype, fortran, data] =
-                    <[Value; 4]>::try_from(fields).map_err(|_| {
-                        self.bad_args(
-                            Global::NdArrayClass,
-                            format!("a BUILD state of {} items instead of 5", state.len()),
-                        )
-                    })?;
+                let fields = if state.len() == 5 { &state[1..] } else { &state[..] };
+                let [shape, dtype, fortran, data] = <[Value; 4]>::try_from(fields).map_err(|_| {
+                    self.bad_args(Global::NdArrayClass, format!("a BUILD state of {} items instead of 5", state.len()))
+                })?;
                 let shape = self.shape_of(Global::NdArrayClass, shape)?;
                 let dtype = self.dtype_of(Global::NdArrayClass, dtype)?;
                 let Value::Bool(fortran) = fortran else {
@@ -1087,45 +982,28 @@ impl<'a> Machine<'a> {
 
     /// numpy's dtype state: (version, byteorder, subarray, names, fields, elsize, alignment, flags[, metadata]).
     fn dtype_state(&self, dtype: NumpyDType, state: &[Value]) -> Result<NumpyDType, PickleError> {
-        let order = state
-            .get(1)
-            .copied()
-            .ok_or_else(|| self.bad_args(Global::DType, "a BUILD state without a byte order"))?;
+        let order =
+            state.get(1).copied().ok_or_else(|| self.bad_args(Global::DType, "a BUILD state without a byte order"))?;
         let big_endian = match self.str_of("BUILD", order)? {
             "<" | "|" => false,
             ">" => true,
             other => return Err(self.bad_args(Global::DType, format!("byte order {other:?}"))),
         };
-        if state
-            .iter()
-            .skip(2)
-            .take(3)
-            .any(|v| !matches!(v, Value::None))
-        {
-            return Err(self.error(PickleErrorKind::UnsupportedDType(format!(
-                "{} with sub-arrays or fields",
-                dtype.dtype
-            ))));
+        if state.iter().skip(2).take(3).any(|v| !matches!(v, Value::None)) {
+            return Err(
+                self.error(PickleErrorKind::UnsupportedDType(format!("{} with sub-arrays or fields", dtype.dtype)))
+            );
         }
-        Ok(NumpyDType {
-            big_endian,
-            ..dtype
-        })
+        Ok(NumpyDType { big_endian, ..dtype })
     }
 
     fn dtype_of(&self, callable: Global, value: Value) -> Result<NumpyDType, PickleError> {
         match value {
             Value::Obj(id) => match self.objects[id] {
                 Obj::DType(dtype) => Ok(dtype),
-                ref other => Err(self.bad_args(
-                    callable,
-                    format!("a {} where a dtype belongs", other.type_name()),
-                )),
+                ref other => Err(self.bad_args(callable, format!("a {} where a dtype belongs", other.type_name()))),
             },
-            other => Err(self.bad_args(
-                callable,
-                format!("a {} where a dtype belongs", self.type_name(other)),
-            )),
+            other => Err(self.bad_args(callable, format!("a {} where a dtype belongs", self.type_name(other)))),
         }
     }
 
@@ -1133,12 +1011,10 @@ impl<'a> Machine<'a> {
         self.tuple_of("REDUCE", value)?
             .into_iter()
             .map(|dim| match dim {
-                Value::Int(n) => usize::try_from(n)
-                    .map_err(|_| self.bad_args(callable, format!("negative dimension {n}"))),
-                other => Err(self.bad_args(
-                    callable,
-                    format!("a {} as a dimension", self.type_name(other)),
-                )),
+                Value::Int(n) => {
+                    usize::try_from(n).map_err(|_| self.bad_args(callable, format!("negative dimension {n}")))
+                }
+                other => Err(self.bad_args(callable, format!("a {} as a dimension", self.type_name(other)))),
             })
             .collect()
     }
@@ -1153,27 +1029,16 @@ impl<'a> Machine<'a> {
         let raw: &[u8] = match data {
             Value::Obj(id) => match &self.objects[id] {
                 Obj::Bytes(bytes) => bytes,
-                Obj::List(_) => {
-                    return Err(self.error(PickleErrorKind::NotData("an object-dtype numpy array")))
-                }
+                Obj::List(_) => return Err(self.error(PickleErrorKind::NotData("an object-dtype numpy array"))),
                 other => {
-                    return Err(self.bad_args(
-                        Global::NdArrayClass,
-                        format!("a {} as array data", other.type_name()),
-                    ))
+                    return Err(self.bad_args(Global::NdArrayClass, format!("a {} as array data", other.type_name())))
                 }
             },
             other => {
-                return Err(self.bad_args(
-                    Global::NdArrayClass,
-                    format!("a {} as array data", self.type_name(other)),
-                ))
+                return Err(self.bad_args(Global::NdArrayClass, format!("a {} as array data", self.type_name(other))))
             }
         };
-        let layout = RawLayout {
-            big_endian: dtype.big_endian,
-            fortran,
-        };
+        let layout = RawLayout { big_endian: dtype.big_endian, fortran };
         NdArray::from_raw(dtype.dtype, shape, layout, raw).map_err(|e| self.error(e.into()))
     }
 
@@ -1227,10 +1092,7 @@ struct TreeBuilder<'a> {
 
 impl TreeBuilder<'_> {
     fn error(&self, kind: PickleErrorKind) -> PickleError {
-        PickleError {
-            offset: self.at,
-            kind,
-        }
+        PickleError { offset: self.at, kind }
     }
 
     fn value(&mut self, value: Value, depth: usize) -> Result<PyValue, PickleError> {
@@ -1239,9 +1101,7 @@ impl TreeBuilder<'_> {
             Value::Bool(b) => PyValue::Bool(b),
             Value::Int(i) => PyValue::Int(i),
             Value::Float(f) => PyValue::Float(f),
-            Value::Global(_) => {
-                return Err(self.error(PickleErrorKind::NotData("a bare numpy/collections global")))
-            }
+            Value::Global(_) => return Err(self.error(PickleErrorKind::NotData("a bare numpy/collections global"))),
             Value::Obj(id) => self.object(id, depth)?.0,
         })
     }
@@ -1261,10 +1121,7 @@ impl TreeBuilder<'_> {
         }
         self.copied = self.copied.saturating_add(converted.1);
         if self.copied > self.limit {
-            return Err(self.error(PickleErrorKind::ExpansionLimit {
-                file_len: self.file_len,
-                limit: self.limit,
-            }));
+            return Err(self.error(PickleErrorKind::ExpansionLimit { file_len: self.file_len, limit: self.limit }));
         }
         self.cache.insert(id, converted.clone());
         Ok(converted)
@@ -1283,15 +1140,9 @@ impl TreeBuilder<'_> {
                 let size = NODE + a.data.len();
                 (PyValue::Array(a), size)
             }
-            Obj::Tuple(items) => self
-                .items(items, depth)
-                .map(|(v, s)| (PyValue::Tuple(v), s))?,
-            Obj::List(items) => self
-                .items(items, depth)
-                .map(|(v, s)| (PyValue::List(v), s))?,
-            Obj::Set(items) => self
-                .items(items, depth)
-                .map(|(v, s)| (PyValue::Set(v), s))?,
+            Obj::Tuple(items) => self.items(items, depth).map(|(v, s)| (PyValue::Tuple(v), s))?,
+            Obj::List(items) => self.items(items, depth).map(|(v, s)| (PyValue::List(v), s))?,
+            Obj::Set(items) => self.items(items, depth).map(|(v, s)| (PyValue::Set(v), s))?,
             Obj::Dict(pairs) => {
                 let flat = pairs.into_iter().flat_map(|(k, v)| [k, v]).collect();
                 let (mut flat, size) = self.items(flat, depth)?;
@@ -1302,23 +1153,15 @@ impl TreeBuilder<'_> {
                 pairs.reverse();
                 (PyValue::Dict(pairs), size)
             }
-            Obj::DType(_) => {
-                return Err(self.error(PickleErrorKind::NotData("a numpy dtype outside an array")))
-            }
+            Obj::DType(_) => return Err(self.error(PickleErrorKind::NotData("a numpy dtype outside an array"))),
             Obj::ArrayShell => {
-                return Err(self.error(PickleErrorKind::NotData(
-                    "a numpy array that was never given its data",
-                )))
+                return Err(self.error(PickleErrorKind::NotData("a numpy array that was never given its data")))
             }
             Obj::Taken => return Err(self.error(PickleErrorKind::TooDeep)),
         })
     }
 
-    fn items(
-        &mut self,
-        items: Vec<Value>,
-        depth: usize,
-    ) -> Result<(Vec<PyValue>, usize), PickleError> {
+    fn items(&mut self, items: Vec<Value>, depth: usize) -> Result<(Vec<PyValue>, usize), PickleError> {
         let mut size: usize = 16;
         let mut out = Vec::with_capacity(items.len());
         for item in items {
@@ -1350,9 +1193,7 @@ fn decode_long(bytes: &[u8]) -> Option<i64> {
 
 /// Python's `str.encode('latin1')`: every character must be below U+0100.
 fn latin1_bytes(text: &str) -> Option<Vec<u8>> {
-    text.chars()
-        .map(|c| u8::try_from(u32::from(c)).ok())
-        .collect()
+    text.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect()
 }
 
 #[cfg(test)]
@@ -1369,30 +1210,23 @@ mod tests {
         assert_eq!(decode_long(&[0xff]), Some(-1));
         assert_eq!(decode_long(&[0x00, 0x80]), Some(-32768));
         assert_eq!(decode_long(&[0xff, 0x00]), Some(255));
-        assert_eq!(
-            decode_long(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]),
-            Some(i64::MAX)
-        );
+        assert_eq!(decode_long(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]), Some(i64::MAX));
         // 2**63 needs a ninth byte and does not fit.
         assert_eq!(decode_long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0x00]), None);
-        assert_eq!(
-            decode_long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0xff]),
-            Some(i64::MIN)
-        );
+        assert_eq!(decode_long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0xff]), Some(i64::MIN));
         assert_eq!(decode_long(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 0]), Some(1));
     }
 
     #[test]
     fn memoized_dict_sees_later_setitems() {
         // {'a': d, 'b': d} where d = {} is filled after being memoized and fetched again.
-        let bytes = b"\x80\x02}q\x00(X\x01\x00\x00\x00aq\x01}q\x02X\x01\x00\x00\x00bq\x03h\x02uh\x02X\x01\x00\x00\x00kK\x07s0.";
+        let bytes =
+            b"\x80\x02}q\x00(X\x01\x00\x00\x00aq\x01}q\x02X\x01\x00\x00\x00bq\x03h\x02uh\x02X\x01\x00\x00\x00kK\x07s0.";
         // Stack walk: outer dict, MARK, 'a', inner dict, 'b', inner again, SETITEMS -> outer = {a: inner, b: inner};
         // BINGET 2 pushes inner, SETITEM inner['k'] = 7, POP leaves outer for STOP.
         let inner = PyValue::Dict(vec![(PyValue::Str("k".into()), PyValue::Int(7))]);
-        let expected = PyValue::Dict(vec![
-            (PyValue::Str("a".into()), inner.clone()),
-            (PyValue::Str("b".into()), inner),
-        ]);
+        let expected =
+            PyValue::Dict(vec![(PyValue::Str("a".into()), inner.clone()), (PyValue::Str("b".into()), inner)]);
         assert_eq!(parse(bytes).unwrap(), expected);
     }
 
@@ -1422,19 +1256,13 @@ mod tests {
             bytes.extend_from_slice(&[op::MEMOIZE, op::DUP, op::TUPLE2]);
         }
         bytes.push(op::STOP);
-        assert!(matches!(
-            err(&bytes).kind,
-            PickleErrorKind::ExpansionLimit { .. }
-        ));
+        assert!(matches!(err(&bytes).kind, PickleErrorKind::ExpansionLimit { .. }));
     }
 
     #[test]
     fn pop_cannot_reach_below_a_mark() {
         let e = err(b"\x80\x02K\x01(0.");
-        assert_eq!(
-            (e.offset, e.kind),
-            (5, PickleErrorKind::StackUnderflow { opcode: "POP" })
-        );
+        assert_eq!((e.offset, e.kind), (5, PickleErrorKind::StackUnderflow { opcode: "POP" }));
     }
 
     #[test]
@@ -1443,38 +1271,19 @@ mod tests {
         bytes.extend_from_slice(&(u64::MAX - 1).to_le_bytes());
         let e = err(&bytes);
         assert_eq!(e.offset, 2);
-        assert!(matches!(
-            e.kind,
-            PickleErrorKind::Truncated {
-                opcode: "BINBYTES8",
-                available: 0,
-                ..
-            }
-        ));
+        assert!(matches!(e.kind, PickleErrorKind::Truncated { opcode: "BINBYTES8", available: 0, .. }));
     }
 
     #[test]
     fn memo_miss_names_the_slot() {
         let e = err(b"\x80\x02j\x10\x27\x00\x00.");
-        assert_eq!(
-            (e.offset, e.kind),
-            (
-                2,
-                PickleErrorKind::MemoMiss {
-                    opcode: "LONG_BINGET",
-                    index: 10000
-                }
-            )
-        );
+        assert_eq!((e.offset, e.kind), (2, PickleErrorKind::MemoMiss { opcode: "LONG_BINGET", index: 10000 }));
     }
 
     #[test]
     fn text_protocol_opcodes_are_refused_with_a_reason() {
         let e = err(b"I42\n.");
-        assert!(matches!(
-            e.kind,
-            PickleErrorKind::UnsupportedOpcode { opcode: "INT", .. }
-        ));
+        assert!(matches!(e.kind, PickleErrorKind::UnsupportedOpcode { opcode: "INT", .. }));
     }
 
     #[test]
@@ -1482,13 +1291,7 @@ mod tests {
         let ok = b"\x80\x02ccollections\nOrderedDict\n)\x81X\x01\x00\x00\x00kK\x01s.";
         assert_eq!(parse(ok).unwrap().get("k"), Some(&PyValue::Int(1)));
         let e = err(b"\x80\x02cnumpy\ndtype\n)\x81.");
-        assert!(matches!(
-            e.kind,
-            PickleErrorKind::BadArguments {
-                callable: "numpy.dtype",
-                ..
-            }
-        ));
+        assert!(matches!(e.kind, PickleErrorKind::BadArguments { callable: "numpy.dtype", .. }));
     }
 
     #[test]

@@ -21,16 +21,10 @@ fn cases(kind: &str) -> Vec<(String, PathBuf, J)> {
         let path = entry.expect("directory entry").path();
         if path.extension().is_some_and(|e| e == "pkl") {
             let json_path = path.with_extension("json");
-            let text = std::fs::read_to_string(&json_path)
-                .unwrap_or_else(|e| panic!("{}: {e}", json_path.display()));
-            let json: J = serde_json::from_str(&text)
-                .unwrap_or_else(|e| panic!("{}: {e}", json_path.display()));
+            let text = std::fs::read_to_string(&json_path).unwrap_or_else(|e| panic!("{}: {e}", json_path.display()));
+            let json: J = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", json_path.display()));
             if let Some(expected) = json.get(kind) {
-                let name = path
-                    .file_stem()
-                    .and_then(|s| s.to_str())
-                    .unwrap_or_default()
-                    .to_owned();
+                let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_owned();
                 out.push((name, path, expected.clone()));
             }
         }
@@ -56,28 +50,20 @@ fn compare(actual: &PyValue, expected: &J, at: &str) -> Result<(), String> {
                 ("float", PyValue::Float(a)) if float_matches(*a, inner) => Ok(()),
                 ("str", PyValue::Str(a)) if inner.as_str() == Some(a) => Ok(()),
                 ("bytes", PyValue::Bytes(a)) if inner.as_str() == Some(&hex(a)) => Ok(()),
-                ("list", PyValue::List(items))
-                | ("tuple", PyValue::Tuple(items))
-                | ("set", PyValue::Set(items)) => compare_items(items, inner, at),
+                ("list", PyValue::List(items)) | ("tuple", PyValue::Tuple(items)) | ("set", PyValue::Set(items)) => {
+                    compare_items(items, inner, at)
+                }
                 ("dict", PyValue::Dict(pairs)) => {
-                    let expected = inner
-                        .as_array()
-                        .ok_or_else(|| format!("{at}: expectation is not a list"))?;
+                    let expected = inner.as_array().ok_or_else(|| format!("{at}: expectation is not a list"))?;
                     if pairs.len() != expected.len() {
-                        return Err(format!(
-                            "{at}: {} pairs, expected {}",
-                            pairs.len(),
-                            expected.len()
-                        ));
+                        return Err(format!("{at}: {} pairs, expected {}", pairs.len(), expected.len()));
                     }
                     pairs.iter().zip(expected).try_for_each(|((k, v), pair)| {
                         compare(k, &pair[0], &format!("{at} key"))?;
                         compare(v, &pair[1], &format!("{at}[{}]", pair[0]))
                     })
                 }
-                ("array", PyValue::Array(a)) => {
-                    compare_array(a, inner).map_err(|e| format!("{at}: {e}"))
-                }
+                ("array", PyValue::Array(a)) => compare_array(a, inner).map_err(|e| format!("{at}: {e}")),
                 _ => mismatch(),
             }
         }
@@ -86,59 +72,35 @@ fn compare(actual: &PyValue, expected: &J, at: &str) -> Result<(), String> {
 }
 
 fn compare_items(items: &[PyValue], expected: &J, at: &str) -> Result<(), String> {
-    let expected = expected
-        .as_array()
-        .ok_or_else(|| format!("{at}: expectation is not a list"))?;
+    let expected = expected.as_array().ok_or_else(|| format!("{at}: expectation is not a list"))?;
     if items.len() != expected.len() {
-        return Err(format!(
-            "{at}: {} items, expected {}",
-            items.len(),
-            expected.len()
-        ));
+        return Err(format!("{at}: {} items, expected {}", items.len(), expected.len()));
     }
-    items
-        .iter()
-        .zip(expected)
-        .enumerate()
-        .try_for_each(|(i, (a, e))| compare(a, e, &format!("{at}[{i}]")))
+    items.iter().zip(expected).enumerate().try_for_each(|(i, (a, e))| compare(a, e, &format!("{at}[{i}]")))
 }
 
 fn float_matches(actual: f64, expected: &J) -> bool {
     match expected {
         J::String(s) => s == &actual.to_string(),
-        number => number
-            .as_f64()
-            .is_some_and(|e| e.to_bits() == actual.to_bits()),
+        number => number.as_f64().is_some_and(|e| e.to_bits() == actual.to_bits()),
     }
 }
 
 /// dtype, shape, exact little-endian C-order bytes, and `to_f32` against the listed values.
 fn compare_array(actual: &NdArray, expected: &J) -> Result<(), String> {
     let dtype = expected["dtype"].as_str().unwrap_or_default();
-    let shape: Vec<usize> =
-        serde_json::from_value(expected["shape"].clone()).map_err(|e| e.to_string())?;
+    let shape: Vec<usize> = serde_json::from_value(expected["shape"].clone()).map_err(|e| e.to_string())?;
     if actual.dtype.name() != dtype || actual.shape != shape {
-        return Err(format!(
-            "{} {:?}, expected {dtype} {shape:?}",
-            actual.dtype, actual.shape
-        ));
+        return Err(format!("{} {:?}, expected {dtype} {shape:?}", actual.dtype, actual.shape));
     }
     if expected["data"].as_str() != Some(&hex(&actual.data)) {
-        return Err(format!(
-            "data {}, expected {}",
-            hex(&actual.data),
-            expected["data"]
-        ));
+        return Err(format!("data {}, expected {}", hex(&actual.data), expected["data"]));
     }
     let values: Vec<f32> = expected["values"]
         .as_array()
         .into_iter()
         .flatten()
-        .map(|v| {
-            v.as_f64()
-                .or_else(|| v.as_bool().map(f64::from))
-                .unwrap_or(f64::NAN) as f32
-        })
+        .map(|v| v.as_f64().or_else(|| v.as_bool().map(f64::from)).unwrap_or(f64::NAN) as f32)
         .collect();
     if actual.to_f32() != values {
         return Err(format!("to_f32 {:?}, expected {values:?}", actual.to_f32()));
@@ -155,15 +117,9 @@ fn strings(expected: &J, key: &str) -> Vec<String> {
 }
 
 fn assert_contains_all(name: &str, message: &str, needles: &[String]) {
-    assert!(
-        !needles.is_empty(),
-        "{name}: expectation lists no message fragments"
-    );
+    assert!(!needles.is_empty(), "{name}: expectation lists no message fragments");
     for needle in needles {
-        assert!(
-            message.contains(needle.as_str()),
-            "{name}: message {message:?} lacks {needle:?}"
-        );
+        assert!(message.contains(needle.as_str()), "{name}: message {message:?} lacks {needle:?}");
     }
 }
 
@@ -173,10 +129,7 @@ fn plain_values_and_arrays_of_every_protocol_and_numpy_match_python() {
     for protocol in 2..=5 {
         for family in ["np1_arrays", "np2_arrays", "values"] {
             let name = format!("{family}_p{protocol}");
-            assert!(
-                all.iter().any(|(n, ..)| *n == name),
-                "missing fixture {name}"
-            );
+            assert!(all.iter().any(|(n, ..)| *n == name), "missing fixture {name}");
         }
     }
     for (name, path, expected) in all {
@@ -208,20 +161,13 @@ fn mini_checkpoints_flatten_params_and_resolve_config_like_the_reference() {
     for (name, path, expected) in cases("checkpoint") {
         let ckpt = Checkpoint::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
         let params = expected["params"].as_object().expect("params object");
-        assert_eq!(
-            ckpt.params.keys().cloned().collect::<Vec<_>>(),
-            sorted(params.keys().cloned().collect()),
-            "{name}"
-        );
+        assert_eq!(ckpt.params.keys().cloned().collect::<Vec<_>>(), sorted(params.keys().cloned().collect()), "{name}");
         for (param, description) in params {
-            if let Err(difference) =
-                compare_array(ckpt.param(param).expect("listed param"), description)
-            {
+            if let Err(difference) = compare_array(ckpt.param(param).expect("listed param"), description) {
                 panic!("{name}: {param}: {difference}");
             }
         }
-        let config: ModelConfig =
-            serde_json::from_value(expected["config"].clone()).expect("reference config");
+        let config: ModelConfig = serde_json::from_value(expected["config"].clone()).expect("reference config");
         assert_eq!(ckpt.config, config, "{name}");
         assert_eq!(ckpt.step, expected["step"].as_i64(), "{name}");
         assert_eq!(ckpt.source, path);
@@ -231,14 +177,9 @@ fn mini_checkpoints_flatten_params_and_resolve_config_like_the_reference() {
 #[test]
 fn malformed_checkpoints_name_the_file_and_the_problem() {
     for (name, path, expected) in cases("checkpoint_error") {
-        let err = Checkpoint::load(&path)
-            .err()
-            .unwrap_or_else(|| panic!("{name}: loaded"));
+        let err = Checkpoint::load(&path).err().unwrap_or_else(|| panic!("{name}: loaded"));
         let message = err.to_string();
-        assert!(
-            message.contains(&path.display().to_string()),
-            "{name}: {message}"
-        );
+        assert!(message.contains(&path.display().to_string()), "{name}: {message}");
         assert_contains_all(&name, &message, &strings(&expected, "contains"));
     }
 }
@@ -248,11 +189,7 @@ fn adapters_load_with_factors_scale_base_and_rank() {
     for (name, path, expected) in cases("adapter") {
         let adapter = PickledAdapter::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
         let lora = expected["lora"].as_object().expect("lora object");
-        assert_eq!(
-            adapter.lora.keys().cloned().collect::<Vec<_>>(),
-            sorted(lora.keys().cloned().collect()),
-            "{name}"
-        );
+        assert_eq!(adapter.lora.keys().cloned().collect::<Vec<_>>(), sorted(lora.keys().cloned().collect()), "{name}");
         for (target, factors) in &adapter.lora {
             for (part, array) in [("A", &factors.a), ("B", &factors.b)] {
                 if let Err(difference) = compare_array(array, &lora[target][part]) {
@@ -265,10 +202,7 @@ fn adapters_load_with_factors_scale_base_and_rank() {
         assert_eq!(Some(adapter.rank as u64), expected["rank"].as_u64());
     }
     for (name, path, expected) in cases("adapter_error") {
-        let message = PickledAdapter::load(&path)
-            .err()
-            .unwrap_or_else(|| panic!("{name}: loaded"))
-            .to_string();
+        let message = PickledAdapter::load(&path).err().unwrap_or_else(|| panic!("{name}: loaded")).to_string();
         assert_contains_all(&name, &message, &strings(&expected, "contains"));
     }
 }
@@ -278,21 +212,14 @@ fn missing_file_and_missing_param_errors_name_what_is_missing() {
     let nowhere = Path::new("/nonexistent/needle/ckpt.pkl");
     let err = Checkpoint::load(nowhere).unwrap_err();
     assert!(
-        matches!(err, CheckpointError::Io { .. })
-            && err.to_string().contains("/nonexistent/needle/ckpt.pkl"),
+        matches!(err, CheckpointError::Io { .. }) && err.to_string().contains("/nonexistent/needle/ckpt.pkl"),
         "{err}"
     );
 
     let path = Path::new(PICKLES).join("checkpoint_v2.pkl");
     let ckpt = Checkpoint::load(&path).expect("mini checkpoint");
-    let message = ckpt
-        .param("stack/layers/block/self_attn/k_proj/kernel")
-        .unwrap_err()
-        .to_string();
-    assert!(
-        message.contains("`stack/layers/block/self_attn/k_proj/kernel`"),
-        "{message}"
-    );
+    let message = ckpt.param("stack/layers/block/self_attn/k_proj/kernel").unwrap_err().to_string();
+    assert!(message.contains("`stack/layers/block/self_attn/k_proj/kernel`"), "{message}");
     assert!(message.contains("checkpoint_v2.pkl"), "{message}");
 }
 
@@ -303,62 +230,32 @@ fn reference_fixture_checkpoints_and_adapters_match_their_meta() {
     for stem in ["tiny_f32", "tiny_f16", "pretrained"] {
         let golden = Path::new(FIXTURES).join("golden").join(stem);
         let meta_path = golden.join("meta.json");
-        let meta_bytes =
-            std::fs::read(&meta_path).unwrap_or_else(|e| panic!("{}: {e}", meta_path.display()));
+        let meta_bytes = std::fs::read(&meta_path).unwrap_or_else(|e| panic!("{}: {e}", meta_path.display()));
         let meta: J = serde_json::from_slice(&meta_bytes).expect("meta.json is JSON");
-        let ckpt = Checkpoint::load(
-            &Path::new(FIXTURES)
-                .join("models")
-                .join(format!("{stem}.pkl")),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        let ckpt = Checkpoint::load(&Path::new(FIXTURES).join("models").join(format!("{stem}.pkl")))
+            .unwrap_or_else(|e| panic!("{e}"));
         let listed = meta["params"].as_array().expect("params list");
         assert_eq!(ckpt.params.len(), listed.len(), "{stem}");
         for entry in listed {
-            let array = ckpt
-                .param(entry["path"].as_str().expect("path"))
-                .unwrap_or_else(|e| panic!("{e}"));
+            let array = ckpt.param(entry["path"].as_str().expect("path")).unwrap_or_else(|e| panic!("{e}"));
             let shape: Vec<usize> = serde_json::from_value(entry["shape"].clone()).expect("shape");
             assert_eq!(array.shape, shape, "{stem} {}", entry["path"]);
-            assert_eq!(
-                Some(array.dtype.name()),
-                entry["dtype"].as_str(),
-                "{stem} {}",
-                entry["path"]
-            );
+            assert_eq!(Some(array.dtype.name()), entry["dtype"].as_str(), "{stem} {}", entry["path"]);
         }
         let count: usize = ckpt.params.values().map(NdArray::len).sum();
         assert_eq!(Some(count as u64), meta["param_count"].as_u64(), "{stem}");
-        let config: ModelConfig =
-            serde_json::from_value(meta["config"].clone()).expect("meta config");
+        let config: ModelConfig = serde_json::from_value(meta["config"].clone()).expect("meta config");
         assert_eq!(ckpt.config, config, "{stem}");
 
-        let adapter =
-            PickledAdapter::load(&golden.join("adapter.pkl")).unwrap_or_else(|e| panic!("{e}"));
+        let adapter = PickledAdapter::load(&golden.join("adapter.pkl")).unwrap_or_else(|e| panic!("{e}"));
         let targets: Vec<String> = strings(&meta, "lora_target_paths");
-        assert_eq!(
-            adapter.lora.keys().cloned().collect::<Vec<_>>(),
-            sorted(targets),
-            "{stem}"
-        );
+        assert_eq!(adapter.lora.keys().cloned().collect::<Vec<_>>(), sorted(targets), "{stem}");
         for (target, factors) in &adapter.lora {
             let weight = ckpt.param(target).expect("adapted weight exists");
-            assert!(
-                weight.shape.len() >= 2,
-                "{stem} {target}: {:?} is not a matrix stack",
-                weight.shape
-            );
+            assert!(weight.shape.len() >= 2, "{stem} {target}: {:?} is not a matrix stack", weight.shape);
             let (lead, matrix) = weight.shape.split_at(weight.shape.len() - 2);
-            assert_eq!(
-                factors.a.shape,
-                [lead, &[matrix[0], adapter.rank]].concat(),
-                "{stem} {target} A"
-            );
-            assert_eq!(
-                factors.b.shape,
-                [lead, &[adapter.rank, matrix[1]]].concat(),
-                "{stem} {target} B"
-            );
+            assert_eq!(factors.a.shape, [lead, &[matrix[0], adapter.rank]].concat(), "{stem} {target} A");
+            assert_eq!(factors.b.shape, [lead, &[adapter.rank, matrix[1]]].concat(), "{stem} {target} B");
         }
     }
 }
@@ -370,8 +267,7 @@ fn sorted(mut v: Vec<String>) -> Vec<String> {
 
 /// Structure-aware mutations of a real checkpoint: byte flips, insertions, deletions and truncations.
 fn mutated_checkpoint() -> impl Strategy<Value = Vec<u8>> {
-    let original =
-        std::fs::read(Path::new(PICKLES).join("checkpoint_v2_f16_p2.pkl")).expect("fixture");
+    let original = std::fs::read(Path::new(PICKLES).join("checkpoint_v2_f16_p2.pkl")).expect("fixture");
     let len = original.len();
     let edit = (0..len, any::<u8>(), 0u8..4);
     (proptest::collection::vec(edit, 1..8), 0..=len).prop_map(move |(edits, cut)| {
@@ -395,10 +291,7 @@ fn mutated_checkpoint() -> impl Strategy<Value = Vec<u8>> {
 /// Short programs of real opcodes with small operands: reaches VM states that byte noise rarely does.
 fn opcode_soup() -> impl Strategy<Value = Vec<u8>> {
     const OPCODES: &[u8] = b"(.012JKMNRXabc}ehjl]qrstu)G\x80\x81\x85\x86\x87\x88\x89\x8a\x8b\x8c\x8d\x8e\x8f\x90\x91\x92\x93\x94\x95\x96BC";
-    let token = (
-        proptest::sample::select(OPCODES),
-        proptest::collection::vec(0u8..4, 0..5),
-    );
+    let token = (proptest::sample::select(OPCODES), proptest::collection::vec(0u8..4, 0..5));
     proptest::collection::vec(token, 0..64).prop_map(|tokens| {
         let mut bytes = b"\x80\x04".to_vec();
         for (opcode, operand) in tokens {

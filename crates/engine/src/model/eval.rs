@@ -1,6 +1,6 @@
 //! Whole-file evaluation: the token-weighted masked cross-entropy of the answer tokens, batched.
 
-use candle_core::Tensor;
+use candle_core::{Device, Tensor};
 use serde::Serialize;
 
 use super::loss::masked_ce_sum;
@@ -37,7 +37,7 @@ pub fn evaluate(
     let mut rows = rows.peekable();
     while rows.peek().is_some() {
         let batch: Vec<Encoded> = rows.by_ref().take(batch_size).collect();
-        let (ids, mask) = batch_tensors(&batch, seq_len, network)?;
+        let (ids, mask) = batch_tensors(&batch, seq_len, network.device())?;
         let (sum, count) = masked_ce_sum(&network.forward(&ids)?, &ids, &mask)?;
         ce_sum += f64::from(sum.to_scalar::<f32>()?);
         tokens += f64::from(count.to_scalar::<f32>()?);
@@ -47,10 +47,11 @@ pub fn evaluate(
     Ok(EvalSummary { loss: ce_sum / tokens.max(1.0), examples: total, tokens: tokens as usize, seq_len })
 }
 
-/// `ids` `[B, seq_len]` u32 and `mask` `[B, seq_len]` f32 on the network's device.
-fn batch_tensors(batch: &[Encoded], seq_len: usize, network: &Network) -> Result<(Tensor, Tensor)> {
+/// `ids` `[B, seq_len]` u32 and `mask` `[B, seq_len]` f32 on `device` (evaluation and training
+/// batch the same way).
+pub fn batch_tensors(batch: &[Encoded], seq_len: usize, device: &Device) -> Result<(Tensor, Tensor)> {
     let ids: Vec<u32> = batch.iter().flat_map(|row| row.ids.iter().copied()).collect();
     let mask: Vec<f32> = batch.iter().flat_map(|row| row.mask.iter().copied()).collect();
     let shape = (batch.len(), seq_len);
-    Ok((Tensor::from_vec(ids, shape, network.device())?, Tensor::from_vec(mask, shape, network.device())?))
+    Ok((Tensor::from_vec(ids, shape, device)?, Tensor::from_vec(mask, shape, device)?))
 }

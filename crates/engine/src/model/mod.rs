@@ -29,10 +29,10 @@ mod parity_tests;
 pub mod stack;
 
 pub use candle_core::Device;
-pub use eval::{evaluate, EvalSummary};
+pub use eval::{batch_tensors, evaluate, EvalSummary};
 pub use loss::{masked_ce_sum, masked_loss};
 pub use network::Network;
-pub use params::{ParamPath, Params};
+pub use params::{lora_merged, ParamPath, Params};
 
 /// What can go wrong building or running the network.
 #[derive(Debug, thiserror::Error)]

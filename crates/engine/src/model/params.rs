@@ -91,11 +91,7 @@ impl Params {
         let weight = self.get(path).ok_or_else(|| mismatch("the base model has no such weight".into()))?;
         let a = self.array_tensor(&factors.a)?;
         let b = self.array_tensor(&factors.b)?;
-        let delta = a.matmul(&b).map_err(|e| mismatch(format!("A {:?} · B {:?} failed: {e}", a.dims(), b.dims())))?;
-        if delta.dims() != weight.dims() {
-            return Err(mismatch(format!("A·B has shape {:?} but the weight is {:?}", delta.dims(), weight.dims())));
-        }
-        Ok((weight + (delta * adapter.scale)?)?)
+        lora_merged(&weight, &a, &b, adapter.scale).map_err(mismatch)
     }
 
     fn array_tensor(&self, array: &NdArray) -> Result<Tensor> {
@@ -152,6 +148,17 @@ impl Params {
         }
         Ok(tensor)
     }
+}
+
+/// `W + scale · A·B` (per layer when the factors carry a leading layer axis). Built from
+/// differentiable ops, so training merges its `Var` factors with the same code that merges a saved
+/// adapter. The error is the reason the factors do not fit the weight.
+pub fn lora_merged(weight: &Tensor, a: &Tensor, b: &Tensor, scale: f64) -> std::result::Result<Tensor, String> {
+    let delta = a.matmul(b).map_err(|e| format!("A {:?} · B {:?} failed: {e}", a.dims(), b.dims()))?;
+    if delta.dims() != weight.dims() {
+        return Err(format!("A·B has shape {:?} but the weight is {:?}", delta.dims(), weight.dims()));
+    }
+    (delta * scale).and_then(|scaled| weight + scaled).map_err(|e| format!("adding the scaled update failed: {e}"))
 }
 
 /// A position in the parameter tree, optionally restricted to one layer of a stacked group.

@@ -1,0 +1,197 @@
+//! `needle finetune`: LoRA fine-tuning with the reference's recipe, flags and defaults.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use needle_engine::backend::{self, DeviceRequest};
+use needle_engine::train::{Event, FinetuneOptions, Plan, Session};
+
+/// Fine-tune LoRA adapters on a JSONL dataset (the reference's `finetune_local`).
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Dataset (.jsonl) in the reference's tool-call format
+    pub data: PathBuf,
+    /// Base checkpoint (.pkl)
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// SentencePiece model [default: tokenizer.model beside the checkpoint]
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    #[arg(long, default_value_t = 3)]
+    pub epochs: usize,
+    #[arg(long, default_value_t = 16)]
+    pub batch_size: usize,
+    #[arg(long, default_value_t = 1e-4)]
+    pub lr: f64,
+    #[arg(long, default_value_t = 16)]
+    pub lora_rank: usize,
+    #[arg(long, default_value_t = 32.0)]
+    pub lora_alpha: f64,
+    /// Longest sequence length; rows use the reference's fit_max_len bucket under it
+    #[arg(long, default_value_t = 1024)]
+    pub max_len: usize,
+    /// Fraction of examples held out for the per-epoch validation loss
+    #[arg(long, default_value_t = 0.1)]
+    pub val_split: f64,
+    /// Seeds the validation split, the per-epoch shuffles and the LoRA initialisation
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Directory of the default adapter path
+    #[arg(long, default_value = "checkpoints")]
+    pub checkpoint_dir: PathBuf,
+    /// Adapter file; `.pkl` (reference format) or `.safetensors` [default: CHECKPOINT_DIR/needle_lora.pkl]
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// auto, cpu, cuda or metal [default: NEEDLE_DEVICE, else auto]
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Print progress as one JSON event per line on stdout instead of a progress bar
+    #[arg(long, value_enum)]
+    pub events: Option<EventFormat>,
+    /// Continue from the state saved next to the adapter
+    #[arg(long)]
+    pub resume: bool,
+    /// Print the plan (examples, seq_len, steps, estimated peak memory) and exit
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum EventFormat {
+    Jsonl,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
+    let options = options(&args);
+    let session = Session::prepare(options.clone(), &selected.device)
+        .with_context(|| format!("preparing to fine-tune {}", args.checkpoint.display()))?;
+    if args.dry_run {
+        print_plan(&session.plan, &options, args.events.is_some())?;
+        return Ok(());
+    }
+    let cancel = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&cancel);
+    ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)).context("installing the Ctrl-C handler")?;
+    let result = match args.events {
+        Some(EventFormat::Jsonl) => session.run(&selected.info, &cancel, print_json),
+        None => {
+            let mut view = TextView::new(session.plan.steps);
+            session.run(&selected.info, &cancel, |event| view.show(&event))
+        }
+    };
+    match result {
+        Ok(outcome) => {
+            if args.events.is_none() {
+                println!("  {:<9} {}", "adapter", outcome.adapter.display());
+                println!(
+                    "  {:<9} needle build {} --lora {}",
+                    "next",
+                    args.checkpoint.display(),
+                    outcome.adapter.display()
+                );
+            }
+            Ok(())
+        }
+        Err(error) => {
+            if args.events.is_some() {
+                print_json(Event::Failed { message: error.to_string() });
+            }
+            Err(error.into())
+        }
+    }
+}
+
+fn options(args: &Args) -> FinetuneOptions {
+    FinetuneOptions {
+        data: args.data.clone(),
+        checkpoint: args.checkpoint.clone(),
+        tokenizer: args.tokenizer.clone().unwrap_or_else(|| beside(&args.checkpoint, "tokenizer.model")),
+        epochs: args.epochs,
+        batch_size: args.batch_size,
+        lr: args.lr,
+        rank: args.lora_rank,
+        alpha: args.lora_alpha,
+        max_len: args.max_len,
+        val_split: args.val_split,
+        seed: args.seed,
+        out: args.out.clone().unwrap_or_else(|| args.checkpoint_dir.join("needle_lora.pkl")),
+        resume: args.resume,
+    }
+}
+
+/// `name` in the directory that holds `file`.
+fn beside(file: &Path, name: &str) -> PathBuf {
+    file.parent().map_or_else(|| PathBuf::from(name), |dir| dir.join(name))
+}
+
+fn print_json(event: Event) {
+    // Serialising a plain enum of numbers, strings and paths cannot fail.
+    if let Ok(line) = serde_json::to_string(&event) {
+        println!("{line}");
+    }
+}
+
+fn print_plan(plan: &Plan, options: &FinetuneOptions, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(plan)?);
+        return Ok(());
+    }
+    println!(
+        "  {:<9} {} examples  {} held out  seq_len {}  cap {}",
+        "data", plan.examples, plan.validation, plan.seq_len, options.max_len
+    );
+    println!(
+        "  {:<9} rank {}  alpha {}  {} weight groups  {} parameters",
+        "lora", options.rank, options.alpha, plan.adapted_weights, plan.trainable_parameters
+    );
+    println!("  {:<9} {} steps  warmup {}  cosine decay  clip 1.0", "schedule", plan.steps, plan.warmup);
+    println!("  {:<9} ~{:.1} MiB peak (estimate)", "memory", plan.memory_estimate_bytes as f64 / (1 << 20) as f64);
+    println!("  {:<9} {}", "adapter", options.out.display());
+    Ok(())
+}
+
+/// The terminal view: a progress bar with ETA, and the reference's line per epoch.
+struct TextView {
+    bar: ProgressBar,
+}
+
+impl TextView {
+    fn new(steps: usize) -> Self {
+        let bar = ProgressBar::new(steps as u64);
+        let style = ProgressStyle::with_template("  {bar:30} {pos}/{len} steps  eta {eta}  {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
+        bar.set_style(style);
+        Self { bar }
+    }
+
+    fn show(&mut self, event: &Event) {
+        match event {
+            Event::Started { backend, device, examples, validation, seq_len, steps, warmup, first_step, .. } => {
+                self.bar.println(format!("  {:<9} {backend} ({device})  float32", "backend"));
+                self.bar
+                    .println(format!("  {:<9} {examples} examples  {validation} held out  seq_len {seq_len}", "data"));
+                self.bar.println(format!("  {:<9} {steps} steps  warmup {warmup}  cosine decay  clip 1.0", "schedule"));
+                self.bar.set_position(*first_step as u64);
+            }
+            Event::Step { step, loss, lr, tokens_per_s, .. } => {
+                self.bar.set_position(*step as u64);
+                self.bar.set_message(format!("loss {loss:.4}  lr {lr:.2e}  {tokens_per_s:.0} tok/s"));
+            }
+            Event::Epoch { epoch, loss, val } => {
+                let val = val.map(|v| format!("  val {v:.4}")).unwrap_or_default();
+                self.bar.println(format!("  {:<9} {epoch}  loss {loss:.4}{val}", "epoch"));
+            }
+            Event::Saved { path } => self.bar.println(format!("  {:<9} {}", "saved", path.display())),
+            Event::Finished { seconds, partial, .. } => {
+                self.bar.finish_and_clear();
+                let state = if *partial { "stopped early (partial adapter)" } else { "done" };
+                println!("  {:<9} {state} in {seconds:.1}s", "finished");
+            }
+            Event::Failed { message } => self.bar.println(format!("  {:<9} {message}", "failed")),
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! LoRA fine-tuning: the reference's `finetune_local` recipe, its schedule and optimizer.
+
+pub mod adamw;
+pub mod events;
+#[cfg(test)]
+mod parity_tests;
+pub mod run;
+pub mod schedule;
+pub mod state;
+pub mod trainer;
+
+pub use adamw::{AdamW, AdamWConfig};
+pub use events::Event;
+pub use run::{FinetuneOptions, Outcome, Plan, Session, TrainError};
+pub use schedule::Schedule;
+pub use trainer::{StepOutcome, Trainer};

@@ -1,0 +1,403 @@
+//! A whole fine-tuning run, as the reference's `finetune_local` does it: validate the inputs,
+//! hold out a seeded validation split, train epoch by epoch on reshuffled batches, report the
+//! validation loss per epoch, and save the adapter and the resumable state after every epoch.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+
+use super::events::Event;
+use super::schedule::Schedule;
+use super::state::{load_state, save_state, state_path, RunKey, SavedState};
+use super::trainer::Trainer;
+use crate::backend::BackendInfo;
+use crate::checkpoint::{Checkpoint, CheckpointError};
+use crate::config::ModelConfig;
+use crate::dataset::{Dataset, DatasetError, Encoded};
+use crate::lora::{save_adapter, AdapterFileError, AdapterMeta, Lora};
+use crate::model::{batch_tensors, Device, ModelError, Network, Params};
+use crate::tokenizer::{Tokenizer, TokenizerError};
+
+/// Everything `needle finetune` is asked to do (the reference's flags and defaults live in the CLI).
+#[derive(Debug, Clone)]
+pub struct FinetuneOptions {
+    pub data: PathBuf,
+    pub checkpoint: PathBuf,
+    pub tokenizer: PathBuf,
+    pub epochs: usize,
+    pub batch_size: usize,
+    pub lr: f64,
+    pub rank: usize,
+    pub alpha: f64,
+    pub max_len: usize,
+    pub val_split: f64,
+    pub seed: u64,
+    /// The adapter file (`.pkl` or `.safetensors`).
+    pub out: PathBuf,
+    /// Continue from the state saved next to `out`.
+    pub resume: bool,
+}
+
+/// What can stop a run, before or during training.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error("--{flag} {value} is out of range: {expected}")]
+    OutOfRange { flag: &'static str, value: String, expected: &'static str },
+    #[error("output directory {} is not writable: {source}; pick another --out/--checkpoint-dir", dir.display())]
+    OutputDir { dir: PathBuf, source: std::io::Error },
+    #[error("--resume: no saved state at {}; run once without --resume first", path.display())]
+    NothingToResume { path: PathBuf },
+    #[error("{} has no weight LoRA can adapt (no non-zero q/k/v/gate/out projection kernel under stack/layers)", checkpoint.display())]
+    NoTargets { checkpoint: PathBuf },
+    #[error(transparent)]
+    Dataset(#[from] DatasetError),
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Adapter(#[from] AdapterFileError),
+}
+
+pub type Result<T> = std::result::Result<T, TrainError>;
+
+/// What a run will do, known before it starts (`--dry-run` prints it).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Plan {
+    pub examples: usize,
+    pub validation: usize,
+    pub seq_len: usize,
+    pub steps_per_epoch: usize,
+    pub steps: usize,
+    pub warmup: usize,
+    pub adapted_weights: usize,
+    pub trainable_parameters: usize,
+    pub memory_estimate_bytes: u64,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub adapter: PathBuf,
+    pub partial: bool,
+    /// `(last batch loss, validation loss)` per epoch completed in this invocation.
+    pub epochs: Vec<(f32, Option<f32>)>,
+}
+
+/// A validated run, ready to train.
+pub struct Session {
+    options: FinetuneOptions,
+    cfg: ModelConfig,
+    params: Params,
+    lora: Lora,
+    train_rows: Vec<Encoded>,
+    val_rows: Vec<Encoded>,
+    pub plan: Plan,
+}
+
+impl Session {
+    /// Checks every input and builds the plan; nothing is trained and nothing is written.
+    pub fn prepare(options: FinetuneOptions, device: &Device) -> Result<Self> {
+        check_ranges(&options)?;
+        check_writable(&options.out)?;
+        let checkpoint = Checkpoint::load(&options.checkpoint)?;
+        let params = Params::from_checkpoint(&checkpoint, device)?;
+        let cfg = checkpoint.config.clone();
+        drop(checkpoint);
+        let tokenizer = Tokenizer::load(&options.tokenizer)?;
+        // Building the network once checks the weights against the config before any training.
+        Network::load(&cfg, &params)?.check_tokenizer_vocab(tokenizer.vocab_size(), &options.tokenizer)?;
+        let prepared = Dataset::load(&options.data)?.prepare(&tokenizer, options.max_len)?;
+        let rows: Vec<Encoded> = prepared.rows().collect();
+        let (train_rows, val_rows) = split(rows, options.val_split, options.seed);
+        let lora = Lora::init(&params, options.rank, options.alpha, options.seed)?;
+        if lora.factors.is_empty() {
+            return Err(TrainError::NoTargets { checkpoint: options.checkpoint.clone() });
+        }
+        let steps_per_epoch = train_rows.len().div_ceil(options.batch_size);
+        let steps = steps_per_epoch * options.epochs;
+        let plan = Plan {
+            examples: train_rows.len(),
+            validation: val_rows.len(),
+            seq_len: prepared.seq_len,
+            steps_per_epoch,
+            steps,
+            warmup: Schedule::reference(options.lr, steps).warmup,
+            adapted_weights: lora.factors.len(),
+            trainable_parameters: lora.parameter_count(),
+            memory_estimate_bytes: memory_estimate(&cfg, &params, &lora, options.batch_size, prepared.seq_len),
+        };
+        Ok(Self { options, cfg, params, lora, train_rows, val_rows, plan })
+    }
+
+    /// Trains to the end or until `cancel` is set (checked between steps), emitting progress.
+    pub fn run(self, backend: &BackendInfo, cancel: &AtomicBool, mut emit: impl FnMut(Event)) -> Result<Outcome> {
+        let Session { options, cfg, params, lora, train_rows, val_rows, plan } = self;
+        let schedule = Schedule::reference(options.lr, plan.steps);
+        let key = RunKey {
+            rank: options.rank,
+            alpha: options.alpha,
+            steps: plan.steps,
+            seed: options.seed,
+            base: options.checkpoint.display().to_string(),
+        };
+        let state = state_path(&options.out);
+        let resumed = match options.resume {
+            false => None,
+            true if state.exists() => Some(load_state(&state, &params, &key)?),
+            true => return Err(TrainError::NothingToResume { path: state }),
+        };
+        let mut trainer = match resumed {
+            None => Trainer::new(cfg, params, lora, schedule)?,
+            Some(SavedState { lora, moments, count }) => {
+                let mut trainer = Trainer::new(cfg, params, lora, schedule)?;
+                trainer.optimizer.moments = moments;
+                trainer.optimizer.count = count;
+                trainer
+            }
+        };
+        let first_step = trainer.optimizer.count;
+        emit(Event::Started {
+            backend: backend.backend.to_string(),
+            device: backend.device.clone(),
+            examples: plan.examples,
+            validation: plan.validation,
+            seq_len: plan.seq_len,
+            steps: plan.steps,
+            warmup: plan.warmup,
+            memory_estimate_bytes: plan.memory_estimate_bytes,
+            first_step,
+        });
+        let started = Instant::now();
+        let device = trainer.lora.factors[0].a.device().clone();
+        let tokens_per_step = (options.batch_size * plan.seq_len) as f64;
+        let mut epochs = Vec::new();
+        let save = |trainer: &Trainer, partial: bool, emit: &mut dyn FnMut(Event)| -> Result<()> {
+            let meta = AdapterMeta { base: key.base.clone(), partial };
+            save_adapter(&options.out, &trainer.lora, &meta)?;
+            save_state(&state, &trainer.lora, &trainer.optimizer, &key)?;
+            emit(Event::Saved { path: options.out.clone() });
+            Ok(())
+        };
+        for epoch in first_step / plan.steps_per_epoch.max(1)..options.epochs {
+            let order = epoch_order(train_rows.len(), options.seed, epoch);
+            let done_in_epoch = trainer.optimizer.count - epoch * plan.steps_per_epoch;
+            let mut last = 0f32;
+            for batch in order.chunks(options.batch_size).skip(done_in_epoch) {
+                if cancel.load(Ordering::Relaxed) {
+                    save(&trainer, true, &mut emit)?;
+                    let seconds = started.elapsed().as_secs_f64();
+                    emit(Event::Finished { adapter: options.out.clone(), seconds, partial: true });
+                    return Ok(Outcome { adapter: options.out, partial: true, epochs });
+                }
+                let rows: Vec<Encoded> = batch.iter().map(|&i| train_rows[i].clone()).collect();
+                let (ids, mask) = batch_tensors(&rows, plan.seq_len, &device)?;
+                let outcome = trainer.step(&ids, &mask)?;
+                last = outcome.loss;
+                let step = trainer.optimizer.count;
+                let per_step = started.elapsed().as_secs_f64() / (step - first_step) as f64;
+                emit(Event::Step {
+                    step,
+                    total: plan.steps,
+                    loss: outcome.loss,
+                    lr: outcome.lr,
+                    tokens_per_s: tokens_per_step / per_step.max(f64::MIN_POSITIVE),
+                    eta_s: per_step * (plan.steps - step) as f64,
+                });
+            }
+            let val = validation_loss(&mut trainer, &val_rows, options.batch_size, plan.seq_len, &device)?;
+            emit(Event::Epoch { epoch: epoch + 1, loss: last, val });
+            epochs.push((last, val));
+            save(&trainer, false, &mut emit)?;
+        }
+        emit(Event::Finished {
+            adapter: options.out.clone(),
+            seconds: started.elapsed().as_secs_f64(),
+            partial: false,
+        });
+        Ok(Outcome { adapter: options.out, partial: false, epochs })
+    }
+}
+
+/// The reference's per-epoch validation number: the mean of per-batch mean losses.
+fn validation_loss(
+    trainer: &mut Trainer,
+    rows: &[Encoded],
+    batch_size: usize,
+    seq_len: usize,
+    device: &Device,
+) -> Result<Option<f32>> {
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let mut losses = Vec::new();
+    for batch in rows.chunks(batch_size) {
+        let (ids, mask) = batch_tensors(batch, seq_len, device)?;
+        losses.push(trainer.loss(&ids, &mask)?);
+    }
+    Ok(Some(losses.iter().sum::<f32>() / losses.len() as f32))
+}
+
+/// `(train, validation)`: `min(int(n·split), n − 1)` examples held out after a seeded shuffle.
+fn split(rows: Vec<Encoded>, val_split: f64, seed: u64) -> (Vec<Encoded>, Vec<Encoded>) {
+    let n = rows.len();
+    let n_val = ((n as f64 * val_split) as usize).min(n.saturating_sub(1));
+    if n_val == 0 {
+        return (rows, Vec::new());
+    }
+    let mut order: Vec<usize> = (0..n).collect();
+    order.shuffle(&mut StdRng::seed_from_u64(seed));
+    let mut slots: Vec<Option<Encoded>> = rows.into_iter().map(Some).collect();
+    let mut take = |i: &usize| slots[*i].take();
+    let val = order[..n_val].iter().filter_map(&mut take).collect();
+    let train = order[n_val..].iter().filter_map(&mut take).collect();
+    (train, val)
+}
+
+/// The batch order of `epoch`: a fresh shuffle per epoch, derived from the seed so that a resumed
+/// run replays the same order.
+fn epoch_order(count: usize, seed: u64, epoch: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..count).collect();
+    let epoch_seed = seed.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(epoch as u64);
+    order.shuffle(&mut StdRng::seed_from_u64(epoch_seed));
+    order
+}
+
+fn check_ranges(o: &FinetuneOptions) -> Result<()> {
+    let out_of_range = |flag, value: String, expected| Err(TrainError::OutOfRange { flag, value, expected });
+    if !(1..=100_000).contains(&o.epochs) {
+        return out_of_range("epochs", o.epochs.to_string(), "use 1 to 100000");
+    }
+    if !(1..=65_536).contains(&o.batch_size) {
+        return out_of_range("batch-size", o.batch_size.to_string(), "use 1 to 65536");
+    }
+    if !(o.lr.is_finite() && o.lr > 0.0 && o.lr <= 1.0) {
+        return out_of_range("lr", o.lr.to_string(), "use a learning rate in (0, 1], e.g. 1e-4");
+    }
+    if !(1..=4096).contains(&o.rank) {
+        return out_of_range("lora-rank", o.rank.to_string(), "use 1 to 4096");
+    }
+    if !(o.alpha.is_finite() && o.alpha > 0.0) {
+        return out_of_range("lora-alpha", o.alpha.to_string(), "use a positive number, e.g. 2 × rank");
+    }
+    if !(0.0..1.0).contains(&o.val_split) {
+        return out_of_range("val-split", o.val_split.to_string(), "use a fraction in [0, 1)");
+    }
+    if o.max_len < 2 {
+        return out_of_range("max-len", o.max_len.to_string(), "use at least 2 (a token and its successor)");
+    }
+    Ok(())
+}
+
+/// Creates the adapter's directory and proves it writable with a throwaway file.
+fn check_writable(out: &Path) -> Result<()> {
+    let dir = match out.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let error = |source| TrainError::OutputDir { dir: dir.clone(), source };
+    std::fs::create_dir_all(&dir).map_err(error)?;
+    tempfile::NamedTempFile::new_in(&dir).map_err(error)?;
+    Ok(())
+}
+
+/// A rough peak: the f32 base weights, four copies of the factors (value, gradient, two moments)
+/// and, per token, the activations the backward pass keeps (about 40 d_model-wide tensors per
+/// layer and lane) plus three vocabulary-wide rows for the logits and their softmax.
+fn memory_estimate(cfg: &ModelConfig, params: &Params, lora: &Lora, batch: usize, seq_len: usize) -> u64 {
+    let base: usize = params.paths().iter().filter_map(|p| params.get(p)).map(|t| t.elem_count()).sum();
+    let per_token = 40 * cfg.d_model * cfg.num_layers.max(1) * cfg.mhc_lanes.max(1) + 3 * cfg.vocab_size;
+    let floats = base + 4 * lora.parameter_count() + batch * seq_len * per_token;
+    (floats as u64).saturating_mul(4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(n: usize) -> Vec<Encoded> {
+        (0..n).map(|i| Encoded { ids: vec![i as u32], mask: vec![1.0], truncated: false }).collect()
+    }
+
+    #[test]
+    fn the_split_holds_out_a_seeded_fraction_but_never_everything() {
+        let (train, val) = split(rows(10), 0.25, 0);
+        assert_eq!((train.len(), val.len()), (8, 2));
+        let (again, _) = split(rows(10), 0.25, 0);
+        assert_eq!(train, again);
+        let (_, other) = split(rows(10), 0.25, 1);
+        assert_ne!(val, other);
+        assert_eq!(split(rows(1), 0.9, 0).1.len(), 0);
+        assert_eq!(split(rows(3), 0.99, 0).0.len(), 1);
+    }
+
+    fn fixture(relative: &str) -> PathBuf {
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).join(relative)
+    }
+
+    fn options(out: &Path, resume: bool) -> FinetuneOptions {
+        FinetuneOptions {
+            data: fixture("data/tool_calls.jsonl"),
+            checkpoint: fixture("models/tiny_f32.pkl"),
+            tokenizer: fixture("models/tokenizer.model"),
+            epochs: 1,
+            batch_size: 32,
+            lr: 1e-3,
+            rank: 4,
+            alpha: 8.0,
+            max_len: 64,
+            val_split: 0.1,
+            seed: 0,
+            out: out.into(),
+            resume,
+        }
+    }
+
+    #[test]
+    fn a_cancelled_run_saves_a_partial_adapter_and_resume_finishes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("adapter.safetensors");
+        let device = Device::Cpu;
+        let backend =
+            crate::backend::select(crate::backend::DeviceRequest::Only(crate::backend::Backend::Cpu)).unwrap().info;
+        let cancel = AtomicBool::new(false);
+        let first = Session::prepare(options(&out, false), &device).unwrap();
+        // Cancel as soon as the first step is reported: the run must stop at the next boundary.
+        let outcome = first
+            .run(&backend, &cancel, |event| {
+                if matches!(event, Event::Step { .. }) {
+                    cancel.store(true, Ordering::Relaxed);
+                }
+            })
+            .unwrap();
+        assert!(outcome.partial && outcome.epochs.is_empty());
+        let saved = crate::lora::load_adapter(&out).unwrap();
+        assert_eq!(saved.lora.len(), 5, "q, k, v, gate and out projections");
+
+        let resumed = Session::prepare(options(&out, true), &device).unwrap();
+        let mut first_step = None;
+        let mut steps = Vec::new();
+        let outcome = resumed
+            .run(&backend, &AtomicBool::new(false), |event| match event {
+                Event::Started { first_step: f, .. } => first_step = Some(f),
+                Event::Step { step, .. } => steps.push(step),
+                _ => {}
+            })
+            .unwrap();
+        assert_eq!(first_step, Some(1));
+        assert_eq!(steps, [2, 3]);
+        assert!(!outcome.partial && outcome.epochs.len() == 1);
+    }
+
+    #[test]
+    fn each_epoch_has_its_own_reproducible_order() {
+        assert_eq!(epoch_order(20, 3, 1), epoch_order(20, 3, 1));
+        assert_ne!(epoch_order(20, 3, 1), epoch_order(20, 3, 2));
+    }
+}

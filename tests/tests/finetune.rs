@@ -1,0 +1,122 @@
+//! `needle finetune` end to end on the fixtures: events, adapter files other commands accept,
+//! input errors before training, and held-out loss going down.
+
+use std::path::Path;
+use std::process::Output;
+
+use needle_tests::{fixture, needle};
+use serde_json::Value;
+
+fn finetune(stem: &str, out: &Path, extra: &[&str]) -> Output {
+    needle()
+        .arg("finetune")
+        .arg(fixture("data/tool_calls.jsonl"))
+        .arg("--checkpoint")
+        .arg(fixture(&format!("models/{stem}.pkl")))
+        .arg("--out")
+        .arg(out)
+        .args(["--events", "jsonl"])
+        .args(extra)
+        .output()
+        .expect("needle runs")
+}
+
+fn events(output: &Output) -> Vec<Value> {
+    assert!(output.status.success(), "needle failed: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON event per line"))
+        .collect()
+}
+
+fn kinds(events: &[Value]) -> Vec<&str> {
+    events.iter().map(|e| e["event"].as_str().expect("an event tag")).collect()
+}
+
+fn eval_loss(stem: &str, adapter: Option<&Path>) -> f64 {
+    let mut command = needle();
+    command
+        .arg("eval")
+        .arg(fixture("data/tool_calls.jsonl"))
+        .arg("--checkpoint")
+        .arg(fixture(&format!("models/{stem}.pkl")))
+        .args(["--max-len", "128", "--json"]);
+    if let Some(adapter) = adapter {
+        command.arg("--lora").arg(adapter);
+    }
+    let output = command.output().expect("needle runs");
+    assert!(output.status.success(), "eval failed: {}", String::from_utf8_lossy(&output.stderr));
+    let summary: Value = serde_json::from_slice(&output.stdout).expect("eval --json prints JSON");
+    summary["loss"].as_f64().expect("a loss")
+}
+
+#[test]
+fn one_epoch_emits_typed_events_and_writes_an_adapter_eval_accepts() {
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = dir.path().join("tiny.safetensors");
+    let events = events(&finetune("tiny_f32", &adapter, &["--epochs", "1", "--max-len", "64", "--batch-size", "32"]));
+    let kinds = kinds(&events);
+    assert_eq!(kinds.first(), Some(&"started"));
+    assert_eq!(kinds[kinds.len() - 3..], ["epoch", "saved", "finished"]);
+    let started = &events[0];
+    let steps = started["steps"].as_u64().unwrap();
+    // 97 usable examples, int(97 · 0.1) = 9 held out, 88 in batches of 32.
+    assert_eq!((started["examples"].as_u64(), started["validation"].as_u64(), steps), (Some(88), Some(9), 3));
+    assert_eq!(kinds.iter().filter(|k| **k == "step").count() as u64, steps);
+    assert!(events.iter().filter(|e| e["event"] == "step").all(|e| e["loss"].as_f64().unwrap().is_finite()));
+    assert!(events[events.len() - 3]["val"].as_f64().unwrap().is_finite());
+    assert_eq!(events.last().unwrap()["partial"], false);
+    assert!(adapter.with_extension("safetensors.state.safetensors").exists());
+    assert!(eval_loss("tiny_f32", Some(&adapter)).is_finite());
+}
+
+#[test]
+fn fine_tuning_lowers_the_held_out_loss_of_the_pretrained_fixture() {
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = dir.path().join("pretrained.pkl");
+    let settings = [
+        "--epochs",
+        "3",
+        "--lr",
+        "3e-3",
+        "--max-len",
+        "128",
+        "--val-split",
+        "0.2",
+        "--lora-rank",
+        "8",
+        "--lora-alpha",
+        "16",
+    ];
+    let events = events(&finetune("pretrained", &adapter, &settings));
+    let vals: Vec<f64> = events.iter().filter(|e| e["event"] == "epoch").map(|e| e["val"].as_f64().unwrap()).collect();
+    assert_eq!(vals.len(), 3);
+    assert!(vals[2] < vals[0], "validation loss went {vals:?}");
+    // The base model is confidently wrong on the fixture's unseen tools; the adapter must fix much of it.
+    let (before, after) = (eval_loss("pretrained", None), eval_loss("pretrained", Some(&adapter)));
+    assert!(after < before - 1.0, "eval loss {before} → {after}");
+}
+
+#[test]
+fn out_of_range_flags_fail_before_training_and_name_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = dir.path().join("never.pkl");
+    for (flag, value) in [("--lora-rank", "0"), ("--lr", "0"), ("--batch-size", "0"), ("--epochs", "0")] {
+        let output = finetune("tiny_f32", &adapter, &[flag, value]);
+        assert!(!output.status.success(), "{flag} {value} was accepted");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(&format!("{flag} {value} is out of range")), "{stderr}");
+        assert!(!adapter.exists());
+    }
+}
+
+#[test]
+fn dry_run_prints_the_plan_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = dir.path().join("plan.pkl");
+    let plan = events(&finetune("tiny_f32", &adapter, &["--dry-run", "--epochs", "2", "--batch-size", "16"]));
+    assert_eq!(plan.len(), 1);
+    assert_eq!((plan[0]["examples"].as_u64(), plan[0]["steps"].as_u64()), (Some(88), Some(12)));
+    assert!(plan[0]["memory_estimate_bytes"].as_u64().unwrap() > 0);
+    assert!(!adapter.exists());
+}
