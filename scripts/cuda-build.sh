@@ -2,8 +2,13 @@
 # Builds the CUDA flavour of `needle` on a machine with no CUDA toolkit and no GPU.
 #
 # The toolkit comes from NVIDIA's PyPI wheels (CUDA 13.0, all from one release so nvcc, the headers and the
-# libraries agree), laid out as an ordinary CUDA root that candle-kernels (nvcc through bindgen_cuda) and
+# libraries agree), laid out as an ordinary CUDA root that candle-kernels (nvcc through cudaforge: PTX plus a static libmoe.a) and
 # cudarc (`nvcc --version`, then `-lcuda -lcublas ...`) understand.
+#
+# The binary needs the NVIDIA driver's libcuda.so.1 to start at all: candle-core builds cudarc with
+# `dynamic-linking`, so libcuda is a NEEDED library, not one loaded on demand. The toolkit's own libraries
+# (cublas, curand, cudart) are found through the rpath this script sets.
+# Needs: cargo, a C compiler (`cc`, also nvcc's host compiler), python3 with pip, and PyPI (or PIP_FIND_LINKS).
 #
 # Usage: scripts/cuda-build.sh            # toolkit into $NEEDLE_CUDA_HOME, binary into $NEEDLE_CUDA_TARGET
 # Env:   NEEDLE_CUDA_HOME    toolchain dir      (default $HOME/.cache/needle-studio/cuda)
@@ -18,8 +23,9 @@ target=${NEEDLE_CUDA_TARGET:-$HOME/.cache/needle-studio/target-cuda}
 python=${PYTHON:-python3}
 export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-90}
 
-# One CUDA release (13.0 update 2). cudarc 0.19 knows CUDA up to 13.4, candle-kernels needs nvcc + cicc
-# (nvidia-nvvm) + the crt and cccl headers that cuda_fp16.h/cuda_bf16.h include.
+# One CUDA release, 13.0 (cudarc 0.19 knows up to 13.4). candle-kernels needs nvcc + cicc (nvidia-nvvm) + the
+# crt and cccl headers that cuda_fp16.h/cuda_bf16.h include; cudarc links -lcuda -lcublas -lcublasLt
+# -lcurand -lnvrtc and candle-kernels -lcudart, so each of those must be there at link time.
 wheels=(
     nvidia-cuda-nvcc==13.0.88
     nvidia-nvvm==13.0.88
@@ -60,10 +66,11 @@ link_libraries() {
 # libcuda.so belongs to the GPU driver, not to any wheel, yet cudarc's `dynamic-linking` passes `-lcuda`.
 # Like the toolkit's own lib64/stubs/libcuda.so, this stub only satisfies the linker: it has the driver's
 # soname and exports every driver entry point cudarc can call, and the real libcuda.so.1 of the installed
-# driver is what the loader picks at run time. The names come from the cudarc source cargo resolved.
+# driver is what the loader picks at run time. The names come from the cudarc source cargo resolved. Each
+# entry point answers CUDA_ERROR_STUB_LIBRARY (34), as NVIDIA's stub does, so a binary run against the stub
+# by mistake (or on purpose, to test the no-driver path) gets a driver error instead of undefined behaviour.
 build_libcuda_stub() {
     local root=$1 cudarc_src
-    [[ -f $root/lib/stubs/libcuda.so ]] && return
     cudarc_src=$(cargo metadata --format-version 1 --manifest-path "$repo/Cargo.toml" --features needle-engine/cuda \
         | "$python" -c 'import json, sys, os
 meta = json.load(sys.stdin)
@@ -71,7 +78,7 @@ print(next(os.path.dirname(p["manifest_path"]) for p in meta["packages"] if p["n
     log "generating lib/stubs/libcuda.so from $cudarc_src"
     mkdir -p "$root/lib/stubs"
     grep -ohE 'pub unsafe fn cu[A-Za-z0-9_]+' "$cudarc_src/src/driver/sys/mod.rs" | sort -u \
-        | sed -E 's/pub unsafe fn (.*)/void \1(void) {}/' >"$root/lib/stubs/libcuda.c"
+        | sed -E 's/pub unsafe fn (.*)/int \1(void) { return 34; }/' >"$root/lib/stubs/libcuda.c"
     cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$root/lib/stubs/libcuda.so" "$root/lib/stubs/libcuda.c"
 }
 
