@@ -60,7 +60,8 @@ pub fn run(args: Args) -> Result<()> {
     }
     let bits = BitsChoice::resolve(args.bits, &ckpt.config)
         .with_context(|| format!("{}: config weight_bits", args.checkpoint.display()))?;
-    let tokenizer_path = args.tokenizer.clone().unwrap_or_else(|| args.checkpoint.with_file_name("tokenizer.model"));
+    let tokenizer_path =
+        args.tokenizer.clone().unwrap_or_else(|| needle_engine::tokenizer::default_path(&args.checkpoint));
     let tokenizer = Tokenizer::load(&tokenizer_path)?;
     let built = build_cact(&ckpt, &bits, &tokenizer.to_cact_blob())?;
     let out = args.out.clone().unwrap_or_else(|| default_out(&args.checkpoint));

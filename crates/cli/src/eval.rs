@@ -2,7 +2,7 @@
 //! whole dataset file.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use needle_engine::backend::{self, DeviceRequest};
@@ -60,7 +60,8 @@ pub fn run(args: Args) -> Result<()> {
     let network = Network::load(&config, &params)
         .with_context(|| format!("building the network of {}", args.checkpoint.display()))?;
 
-    let tokenizer_path = args.tokenizer.clone().unwrap_or_else(|| beside(&args.checkpoint, "tokenizer.model"));
+    let tokenizer_path =
+        args.tokenizer.clone().unwrap_or_else(|| needle_engine::tokenizer::default_path(&args.checkpoint));
     let tokenizer = Tokenizer::load(&tokenizer_path)?;
     network.check_tokenizer_vocab(tokenizer.vocab_size(), &tokenizer_path)?;
 
@@ -75,10 +76,6 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 /// `name` in the directory that holds `file`.
-fn beside(file: &Path, name: &str) -> PathBuf {
-    file.parent().map_or_else(|| PathBuf::from(name), |dir| dir.join(name))
-}
-
 fn report_progress(done: usize, total: usize) {
     eprint!("\r  {:<9} {done}/{total} examples", "eval");
     // Progress is best-effort: a closed stderr must not fail the evaluation.

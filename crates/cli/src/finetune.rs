@@ -1,6 +1,6 @@
 //! `needle finetune`: LoRA fine-tuning with the reference's recipe, flags and defaults.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -109,7 +109,7 @@ fn options(args: &Args) -> FinetuneOptions {
     FinetuneOptions {
         data: args.data.clone(),
         checkpoint: args.checkpoint.clone(),
-        tokenizer: args.tokenizer.clone().unwrap_or_else(|| beside(&args.checkpoint, "tokenizer.model")),
+        tokenizer: args.tokenizer.clone().unwrap_or_else(|| needle_engine::tokenizer::default_path(&args.checkpoint)),
         epochs: args.epochs,
         batch_size: args.batch_size,
         lr: args.lr,
@@ -124,10 +124,6 @@ fn options(args: &Args) -> FinetuneOptions {
 }
 
 /// `name` in the directory that holds `file`.
-fn beside(file: &Path, name: &str) -> PathBuf {
-    file.parent().map_or_else(|| PathBuf::from(name), |dir| dir.join(name))
-}
-
 fn print_json(event: Event) {
     // Serialising a plain enum of numbers, strings and paths cannot fail.
     if let Ok(line) = serde_json::to_string(&event) {

@@ -21,17 +21,7 @@ fn cpu_seconds() -> f64 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let config = ModelConfig {
-        d_model: 768,
-        num_layers: 27,
-        num_heads: 12,
-        num_kv_heads: 6,
-        engram_layers: vec![2, 15],
-        vocab_size: 8192,
-        mhc_lanes: 4,
-        dtype: "float16".into(),
-        ..ModelConfig::default()
-    };
+    let config = ModelConfig { dtype: "float16".into(), ..ModelConfig::needle2() };
     let t = Instant::now();
     let ckpt = synthetic::random_checkpoint(&config, true, 0)?;
     let params: usize = ckpt.params.values().map(|a| a.shape.iter().product::<usize>()).sum();

@@ -12,16 +12,7 @@ const EXAMPLES: usize = 16;
 const SEQ_LEN: usize = 256;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let cfg = ModelConfig {
-        d_model: 768,
-        num_layers: 27,
-        num_heads: 12,
-        num_kv_heads: 6,
-        engram_layers: vec![2, 15],
-        vocab_size: 8192,
-        mhc_lanes: 4,
-        ..ModelConfig::default()
-    };
+    let cfg = ModelConfig::needle2();
     let start = Instant::now();
     let params = Params::random_init(&Device::Cpu);
     let network = Network::load(&cfg, &params)?;

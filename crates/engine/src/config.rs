@@ -67,6 +67,18 @@ impl Default for ModelConfig {
 }
 
 impl ModelConfig {
+    /// The released Needle 2 geometry (the reference's `PRESETS["needle"]`): what benchmarks measure.
+    pub fn needle2() -> Self {
+        Self {
+            d_model: 768,
+            num_heads: 12,
+            num_kv_heads: 6,
+            num_layers: 27,
+            engram_layers: vec![2, 15],
+            ..Self::default()
+        }
+    }
+
     /// Applies the reference constructor's normalisation: `attn_dim` 0 means `d_model`.
     pub fn resolved(mut self) -> Self {
         if self.attn_dim == 0 {

@@ -4,6 +4,7 @@
 //! file → examples ([`dataset`]) → tokens ([`tokenizer`]); model weights come from [`checkpoint`]
 //! (format-v2 pickles, read without executing anything) described by [`config`].
 
+pub mod atomic;
 pub mod backend;
 pub mod cact;
 pub mod checkpoint;

@@ -1,7 +1,6 @@
 //! Builds a `.cact` from a checkpoint: canonical tensor order, header, directory, aligned blobs,
 //! written atomically.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use half::f16;
@@ -402,19 +401,10 @@ fn pack(ckpt: &Checkpoint, bits: &BitsChoice, tokenizer_blob: &[u8]) -> Result<B
     Ok(BuiltCact { bytes, num_tensors: tensors.len(), names: tensors.into_iter().map(|t| t.name).collect() })
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same directory, renamed over the
-/// target, so an interrupted build never leaves a half-written `.cact` for a runtime to mmap.
+/// Writes `bytes` to `path` atomically, so an interrupted build never leaves a half-written `.cact` for a
+/// runtime to mmap.
 pub fn write_cact(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
-    let io = |source| WriteError { path: path.to_path_buf(), source };
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
-    tmp.write_all(bytes).map_err(io)?;
-    tmp.as_file().sync_all().map_err(io)?;
-    tmp.persist(path).map_err(|e| io(e.error))?;
-    Ok(())
+    crate::atomic::write_atomically(path, bytes).map_err(|source| WriteError { path: path.to_path_buf(), source })
 }
 
 #[cfg(test)]

@@ -4,7 +4,6 @@
 //! never leaves half an adapter.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use candle_core::Tensor;
@@ -76,16 +75,7 @@ pub fn load_adapter(path: &Path) -> Result<PickledAdapter, AdapterFileError> {
 
 /// `bytes` to `path` through a temporary file in the same directory and a rename.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), AdapterFileError> {
-    let error = |source| AdapterFileError::Write { path: path.into(), source };
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    let mut file = tempfile::NamedTempFile::new_in(dir).map_err(error)?;
-    file.write_all(bytes).map_err(error)?;
-    file.as_file().sync_all().map_err(error)?;
-    file.persist(path).map_err(|e| error(e.error))?;
-    Ok(())
+    crate::atomic::write_atomically(path, bytes).map_err(|source| AdapterFileError::Write { path: path.into(), source })
 }
 
 pub(crate) fn f32_bytes(tensor: &Tensor) -> Result<Vec<u8>, AdapterFileError> {

@@ -17,7 +17,7 @@ mod error;
 mod proto;
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub use error::{BlobField, BlobProblem, PieceProblem, TokenizerError, VocabularyProblem};
 
@@ -86,6 +86,12 @@ pub struct Tokenizer {
     byte_ids: Option<Box<[u32; 256]>>,
     normalization: Normalization,
     unk_surface: String,
+}
+
+/// Where a checkpoint's tokenizer is looked for when none is given: `tokenizer.model` beside it, as the
+/// reference keeps them.
+pub fn default_path(checkpoint: &Path) -> PathBuf {
+    checkpoint.with_file_name("tokenizer.model")
 }
 
 impl Tokenizer {
