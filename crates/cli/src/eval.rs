@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+use crate::inputs::ModelInputs;
 use anyhow::{Context, Result};
 use needle_engine::backend::{self, DeviceRequest};
 use needle_engine::checkpoint::Checkpoint;
@@ -15,14 +16,8 @@ use needle_engine::tokenizer::Tokenizer;
 /// Measure the masked cross-entropy of the answer tokens over a JSONL file.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Dataset (.jsonl) in the reference's tool-call format
-    pub data: PathBuf,
-    /// Base checkpoint (.pkl)
-    #[arg(long)]
-    pub checkpoint: PathBuf,
-    /// SentencePiece model [default: tokenizer.model beside the checkpoint]
-    #[arg(long)]
-    pub tokenizer: Option<PathBuf>,
+    #[command(flatten)]
+    pub inputs: ModelInputs,
     /// LoRA adapter (.pkl or .safetensors from needle finetune or the reference) to merge first
     #[arg(long)]
     pub lora: Option<PathBuf>,
@@ -45,29 +40,28 @@ pub fn run(args: Args) -> Result<()> {
     eprintln!("  {:<9} {}  {}", "backend", selected.info.backend, selected.info.device);
     let device = selected.device;
     let (config, mut params) = {
-        let checkpoint = Checkpoint::load(&args.checkpoint)?;
+        let checkpoint = Checkpoint::load(&args.inputs.checkpoint)?;
         // The f32 copy replaces the stored arrays: the checkpoint itself is dropped here.
         let params = Params::from_checkpoint(&checkpoint, &device)
-            .with_context(|| format!("reading the weights of {}", args.checkpoint.display()))?;
+            .with_context(|| format!("reading the weights of {}", args.inputs.checkpoint.display()))?;
         (checkpoint.config, params)
     };
     if let Some(path) = &args.lora {
         let merged = params
             .merge_pickled_adapter(&load_adapter(path)?)
-            .with_context(|| format!("merging {} into {}", path.display(), args.checkpoint.display()))?;
+            .with_context(|| format!("merging {} into {}", path.display(), args.inputs.checkpoint.display()))?;
         eprintln!("  {:<9} {merged} weight groups  {}", "merged", path.display());
     }
     let network = Network::load(&config, &params)
-        .with_context(|| format!("building the network of {}", args.checkpoint.display()))?;
+        .with_context(|| format!("building the network of {}", args.inputs.checkpoint.display()))?;
 
-    let tokenizer_path =
-        args.tokenizer.clone().unwrap_or_else(|| needle_engine::tokenizer::default_path(&args.checkpoint));
+    let tokenizer_path = args.inputs.tokenizer_path();
     let tokenizer = Tokenizer::load(&tokenizer_path)?;
     network.check_tokenizer_vocab(tokenizer.vocab_size(), &tokenizer_path)?;
 
-    let dataset = Dataset::load(&args.data)?;
+    let dataset = Dataset::load(&args.inputs.data)?;
     for problem in &dataset.problems {
-        eprintln!("  {:<9} {}: {problem}", "warning", args.data.display());
+        eprintln!("  {:<9} {}: {problem}", "warning", args.inputs.data.display());
     }
     let prepared = dataset.prepare(&tokenizer, args.max_len)?;
     let summary = evaluate(&network, prepared.rows(), prepared.seq_len, args.batch_size, report_progress)?;

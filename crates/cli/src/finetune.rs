@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use crate::inputs::ModelInputs;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use needle_engine::backend::{self, DeviceRequest};
@@ -12,14 +13,8 @@ use needle_engine::train::{Event, FinetuneOptions, Plan, Session};
 /// Fine-tune LoRA adapters on a JSONL dataset (the reference's `finetune_local`).
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Dataset (.jsonl) in the reference's tool-call format
-    pub data: PathBuf,
-    /// Base checkpoint (.pkl)
-    #[arg(long)]
-    pub checkpoint: PathBuf,
-    /// SentencePiece model [default: tokenizer.model beside the checkpoint]
-    #[arg(long)]
-    pub tokenizer: Option<PathBuf>,
+    #[command(flatten)]
+    pub inputs: ModelInputs,
     #[arg(long, default_value_t = 3)]
     pub epochs: usize,
     #[arg(long, default_value_t = 16)]
@@ -68,7 +63,7 @@ pub fn run(args: Args) -> Result<()> {
     let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
     let options = options(&args);
     let session = Session::prepare(options.clone(), &selected.device)
-        .with_context(|| format!("preparing to fine-tune {}", args.checkpoint.display()))?;
+        .with_context(|| format!("preparing to fine-tune {}", args.inputs.checkpoint.display()))?;
     if args.dry_run {
         print_plan(&session.plan, &options, args.events.is_some())?;
         return Ok(());
@@ -90,7 +85,7 @@ pub fn run(args: Args) -> Result<()> {
                 println!(
                     "  {:<9} needle build {} --lora {}",
                     "next",
-                    args.checkpoint.display(),
+                    args.inputs.checkpoint.display(),
                     outcome.adapter.display()
                 );
             }
@@ -107,9 +102,9 @@ pub fn run(args: Args) -> Result<()> {
 
 fn options(args: &Args) -> FinetuneOptions {
     FinetuneOptions {
-        data: args.data.clone(),
-        checkpoint: args.checkpoint.clone(),
-        tokenizer: args.tokenizer.clone().unwrap_or_else(|| needle_engine::tokenizer::default_path(&args.checkpoint)),
+        data: args.inputs.data.clone(),
+        checkpoint: args.inputs.checkpoint.clone(),
+        tokenizer: args.inputs.tokenizer_path(),
         epochs: args.epochs,
         batch_size: args.batch_size,
         lr: args.lr,

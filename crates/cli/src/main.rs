@@ -6,6 +6,7 @@ mod build;
 mod data;
 mod eval;
 mod finetune;
+mod inputs;
 mod inspect;
 mod tokenize;
 

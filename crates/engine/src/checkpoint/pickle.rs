@@ -265,8 +265,8 @@ impl Obj<'_> {
     }
 }
 
-/// Opcode bytes, named as in CPython's `pickletools`.
-mod op {
+/// Opcode bytes, named as in CPython's `pickletools` (the writer emits a subset of them).
+pub(crate) mod op {
     pub const MARK: u8 = b'(';
     pub const STOP: u8 = b'.';
     pub const POP: u8 = b'0';

@@ -5,30 +5,8 @@
 //! version, shape, dtype, order and the raw bytes), so both Python's `pickle.load` and this crate's
 //! reader accept it. Only the opcodes needed for that shape are emitted.
 
+use super::pickle::op;
 use super::{DType, NdArray, PickledAdapter};
-
-mod op {
-    pub const PROTO: u8 = 0x80;
-    pub const STOP: u8 = b'.';
-    pub const EMPTY_DICT: u8 = b'}';
-    pub const MARK: u8 = b'(';
-    pub const SETITEMS: u8 = b'u';
-    pub const BINUNICODE: u8 = b'X';
-    pub const BINFLOAT: u8 = b'G';
-    pub const BININT: u8 = b'J';
-    pub const LONG1: u8 = 0x8a;
-    pub const GLOBAL: u8 = b'c';
-    pub const TUPLE: u8 = b't';
-    pub const TUPLE1: u8 = 0x85;
-    pub const TUPLE3: u8 = 0x87;
-    pub const REDUCE: u8 = b'R';
-    pub const BUILD: u8 = b'b';
-    pub const NONE: u8 = b'N';
-    pub const NEWTRUE: u8 = 0x88;
-    pub const NEWFALSE: u8 = 0x89;
-    pub const BINBYTES: u8 = b'B';
-    pub const BINBYTES8: u8 = 0x8e;
-}
 
 /// The pickle bytes of `adapter`.
 pub fn adapter_pickle(adapter: &PickledAdapter) -> Vec<u8> {
