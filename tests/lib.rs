@@ -31,24 +31,31 @@ pub fn jsonl(relative: &str) -> Vec<serde_json::Value> {
 }
 
 /// A command running the `needle` CLI, built once per test binary in the profile the tests use.
+pub fn needle() -> Command {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    let mut command = Command::new(BIN.get_or_init(|| binary("needle-cli", "needle")));
+    // Tests must not depend on the caller's backend choice.
+    command.env_remove("NEEDLE_DEVICE");
+    command
+}
+
+/// The desktop app's binary (`needle-studio`), built in the profile the tests use.
+pub fn needle_studio() -> PathBuf {
+    binary("needle-studio", "needle-studio")
+}
+
+/// Builds `bin` of workspace package `package` and says where it is.
 ///
 /// The binary belongs to another package of the workspace, so cargo does not hand its path to these
 /// tests; escargot asks cargo to build it (a no-op when it is fresh) and says where it is. No `--target`:
 /// that would move the build to another directory and rebuild every dependency.
-pub fn needle() -> Command {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    let bin = BIN.get_or_init(|| {
-        let build = escargot::CargoBuild::new()
-            .package("needle-cli")
-            .bin("needle")
-            .manifest_path(Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml"))
-            .current_release()
-            .run()
-            .unwrap_or_else(|e| panic!("cannot build the needle binary: {e}"));
-        build.path().to_path_buf()
-    });
-    let mut command = Command::new(bin);
-    // Tests must not depend on the caller's backend choice.
-    command.env_remove("NEEDLE_DEVICE");
-    command
+fn binary(package: &str, bin: &str) -> PathBuf {
+    let build = escargot::CargoBuild::new()
+        .package(package)
+        .bin(bin)
+        .manifest_path(Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml"))
+        .current_release()
+        .run()
+        .unwrap_or_else(|e| panic!("cannot build the {bin} binary: {e}"));
+    build.path().to_path_buf()
 }

@@ -3,18 +3,17 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
-use needle_engine::cact::{build_cact, merge_lora, write_cact, Bits, BitsChoice};
-use needle_engine::checkpoint::Checkpoint;
-use needle_engine::lora::load_adapter;
-use needle_engine::tokenizer::Tokenizer;
+use anyhow::Result;
+use needle_engine::cact::{export, Bits, ExportEvent, ExportOptions};
+
+use crate::events::{print_json, EventFormat};
 
 /// Export a checkpoint to the `.cact` the runtime loads.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Base checkpoint (.pkl) to export
     pub checkpoint: PathBuf,
-    /// LoRA adapter (.pkl) to merge before export
+    /// LoRA adapter (.pkl or .safetensors) to merge before export
     #[arg(long)]
     pub lora: Option<PathBuf>,
     /// Output .cact path [default: the checkpoint's stem + .cact, in the current directory]
@@ -26,6 +25,9 @@ pub struct Args {
     /// SentencePiece model [default: tokenizer.model beside the checkpoint]
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
+    /// Print each stage as one JSON event per line on stdout
+    #[arg(long, value_enum)]
+    pub events: Option<EventFormat>,
 }
 
 /// `--bits` takes the reference's choices, 2 or 4.
@@ -51,34 +53,44 @@ fn python_repr(path: &Path) -> String {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let mut ckpt = Checkpoint::load(&args.checkpoint)?;
-    if let Some(lora) = &args.lora {
-        let adapter = load_adapter(lora)?;
-        merge_lora(&mut ckpt, &adapter)?;
-        let groups = adapter.lora.len();
-        writeln!(std::io::stdout().lock(), "  {:<9} {groups} weight groups  {}", "merged", lora.display())?;
+    let options = ExportOptions {
+        tokenizer: args.tokenizer.clone().unwrap_or_else(|| needle_engine::tokenizer::default_path(&args.checkpoint)),
+        out: args.out.clone().unwrap_or_else(|| default_out(&args.checkpoint)),
+        checkpoint: args.checkpoint,
+        lora: args.lora,
+        bits: args.bits,
+    };
+    if args.events.is_some() {
+        return export(&options, |event| print_json(&event)).map(drop).map_err(|error| {
+            print_json(&ExportEvent::Failed { message: error.to_string() });
+            error.into()
+        });
     }
-    let bits = BitsChoice::resolve(args.bits, &ckpt.config)
-        .with_context(|| format!("{}: config weight_bits", args.checkpoint.display()))?;
-    let tokenizer_path =
-        args.tokenizer.clone().unwrap_or_else(|| needle_engine::tokenizer::default_path(&args.checkpoint));
-    let tokenizer = Tokenizer::load(&tokenizer_path)?;
-    let built = build_cact(&ckpt, &bits, &tokenizer.to_cact_blob())?;
-    let out = args.out.clone().unwrap_or_else(|| default_out(&args.checkpoint));
-    write_cact(&out, &built.bytes)?;
     // Written, not println!'d: a closed pipe (`needle build … | head`) is an error, not a panic.
     let mut stdout = std::io::stdout().lock();
-    writeln!(
-        stdout,
-        "  {:<9} {}  {:.2} MB  {} tensors  {}A8",
-        "wrote",
-        out.display(),
-        built.bytes.len() as f64 / 1e6,
-        built.num_tensors,
-        bits.scheme()
-    )?;
-    writeln!(stdout, "  {:<9} needle.Needle(weights={}, tools=[...])", "next", python_repr(&out))?;
+    let mut lines = Vec::new();
+    export(&options, |event| lines.extend(text_line(&event)))?;
+    for line in lines {
+        writeln!(stdout, "{line}")?;
+    }
+    writeln!(stdout, "  {:<9} needle.Needle(weights={}, tools=[...])", "next", python_repr(&options.out))?;
     Ok(())
+}
+
+/// The reference's two-column lines for the events worth a line.
+fn text_line(event: &ExportEvent) -> Option<String> {
+    match event {
+        ExportEvent::Merged { adapter, groups } => {
+            Some(format!("  {:<9} {groups} weight groups  {}", "merged", adapter.display()))
+        }
+        ExportEvent::Built { path, bytes, tensors, scheme } => Some(format!(
+            "  {:<9} {}  {:.2} MB  {tensors} tensors  {scheme}",
+            "wrote",
+            path.display(),
+            *bytes as f64 / 1e6
+        )),
+        ExportEvent::Stage { .. } | ExportEvent::Failed { .. } => None,
+    }
 }
 
 #[cfg(test)]
@@ -98,6 +110,7 @@ mod tests {
             out: Some(out.clone()),
             bits: Some(Bits::Two),
             tokenizer: None,
+            events: None,
         };
         run(args).unwrap();
         let ours = CactFile::open(&out).unwrap();

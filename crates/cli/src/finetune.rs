@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use crate::events::{cancel_on_stdin, print_json, EventFormat};
 use crate::inputs::ModelInputs;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -43,7 +44,8 @@ pub struct Args {
     /// auto, cpu, cuda or metal [default: NEEDLE_DEVICE, else auto]
     #[arg(long)]
     pub device: Option<String>,
-    /// Print progress as one JSON event per line on stdout instead of a progress bar
+    /// Print progress as one JSON event per line on stdout instead of a progress bar; a line
+    /// `cancel` on stdin then stops the run like Ctrl-C
     #[arg(long, value_enum)]
     pub events: Option<EventFormat>,
     /// Continue from the state saved next to the adapter
@@ -52,11 +54,6 @@ pub struct Args {
     /// Print the plan (examples, seq_len, steps, estimated peak memory) and exit
     #[arg(long)]
     pub dry_run: bool,
-}
-
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum EventFormat {
-    Jsonl,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -72,7 +69,10 @@ pub fn run(args: Args) -> Result<()> {
     let flag = Arc::clone(&cancel);
     ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)).context("installing the Ctrl-C handler")?;
     let result = match args.events {
-        Some(EventFormat::Jsonl) => session.run(&selected.info, &cancel, print_json),
+        Some(EventFormat::Jsonl) => {
+            cancel_on_stdin(&cancel);
+            session.run(&selected.info, &cancel, |event| print_json(&event))
+        }
         None => {
             let mut view = TextView::new(session.plan.steps);
             session.run(&selected.info, &cancel, |event| view.show(&event))
@@ -93,7 +93,7 @@ pub fn run(args: Args) -> Result<()> {
         }
         Err(error) => {
             if args.events.is_some() {
-                print_json(Event::Failed { message: error.to_string() });
+                print_json(&Event::Failed { message: error.to_string() });
             }
             Err(error.into())
         }
@@ -115,14 +115,6 @@ fn options(args: &Args) -> FinetuneOptions {
         seed: args.seed,
         out: args.out.clone().unwrap_or_else(|| args.checkpoint_dir.join("needle_lora.pkl")),
         resume: args.resume,
-    }
-}
-
-/// `name` in the directory that holds `file`.
-fn print_json(event: Event) {
-    // Serialising a plain enum of numbers, strings and paths cannot fail.
-    if let Ok(line) = serde_json::to_string(&event) {
-        println!("{line}");
     }
 }
 

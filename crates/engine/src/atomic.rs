@@ -5,11 +5,13 @@ use std::path::Path;
 
 /// Writes `bytes` to `path` through a temporary file in the same directory, synced and then renamed
 /// over the target: an interrupted write never leaves a half-written adapter or `.cact` behind.
+/// Missing folders on the way are created, as a save dialog's "new folder" would have.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
     };
+    std::fs::create_dir_all(dir)?;
     let mut file = tempfile::NamedTempFile::new_in(dir)?;
     file.write_all(bytes)?;
     // Temporary files are created private (0600); the result is an ordinary user file.
@@ -30,11 +32,11 @@ mod tests {
     #[test]
     fn replaces_the_whole_file_and_leaves_no_temporary_behind() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("out.bin");
+        let path = dir.path().join("new").join("out.bin");
         write_atomically(&path, b"first").unwrap();
         write_atomically(&path, b"second").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"second");
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        assert_eq!(std::fs::read_dir(path.parent().unwrap()).unwrap().count(), 1);
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;

@@ -159,25 +159,28 @@ pub fn select(request: DeviceRequest) -> Result<Selected, BackendError> {
             let (device, probe) = open(backend).map_err(|detail| BackendError::NoDevice { backend, detail })?;
             Ok(Selected { device, info: info(backend, probe, format!("{DEVICE_ENV}/--device asked for {backend}")) })
         }
-        DeviceRequest::Auto => {
-            let mut skipped = Vec::new();
-            for backend in [Backend::Cuda, Backend::Metal] {
-                if !backend.is_compiled() {
-                    skipped.push(format!("{} not compiled in", backend.label()));
-                    continue;
-                }
-                match open(backend) {
-                    Ok((device, probe)) => {
-                        let reason = format!("{} is the fastest backend available", backend.label());
-                        return Ok(Selected { device, info: info(backend, probe, reason) });
-                    }
-                    Err(detail) => skipped.push(format!("{}: {detail}", backend.label())),
-                }
+        DeviceRequest::Auto => Ok(auto()),
+    }
+}
+
+/// The fastest backend that opens: CUDA, then Metal, then the CPU, which always does.
+pub fn auto() -> Selected {
+    let mut skipped = Vec::new();
+    for backend in [Backend::Cuda, Backend::Metal] {
+        if !backend.is_compiled() {
+            skipped.push(format!("{} not compiled in", backend.label()));
+            continue;
+        }
+        match open(backend) {
+            Ok((device, probe)) => {
+                let reason = format!("{} is the fastest backend available", backend.label());
+                return Selected { device, info: info(backend, probe, reason) };
             }
-            let reason = format!("no GPU backend: {}", skipped.join("; "));
-            Ok(Selected { device: Device::Cpu, info: info(Backend::Cpu, probe_cpu(), reason) })
+            Err(detail) => skipped.push(format!("{}: {detail}", backend.label())),
         }
     }
+    let reason = format!("no GPU backend: {}", skipped.join("; "));
+    Selected { device: Device::Cpu, info: info(Backend::Cpu, probe_cpu(), reason) }
 }
 
 /// Name and memory (total, free) of an opened device.

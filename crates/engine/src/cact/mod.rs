@@ -8,6 +8,7 @@
 //! order; [`reader::tensor_names`] recovers their names from the header geometry.
 
 pub mod bits;
+pub mod export;
 pub mod geometry;
 pub mod layout;
 pub mod merge;
@@ -17,6 +18,7 @@ pub mod synthetic;
 pub mod writer;
 
 pub use bits::{BitsChoice, BitsMap, BitsMapError};
+pub use export::{export, ExportError, ExportEvent, ExportOptions};
 pub use merge::{merge_lora, MergeError};
 pub use quant::Bits;
 pub use reader::{CactFile, ReadError};

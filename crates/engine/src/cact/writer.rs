@@ -490,7 +490,8 @@ mod tests {
         write_cact(&path, b"new contents").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"new contents");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
-        let err = write_cact(&dir.path().join("missing/dir/x.cact"), b"x").unwrap_err();
-        assert!(err.to_string().contains("missing/dir/x.cact"), "{err}");
+        // A folder that cannot be made (a file stands in its place) is an error naming the path.
+        let err = write_cact(&path.join("x.cact"), b"x").unwrap_err();
+        assert!(err.to_string().contains("model.cact/x.cact"), "{err}");
     }
 }

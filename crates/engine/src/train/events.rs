@@ -28,16 +28,22 @@ pub enum Event {
     Step {
         step: usize,
         total: usize,
+        #[serde(deserialize_with = "number::f32")]
         loss: f32,
+        #[serde(deserialize_with = "number::f32")]
         lr: f32,
+        #[serde(deserialize_with = "number::f64")]
         tokens_per_s: f64,
+        #[serde(deserialize_with = "number::f64")]
         eta_s: f64,
     },
     Epoch {
         epoch: usize,
         /// The loss of the epoch's last batch (the reference prints the same).
+        #[serde(deserialize_with = "number::f32")]
         loss: f32,
         /// Mean validation loss over validation batches; `None` without a validation split.
+        #[serde(deserialize_with = "number::optional_f32")]
         val: Option<f32>,
     },
     Saved {
@@ -45,6 +51,7 @@ pub enum Event {
     },
     Finished {
         adapter: PathBuf,
+        #[serde(deserialize_with = "number::f64")]
         seconds: f64,
         /// True when the run was cancelled before its last step.
         partial: bool,
@@ -52,4 +59,65 @@ pub enum Event {
     Failed {
         message: String,
     },
+}
+
+/// Reading the floats of an [`Event`] back (the desktop app follows the CLI's JSON lines).
+///
+/// serde buffers an internally tagged enum's fields before it knows the variant, and with
+/// serde_json's `arbitrary_precision` (which `pyjson` needs) a buffered float is serde_json's number
+/// token, which `f32` and `f64` refuse. A `serde_json::Number` accepts that token, so the floats are
+/// read as one and converted.
+mod number {
+    use serde::{Deserialize, Deserializer};
+    use serde_json::Number;
+
+    fn float(number: &Number) -> f64 {
+        // Every number the CLI writes is finite and fits an f64.
+        number.as_f64().unwrap_or(f64::NAN)
+    }
+
+    pub fn f64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+        Number::deserialize(deserializer).map(|n| float(&n))
+    }
+
+    pub fn f32<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f32, D::Error> {
+        f64(deserializer).map(|value| value as f32)
+    }
+
+    pub fn optional_f32<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<f32>, D::Error> {
+        Option::<Number>::deserialize(deserializer).map(|n| n.map(|n| float(&n) as f32))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_event_reads_back_from_its_json_line() {
+        let events = [
+            Event::Started {
+                backend: "cpu".into(),
+                device: "test".into(),
+                examples: 9,
+                validation: 1,
+                seq_len: 64,
+                steps: 3,
+                warmup: 1,
+                memory_estimate_bytes: 1 << 20,
+                first_step: 0,
+            },
+            Event::Step { step: 1, total: 3, loss: 2.5, lr: 1e-4, tokens_per_s: 123.5, eta_s: 0.25 },
+            Event::Epoch { epoch: 1, loss: 2.25, val: Some(2.75) },
+            Event::Epoch { epoch: 2, loss: 2.0, val: None },
+            Event::Saved { path: "adapter.pkl".into() },
+            Event::Finished { adapter: "adapter.pkl".into(), seconds: 1.5, partial: true },
+            Event::Failed { message: "no".into() },
+        ];
+        for event in events {
+            let line = serde_json::to_string(&event).unwrap();
+            let back: Event = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
+            assert_eq!(back, event, "{line}");
+        }
+    }
 }

@@ -45,8 +45,8 @@ pub struct FinetuneOptions {
 /// What can stop a run, before or during training.
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
-    #[error("--{flag} {value} is out of range: {expected}")]
-    OutOfRange { flag: &'static str, value: String, expected: &'static str },
+    #[error(transparent)]
+    OutOfRange(#[from] OutOfRange),
     #[error("output directory {} is not writable: {source}; pick another --out/--checkpoint-dir", dir.display())]
     OutputDir { dir: PathBuf, source: std::io::Error },
     #[error("--resume: no saved state at {}; run once without --resume first", path.display())]
@@ -67,8 +67,17 @@ pub enum TrainError {
 
 pub type Result<T> = std::result::Result<T, TrainError>;
 
+/// A setting outside what a run accepts; `flag` is the CLI flag's name without the dashes.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("--{flag} {value} is out of range: {expected}")]
+pub struct OutOfRange {
+    pub flag: &'static str,
+    pub value: String,
+    pub expected: &'static str,
+}
+
 /// What a run will do, known before it starts (`--dry-run` prints it).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Plan {
     pub examples: usize,
     pub validation: usize,
@@ -270,29 +279,39 @@ fn epoch_order(count: usize, seed: u64, epoch: usize) -> Vec<usize> {
 }
 
 fn check_ranges(o: &FinetuneOptions) -> Result<()> {
-    let out_of_range = |flag, value: String, expected| Err(TrainError::OutOfRange { flag, value, expected });
-    if !(1..=100_000).contains(&o.epochs) {
-        return out_of_range("epochs", o.epochs.to_string(), "use 1 to 100000");
+    match out_of_range(o).into_iter().next() {
+        Some(problem) => Err(problem.into()),
+        None => Ok(()),
     }
-    if !(1..=65_536).contains(&o.batch_size) {
-        return out_of_range("batch-size", o.batch_size.to_string(), "use 1 to 65536");
-    }
-    if !(o.lr.is_finite() && o.lr > 0.0 && o.lr <= 1.0) {
-        return out_of_range("lr", o.lr.to_string(), "use a learning rate in (0, 1], e.g. 1e-4");
-    }
-    if !(1..=4096).contains(&o.rank) {
-        return out_of_range("lora-rank", o.rank.to_string(), "use 1 to 4096");
-    }
-    if !(o.alpha.is_finite() && o.alpha > 0.0) {
-        return out_of_range("lora-alpha", o.alpha.to_string(), "use a positive number, e.g. 2 × rank");
-    }
-    if !(0.0..1.0).contains(&o.val_split) {
-        return out_of_range("val-split", o.val_split.to_string(), "use a fraction in [0, 1)");
-    }
-    if o.max_len < 2 {
-        return out_of_range("max-len", o.max_len.to_string(), "use at least 2 (a token and its successor)");
-    }
-    Ok(())
+}
+
+/// Every setting outside what a run accepts, in flag order: the CLI stops at the first, the app
+/// marks them all before Start.
+pub fn out_of_range(o: &FinetuneOptions) -> Vec<OutOfRange> {
+    let checks: [(&'static str, String, bool, &'static str); 7] = [
+        ("epochs", o.epochs.to_string(), (1..=100_000).contains(&o.epochs), "use 1 to 100000"),
+        ("batch-size", o.batch_size.to_string(), (1..=65_536).contains(&o.batch_size), "use 1 to 65536"),
+        (
+            "lr",
+            o.lr.to_string(),
+            o.lr.is_finite() && o.lr > 0.0 && o.lr <= 1.0,
+            "use a learning rate in (0, 1], e.g. 1e-4",
+        ),
+        ("lora-rank", o.rank.to_string(), (1..=4096).contains(&o.rank), "use 1 to 4096"),
+        (
+            "lora-alpha",
+            o.alpha.to_string(),
+            o.alpha.is_finite() && o.alpha > 0.0,
+            "use a positive number, e.g. 2 × rank",
+        ),
+        ("val-split", o.val_split.to_string(), (0.0..1.0).contains(&o.val_split), "use a fraction in [0, 1)"),
+        ("max-len", o.max_len.to_string(), o.max_len >= 2, "use at least 2 (a token and its successor)"),
+    ];
+    checks
+        .into_iter()
+        .filter(|(_, _, ok, _)| !ok)
+        .map(|(flag, value, _, expected)| OutOfRange { flag, value, expected })
+        .collect()
 }
 
 /// Creates the adapter's directory and proves it writable with a throwaway file.

@@ -1,0 +1,67 @@
+//! `needle`: the command-line face of the Needle Studio engine, a drop-in for the reference's Python
+//! commands. Every subcommand is a thin layer over `needle_engine`. It is a library too, so the desktop
+//! app can re-run its own binary as a `needle` worker process (`needle-studio worker finetune …`).
+
+mod backend;
+mod build;
+mod data;
+mod eval;
+mod events;
+mod finetune;
+mod inputs;
+mod inspect;
+mod tokenize;
+
+pub use events::CANCEL_LINE;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "needle", version, about = "Fine-tune Needle 2 and build .cact files, without Python")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show the compute backend (CUDA, Metal or CPU) that training would use, and why.
+    Backend(backend::Args),
+    /// Merge an optional LoRA adapter into a checkpoint and write a quantized `.cact`.
+    Build(build::Args),
+    /// Report on a dataset: usable examples, problems by line, token lengths, sequence length.
+    Data(data::Args),
+    /// Masked answer loss of a checkpoint (and optional LoRA adapter) over a dataset.
+    Eval(eval::Args),
+    /// Fine-tune LoRA adapters on a dataset with the reference's recipe.
+    Finetune(finetune::Args),
+    /// Describe a `.cact` file: geometry, tensors, sizes; `--verify` dequantizes every tensor.
+    Inspect(inspect::Args),
+    /// Print the token ids of each input line as a JSON array.
+    Tokenize(tokenize::Args),
+}
+
+/// Runs `needle` with these arguments (the first is the program name), as the binary does.
+pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> ExitCode {
+    let result = match Cli::parse_from(args).command {
+        Command::Backend(args) => backend::run(args),
+        Command::Build(args) => build::run(args),
+        Command::Data(args) => data::run(args),
+        Command::Eval(args) => eval::run(args),
+        Command::Finetune(args) => finetune::run(args),
+        Command::Inspect(args) => inspect::run(args),
+        Command::Tokenize(args) => tokenize::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // `{:#}` prints the whole cause chain on one line; the engine's messages already name the
+            // file, the place and the fix, so a backtrace would only bury them.
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

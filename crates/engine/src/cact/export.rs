@@ -1,0 +1,147 @@
+//! The whole `needle build` flow — load the checkpoint, merge an adapter, quantize, write — as one
+//! function that reports its stages, so the CLI's text, its `--events jsonl` stream and the desktop
+//! app's progress bar all come from the same steps.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::{build_cact, merge_lora, write_cact, Bits, BitsChoice, BitsMapError, BuildError, MergeError, WriteError};
+use crate::checkpoint::{Checkpoint, CheckpointError};
+use crate::lora::{load_adapter, AdapterFileError};
+use crate::tokenizer::{Tokenizer, TokenizerError};
+
+/// What to export, and where.
+#[derive(Debug, Clone)]
+pub struct ExportOptions {
+    pub checkpoint: PathBuf,
+    /// A LoRA adapter (`.pkl` or `.safetensors`) to merge first.
+    pub lora: Option<PathBuf>,
+    pub tokenizer: PathBuf,
+    /// A uniform width; `None` uses the checkpoint's `weight_bits` map, else 4.
+    pub bits: Option<Bits>,
+    pub out: PathBuf,
+}
+
+/// One thing that happened during an export, in order: `stage`s (with `merged` after the merge),
+/// then `built` — or `failed` at any point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum ExportEvent {
+    /// Stage `index` (1-based) of `of` is starting.
+    Stage {
+        label: String,
+        index: usize,
+        of: usize,
+    },
+    Merged {
+        adapter: PathBuf,
+        groups: usize,
+    },
+    Built {
+        path: PathBuf,
+        bytes: u64,
+        tensors: usize,
+        scheme: String,
+    },
+    Failed {
+        message: String,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error(transparent)]
+    Adapter(#[from] AdapterFileError),
+    #[error(transparent)]
+    Merge(#[from] MergeError),
+    #[error("{}: config weight_bits: {source}", checkpoint.display())]
+    Bits { checkpoint: PathBuf, source: BitsMapError },
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    #[error(transparent)]
+    Write(#[from] WriteError),
+}
+
+/// Exports `options.checkpoint` (with `options.lora` merged) to `options.out`, written atomically.
+/// Returns the `built` event it emitted last.
+pub fn export(options: &ExportOptions, emit: impl FnMut(ExportEvent)) -> Result<ExportEvent, ExportError> {
+    let mut progress = Progress { emit, index: 0, of: if options.lora.is_some() { 5 } else { 4 } };
+    progress.stage("Loading the checkpoint");
+    let mut ckpt = Checkpoint::load(&options.checkpoint)?;
+    if let Some(lora) = &options.lora {
+        progress.stage("Merging the adapter");
+        let adapter = load_adapter(lora)?;
+        merge_lora(&mut ckpt, &adapter)?;
+        (progress.emit)(ExportEvent::Merged { adapter: lora.clone(), groups: adapter.lora.len() });
+    }
+    progress.stage("Loading the tokenizer");
+    let tokenizer = Tokenizer::load(&options.tokenizer)?;
+    let bits = BitsChoice::resolve(options.bits, &ckpt.config)
+        .map_err(|source| ExportError::Bits { checkpoint: options.checkpoint.clone(), source })?;
+    progress.stage("Quantizing");
+    let built = build_cact(&ckpt, &bits, &tokenizer.to_cact_blob())?;
+    progress.stage("Writing");
+    write_cact(&options.out, &built.bytes)?;
+    let done = ExportEvent::Built {
+        path: options.out.clone(),
+        bytes: built.bytes.len() as u64,
+        tensors: built.num_tensors,
+        scheme: format!("{}A8", bits.scheme()),
+    };
+    (progress.emit)(done.clone());
+    Ok(done)
+}
+
+/// Numbers the stages as they start.
+struct Progress<F> {
+    emit: F,
+    index: usize,
+    of: usize,
+}
+
+impl<F: FnMut(ExportEvent)> Progress<F> {
+    fn stage(&mut self, label: &str) {
+        self.index += 1;
+        (self.emit)(ExportEvent::Stage { label: label.to_string(), index: self.index, of: self.of });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
+
+    #[test]
+    fn reports_every_stage_in_order_and_writes_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = ExportOptions {
+            checkpoint: PathBuf::from(FIXTURES).join("models/tiny_f16.pkl"),
+            lora: Some(PathBuf::from(FIXTURES).join("golden/tiny_f16/adapter.pkl")),
+            tokenizer: PathBuf::from(FIXTURES).join("models/tokenizer.model"),
+            bits: Some(Bits::Four),
+            out: dir.path().join("tuned.cact"),
+        };
+        let mut events = Vec::new();
+        let done = export(&options, |event| events.push(event)).unwrap();
+        let stages: Vec<(usize, usize)> = events
+            .iter()
+            .filter_map(|event| match event {
+                ExportEvent::Stage { index, of, .. } => Some((*index, *of)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(stages, (1..=5).map(|i| (i, 5)).collect::<Vec<_>>());
+        assert!(matches!(events[2], ExportEvent::Merged { groups, .. } if groups > 0));
+        let ExportEvent::Built { path, bytes, tensors, scheme } = &done else { panic!("{done:?}") };
+        assert_eq!(events.last(), Some(&done));
+        assert_eq!(std::fs::metadata(path).unwrap().len(), *bytes);
+        assert_eq!(scheme, "W4A8");
+        assert_eq!(crate::cact::CactFile::open(path).unwrap().records.len(), *tensors);
+    }
+}

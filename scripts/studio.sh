@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Sets up (scripts/setup.sh) and starts Needle Studio on the bundled example: the smart-home dataset and
+# the tiny pre-trained base model of the test fixtures, so the whole flow runs in a minute on any CPU.
+# Arguments replace the example, e.g. scripts/studio.sh --dataset mine.jsonl --checkpoint needle.pkl
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+scripts/setup.sh
+args=("$@")
+((${#args[@]})) || args=(--dataset examples/smart_home.jsonl --checkpoint tests/fixtures/models/pretrained.pkl)
+exec cargo run -p needle-studio -- "${args[@]}"

@@ -1,0 +1,115 @@
+//! Building a run's `.cact` from the app: `needle build --events jsonl` in the worker, then the file
+//! read back (as `needle inspect` does) for its size and tensor count.
+
+use std::path::PathBuf;
+
+use needle_engine::cact::{CactFile, ExportEvent};
+use serde::Serialize;
+use tauri::ipc::Channel;
+
+use crate::history::{CactInfo, History, HistoryEntry, RunRecord};
+use crate::studio::Studio;
+use crate::worker::{Exit, Line, Watcher};
+
+/// What the window hears about a build.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum BuildMessage {
+    /// The worker's `stage` and `merged` events, as they are.
+    Progress(ExportEvent),
+    Built {
+        cact: CactInfo,
+        /// Boxed: the entry dwarfs the other messages.
+        entry: Box<HistoryEntry>,
+    },
+    Failed {
+        message: String,
+    },
+}
+
+/// Builds run `run_id`'s adapter merged into its base as a `bits`-bit `.cact` at `out`.
+pub fn start(
+    studio: &Studio,
+    run_id: &str,
+    bits: u8,
+    out: PathBuf,
+    channel: Channel<BuildMessage>,
+) -> Result<(), String> {
+    if !matches!(bits, 2 | 4) {
+        return Err(format!("{bits}-bit is not a .cact width; choose 4 or 2"));
+    }
+    if out.as_os_str().is_empty() {
+        return Err("choose where to save the .cact".into());
+    }
+    let out = if out.extension().is_some() { out } else { out.with_extension("cact") };
+    let record = studio.runs().load(run_id)?;
+    let entry = &record.entry;
+    let adapter = entry.adapter.clone().ok_or("this run saved no adapter yet, so there is nothing to build")?;
+    let args: Vec<std::ffi::OsString> = vec![
+        "build".into(),
+        entry.checkpoint.clone().into(),
+        "--lora".into(),
+        adapter.into(),
+        "--tokenizer".into(),
+        entry.tokenizer.clone().into(),
+        "--bits".into(),
+        bits.to_string().into(),
+        "--out".into(),
+        out.into(),
+        "--events".into(),
+        "jsonl".into(),
+    ];
+    let watcher = BuildWatcher { record, history: studio.runs().clone(), channel, built: None, failure: None };
+    studio.worker().spawn(args, watcher).map(drop)
+}
+
+struct BuildWatcher {
+    record: RunRecord,
+    history: History,
+    channel: Channel<BuildMessage>,
+    /// The written file and its quantization scheme.
+    built: Option<(PathBuf, String)>,
+    failure: Option<String>,
+}
+
+impl Watcher for BuildWatcher {
+    fn line(&mut self, line: Line) {
+        // Stderr only matters if the worker dies; `Exit` keeps its tail.
+        let Line::Stdout(text) = line else { return };
+        match serde_json::from_str::<ExportEvent>(&text) {
+            Ok(ExportEvent::Built { path, scheme, .. }) => self.built = Some((path, scheme)),
+            Ok(ExportEvent::Failed { message }) => self.failure = Some(message),
+            Ok(progress) => self.send(BuildMessage::Progress(progress)),
+            Err(_) => {}
+        }
+    }
+
+    fn exit(mut self, exit: Exit) {
+        let message = match self.built.take() {
+            Some((path, scheme)) => match self.read_back(path, scheme) {
+                Ok(message) => message,
+                Err(message) => BuildMessage::Failed { message },
+            },
+            None => BuildMessage::Failed {
+                message: self.failure.take().unwrap_or_else(|| exit.describe("the build worker")),
+            },
+        };
+        self.send(message);
+    }
+}
+
+impl BuildWatcher {
+    /// Opens the written file, records it in the run's history, and says what was built.
+    fn read_back(&mut self, path: PathBuf, scheme: String) -> Result<BuildMessage, String> {
+        let file = CactFile::open(&path).map_err(|error| error.to_string())?;
+        let cact = CactInfo { path, bytes: file.size() as u64, tensors: file.records.len(), scheme };
+        self.record.entry.cact = Some(cact.clone());
+        self.history.save(&self.record)?;
+        Ok(BuildMessage::Built { cact, entry: Box::new(self.record.entry.clone()) })
+    }
+
+    fn send(&self, message: BuildMessage) {
+        // A closed window drops its channel; the file is written and recorded all the same.
+        let _ = self.channel.send(message);
+    }
+}

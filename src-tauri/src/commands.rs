@@ -1,0 +1,101 @@
+//! The `#[tauri::command]` glue: each command hands its arguments to [`Studio`] (or a module named for
+//! the job) and returns. Anything slower than a glance runs off the main thread.
+
+use std::path::PathBuf;
+
+use needle_engine::dataset::DatasetReport;
+use needle_engine::train::Plan;
+use tauri::ipc::Channel;
+use tauri::{AppHandle, Runtime, State};
+use tauri_plugin_notification::NotificationExt;
+
+use crate::cact::BuildMessage;
+use crate::config::{FieldErrors, RunDraft};
+use crate::history::HistoryEntry;
+use crate::settings::Settings;
+use crate::studio::{dataset_report, Opened, Startup, Studio};
+use crate::training::{Notify, RunMessage};
+
+type Result<T> = std::result::Result<T, String>;
+
+/// Runs `work` on the blocking pool, keeping the window responsive.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tauri::async_runtime::spawn_blocking(work).await.map_err(|error| format!("internal error: {error}"))?
+}
+
+#[tauri::command]
+pub async fn startup(studio: State<'_, Studio>) -> Result<Startup> {
+    let studio = studio.inner().clone();
+    blocking(move || Ok(studio.startup())).await
+}
+
+#[tauri::command]
+pub async fn save_settings(studio: State<'_, Studio>, settings: Settings) -> Result<()> {
+    let studio = studio.inner().clone();
+    blocking(move || studio.save_settings(settings)).await
+}
+
+#[tauri::command]
+pub async fn load_dataset(path: PathBuf, tokenizer: Option<PathBuf>, max_len: usize) -> Result<DatasetReport> {
+    blocking(move || dataset_report(&path, tokenizer.as_deref(), max_len)).await
+}
+
+#[tauri::command]
+pub fn validate_run(studio: State<'_, Studio>, run: RunDraft) -> FieldErrors {
+    run.check(&studio.devices()).err().unwrap_or_default()
+}
+
+#[tauri::command]
+pub async fn plan_run(studio: State<'_, Studio>, run: RunDraft) -> Result<Plan> {
+    let studio = studio.inner().clone();
+    blocking(move || studio.plan(&run)).await
+}
+
+#[tauri::command]
+pub async fn start_run<R: Runtime>(
+    app: AppHandle<R>,
+    studio: State<'_, Studio>,
+    run: RunDraft,
+    on_event: Channel<RunMessage>,
+) -> Result<HistoryEntry> {
+    let request = studio.check(&run)?;
+    let notify: Notify = Box::new(move |title, body| {
+        // No notification service (a bare X session, say) is no reason to fail a finished run.
+        let _ = app.notification().builder().title(title).body(body).show();
+    });
+    crate::training::start(&studio, &request, on_event, notify)
+}
+
+#[tauri::command]
+pub fn cancel_run(studio: State<'_, Studio>) -> &'static str {
+    studio.cancel()
+}
+
+#[tauri::command]
+pub async fn build_cact(
+    studio: State<'_, Studio>,
+    run_id: String,
+    bits: u8,
+    out: PathBuf,
+    on_event: Channel<BuildMessage>,
+) -> Result<()> {
+    crate::cact::start(&studio, &run_id, bits, out, on_event)
+}
+
+#[tauri::command]
+pub async fn history(studio: State<'_, Studio>) -> Result<Vec<HistoryEntry>> {
+    let studio = studio.inner().clone();
+    blocking(move || Ok(studio.history())).await
+}
+
+#[tauri::command]
+pub async fn open_run(studio: State<'_, Studio>, id: String) -> Result<Opened> {
+    let studio = studio.inner().clone();
+    blocking(move || studio.open_run(&id)).await
+}
+
+#[tauri::command]
+pub fn reveal(path: PathBuf) -> Result<()> {
+    tauri_plugin_opener::reveal_item_in_dir(&path)
+        .map_err(|error| format!("could not show {}: {error}", path.display()))
+}

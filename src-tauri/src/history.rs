@@ -1,0 +1,207 @@
+//! Past runs, one folder each under the app's data directory: `runs/<id>/run.json` (settings, status,
+//! losses, outputs) beside the run's adapter and `.cact`.
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{RunRequest, RunSettings};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Running,
+    Finished,
+    /// Cancelled: the adapter holds what was learned up to the stop.
+    Stopped,
+    Failed,
+}
+
+/// A built `.cact`, as read back from the file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CactInfo {
+    pub path: PathBuf,
+    pub bytes: u64,
+    pub tensors: usize,
+    pub scheme: String,
+}
+
+/// One run as the History panel lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    pub id: String,
+    /// Unix seconds.
+    pub started_at: u64,
+    pub dataset: PathBuf,
+    pub checkpoint: PathBuf,
+    pub tokenizer: PathBuf,
+    pub device: String,
+    /// The backend and device the worker reported, e.g. `cpu (AMD EPYC)`.
+    pub backend: Option<String>,
+    pub settings: RunSettings,
+    pub status: Status,
+    pub seconds: Option<f64>,
+    pub steps_done: usize,
+    pub steps: usize,
+    pub final_loss: Option<f32>,
+    pub final_val: Option<f32>,
+    /// Set once the worker has saved one (after the first epoch, or at a cancel).
+    pub adapter: Option<PathBuf>,
+    /// Why a run failed or stopped.
+    pub message: Option<String>,
+    pub cact: Option<CactInfo>,
+    /// Where Build writes unless the user picks another file.
+    pub suggested_cact: PathBuf,
+}
+
+/// The losses behind a run's chart: `(step, loss)` per training step and per epoch's validation.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Curve {
+    pub train: Vec<(usize, f32)>,
+    pub val: Vec<(usize, f32)>,
+}
+
+/// What `run.json` holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub entry: HistoryEntry,
+    pub curve: Curve,
+}
+
+/// The `runs/` folder.
+#[derive(Debug, Clone)]
+pub struct History {
+    dir: PathBuf,
+}
+
+const RECORD: &str = "run.json";
+
+impl History {
+    pub fn new(dir: PathBuf) -> Self {
+        Self { dir }
+    }
+
+    /// A new run's record and folder; the adapter goes in that folder.
+    pub fn create(&self, request: &RunRequest) -> Result<(RunRecord, PathBuf), String> {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let id = format!("run-{}", now.as_millis());
+        let dir = self.dir.join(&id);
+        std::fs::create_dir_all(&dir)
+            .map_err(|error| format!("could not create the run folder {}: {error}", dir.display()))?;
+        let stem = request.dataset.file_stem().map_or_else(|| "needle".into(), |s| s.to_string_lossy().into_owned());
+        let entry = HistoryEntry {
+            id,
+            started_at: now.as_secs(),
+            dataset: request.dataset.clone(),
+            checkpoint: request.checkpoint.clone(),
+            tokenizer: request.tokenizer.clone(),
+            device: request.device.clone(),
+            backend: None,
+            settings: request.settings.clone(),
+            status: Status::Running,
+            seconds: None,
+            steps_done: 0,
+            steps: 0,
+            final_loss: None,
+            final_val: None,
+            adapter: None,
+            message: None,
+            cact: None,
+            suggested_cact: dir.join(format!("{stem}.cact")),
+        };
+        let record = RunRecord { entry, curve: Curve::default() };
+        self.save(&record)?;
+        Ok((record, dir.join("adapter.pkl")))
+    }
+
+    pub fn save(&self, record: &RunRecord) -> Result<(), String> {
+        let path = self.dir.join(&record.entry.id).join(RECORD);
+        let json = serde_json::to_vec_pretty(record).map_err(|e| e.to_string())?;
+        needle_engine::atomic::write_atomically(&path, &json)
+            .map_err(|error| format!("could not save the run record {}: {error}", path.display()))
+    }
+
+    pub fn load(&self, id: &str) -> Result<RunRecord, String> {
+        // Ids name folders: refuse anything that could reach outside `runs/`.
+        if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            return Err(format!("no run {id:?}"));
+        }
+        read_record(&self.dir.join(id).join(RECORD))
+    }
+
+    /// Every readable run, newest first. A run still marked running that is not `active` was cut
+    /// short by the app closing; it is listed as failed, saying so.
+    pub fn list(&self, active: Option<&str>) -> Vec<HistoryEntry> {
+        let Ok(folders) = std::fs::read_dir(&self.dir) else { return Vec::new() };
+        let mut entries: Vec<HistoryEntry> = folders
+            .filter_map(|folder| read_record(&folder.ok()?.path().join(RECORD)).ok())
+            .map(|record| interrupted_unless(record.entry, active))
+            .collect();
+        entries.sort_by(|a, b| b.id.cmp(&a.id));
+        entries
+    }
+}
+
+fn read_record(path: &Path) -> Result<RunRecord, String> {
+    let bytes = std::fs::read(path).map_err(|error| format!("could not read {}: {error}", path.display()))?;
+    serde_json::from_slice(&bytes).map_err(|error| format!("{} is not a run record: {error}", path.display()))
+}
+
+pub fn interrupted_unless(mut entry: HistoryEntry, active: Option<&str>) -> HistoryEntry {
+    if entry.status == Status::Running && active != Some(entry.id.as_str()) {
+        entry.status = Status::Failed;
+        entry.message = Some("interrupted: the app closed while this run was going".into());
+    }
+    entry
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::presets;
+
+    fn request() -> RunRequest {
+        RunRequest {
+            dataset: "/data/smart_home.jsonl".into(),
+            checkpoint: "/m/base.pkl".into(),
+            tokenizer: "/m/tokenizer.model".into(),
+            device: "auto".into(),
+            settings: presets()[0].settings.clone(),
+        }
+    }
+
+    #[test]
+    fn records_round_trip_and_list_newest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::new(dir.path().to_path_buf());
+        let (mut first, adapter) = history.create(&request()).unwrap();
+        assert_eq!(adapter, dir.path().join(&first.entry.id).join("adapter.pkl"));
+        assert!(first.entry.suggested_cact.ends_with("smart_home.cact"));
+        first.entry.status = Status::Finished;
+        first.curve.train.push((1, 2.5));
+        history.save(&first).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let (second, _) = history.create(&request()).unwrap();
+        assert_eq!(history.load(&first.entry.id).unwrap(), first);
+        let listed = history.list(Some(&second.entry.id));
+        assert_eq!(listed, vec![second.entry.clone(), first.entry.clone()]);
+    }
+
+    #[test]
+    fn a_run_left_running_reads_as_interrupted() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::new(dir.path().to_path_buf());
+        let (record, _) = history.create(&request()).unwrap();
+        let listed = history.list(None);
+        assert_eq!(listed[0].status, Status::Failed);
+        assert!(listed[0].message.as_deref().unwrap().contains("interrupted"));
+        assert_eq!(history.load(&record.entry.id).unwrap().entry.status, Status::Running);
+    }
+
+    #[test]
+    fn ids_cannot_leave_the_runs_folder() {
+        let history = History::new(PathBuf::from("/tmp/needle-history-test"));
+        assert_eq!(history.load("../settings").unwrap_err(), "no run \"../settings\"");
+    }
+}

@@ -1,0 +1,75 @@
+//! Needle Studio, the desktop app: a Tauri 2 shell over the Needle engine.
+//!
+//! State lives here, in Rust ([`studio::Studio`]); the web UI in `ui/` only calls [`commands`] and
+//! renders what their channels send. Training and building run in a worker process ([`worker`]) that
+//! speaks `--events jsonl`, so a crash, an out-of-memory kill or a cancel never takes the window down.
+
+mod cact;
+mod chart;
+mod commands;
+mod config;
+mod history;
+mod settings;
+mod studio;
+mod training;
+mod worker;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use tauri::{Manager, Runtime};
+
+pub use studio::Studio;
+pub use worker::{Worker, WORKER_ARG};
+
+/// What the app can be started with (the README's first command opens the bundled example).
+#[derive(Debug, Clone, Default, clap::Parser)]
+#[command(name = "needle-studio", version, about = "Fine-tune Needle 2 on your dataset and build a .cact")]
+pub struct Launch {
+    /// A dataset (.jsonl) to open at start
+    #[arg(long)]
+    pub dataset: Option<PathBuf>,
+    /// A base checkpoint (.pkl) to use instead of the remembered one
+    #[arg(long)]
+    pub checkpoint: Option<PathBuf>,
+    /// Its tokenizer [default: tokenizer.model beside the checkpoint]
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+}
+
+/// Starts the app and returns when its window closes.
+pub fn run(launch: Launch) -> ExitCode {
+    let app = with_commands(tauri::Builder::default()).setup(move |app| {
+        let (worker, hardware) = worker::discover()?;
+        app.manage(Studio::open(app.path().app_data_dir()?, launch, worker, hardware)?);
+        Ok(())
+    });
+    match app.run(tauri::generate_context!()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("needle-studio: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The plugins and commands; the command tests build their mock app with the same.
+pub fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R> {
+    builder
+        .plugin(tauri_plugin_dialog::init())
+        .plugin(tauri_plugin_notification::init())
+        .plugin(tauri_plugin_opener::init())
+        .invoke_handler(tauri::generate_handler![
+            commands::startup,
+            commands::save_settings,
+            commands::load_dataset,
+            commands::validate_run,
+            commands::plan_run,
+            commands::start_run,
+            commands::cancel_run,
+            commands::build_cact,
+            commands::history,
+            commands::open_run,
+            commands::reveal,
+        ])
+}

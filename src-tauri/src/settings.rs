@@ -1,0 +1,52 @@
+//! What the app remembers between launches: the base model, the device choice and the preset.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Settings {
+    pub checkpoint: Option<PathBuf>,
+    pub tokenizer: Option<PathBuf>,
+    /// `auto`, or a backend forced by the user.
+    pub device: String,
+    pub preset: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self { checkpoint: None, tokenizer: None, device: "auto".into(), preset: "balanced".into() }
+    }
+}
+
+impl Settings {
+    /// The saved settings; the defaults when there are none or the file is unreadable (it is only a
+    /// convenience, and the next save replaces it).
+    pub fn load(path: &Path) -> Self {
+        std::fs::read(path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default()
+    }
+
+    pub fn save(&self, path: &Path) -> Result<(), String> {
+        let json = serde_json::to_vec_pretty(self).map_err(|e| e.to_string())?;
+        needle_engine::atomic::write_atomically(path, &json)
+            .map_err(|error| format!("could not save the settings to {}: {error}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_falls_back_to_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("settings.json");
+        assert_eq!(Settings::load(&path), Settings::default());
+        let settings = Settings { checkpoint: Some("/m/base.pkl".into()), device: "cpu".into(), ..Settings::default() };
+        settings.save(&path).unwrap();
+        assert_eq!(Settings::load(&path), settings);
+        std::fs::write(&path, "{not json").unwrap();
+        assert_eq!(Settings::load(&path), Settings::default());
+    }
+}

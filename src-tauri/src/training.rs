@@ -1,0 +1,219 @@
+//! A training run from the app: `needle finetune --events jsonl` in the worker, its events turned into
+//! messages for the window (progress, the loss chart, the log) and into the run's history record.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use needle_engine::train::Event;
+use serde::Serialize;
+use tauri::ipc::Channel;
+
+use crate::chart::loss_chart;
+use crate::config::RunRequest;
+use crate::history::{History, HistoryEntry, RunRecord, Status};
+use crate::studio::{lock, Active, Studio};
+use crate::worker::{Exit, Line, Watcher};
+
+/// What the window hears about a run.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RunMessage {
+    /// The worker's `started`, `step` and `epoch` events, as they are.
+    Progress(Event),
+    /// The loss chart, redrawn.
+    Chart {
+        svg: String,
+    },
+    Log {
+        line: String,
+    },
+    Finished {
+        entry: HistoryEntry,
+    },
+    Failed {
+        message: String,
+        entry: HistoryEntry,
+    },
+}
+
+/// Shows a desktop notification: (title, body).
+pub type Notify = Box<dyn Fn(&str, &str) + Send>;
+
+/// Redraw the chart at most this often while steps stream in.
+const CHART_EVERY: Duration = Duration::from_millis(250);
+/// Runs at least this long end with a desktop notification: the user has probably looked away.
+const LONG_RUN: Duration = Duration::from_secs(30);
+
+/// Starts `request` in the worker; messages go to `channel` until `finished` or `failed`.
+pub fn start(
+    studio: &Studio,
+    request: &RunRequest,
+    channel: Channel<RunMessage>,
+    notify: Notify,
+) -> Result<HistoryEntry, String> {
+    let mut active = lock(studio.active());
+    if active.is_some() {
+        return Err("a run is already going: cancel it or wait for it to finish".into());
+    }
+    let (record, adapter) = studio.runs().create(request)?;
+    let entry = record.entry.clone();
+    let watcher = RunWatcher {
+        record,
+        history: studio.runs().clone(),
+        channel,
+        notify,
+        active: Arc::clone(studio.active()),
+        started: Instant::now(),
+        last_chart: None,
+    };
+    let job = studio.worker().spawn(request.finetune_args(&adapter), watcher)?;
+    *active = Some(Active { id: entry.id.clone(), job, stopping: false });
+    Ok(entry)
+}
+
+struct RunWatcher {
+    record: RunRecord,
+    history: History,
+    channel: Channel<RunMessage>,
+    notify: Notify,
+    active: Arc<Mutex<Option<Active>>>,
+    started: Instant,
+    last_chart: Option<Instant>,
+}
+
+impl Watcher for RunWatcher {
+    fn line(&mut self, line: Line) {
+        match line {
+            Line::Stdout(text) => match serde_json::from_str::<Event>(&text) {
+                Ok(event) => self.event(event),
+                Err(_) => self.log(text),
+            },
+            Line::Stderr(text) => self.log(text),
+        }
+    }
+
+    fn exit(mut self, exit: Exit) {
+        let entry = &mut self.record.entry;
+        if entry.status == Status::Running {
+            // The worker ended without `finished` or `failed`: killed by Cancel, or it crashed.
+            if exit.killed {
+                entry.status = Status::Stopped;
+                entry.message = Some(match &entry.adapter {
+                    Some(_) => "stopped at once; the adapter from the last finished epoch is kept".into(),
+                    None => "stopped at once, before the first epoch ended: no adapter was saved".into(),
+                });
+            } else {
+                entry.status = Status::Failed;
+                entry.message = Some(exit.describe("the training worker"));
+            }
+        }
+        let elapsed = self.started.elapsed();
+        entry.seconds.get_or_insert(elapsed.as_secs_f64());
+        // The final record and the freed slot appear together: whoever sees the run ended in the
+        // history can start the next one, and a listing never sees a running record with no worker.
+        let mut active = lock(&self.active);
+        let saved = self.history.save(&self.record);
+        if active.as_ref().is_some_and(|run| run.id == self.record.entry.id) {
+            *active = None;
+        }
+        drop(active);
+        if let Err(error) = saved {
+            self.log(error);
+        }
+        self.send(RunMessage::Chart { svg: self.chart() });
+        let entry = self.record.entry.clone();
+        if elapsed >= LONG_RUN {
+            (self.notify)("Needle Studio", &summary(&entry));
+        }
+        match (entry.status, entry.message.clone()) {
+            (Status::Failed, message) => {
+                self.send(RunMessage::Failed { message: message.unwrap_or_default(), entry });
+            }
+            _ => self.send(RunMessage::Finished { entry }),
+        }
+    }
+}
+
+impl RunWatcher {
+    fn event(&mut self, event: Event) {
+        let entry = &mut self.record.entry;
+        let mut redraw = false;
+        match &event {
+            Event::Started { backend, device, steps, first_step, .. } => {
+                entry.backend = Some(format!("{backend} ({device})"));
+                entry.steps = *steps;
+                entry.steps_done = *first_step;
+            }
+            Event::Step { step, loss, .. } => {
+                entry.steps_done = *step;
+                entry.final_loss = Some(*loss);
+                self.record.curve.train.push((*step, *loss));
+                redraw = self.last_chart.is_none_or(|at| at.elapsed() >= CHART_EVERY);
+            }
+            Event::Epoch { epoch, loss, val } => {
+                entry.final_val = *val;
+                if let Some(val) = val {
+                    self.record.curve.val.push((entry.steps_done, *val));
+                }
+                let val = val.map(|v| format!(", validation {v:.4}")).unwrap_or_default();
+                self.log(format!("epoch {epoch}: loss {loss:.4}{val}"));
+                redraw = true;
+            }
+            Event::Saved { path } => {
+                entry.adapter = Some(path.clone());
+                let line = format!("saved the adapter to {}", path.display());
+                if let Err(error) = self.history.save(&self.record) {
+                    self.log(error);
+                }
+                self.log(line);
+                return;
+            }
+            Event::Finished { adapter, seconds, partial } => {
+                entry.adapter = Some(adapter.clone());
+                entry.seconds = Some(*seconds);
+                entry.status = if *partial { Status::Stopped } else { Status::Finished };
+                if *partial {
+                    entry.message = Some(format!(
+                        "stopped after step {} of {}; the adapter holds what was learned so far",
+                        entry.steps_done, entry.steps
+                    ));
+                }
+                return;
+            }
+            Event::Failed { message } => {
+                entry.status = Status::Failed;
+                entry.message = Some(message.clone());
+                return;
+            }
+        }
+        self.send(RunMessage::Progress(event));
+        if redraw {
+            self.last_chart = Some(Instant::now());
+            self.send(RunMessage::Chart { svg: self.chart() });
+        }
+    }
+
+    fn chart(&self) -> String {
+        loss_chart(&self.record.curve, self.record.entry.steps)
+    }
+
+    fn log(&self, line: String) {
+        self.send(RunMessage::Log { line });
+    }
+
+    fn send(&self, message: RunMessage) {
+        // A closed window drops its channel; the run goes on and its record is still saved.
+        let _ = self.channel.send(message);
+    }
+}
+
+/// One line for the notification.
+fn summary(entry: &HistoryEntry) -> String {
+    let name = entry.dataset.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    match (entry.status, entry.final_loss) {
+        (Status::Failed, _) => format!("Fine-tuning on {name} failed: {}", entry.message.as_deref().unwrap_or("")),
+        (Status::Stopped, _) => format!("Fine-tuning on {name} stopped; the adapter is saved."),
+        (_, Some(loss)) => format!("Fine-tuning on {name} finished: final loss {loss:.4}."),
+        _ => format!("Fine-tuning on {name} finished."),
+    }
+}

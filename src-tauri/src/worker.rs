@@ -1,0 +1,229 @@
+//! The worker process: the `needle` CLI run as a child of the app, speaking `--events jsonl`.
+//!
+//! Training and building happen there, never in the window's process: an out-of-memory kill, a driver
+//! crash or a second Cancel ends the worker, and the app reports what happened. The worker is the app's
+//! own binary in worker mode (`needle-studio worker finetune …`), or a GPU build of `needle` shipped
+//! beside the app as `needle-cuda` when that one starts and finds its device.
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+
+use needle_engine::backend::{self, BackendInfo};
+
+use crate::studio::lock;
+
+/// The first argument that puts the app's binary in worker mode.
+pub const WORKER_ARG: &str = "worker";
+
+/// The name a CUDA build of the `needle` CLI ships under, beside the app (see README, GPU builds).
+const GPU_WORKER: &str = "needle-cuda";
+
+/// How many of the worker's last stderr lines a crash report quotes.
+const STDERR_TAIL: usize = 8;
+
+/// A program that runs `needle` subcommands.
+#[derive(Debug, Clone)]
+pub struct Worker {
+    program: PathBuf,
+    leading: Vec<OsString>,
+}
+
+/// One line the worker printed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Line {
+    Stdout(String),
+    Stderr(String),
+}
+
+/// How a worker ended, with the end of what it said on stderr.
+#[derive(Debug)]
+pub struct Exit {
+    pub status: std::io::Result<ExitStatus>,
+    pub stderr_tail: Vec<String>,
+    /// The app killed it (a second Cancel).
+    pub killed: bool,
+}
+
+/// What follows a running worker: every line it prints, in order, then how it ended. Both are called
+/// on one thread of its own.
+pub trait Watcher: Send + 'static {
+    fn line(&mut self, line: Line);
+    fn exit(self, exit: Exit);
+}
+
+/// A running worker: ask it to stop, or kill it.
+pub struct Job {
+    child: Mutex<Child>,
+    stdin: Mutex<Option<ChildStdin>>,
+    killed: AtomicBool,
+}
+
+impl Worker {
+    /// The app's own binary in worker mode.
+    pub fn this_app() -> std::io::Result<Self> {
+        Ok(Self::app(std::env::current_exe()?))
+    }
+
+    /// The app binary at `program` in worker mode.
+    pub fn app(program: PathBuf) -> Self {
+        Self { program, leading: vec![WORKER_ARG.into()] }
+    }
+
+    /// A `needle` binary.
+    pub fn needle(program: PathBuf) -> Self {
+        Self { program, leading: Vec::new() }
+    }
+
+    fn command<I: Into<OsString>>(&self, args: impl IntoIterator<Item = I>) -> Command {
+        let mut command = Command::new(&self.program);
+        command.args(&self.leading).args(args.into_iter().map(Into::into));
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        #[cfg(windows)]
+        {
+            // CREATE_NO_WINDOW: a console worker must not flash a console window over the app.
+            use std::os::windows::process::CommandExt;
+            command.creation_flags(0x0800_0000);
+        }
+        command
+    }
+
+    /// Runs a short command to the end; its stdout, or its error message.
+    pub fn output<I: Into<OsString>>(&self, args: impl IntoIterator<Item = I>) -> Result<String, String> {
+        let mut command = self.command(args);
+        command.stdin(Stdio::null());
+        let output = command.output().map_err(|error| self.start_error(&error))?;
+        if output.status.success() {
+            return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
+        }
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let tail: Vec<String> = stderr.lines().map(str::to_string).collect();
+        Err(Exit { status: Ok(output.status), stderr_tail: tail, killed: false }.describe("the worker"))
+    }
+
+    /// Starts a long command followed by `watcher`.
+    pub fn spawn<I: Into<OsString>>(
+        &self,
+        args: impl IntoIterator<Item = I>,
+        mut watcher: impl Watcher,
+    ) -> Result<Arc<Job>, String> {
+        let mut child = self.command(args).spawn().map_err(|error| self.start_error(&error))?;
+        let (lines, received) = mpsc::channel();
+        let stdout = child.stdout.take().map(|out| forward(out, lines.clone(), Line::Stdout));
+        let stderr = child.stderr.take().map(|err| forward(err, lines, Line::Stderr));
+        let job = Arc::new(Job {
+            stdin: Mutex::new(child.stdin.take()),
+            child: Mutex::new(child),
+            killed: AtomicBool::new(false),
+        });
+        let watched = Arc::clone(&job);
+        std::thread::spawn(move || {
+            let mut stderr_tail = Vec::new();
+            // Ends when both pipes are closed, that is when the worker has exited.
+            for line in received {
+                if let Line::Stderr(text) = &line {
+                    stderr_tail.push(text.clone());
+                    if stderr_tail.len() > STDERR_TAIL {
+                        stderr_tail.remove(0);
+                    }
+                }
+                watcher.line(line);
+            }
+            for reader in [stdout, stderr].into_iter().flatten() {
+                let _ = reader.join();
+            }
+            let status = lock(&watched.child).wait();
+            watcher.exit(Exit { status, stderr_tail, killed: watched.killed.load(Ordering::Relaxed) });
+        });
+        Ok(job)
+    }
+
+    fn start_error(&self, error: &std::io::Error) -> String {
+        format!("could not start the worker process {}: {error}", self.program.display())
+    }
+}
+
+impl Job {
+    /// Asks the worker to stop after its current step (it saves what it learned).
+    pub fn ask_to_stop(&self) {
+        if let Some(stdin) = lock(&self.stdin).as_mut() {
+            // A worker that already exited has closed the pipe; then there is nothing to stop.
+            let _ = writeln!(stdin, "{}", needle_cli::CANCEL_LINE).and_then(|()| stdin.flush());
+        }
+    }
+
+    /// Ends the worker now.
+    pub fn kill(&self) {
+        self.killed.store(true, Ordering::Relaxed);
+        let _ = lock(&self.child).kill();
+    }
+}
+
+impl Exit {
+    /// A sentence for the user about a worker that ended without reporting on stdout why. A clean
+    /// failure is the CLI's own `error: …` sentence, which already names the file and the fix.
+    pub fn describe(&self, what: &str) -> String {
+        let last = self.stderr_tail.iter().rev().map(|line| line.trim()).find(|line| !line.is_empty());
+        if let (Ok(status), Some(line)) = (&self.status, last) {
+            if let (Some(_), Some(message)) = (status.code(), line.strip_prefix("error: ")) {
+                return message.to_string();
+            }
+        }
+        let how = match &self.status {
+            Ok(status) => exit_reason(*status),
+            Err(error) => format!("could not be waited for ({error})"),
+        };
+        match last {
+            Some(line) => format!("{what} {how}; its last words: {line}"),
+            None => format!("{what} {how}"),
+        }
+    }
+}
+
+#[cfg(unix)]
+fn exit_reason(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status.signal() {
+        Some(9) => "was killed (signal 9; without a Cancel this usually means the system ran out of memory)".into(),
+        Some(signal) => format!("was killed by signal {signal}"),
+        None => format!("stopped with exit code {}", status.code().unwrap_or(-1)),
+    }
+}
+
+#[cfg(not(unix))]
+fn exit_reason(status: ExitStatus) -> String {
+    format!("stopped with exit code {}", status.code().unwrap_or(-1))
+}
+
+/// Sends each line of `pipe` to `lines`, wrapped by `kind`, from a thread of its own.
+fn forward(
+    pipe: impl Read + Send + 'static,
+    lines: mpsc::Sender<Line>,
+    kind: fn(String) -> Line,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            if lines.send(kind(line)).is_err() {
+                return;
+            }
+        }
+    })
+}
+
+/// The worker to use and the hardware it will train on: a GPU build beside the app when it starts
+/// and reports a GPU, else the app itself, whose detection runs in this process.
+pub fn discover() -> std::io::Result<(Worker, BackendInfo)> {
+    let this_app = Worker::this_app()?;
+    let gpu = this_app.program.with_file_name(format!("{GPU_WORKER}{}", std::env::consts::EXE_SUFFIX));
+    if gpu.is_file() {
+        let worker = Worker::needle(gpu);
+        let info = worker.output(["backend", "--json"]).ok().and_then(|out| serde_json::from_str(&out).ok());
+        if let Some(info @ BackendInfo { backend: backend::Backend::Cuda, .. }) = info {
+            return Ok((worker, info));
+        }
+    }
+    Ok((this_app, backend::auto().info))
+}

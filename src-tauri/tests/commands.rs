@@ -1,0 +1,237 @@
+//! The app's commands through Tauri's IPC on the mock runtime: what the window sends, what it gets
+//! back, and the runs and builds they start in a real worker (this package's binary in worker mode).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use needle_engine::cact::CactFile;
+use needle_studio::{with_commands, Launch, Studio, Worker};
+use serde_json::{json, Value};
+use tauri::ipc::{CallbackFn, InvokeBody};
+use tauri::test::{get_ipc_response, mock_builder, mock_context, noop_assets, MockRuntime, INVOKE_KEY};
+use tauri::webview::InvokeRequest;
+use tauri::{Manager, WebviewWindow};
+
+/// A run on the tiny fixture model takes seconds; this bounds a slow CI machine.
+const RUN_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn repo(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(relative)
+}
+
+/// A mock app with the real commands, its data in `data_dir`, started with the bundled example.
+struct App {
+    _app: tauri::App<MockRuntime>,
+    window: WebviewWindow<MockRuntime>,
+}
+
+impl App {
+    fn open(data_dir: &Path) -> Self {
+        let app = with_commands(mock_builder()).build(mock_context(noop_assets())).expect("mock app builds");
+        let launch = Launch {
+            dataset: Some(repo("examples/smart_home.jsonl")),
+            checkpoint: Some(repo("tests/fixtures/models/pretrained.pkl")),
+            tokenizer: None,
+        };
+        let worker = Worker::app(PathBuf::from(env!("CARGO_BIN_EXE_needle-studio")));
+        let hardware = needle_engine::backend::auto().info;
+        app.manage(Studio::open(data_dir.to_path_buf(), launch, worker, hardware).expect("studio opens"));
+        let window = tauri::WebviewWindowBuilder::new(&app, "main", Default::default()).build().expect("window");
+        Self { _app: app, window }
+    }
+
+    /// Calls `cmd` as the UI does; the command's value, or its error.
+    fn invoke(&self, cmd: &str, args: Value) -> Result<Value, Value> {
+        let request = InvokeRequest {
+            cmd: cmd.into(),
+            callback: CallbackFn(0),
+            error: CallbackFn(1),
+            url: "tauri://localhost".parse().expect("url"),
+            body: InvokeBody::Json(args),
+            headers: Default::default(),
+            invoke_key: INVOKE_KEY.to_string(),
+        };
+        get_ipc_response(&self.window, request).map(|body| body.deserialize::<Value>().expect("JSON response"))
+    }
+
+    fn ok(&self, cmd: &str, args: Value) -> Value {
+        self.invoke(cmd, args).unwrap_or_else(|error| panic!("{cmd} failed: {error}"))
+    }
+
+    fn error(&self, cmd: &str, args: Value) -> String {
+        match self.invoke(cmd, args) {
+            Ok(value) => panic!("{cmd} should have failed, got {value}"),
+            Err(Value::String(message)) => message,
+            Err(other) => panic!("{cmd} failed with a non-string error {other}"),
+        }
+    }
+
+    /// Polls `history` until run `id` satisfies `done`, and returns its entry.
+    fn wait_for(&self, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let start = Instant::now();
+        loop {
+            let history = self.ok("history", json!({}));
+            let entry = history.as_array().expect("a list").iter().find(|e| e["id"] == id).cloned();
+            if let Some(entry) = entry.filter(|entry| done(entry)) {
+                return entry;
+            }
+            assert!(start.elapsed() < RUN_TIMEOUT, "timed out waiting for run {id} to {what}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// A run as the UI sends it: the launch paths and the Quick preset, with `changes` applied.
+fn run(changes: Value) -> Value {
+    let mut settings = json!({
+        "epochs": 1, "lr": 2e-4, "rank": 8, "alpha": 16.0, "batch_size": 8, "max_len": 512,
+        "val_split": 0.2, "seed": 0
+    });
+    for (key, value) in changes.as_object().expect("an object") {
+        settings[key] = value.clone();
+    }
+    json!({
+        "dataset": repo("examples/smart_home.jsonl"),
+        "checkpoint": repo("tests/fixtures/models/pretrained.pkl"),
+        "tokenizer": repo("tests/fixtures/models/tokenizer.model"),
+        "device": "cpu",
+        "settings": settings,
+    })
+}
+
+/// The channel argument as the UI's `new Channel()` serialises it.
+const CHANNEL: &str = "__CHANNEL__:7";
+
+#[test]
+fn startup_shows_the_hardware_the_presets_and_the_launch_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let startup = App::open(dir.path()).ok("startup", json!({}));
+    assert_eq!(startup["hardware"]["backend"], "cpu", "no GPU in the tests: {startup}");
+    assert_eq!(startup["devices"][0], "auto");
+    assert!(startup["devices"].as_array().unwrap().contains(&json!("cpu")));
+    let presets: Vec<&str> =
+        startup["presets"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(presets, ["quick", "balanced", "thorough"]);
+    let checkpoint = PathBuf::from(startup["settings"]["checkpoint"].as_str().unwrap());
+    assert!(checkpoint.ends_with("tests/fixtures/models/pretrained.pkl") && checkpoint.is_absolute());
+    // The tokenizer defaults to the one beside the checkpoint.
+    assert_eq!(
+        PathBuf::from(startup["settings"]["tokenizer"].as_str().unwrap()),
+        checkpoint.with_file_name("tokenizer.model")
+    );
+    assert!(startup["dataset"].as_str().unwrap().ends_with("examples/smart_home.jsonl"));
+    assert_eq!(startup["history"], json!([]));
+}
+
+#[test]
+fn settings_are_remembered_between_launches() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = json!({ "checkpoint": "/models/base.pkl", "tokenizer": "/models/tok.model", "device": "cpu", "preset": "thorough" });
+    App::open(dir.path()).ok("save_settings", json!({ "settings": settings }));
+    let reopened = App::open(dir.path()).ok("startup", json!({}));
+    // The launch's checkpoint replaces the remembered base model; the rest is as saved.
+    assert_eq!(reopened["settings"]["device"], "cpu");
+    assert_eq!(reopened["settings"]["preset"], "thorough");
+}
+
+#[test]
+fn the_dataset_report_counts_examples_and_names_bad_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = App::open(dir.path());
+    let tokenizer = repo("tests/fixtures/models/tokenizer.model");
+    let report = app.ok(
+        "load_dataset",
+        json!({ "path": repo("examples/smart_home.jsonl"), "tokenizer": tokenizer, "maxLen": 512 }),
+    );
+    assert!(report["usable_examples"].as_u64().unwrap() >= 20, "{report}");
+    assert_eq!(report["problems"], json!([]));
+    assert!(!report["samples"].as_array().unwrap().is_empty());
+
+    let mixed = repo("tests/fixtures/data/bad/mixed.jsonl");
+    let report = app.ok("load_dataset", json!({ "path": mixed, "tokenizer": tokenizer, "maxLen": 512 }));
+    let problems = report["problems"].as_array().unwrap();
+    assert!(!problems.is_empty() && problems.iter().all(|p| p["line"].as_u64().unwrap() > 0), "{report}");
+
+    let missing =
+        app.error("load_dataset", json!({ "path": "/no/such/data.jsonl", "tokenizer": tokenizer, "maxLen": 512 }));
+    assert!(missing.contains("/no/such/data.jsonl"), "{missing}");
+    let no_tokenizer = app.error("load_dataset", json!({ "path": mixed, "tokenizer": null, "maxLen": 512 }));
+    assert!(no_tokenizer.contains("tokenizer"), "{no_tokenizer}");
+}
+
+#[test]
+fn validation_marks_each_bad_field_and_start_refuses_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = App::open(dir.path());
+    assert_eq!(app.ok("validate_run", json!({ "run": run(json!({})) })), json!({}));
+
+    let mut bad = run(json!({ "epochs": 0, "lr": "fast", "batch_size": 2.5 }));
+    bad["checkpoint"] = json!("/no/such/base.pkl");
+    let errors = app.ok("validate_run", json!({ "run": bad }));
+    assert_eq!(errors["lr"], "enter a number");
+    assert_eq!(errors["batch_size"], "use a whole number");
+    assert_eq!(errors["checkpoint"], "no file at /no/such/base.pkl");
+
+    let refused = app.error("start_run", json!({ "run": bad, "onEvent": CHANNEL }));
+    assert!(refused.starts_with("the run is not ready") && refused.contains("checkpoint"), "{refused}");
+    assert_eq!(app.ok("history", json!({})), json!([]), "a refused run leaves no record");
+}
+
+#[test]
+fn a_run_trains_in_the_worker_and_builds_a_cact() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = App::open(dir.path());
+    let plan = app.ok("plan_run", json!({ "run": run(json!({})) }));
+    let steps = plan["steps"].as_u64().unwrap();
+    assert!(steps > 0 && plan["memory_estimate_bytes"].as_u64().unwrap() > 0, "{plan}");
+
+    let entry = app.ok("start_run", json!({ "run": run(json!({})), "onEvent": CHANNEL }));
+    assert_eq!(entry["status"], "running");
+    let id = entry["id"].as_str().unwrap();
+    let again = app.error("start_run", json!({ "run": run(json!({})), "onEvent": CHANNEL }));
+    assert!(again.contains("already going"), "{again}");
+
+    let done = app.wait_for(id, "end", |e| e["status"] != "running");
+    assert_eq!(done["status"], "finished", "{done}");
+    assert_eq!(done["steps_done"].as_u64(), Some(steps), "the run took the planned steps");
+    assert!(done["final_loss"].as_f64().unwrap().is_finite() && done["final_val"].is_f64(), "{done}");
+    let adapter = PathBuf::from(done["adapter"].as_str().unwrap());
+    assert!(adapter.is_file() && adapter.starts_with(dir.path()), "{}", adapter.display());
+    assert_eq!(app.ok("cancel_run", json!({})), "idle", "nothing runs after the run ended");
+
+    let opened = app.ok("open_run", json!({ "id": id }));
+    assert!(opened["chart"].as_str().unwrap().contains("polyline"), "the reopened run has its loss chart");
+    assert!(app.error("open_run", json!({ "id": "../settings" })).contains("settings"));
+
+    let out = dir.path().join("built").join("tuned.cact");
+    let odd = app.error("build_cact", json!({ "runId": id, "bits": 3, "out": out, "onEvent": CHANNEL }));
+    assert!(odd.contains("choose 4 or 2"), "{odd}");
+    app.ok("build_cact", json!({ "runId": id, "bits": 4, "out": out, "onEvent": CHANNEL }));
+    let built = app.wait_for(id, "record its .cact", |e| !e["cact"].is_null());
+    let file = CactFile::open(&out).expect("the built .cact reads back");
+    assert_eq!(built["cact"]["tensors"].as_u64(), Some(file.records.len() as u64));
+    assert_eq!(built["cact"]["bytes"].as_u64(), Some(std::fs::metadata(&out).unwrap().len()));
+}
+
+#[test]
+fn cancel_stops_after_the_step_and_a_second_cancel_ends_the_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = App::open(dir.path());
+    let long = run(json!({ "epochs": 200 }));
+
+    // One press: the worker stops at the next step boundary and keeps what it learned.
+    let entry = app.ok("start_run", json!({ "run": long, "onEvent": CHANNEL }));
+    assert_eq!(app.ok("cancel_run", json!({})), "stopping");
+    let stopped = app.wait_for(entry["id"].as_str().unwrap(), "stop", |e| e["status"] != "running");
+    assert_eq!(stopped["status"], "stopped", "{stopped}");
+    assert!(PathBuf::from(stopped["adapter"].as_str().unwrap()).is_file(), "a stopped run keeps its adapter");
+    assert!(stopped["steps_done"].as_u64().unwrap() < stopped["steps"].as_u64().unwrap());
+
+    // Two presses: the worker is killed at once, and the window hears why.
+    let entry = app.ok("start_run", json!({ "run": long, "onEvent": CHANNEL }));
+    assert_eq!(app.ok("cancel_run", json!({})), "stopping");
+    assert_eq!(app.ok("cancel_run", json!({})), "killed");
+    let killed = app.wait_for(entry["id"].as_str().unwrap(), "end", |e| e["status"] != "running");
+    assert_eq!(killed["status"], "stopped", "{killed}");
+    assert!(killed["message"].as_str().unwrap().starts_with("stopped at once"), "{killed}");
+}

@@ -1,0 +1,376 @@
+//! The desktop app end to end, in a real webview: Needle Studio under Xvfb, driven through
+//! `tauri-driver` and WebKitWebDriver as a user would — drop a dataset, read its report, start a run,
+//! watch it finish and draw its loss chart, build a `.cact` and check the file.
+//!
+//! Needs `Xvfb`, `WebKitWebDriver` (Debian: `xvfb`, `webkit2gtk-driver`) and `tauri-driver`
+//! (`cargo install tauri-driver --locked`); `.ci/run` installs them. Without them this test fails and
+//! says what to install: it never skips. Screenshots of each stage go to `$NEEDLE_SCREENSHOTS_DIR`
+//! (default `target/tmp/app_e2e`); `docs/screenshots/` holds a committed set.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::elements::Element;
+use fantoccini::{Client, ClientBuilder, Locator};
+use needle_engine::cact::CactFile;
+use needle_engine::dataset::Dataset;
+use needle_engine::tokenizer::Tokenizer;
+use needle_tests::{fixture, needle_studio};
+use serde_json::{json, Value};
+
+const DATASET: &str = "data/tool_calls.jsonl";
+const CHECKPOINT: &str = "models/pretrained.pkl";
+const TOKENIZER: &str = "models/tokenizer.model";
+/// The Quick preset's sequence cap, which the report shown after choosing it uses.
+const QUICK_MAX_LEN: usize = 512;
+/// A Quick run on the fixture takes well under a minute; this is a bound for a slow CI machine.
+const RUN_TIMEOUT: Duration = Duration::from_secs(600);
+const UI_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[test]
+fn drop_a_dataset_train_and_build_a_cact_in_the_real_app() {
+    let tools = Tools::find();
+    let app = needle_studio();
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let shots = screenshot_dir();
+    let display = Xvfb::start(&tools.xvfb);
+    let driver = TauriDriver::start(&tools, &display, scratch.path());
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    runtime.block_on(async {
+        let client = connect(&driver, &app).await;
+        let outcome = drive(&client, scratch.path(), &shots).await;
+        if outcome.is_err() {
+            // The whole window as it was when the test gave up.
+            if let Ok(png) = client.screenshot().await {
+                let _ = std::fs::write(shots.join("failure.png"), png);
+            }
+        }
+        // Close the session (and with it the app) before reporting, whatever happened.
+        let _ = client.close().await;
+        outcome.unwrap_or_else(|error| panic!("{error}"));
+    });
+    println!("screenshots in {}", shots.display());
+}
+
+/// The user's path through the window, checked at every stage.
+async fn drive(client: &Client, scratch: &Path, shots: &Path) -> Result<(), String> {
+    let ui = Ui { client, shots };
+
+    // Hardware: the badge names the backend the engine picked (CPU on a machine without a GPU).
+    ui.wait("the hardware panel", "return document.getElementById('backend-badge').textContent.trim()").await?;
+    let badge = ui.text("backend-badge").await?;
+    if !["CPU", "CUDA", "Metal"].contains(&badge.as_str()) {
+        return Err(format!("the backend badge says {badge:?}"));
+    }
+    ui.shot("1-start", "hardware").await?;
+
+    // Base model: typed paths (the Choose… buttons open native dialogs a test cannot drive).
+    ui.type_path("checkpoint-path", &fixture(CHECKPOINT)).await?;
+    ui.type_path("tokenizer-path", &fixture(TOKENIZER)).await?;
+    ui.click("preset-quick").await?;
+
+    // Dataset: the drop event Tauri sends when a file lands on the window.
+    let dataset = fixture(DATASET);
+    let drop = "window.__TAURI__.event.emit('tauri://drag-drop', {paths: [arguments[0]], position: {x: 40, y: 40}})";
+    ui.client.execute(drop, vec![json!(dataset)]).await.map_err(|e| format!("cannot send the drop event: {e}"))?;
+    ui.wait(
+        "the dataset report",
+        "const r = document.getElementById('dataset-report'); return !r.hidden && r.textContent",
+    )
+    .await?;
+    let expected = expected_examples(&dataset);
+    ui.wait_for_text("report-examples", &expected.to_string()).await?;
+    ui.shot("2-dataset", "dataset").await?;
+
+    // Run: the plan from the dry run, then Start.
+    ui.click("plan-button").await?;
+    ui.wait("the plan", "return /Estimated peak memory/.test(document.getElementById('plan').textContent)").await?;
+    ui.shot("3-run", "run").await?;
+    ui.click("start-button").await?;
+    let status = ui.wait_status("run-status", &["finished", "stopped", "failed"], RUN_TIMEOUT).await?;
+    if status != "finished" {
+        return Err(format!("the run ended {status}: {}", ui.text("run-status").await?));
+    }
+    let chart = "const svg = document.querySelector('#loss-chart svg'); return svg ? svg.outerHTML : ''";
+    let svg = ui.eval(chart).await?;
+    if !(svg.contains("polyline") && svg.contains("train") && svg.contains("validation")) {
+        return Err(format!("the loss chart lacks its train and validation lines: {svg:.200}"));
+    }
+    let progress = ui.text("progress-text").await?;
+    ui.shot("4-progress", "progress-section").await?;
+
+    // Result: build a 4-bit .cact where the test says, then check the file.
+    let out = scratch.join("tuned.cact");
+    ui.type_path("cact-path", &out).await?;
+    ui.click("build-button").await?;
+    let built = ui.wait_status("build-status", &["built", "failed"], RUN_TIMEOUT).await?;
+    if built != "built" {
+        return Err(format!("the build failed: {}", ui.text("build-status").await?));
+    }
+    let file = CactFile::open(&out).map_err(|e| format!("the built file does not read back: {e}"))?;
+    let shown = ui.text("cact-tensors").await?;
+    if shown != file.records.len().to_string() {
+        return Err(format!("the window says {shown} tensors, the file has {}", file.records.len()));
+    }
+    ui.shot("5-result", "result").await?;
+
+    // History: the run is listed, with its record on disk in the app's data dir.
+    let items = ui.eval("return String(document.querySelectorAll('#history-list .history-item').length)").await?;
+    if items != "1" {
+        return Err(format!("history lists {items} runs after one run"));
+    }
+    ui.shot("6-history", "history").await?;
+    println!("run: {progress}; built {} ({} tensors)", out.display(), file.records.len());
+    Ok(())
+}
+
+/// How many usable examples the engine finds in `dataset` at the Quick preset's length.
+fn expected_examples(dataset: &Path) -> usize {
+    let tokenizer = Tokenizer::load(&fixture(TOKENIZER)).expect("fixture tokenizer");
+    let data = Dataset::load(dataset).expect("fixture dataset");
+    data.prepare(&tokenizer, QUICK_MAX_LEN).expect("fixture dataset prepares").report.usable_examples
+}
+
+/// The page as the test sees it.
+struct Ui<'a> {
+    client: &'a Client,
+    shots: &'a Path,
+}
+
+impl Ui<'_> {
+    async fn element(&self, id: &str) -> Result<Element, String> {
+        self.client.find(Locator::Id(id)).await.map_err(|e| format!("no #{id} in the window: {e}"))
+    }
+
+    async fn click(&self, id: &str) -> Result<(), String> {
+        let element = self.element(id).await?;
+        self.wait(&format!("#{id} to be enabled"), &format!("return !document.getElementById('{id}').disabled"))
+            .await?;
+        element.click().await.map_err(|e| format!("cannot click #{id}: {e}"))
+    }
+
+    /// Replaces an input's text and leaves it with Tab, as a user typing a path would.
+    async fn type_path(&self, id: &str, path: &Path) -> Result<(), String> {
+        let input = self.element(id).await?;
+        input.clear().await.map_err(|e| format!("cannot clear #{id}: {e}"))?;
+        let keys = format!("{}\u{E004}", path.display());
+        input.send_keys(&keys).await.map_err(|e| format!("cannot type into #{id}: {e}"))
+    }
+
+    async fn text(&self, id: &str) -> Result<String, String> {
+        self.eval(&format!("return document.getElementById('{id}').textContent.trim()")).await
+    }
+
+    /// Runs `script` in the page; its result as text (strings bare, anything else as JSON).
+    async fn eval(&self, script: &str) -> Result<String, String> {
+        match self.client.execute(script, Vec::new()).await {
+            Ok(Value::String(text)) => Ok(text),
+            Ok(value) => Ok(value.to_string()),
+            Err(e) => Err(format!("script failed ({e}): {script}")),
+        }
+    }
+
+    /// Polls `script` until it returns something truthy.
+    async fn wait(&self, what: &str, script: &str) -> Result<(), String> {
+        self.poll(what, script, UI_TIMEOUT, |value| !matches!(value, "" | "false" | "null" | "0")).await.map(drop)
+    }
+
+    async fn wait_for_text(&self, id: &str, expected: &str) -> Result<(), String> {
+        let script = format!("return document.getElementById('{id}').textContent.trim()");
+        self.poll(&format!("#{id} to read {expected}"), &script, UI_TIMEOUT, |text| text == expected).await.map(drop)
+    }
+
+    /// Waits for `#id[data-status]` to reach one of `ends`, and returns it.
+    async fn wait_status(&self, id: &str, ends: &[&str], timeout: Duration) -> Result<String, String> {
+        let script = format!("return document.getElementById('{id}').dataset.status");
+        self.poll(&format!("#{id} to reach one of {ends:?}"), &script, timeout, |status| ends.contains(&status)).await
+    }
+
+    async fn poll(
+        &self,
+        what: &str,
+        script: &str,
+        timeout: Duration,
+        done: impl Fn(&str) -> bool,
+    ) -> Result<String, String> {
+        let start = Instant::now();
+        loop {
+            let value = self.eval(script).await?;
+            if done(&value) {
+                return Ok(value);
+            }
+            if start.elapsed() > timeout {
+                let error = self.eval("return document.getElementById('app-error').textContent").await?;
+                return Err(format!(
+                    "timed out after {timeout:?} waiting for {what}: last {value:?}; app error {error:?}"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Saves a screenshot of the section `section` as `<name>.png`.
+    async fn shot(&self, name: &str, section: &str) -> Result<(), String> {
+        // Scrolled to the top of the view first: WebKit crops an element's screenshot to the viewport.
+        self.eval(&format!("document.getElementById('{section}').scrollIntoView({{block: 'start'}}); return ''"))
+            .await?;
+        let png = self.element(section).await?.screenshot().await.map_err(|e| format!("screenshot {name}: {e}"))?;
+        let path = self.shots.join(format!("{name}.png"));
+        std::fs::write(&path, png).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    }
+}
+
+fn screenshot_dir() -> PathBuf {
+    let dir = std::env::var_os("NEEDLE_SCREENSHOTS_DIR")
+        .map_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("app_e2e"), PathBuf::from);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    dir
+}
+
+/// The programs the test drives the app with.
+struct Tools {
+    xvfb: PathBuf,
+    tauri_driver: PathBuf,
+    webkit_driver: PathBuf,
+}
+
+impl Tools {
+    /// Finds every tool, or fails naming each missing one and how to install it.
+    fn find() -> Self {
+        let cargo_bin = std::env::var_os("CARGO_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cargo")))
+            .map(|home| home.join("bin"));
+        let find = |name: &str| {
+            let path = std::env::var_os("PATH").unwrap_or_default();
+            std::env::split_paths(&path).chain(cargo_bin.clone()).map(|dir| dir.join(name)).find(|p| p.is_file())
+        };
+        let wanted = [
+            ("Xvfb", "apt-get install xvfb"),
+            ("tauri-driver", "cargo install tauri-driver --locked"),
+            ("WebKitWebDriver", "apt-get install webkit2gtk-driver"),
+        ];
+        let found: Vec<Option<PathBuf>> = wanted.iter().map(|(name, _)| find(name)).collect();
+        let missing: Vec<String> = wanted
+            .iter()
+            .zip(&found)
+            .filter(|(_, path)| path.is_none())
+            .map(|((name, install), _)| format!("{name} (install: {install})"))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "app_e2e cannot drive the app without {}; .ci/run installs them",
+            missing.join(", ")
+        );
+        let [xvfb, tauri_driver, webkit_driver] = <[Option<PathBuf>; 3]>::try_from(found).expect("three tools");
+        Self { xvfb: xvfb.unwrap(), tauri_driver: tauri_driver.unwrap(), webkit_driver: webkit_driver.unwrap() }
+    }
+}
+
+/// A child process, and every process it started, ended with the test, pass or fail.
+struct Guard(Child);
+
+impl Guard {
+    /// Starts `command` as the leader of a new process group, so its children can be ended with it
+    /// (tauri-driver starts WebKitWebDriver, which starts the app).
+    fn spawn(command: &mut Command) -> Self {
+        use std::os::unix::process::CommandExt;
+        let program = command.get_program().to_string_lossy().into_owned();
+        Self(command.process_group(0).spawn().unwrap_or_else(|e| panic!("cannot start {program}: {e}")))
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let group = format!("-{}", self.0.id());
+        let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A virtual X display of its own, so tests never touch the user's screen or each other.
+struct Xvfb {
+    display: String,
+    _process: Guard,
+}
+
+impl Xvfb {
+    fn start(program: &Path) -> Self {
+        // The first display number with no X server (lock file) yet.
+        let number = (90..200)
+            .find(|n| !Path::new(&format!("/tmp/.X{n}-lock")).exists())
+            .expect("a free X display number between :90 and :199");
+        let display = format!(":{number}");
+        let process = Guard::spawn(
+            Command::new(program)
+                .args([display.as_str(), "-screen", "0", "1280x1024x24", "-nolisten", "tcp"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        );
+        let socket = PathBuf::from(format!("/tmp/.X11-unix/X{number}"));
+        wait_until(&format!("Xvfb on {display}"), || socket.exists());
+        Self { display, _process: process }
+    }
+}
+
+/// `tauri-driver` on a free port, with WebKitWebDriver under it and the app's files in `home`.
+struct TauriDriver {
+    url: String,
+    /// What tauri-driver, WebKitWebDriver and the app print: quoted when the session fails.
+    log: PathBuf,
+    _process: Guard,
+}
+
+impl TauriDriver {
+    fn start(tools: &Tools, display: &Xvfb, home: &Path) -> Self {
+        let (port, native_port) = (free_port(), free_port());
+        let log = home.join("tauri-driver.log");
+        let log_file = std::fs::File::create(&log).expect("tauri-driver log file");
+        let process = Guard::spawn(
+            Command::new(&tools.tauri_driver)
+                .args(["--port", &port.to_string(), "--native-port", &native_port.to_string()])
+                .arg("--native-driver")
+                .arg(&tools.webkit_driver)
+                .env("DISPLAY", &display.display)
+                // The app keeps settings and history here, not in the user's data dir.
+                .env("XDG_DATA_HOME", home.join("data"))
+                .env("XDG_CONFIG_HOME", home.join("config"))
+                .env("XDG_CACHE_HOME", home.join("cache"))
+                // Software rendering: Xvfb has no GPU.
+                .env("WEBKIT_DISABLE_DMABUF_RENDERER", "1")
+                .env("LIBGL_ALWAYS_SOFTWARE", "1")
+                .env_remove("NEEDLE_DEVICE")
+                .stdout(log_file.try_clone().expect("log file handle"))
+                .stderr(log_file),
+        );
+        let listening = |port: u16| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+        wait_until("tauri-driver and WebKitWebDriver to listen", || listening(port) && listening(native_port));
+        Self { url: format!("http://127.0.0.1:{port}"), log, _process: process }
+    }
+}
+
+async fn connect(driver: &TauriDriver, app: &Path) -> Client {
+    let capabilities = json!({ "browserName": "wry", "tauri:options": { "application": app } });
+    let Value::Object(capabilities) = capabilities else { unreachable!("a JSON object") };
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    ClientBuilder::new(connector).capabilities(capabilities).connect(&driver.url).await.unwrap_or_else(|e| {
+        let log = std::fs::read_to_string(&driver.log).unwrap_or_default();
+        panic!("tauri-driver at {} could not start {}: {e}\n{log}", driver.url, app.display())
+    })
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).expect("a free local port");
+    listener.local_addr().expect("its address").port()
+}
+
+fn wait_until(what: &str, ready: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !ready() {
+        assert!(start.elapsed() < Duration::from_secs(30), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
