@@ -375,9 +375,16 @@ function renderPlan(plan) {
     ['Sequence length', `${formatCount(plan.seq_len)} tokens`],
     ['Examples', `${formatCount(plan.examples)}, ${formatCount(plan.validation)} held out for validation`],
     ['Trainable parameters', `${formatCount(plan.trainable_parameters)} in ${formatCount(weights)} adapted weights`],
-    ['Estimated peak memory', formatBytes(plan.memory_estimate_bytes)],
+    ['Estimated peak memory', formatBytes(plan.memory_estimate_bytes) +
+      (plan.recompute ? ' (activations recomputed layer by layer)' : '')],
   ];
-  $('plan').replaceChildren(h('dl', {}, ...rows.flatMap(([term, value]) => [h('dt', {}, term), h('dd', {}, value)])));
+  if (plan.seconds_estimate != null) rows.push(['Estimated time', formatClock(plan.seconds_estimate)]);
+  const fits = plan.memory_available_bytes == null || plan.memory_estimate_bytes <= plan.memory_available_bytes;
+  const list = h('dl', {}, ...rows.flatMap(([term, value]) => [h('dt', {}, term), h('dd', {}, value)]));
+  const warning = fits ? [] : [h('p', { class: 'error', role: 'alert' },
+    `This run needs about ${formatBytes(plan.memory_estimate_bytes)} but ${formatBytes(plan.memory_available_bytes)} ` +
+    'is free: it may be stopped by the system. Lower the batch size or the maximum length.')];
+  $('plan').replaceChildren(list, ...warning);
 }
 
 // ---------- run and progress ----------

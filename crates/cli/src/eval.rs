@@ -30,7 +30,7 @@ pub struct Args {
     /// Force a backend (auto, cpu, cuda, metal); default: NEEDLE_DEVICE, else auto
     #[arg(long)]
     pub device: Option<String>,
-    /// Print one JSON line {"loss", "examples", "tokens", "seq_len"} instead of text
+    /// Print one JSON line {"loss", "examples", "tokens", "seq_len", "tokens_per_s"} instead of text
     #[arg(long)]
     pub json: bool,
 }
@@ -81,8 +81,8 @@ fn print_summary(summary: &EvalSummary, json: bool) -> Result<()> {
         println!("{}", serde_json::to_string(summary)?);
     } else {
         println!(
-            "  {:<9} {:.4}  ({} answer tokens in {} examples, seq_len {})",
-            "loss", summary.loss, summary.tokens, summary.examples, summary.seq_len
+            "  {:<9} {:.4}  ({} answer tokens in {} examples, seq_len {}, {:.0} tokens/s)",
+            "loss", summary.loss, summary.tokens, summary.examples, summary.seq_len, summary.tokens_per_s
         );
     }
     Ok(())

@@ -59,11 +59,15 @@ pub struct Args {
 pub fn run(args: Args) -> Result<()> {
     let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
     let options = options(&args);
-    let session = Session::prepare(options.clone(), &selected.device)
+    let mut session = Session::prepare(options.clone(), &selected.device)
         .with_context(|| format!("preparing to fine-tune {}", args.inputs.checkpoint.display()))?;
     if args.dry_run {
+        session.time_run().context("timing a training step for the plan")?;
         print_plan(&session.plan, &options, args.events.is_some())?;
         return Ok(());
+    }
+    if session.plan.may_not_fit() {
+        eprintln!("  {:<9} {}", "warning", memory_warning(&session.plan));
     }
     let cancel = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&cancel);
@@ -132,9 +136,24 @@ fn print_plan(plan: &Plan, options: &FinetuneOptions, json: bool) -> Result<()> 
         "lora", options.rank, options.alpha, plan.adapted_weights, plan.trainable_parameters
     );
     println!("  {:<9} {} steps  warmup {}  cosine decay  clip 1.0", "schedule", plan.steps, plan.warmup);
-    println!("  {:<9} ~{:.1} MiB peak (estimate)", "memory", plan.memory_estimate_bytes as f64 / (1 << 20) as f64);
+    let recompute = if plan.recompute { ", activations recomputed layer by layer" } else { "" };
+    println!("  {:<9} ~{:.0} MB peak (estimate{recompute})", "memory", plan.memory_estimate_bytes as f64 / 1e6);
+    if plan.may_not_fit() {
+        println!("  {:<9} {}", "warning", memory_warning(plan));
+    }
+    if let Some(seconds) = plan.seconds_estimate {
+        println!("  {:<9} ~{:.0} s (one step timed on this machine)", "time", seconds);
+    }
     println!("  {:<9} {}", "adapter", options.out.display());
     Ok(())
+}
+
+fn memory_warning(plan: &Plan) -> String {
+    format!(
+        "this run needs about {:.1} GB but {:.1} GB is free: it may be killed; lower --batch-size or --max-len",
+        plan.memory_estimate_bytes as f64 / 1e9,
+        plan.memory_available_bytes.unwrap_or(0) as f64 / 1e9
+    )
 }
 
 /// The terminal view: a progress bar with ETA, and the reference's line per epoch.

@@ -3,6 +3,7 @@
 //! app can re-run its own binary as a `needle` worker process (`needle-studio worker finetune …`).
 
 mod backend;
+mod bench;
 mod build;
 mod data;
 mod eval;
@@ -30,6 +31,8 @@ struct Cli {
 enum Command {
     /// Show the compute backend (CUDA, Metal or CPU) that training would use, and why.
     Backend(backend::Args),
+    /// Time LoRA training steps and peak memory on a random-init model of a given shape.
+    Bench(bench::Args),
     /// Merge an optional LoRA adapter into a checkpoint and write a quantized `.cact`.
     Build(build::Args),
     /// Report on a dataset: usable examples, problems by line, token lengths, sequence length.
@@ -46,8 +49,11 @@ enum Command {
 
 /// Runs `needle` with these arguments (the first is the program name), as the binary does.
 pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> ExitCode {
+    let process_start = std::time::Instant::now();
+    needle_engine::backend::keep_elementwise_ops_on_the_calling_thread();
     let result = match Cli::parse_from(args).command {
         Command::Backend(args) => backend::run(args),
+        Command::Bench(args) => bench::run(args, process_start),
         Command::Build(args) => build::run(args),
         Command::Data(args) => data::run(args),
         Command::Eval(args) => eval::run(args),

@@ -227,6 +227,29 @@ fn probe_cpu() -> Probe {
     }
 }
 
+/// Runs candle's CPU element-wise ops on the calling thread unless `CANDLE_NUM_THREADS` says
+/// otherwise. candle hands them to a pool of threads that spin while they wait; on a machine with
+/// few cores those spinning threads take the cores the matrix multiplies and the fused kernels
+/// (both on rayon) need: on 2 cores a Needle 2 training step took 3× longer with the pool. Call it
+/// first thing in `main`, before any thread or tensor exists.
+pub fn keep_elementwise_ops_on_the_calling_thread() {
+    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+        // The process has no other thread yet, so nothing reads the environment concurrently.
+        std::env::set_var("CANDLE_NUM_THREADS", "1");
+    }
+}
+
+/// Bytes in use on `device`'s GPU (by every process), where the driver says; `None` on the CPU.
+pub fn device_memory_used(device: &Device) -> Option<u64> {
+    #[cfg(feature = "cuda")]
+    if let Ok(cuda) = device.as_cuda_device() {
+        let (free, total) = cuda.cuda_stream().context().mem_get_info().ok()?;
+        return Some(total.saturating_sub(free) as u64);
+    }
+    let _ = device;
+    None
+}
+
 #[cfg(feature = "cuda")]
 fn open_cuda() -> Result<(Device, Probe), String> {
     let count = cudarc::driver::CudaContext::device_count().map_err(|e| format!("CUDA driver: {e}"))?;

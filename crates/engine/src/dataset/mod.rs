@@ -80,12 +80,13 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// One training row per example, in file order, each `seq_len` long.
+    /// One training row per example, in file order, cut to `seq_len` but not padded: batches pad
+    /// to their own longest row ([`crate::model::batch_tensors`]), which gives the loss of rows
+    /// padded to `seq_len` (padding comes after every scored token, under a causal mask).
     ///
-    /// Built on demand: padded rows are many times the size of the tokens, and a report alone
-    /// (`needle data`) never needs them.
+    /// Built on demand: a report alone (`needle data`) never needs them.
     pub fn rows(&self) -> impl ExactSizeIterator<Item = Encoded> + '_ {
-        self.tokenized.iter().map(|t| t.encode(self.seq_len))
+        self.tokenized.iter().map(|t| t.encode(t.sequence_len().min(self.seq_len)))
     }
 }
 

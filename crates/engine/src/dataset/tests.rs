@@ -86,8 +86,15 @@ fn encodes_the_golden_dataset_like_load_jsonl() {
         let golden_ids: Vec<Vec<u32>> = serde_json::from_value(case["ids"].clone()).expect("ids are integer rows");
         let golden_mask: Vec<Vec<f32>> = serde_json::from_value(case["mask"].clone()).expect("mask rows are floats");
         let rows: Vec<Encoded> = prepared.rows().collect();
-        let rows_ids: Vec<Vec<u32>> = rows.iter().map(|row| row.ids.clone()).collect();
-        let rows_mask: Vec<Vec<f32>> = rows.iter().map(|row| row.mask.clone()).collect();
+        // Rows are cut to seq_len but padded only when batched; padded, they are the reference's.
+        assert!(rows.iter().all(|row| row.ids.len() <= prepared.seq_len && row.ids.len() == row.mask.len()));
+        let padded = |row: &Encoded| {
+            let (mut ids, mut mask) = (row.ids.clone(), row.mask.clone());
+            ids.resize(prepared.seq_len, PAD);
+            mask.resize(prepared.seq_len, 0.0);
+            (ids, mask)
+        };
+        let (rows_ids, rows_mask): (Vec<Vec<u32>>, Vec<Vec<f32>>) = rows.iter().map(padded).unzip();
         assert_eq!(rows_ids, golden_ids, "cap {cap}");
         assert_eq!(rows_mask, golden_mask, "cap {cap}");
         let truncated = rows.iter().filter(|row| row.truncated).count();

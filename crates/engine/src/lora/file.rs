@@ -89,8 +89,8 @@ pub(crate) type F32Buffer = (String, Vec<usize>, Vec<u8>);
 pub(crate) fn factor_buffers(lora: &Lora) -> Result<Vec<F32Buffer>, AdapterFileError> {
     let mut out = Vec::new();
     for factor in &lora.factors {
-        for (side, var) in [("A", &factor.a), ("B", &factor.b)] {
-            out.push((format!("{}/{side}", factor.path), var.dims().to_vec(), f32_bytes(var.as_tensor())?));
+        for (side, tensor) in [("A", factor.stacked_a()?), ("B", factor.stacked_b()?)] {
+            out.push((format!("{}/{side}", factor.path), tensor.dims().to_vec(), f32_bytes(&tensor)?));
         }
     }
     Ok(out)
@@ -132,8 +132,8 @@ fn to_pickled(path: &Path, lora: &Lora, meta: &AdapterMeta) -> Result<PickledAda
         .factors
         .iter()
         .map(|f| {
-            let a = array(f.a.dims(), f32_bytes(f.a.as_tensor())?);
-            let b = array(f.b.dims(), f32_bytes(f.b.as_tensor())?);
+            let (a, b) = (f.stacked_a()?, f.stacked_b()?);
+            let (a, b) = (array(a.dims(), f32_bytes(&a)?), array(b.dims(), f32_bytes(&b)?));
             Ok((f.path.clone(), LoraFactors { a, b }))
         })
         .collect::<Result<BTreeMap<_, _>, AdapterFileError>>()?;

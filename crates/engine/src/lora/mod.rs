@@ -2,7 +2,8 @@
 //! they enter the network.
 //!
 //! Each adapted kernel `W` (`[layers, in, out]` for the stacked blocks) gets `A` `[layers, in, r]`
-//! and `B` `[layers, r, out]`; the network sees `W + (alpha / r)·A·B`. `A` starts as N(0, 1)/r
+//! and `B` `[layers, r, out]`; the network computes `x·W + (alpha / r)·(x·A)·B` (see
+//! [`crate::model::LowRank`]). `A` starts as N(0, 1)/r
 //! and `B` as zeros, so training starts from the base model's exact outputs.
 
 use candle_core::{DType, Tensor, Var};
@@ -10,7 +11,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
 
-use crate::model::{lora_merged, ModelError, Params, Result};
+use crate::model::{LowRank, ModelError, Params, Result};
 
 pub mod file;
 pub use file::{load_adapter, save_adapter, AdapterFileError, AdapterMeta};
@@ -48,13 +49,19 @@ pub fn target_paths(params: &Params) -> Result<Vec<String>> {
     Ok(paths)
 }
 
-/// One adapted weight: the frozen base kernel and its two trainable factors.
+/// One adapted weight's trainable factors, one `A`/`B` pair per layer of the stacked kernel.
+///
+/// The pairs are separate variables so that a layer's update touches only its own gradient
+/// (slicing one stacked variable per layer would pad every layer's gradient to the whole stack).
 #[derive(Debug)]
 pub struct Factor {
     pub path: String,
-    base: Tensor,
-    pub a: Var,
-    pub b: Var,
+    /// The kernel's leading (layer) dimensions; empty for an unstacked kernel.
+    lead: Vec<usize>,
+    /// `[in, r]` per layer.
+    pub a: Vec<Var>,
+    /// `[r, out]` per layer.
+    pub b: Vec<Var>,
 }
 
 /// A set of LoRA factors over one base model.
@@ -82,7 +89,7 @@ impl Lora {
                     (0..count).map(|_| StandardNormal.sample(&mut rng)).map(|v: f32| v / rank as f32).collect();
                 let a = Tensor::from_vec(values, a_shape.as_slice(), params.device())?;
                 let b = Tensor::zeros(b_shape.as_slice(), DType::F32, params.device())?;
-                Factor::new(path, base, &a, &b)
+                Factor::new(path, base.dims(), &a, &b, rank)
             })
             .collect::<Result<_>>()?;
         Ok(Self { rank, alpha, factors })
@@ -102,9 +109,10 @@ impl Lora {
                 let device = params.device();
                 Factor::new(
                     path,
-                    base,
+                    base.dims(),
                     &a.to_dtype(DType::F32)?.to_device(device)?,
                     &b.to_dtype(DType::F32)?.to_device(device)?,
+                    rank,
                 )
             })
             .collect::<Result<_>>()?;
@@ -116,49 +124,97 @@ impl Lora {
         self.alpha / self.rank as f64
     }
 
-    /// Puts `W + scale·A·B` for every factor into `params`, tracked for gradients of `A` and `B`.
-    pub fn apply(&self, params: &mut Params) -> Result<()> {
+    /// The factors as the network takes them, tracked for gradients.
+    pub fn low_rank(&self) -> LowRank {
+        let mut low_rank = LowRank::new(self.scale());
         for factor in &self.factors {
-            let merged = factor.merged(factor.a.as_tensor(), factor.b.as_tensor(), self.scale())?;
-            params.insert(factor.path.clone(), merged);
+            for (layer, (a, b)) in factor.a.iter().zip(&factor.b).enumerate() {
+                low_rank.insert(&factor.path, layer, a.as_tensor().clone(), b.as_tensor().clone());
+            }
         }
-        Ok(())
+        low_rank
     }
 
-    /// Like [`Lora::apply`] but detached from the graph: for evaluation, which needs no gradients.
-    pub fn apply_frozen(&self, params: &mut Params) -> Result<()> {
-        for factor in &self.factors {
-            let merged = factor.merged(&factor.a.as_tensor().detach(), &factor.b.as_tensor().detach(), self.scale())?;
-            params.insert(factor.path.clone(), merged);
-        }
-        Ok(())
-    }
-
-    /// Every trainable tensor, `A` then `B` of each factor in order: the optimizer's view.
+    /// Every trainable tensor, per factor its `A` of each layer then its `B` of each layer: the
+    /// optimizer's view.
     pub fn vars(&self) -> Vec<Var> {
-        self.factors.iter().flat_map(|f| [f.a.clone(), f.b.clone()]).collect()
+        self.factors.iter().flat_map(|f| f.a.iter().chain(&f.b).cloned()).collect()
+    }
+
+    /// Tensors given per [`Lora::vars`] entry (values, gradients, moments) regrouped as the files
+    /// hold them: per factor its stacked `A`-shaped tensor, then its stacked `B`-shaped one.
+    pub fn stacked(&self, per_var: &[Tensor]) -> candle_core::Result<Vec<Tensor>> {
+        let mut rest = per_var;
+        let mut out = Vec::with_capacity(2 * self.factors.len());
+        for factor in &self.factors {
+            for side in [&factor.a, &factor.b] {
+                let (parts, tail) = rest.split_at(side.len().min(rest.len()));
+                out.push(factor.stack(parts)?);
+                rest = tail;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The inverse of [`Lora::stacked`]: stacked tensors (two per factor) split per variable.
+    pub fn unstacked(&self, stacked: &[Tensor]) -> candle_core::Result<Vec<Tensor>> {
+        let mut out = Vec::new();
+        for (tensor, side) in stacked.iter().zip(self.factors.iter().flat_map(|f| [&f.a, &f.b])) {
+            let per_layer =
+                tensor.reshape([&[side.len()], &tensor.dims()[tensor.rank().saturating_sub(2)..]].concat())?;
+            out.extend((0..side.len()).map(|l| per_layer.get(l)).collect::<candle_core::Result<Vec<_>>>()?);
+        }
+        Ok(out)
     }
 
     /// Number of trainable scalars.
     pub fn parameter_count(&self) -> usize {
-        self.factors.iter().map(|f| f.a.elem_count() + f.b.elem_count()).sum()
+        self.vars().iter().map(|v| v.elem_count()).sum()
     }
 }
 
 impl Factor {
-    fn new(path: String, base: Tensor, a: &Tensor, b: &Tensor) -> Result<Self> {
-        let factor = Self { base, a: Var::from_tensor(a)?, b: Var::from_tensor(b)?, path };
-        // Fail now, naming the weight, rather than at the first forward pass.
-        factor.merged(a, b, 1.0)?;
-        Ok(factor)
+    /// Checks `a` `[lead…, in, r]` and `b` `[lead…, r, out]` against the kernel's shape before
+    /// anything is multiplied, then splits them per layer.
+    fn new(path: String, kernel: &[usize], a: &Tensor, b: &Tensor, rank: usize) -> Result<Self> {
+        let (lead, in_dim, out_dim) = split_kernel_dims(&path, kernel)?;
+        for (side, tensor, want) in [
+            ("A", a, [lead.as_slice(), &[in_dim, rank]].concat()),
+            ("B", b, [lead.as_slice(), &[rank, out_dim]].concat()),
+        ] {
+            if tensor.dims() != want.as_slice() {
+                return Err(ModelError::AdapterMismatch {
+                    path,
+                    reason: format!(
+                        "{side} has shape {:?} but the weight {kernel:?} at rank {rank} needs {want:?}",
+                        tensor.dims()
+                    ),
+                    base: LOADED_BASE.into(),
+                });
+            }
+        }
+        let layers: usize = lead.iter().product();
+        let split = |t: &Tensor| -> Result<Vec<Var>> {
+            let per_layer = t.reshape([&[layers], &t.dims()[lead.len()..]].concat())?;
+            (0..layers).map(|l| Ok(Var::from_tensor(&per_layer.get(l)?.contiguous()?)?)).collect()
+        };
+        Ok(Self { a: split(a)?, b: split(b)?, path, lead })
     }
 
-    fn merged(&self, a: &Tensor, b: &Tensor, scale: f64) -> Result<Tensor> {
-        lora_merged(&self.base, a, b, scale).map_err(|reason| ModelError::AdapterMismatch {
-            path: self.path.clone(),
-            reason,
-            base: LOADED_BASE.into(),
-        })
+    /// `A` of every layer as one tensor `[lead…, in, r]`.
+    pub fn stacked_a(&self) -> candle_core::Result<Tensor> {
+        self.stack(&self.a.iter().map(|v| v.as_tensor().clone()).collect::<Vec<_>>())
+    }
+
+    /// `B` of every layer as one tensor `[lead…, r, out]`.
+    pub fn stacked_b(&self) -> candle_core::Result<Tensor> {
+        self.stack(&self.b.iter().map(|v| v.as_tensor().clone()).collect::<Vec<_>>())
+    }
+
+    /// Per-layer tensors of one side stacked under the kernel's leading dimensions.
+    fn stack(&self, parts: &[Tensor]) -> candle_core::Result<Tensor> {
+        let stacked = Tensor::stack(parts, 0)?;
+        stacked.reshape([self.lead.as_slice(), &stacked.dims()[1..]].concat())
     }
 }
 

@@ -3,8 +3,10 @@
 
 use candle_core::{Device, Tensor};
 
+use super::kernels::causal_softmax;
+use super::kernels::sigmoid;
+use super::linear::{Linear, LowRank};
 use super::norm::ZcRmsNorm;
-use super::ops::{sigmoid, softmax_last};
 use super::params::ParamPath;
 use super::Result;
 use crate::config::ModelConfig;
@@ -52,11 +54,11 @@ pub fn causal_bias(seq_len: usize, device: &Device) -> Result<Tensor> {
 /// The reference's `self_attn` module.
 #[derive(Debug, Clone)]
 pub struct Attention {
-    q_proj: Tensor,
-    k_proj: Tensor,
-    v_proj: Tensor,
-    gate_proj: Tensor,
-    out_proj: Tensor,
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    gate_proj: Linear,
+    out_proj: Linear,
     q_norm: ZcRmsNorm,
     k_norm: ZcRmsNorm,
     num_heads: usize,
@@ -69,11 +71,11 @@ impl Attention {
         let (d, attn_dim, head_dim) = (cfg.d_model, cfg.num_heads * cfg.head_dim(), cfg.head_dim());
         let kv_dim = cfg.num_kv_heads * head_dim;
         Ok(Self {
-            q_proj: vb.pp("q_proj").get(&[d, attn_dim], "kernel")?,
-            k_proj: vb.pp("k_proj").get(&[d, kv_dim], "kernel")?,
-            v_proj: vb.pp("v_proj").get(&[d, kv_dim], "kernel")?,
-            gate_proj: vb.pp("gate_proj").get(&[d, attn_dim], "kernel")?,
-            out_proj: vb.pp("out_proj").get(&[attn_dim, d], "kernel")?,
+            q_proj: vb.pp("q_proj").linear(d, attn_dim, "kernel")?,
+            k_proj: vb.pp("k_proj").linear(d, kv_dim, "kernel")?,
+            v_proj: vb.pp("v_proj").linear(d, kv_dim, "kernel")?,
+            gate_proj: vb.pp("gate_proj").linear(d, attn_dim, "kernel")?,
+            out_proj: vb.pp("out_proj").linear(attn_dim, d, "kernel")?,
             q_norm: ZcRmsNorm::new(head_dim, vb.pp("q_norm"))?,
             k_norm: ZcRmsNorm::new(head_dim, vb.pp("k_norm"))?,
             num_heads: cfg.num_heads,
@@ -82,22 +84,22 @@ impl Attention {
         })
     }
 
-    /// `x` `[B, T, d_model]` → `[B, T, d_model]`.
-    pub fn forward(&self, x: &Tensor, rope: &Rope, causal: &Tensor) -> Result<Tensor> {
+    /// `x` `[B, T, d_model]` → `[B, T, d_model]`; `low_rank` adapts the projections.
+    pub fn forward(&self, x: &Tensor, rope: &Rope, causal: &Tensor, low_rank: Option<&LowRank>) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
-        let q = self.heads(&x.broadcast_matmul(&self.q_proj)?, self.num_heads)?;
-        let k = self.heads(&x.broadcast_matmul(&self.k_proj)?, self.num_kv_heads)?;
-        let v = self.heads(&x.broadcast_matmul(&self.v_proj)?, self.num_kv_heads)?;
+        let q = self.heads(&self.q_proj.forward(x, low_rank)?, self.num_heads)?;
+        let k = self.heads(&self.k_proj.forward(x, low_rank)?, self.num_kv_heads)?;
+        let v = self.heads(&self.v_proj.forward(x, low_rank)?, self.num_kv_heads)?;
         let q = rope.apply(&self.q_norm.forward(&q)?)?;
         let k = rope.apply(&self.k_norm.forward(&k)?)?;
         let (k, v) = (self.share_kv(&k)?, self.share_kv(&v)?);
 
         let scores = (q.matmul(&k.t()?)? / (self.head_dim as f64).sqrt())?;
-        let weights = softmax_last(&scores.broadcast_add(causal)?)?;
+        let weights = causal_softmax(&scores, causal)?;
         let out = weights.matmul(&v)?.transpose(1, 2)?.reshape((b, t, self.num_heads * self.head_dim))?;
 
-        let gated = (out * sigmoid(&x.broadcast_matmul(&self.gate_proj)?)?)?;
-        Ok(gated.broadcast_matmul(&self.out_proj)?)
+        let gated = (out * sigmoid(&self.gate_proj.forward(x, low_rank)?)?)?;
+        self.out_proj.forward(&gated, low_rank)
     }
 
     /// `[B, T, n·head_dim]` → `[B, n, T, head_dim]`.

@@ -5,9 +5,10 @@ use candle_core::Tensor;
 
 use super::attention::{Attention, Rope};
 use super::engram::EngramKv;
+use super::kernels::sigmoid;
+use super::linear::LowRank;
 use super::mlp::HadamardMlp;
 use super::norm::ZcRmsNorm;
-use super::ops::sigmoid;
 use super::params::ParamPath;
 use super::Result;
 use crate::config::ModelConfig;
@@ -36,13 +37,21 @@ impl Block {
         })
     }
 
-    /// `x` `[B, T, d]`; `engrams` are the memories injected at this layer (usually none).
-    pub fn forward(&self, x: &Tensor, rope: &Rope, causal: &Tensor, engrams: &[&EngramKv]) -> Result<Tensor> {
+    /// `x` `[B, T, d]`; `engrams` are the memories injected at this layer (usually none);
+    /// `low_rank` adapts the attention projections.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        rope: &Rope,
+        causal: &Tensor,
+        engrams: &[&EngramKv],
+        low_rank: Option<&LowRank>,
+    ) -> Result<Tensor> {
         let mut x = x.clone();
         for memory in engrams {
             x = (&x + memory.injection(&x)?)?;
         }
-        let attn = self.self_attn.forward(&self.input_norm.forward(&x)?, rope, causal)?;
+        let attn = self.self_attn.forward(&self.input_norm.forward(&x)?, rope, causal, low_rank)?;
         let x = (&x + self.post_attn_norm.forward(&attn)?.broadcast_mul(&self.attn_gate)?)?;
         let mlp = self.hadamard_mlp.forward(&self.pre_hada_norm.forward(&x)?)?;
         Ok((x + mlp)?)

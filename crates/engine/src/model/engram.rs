@@ -4,8 +4,9 @@
 
 use candle_core::{Device, Tensor, D};
 
+use super::kernels::sigmoid;
 use super::norm::rms_unit;
-use super::ops::{shift_right, sigmoid};
+use super::ops::shift_right;
 use super::params::ParamPath;
 use super::{ModelError, Result};
 use crate::config::ModelConfig;

@@ -3,6 +3,7 @@
 
 use candle_core::{Device, Tensor};
 
+use super::kernels::hadamard_mlp;
 use super::params::ParamPath;
 use super::Result;
 
@@ -12,8 +13,8 @@ pub struct HadamardMlp {
     d1: Tensor,
     d2: Tensor,
     d3: Tensor,
-    walsh: Tensor,
-    d_model: usize,
+    /// The dense transform, for devices without the fused MLP (see [`hadamard_mlp`]).
+    walsh_matrix: Option<Tensor>,
 }
 
 impl HadamardMlp {
@@ -23,18 +24,13 @@ impl HadamardMlp {
             d1: vb.get(&[n], "d1")?,
             d2: vb.get(&[n], "d2")?,
             d3: vb.get(&[n], "d3")?,
-            walsh: walsh_matrix(n, vb.device())?,
-            d_model,
+            walsh_matrix: if vb.device().is_cpu() { None } else { Some(walsh_matrix(n, vb.device())?) },
         })
     }
 
     /// `x` `[B, T, d_model]` → `[B, T, d_model]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let pad = self.walsh.dim(0)? - self.d_model;
-        let z = x.pad_with_zeros(2, 0, pad)?;
-        let z = z.broadcast_mul(&self.d1)?.broadcast_matmul(&self.walsh)?;
-        let z = z.broadcast_mul(&self.d2)?.silu()?.broadcast_matmul(&self.walsh)?;
-        Ok(z.broadcast_mul(&self.d3)?.narrow(2, 0, self.d_model)?)
+        Ok(hadamard_mlp(x, [&self.d1, &self.d2, &self.d3], self.walsh_matrix.as_ref())?)
     }
 }
 

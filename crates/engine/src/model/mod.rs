@@ -9,15 +9,19 @@
 //! - each block: zero-centred RMSNorm sandwiches around grouped-query attention with per-head q/k
 //!   norms, RoPE and a sigmoid output gate ([`attention`]), then a Hadamard-mixing MLP ([`mlp`]).
 //!
-//! Every operation is written with differentiable candle primitives (no fused `rms_norm`,
-//! `softmax_last_dim` or `rope`, which have no backward pass), so training can take gradients
-//! through the whole forward. Parameters are read from a [`Params`] source whose paths are the
-//! checkpoint's own (`stack/layers/block/self_attn/q_proj/kernel`).
+//! Training takes gradients through the whole forward with candle's autograd. The frozen base stays
+//! out of it: its kernels enter through [`kernels::frozen_matmul`] (no weight gradient), LoRA is a
+//! [`LowRank`] update beside them, and the widest element-wise steps (norms, the causal softmax,
+//! the Walsh transform, the cross-entropy) are fused [`kernels`] with hand-written backward
+//! passes. Parameters are read from a [`Params`] source whose paths are the checkpoint's own
+//! (`stack/layers/block/self_attn/q_proj/kernel`).
 
 pub mod attention;
 pub mod block;
 pub mod engram;
 pub mod eval;
+pub mod kernels;
+pub mod linear;
 pub mod loss;
 pub mod mlp;
 pub mod network;
@@ -30,6 +34,7 @@ pub mod stack;
 
 pub use candle_core::Device;
 pub use eval::{batch_tensors, evaluate, EvalSummary};
+pub use linear::LowRank;
 pub use loss::{masked_ce_sum, masked_loss};
 pub use network::Network;
 pub use params::{lora_merged, ParamPath, Params};

@@ -2,11 +2,15 @@
 
 use std::path::Path;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::backprop::GradStore;
+use candle_core::{DType, Device, Tensor, Var};
 
 use super::attention::{causal_bias, Rope};
 use super::block::Block;
-use super::engram::{Engram, EngramGeometry, EngramLookup};
+use super::engram::{Engram, EngramGeometry, EngramKv, EngramLookup};
+use super::kernels::frozen_matmul;
+use super::linear::LowRank;
+use super::loss::Scored;
 use super::norm::ZcRmsNorm;
 use super::params::{ParamPath, Params};
 use super::stack::Stack;
@@ -17,6 +21,16 @@ use crate::config::ModelConfig;
 /// Probe counts of the reference's contrastive and confidence heads.
 const CONTRASTIVE_PROBES: usize = 4;
 const CONFIDENCE_PROBES: usize = 8;
+
+/// The per-batch inputs of the layer stack.
+struct LayerInputs {
+    /// Token embeddings `[B, T, d]`, scaled.
+    embedded: Tensor,
+    rope: Rope,
+    causal: Tensor,
+    /// Each engram site's keys and values.
+    memories: Vec<EngramKv>,
+}
 
 #[derive(Debug, Clone)]
 pub struct Network {
@@ -96,25 +110,103 @@ impl Network {
     /// Token ids `[B, T]` (any integer dtype) → logits `[B, T, vocab]` f32, under the causal mask
     /// only (padding is attended to, as in the reference's `__call__`).
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
-        let ids = ids.to_dtype(DType::U32)?;
-        let rows = ids.to_vec2::<u32>()?;
-        self.check_ids(&rows)?;
-        let (b, t) = ids.dims2()?;
-        let d = self.cfg.d_model;
-        let device = self.device();
+        let hidden = self.hidden(&ids.to_dtype(DType::U32)?.to_vec2::<u32>()?, None)?;
+        self.logits(&hidden)
+    }
 
-        let x = (self.embedding.index_select(&ids.flatten_all()?, 0)?.reshape((b, t, d))? * (d as f64).sqrt())?;
-        let rope = Rope::new(self.cfg.head_dim(), t, self.cfg.rope_theta, device)?;
-        let causal = causal_bias(t, device)?;
+    /// `(Σ ce·mask, Σ mask)` of a batch (see [`super::masked_ce_sum`]), with only the scored
+    /// positions projected to the vocabulary; `low_rank` adapts the projections.
+    pub fn masked_ce_sum(&self, ids: &Tensor, mask: &Tensor, low_rank: Option<&LowRank>) -> Result<(Tensor, f64)> {
+        let rows = ids.to_dtype(DType::U32)?.to_vec2::<u32>()?;
+        let scored = Scored::new(&rows, &mask.to_vec2()?);
+        let hidden = self.hidden(&rows, low_rank)?;
+        let (b, t, d) = hidden.dims3()?;
+        let sum = scored.ce_sum(&hidden.reshape((b * t, d))?, |h| self.logits(h))?;
+        Ok((sum, scored.weight_sum()))
+    }
+
+    /// Hidden states `[…, d_model]` → logits through the tied (frozen) embedding.
+    fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        Ok(frozen_matmul(hidden, &self.embedding.t()?)?)
+    }
+
+    /// Token rows (one length) → final hidden states `[B, T, d_model]`.
+    fn hidden(&self, rows: &[Vec<u32>], low_rank: Option<&LowRank>) -> Result<Tensor> {
+        let inputs = self.inputs(rows)?;
+        self.stack.forward(&inputs.embedded, &inputs.rope, &inputs.causal, &inputs.memories, low_rank)
+    }
+
+    /// What every layer reads besides the lanes, from the token rows: none of it depends on a
+    /// trainable weight, so none of it is part of the gradient graph.
+    fn inputs(&self, rows: &[Vec<u32>]) -> Result<LayerInputs> {
+        self.check_ids(rows)?;
+        let (b, t, d) = (rows.len(), rows[0].len(), self.cfg.d_model);
+        let device = self.device();
+        let ids = Tensor::from_vec(rows.concat(), b * t, device)?;
+        let embedded = (self.embedding.index_select(&ids, 0)?.reshape((b, t, d))? * (d as f64).sqrt())?;
         let memories = match &self.engram_geometry {
             None => Vec::new(),
             Some(geometry) => {
-                let lookup = EngramLookup::new(&rows, geometry, device)?;
+                let lookup = EngramLookup::new(rows, geometry, device)?;
                 self.engrams.iter().map(|e| e.forward(&lookup)).collect::<Result<_>>()?
             }
         };
-        let hidden = self.stack.forward(&x, &rope, &causal, &memories)?;
-        Ok(hidden.broadcast_matmul(&self.embedding.t()?)?)
+        Ok(LayerInputs {
+            embedded,
+            rope: Rope::new(self.cfg.head_dim(), t, self.cfg.rope_theta, device)?,
+            causal: causal_bias(t, device)?,
+            memories,
+        })
+    }
+
+    /// The loss of a batch and the gradients of the tensors `low_rank` holds, with activations
+    /// kept for one layer at a time: a first pass keeps only each layer's input lanes, then the
+    /// backward pass recomputes one layer's graph at a time from its input and the gradient
+    /// arriving from above. The same gradients as `masked_ce_sum(…).backward()` for about one
+    /// more forward pass of time and a layer's activations of memory instead of the whole stack's.
+    pub fn loss_and_grads_by_layer(&self, ids: &Tensor, mask: &Tensor, low_rank: &LowRank) -> Result<(f32, GradStore)> {
+        let rows = ids.to_dtype(DType::U32)?.to_vec2::<u32>()?;
+        let scored = Scored::new(&rows, &mask.to_vec2()?);
+        let LayerInputs { embedded, rope, causal, memories } = self.inputs(&rows)?;
+        let layer = |index: usize, lanes: &Tensor, low_rank: &LowRank| {
+            self.stack.layer(index, lanes, &rope, &causal, &memories, Some(low_rank))
+        };
+
+        let untracked = low_rank.detached();
+        let mut inputs = vec![self.stack.spread(&embedded)?];
+        for index in 0..self.stack.num_layers() {
+            let next = layer(index, &inputs[index], &untracked)?;
+            inputs.push(next);
+        }
+
+        let top = Var::from_tensor(&inputs.pop().expect("the stack's output"))?;
+        let hidden = self.stack.finish(top.as_tensor())?;
+        let (b, t, d) = hidden.dims3()?;
+        let loss = (scored.ce_sum(&hidden.reshape((b * t, d))?, |h| self.logits(h))? / scored.weight_sum().max(1.0))?;
+        let mut grads = loss.backward()?;
+        // Every gradient is detached as it is taken: candle's gradients are themselves tracked
+        // tensors, and a tracked upstream gradient would pull every layer's graph into the next.
+        let mut upstream = grads.remove(top.as_tensor()).map_or_else(|| top.zeros_like(), Ok)?.detach();
+        while let Some(input) = inputs.pop() {
+            let index = inputs.len();
+            // The first layer's input is the embedding, which needs no gradient.
+            let input = if index == 0 { input } else { Var::from_tensor(&input)?.as_tensor().clone() };
+            let output = layer(index, &input, low_rank)?;
+            let layer_grads = (output * &upstream)?.sum_all()?.backward()?;
+            for factor in low_rank.tensors() {
+                if let Some(grad) = layer_grads.get(factor) {
+                    let total = match grads.remove(factor) {
+                        Some(earlier) => (earlier + grad)?,
+                        None => grad.clone(),
+                    };
+                    grads.insert(factor, total.detach());
+                }
+            }
+            if index > 0 {
+                upstream = layer_grads.get(&input).map_or_else(|| input.zeros_like(), |g| Ok(g.detach()))?;
+            }
+        }
+        Ok((loss.to_scalar()?, grads))
     }
 
     fn check_ids(&self, rows: &[Vec<u32>]) -> Result<()> {
@@ -181,8 +273,6 @@ fn check_head(head: &ParamPath, probes: usize, d_model: usize, out: usize) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::masked_loss;
-    use candle_core::Var;
     use std::collections::BTreeMap;
 
     /// Small but complete: GQA groups of 2, a padded Hadamard width (48 → 64), 2 lanes, an engram
@@ -216,27 +306,23 @@ mod tests {
     }
 
     #[test]
-    fn gradients_reach_every_attention_projection() {
+    fn low_rank_gradients_reach_every_attention_projection_of_every_layer() {
         let cfg = tiny_config();
-        let mut params = Params::from_tensors(random_params(&cfg), &Device::Cpu).unwrap();
-        let vars: Vec<(String, Var)> = ["q_proj", "k_proj", "v_proj", "gate_proj", "out_proj"]
-            .iter()
-            .map(|name| {
-                let path = format!("stack/layers/block/self_attn/{name}/kernel");
-                let var = Var::from_tensor(&params.get(&path).unwrap()).unwrap();
-                params.insert(path.clone(), var.as_tensor().clone());
-                (path, var)
-            })
-            .collect();
+        let params = Params::from_tensors(random_params(&cfg), &Device::Cpu).unwrap();
         let network = Network::load(&cfg, &params).unwrap();
+        let lora = crate::lora::Lora::init(&params, 4, 8.0, 0).unwrap();
+        assert_eq!(lora.factors.len(), 5, "q, k, v, gate and out projections");
         let (ids, mask) = batch();
-        let loss = masked_loss(&network.forward(&ids).unwrap(), &ids, &mask).unwrap();
-        let grads = loss.backward().unwrap();
-        for (path, var) in &vars {
-            let grad = grads.get(var.as_tensor()).unwrap_or_else(|| panic!("no gradient for {path}"));
-            assert_eq!(grad.dims(), var.dims());
-            let per_layer = grad.abs().unwrap().sum(2).unwrap().sum(1).unwrap().to_vec1::<f32>().unwrap();
-            assert!(per_layer.iter().all(|g| g.is_finite() && *g > 0.0), "{path}: |grad| per layer {per_layer:?}");
+        let (sum, count) = network.masked_ce_sum(&ids, &mask, Some(&lora.low_rank())).unwrap();
+        let grads = (sum / count).unwrap().backward().unwrap();
+        for factor in &lora.factors {
+            // B starts at zero, so only B's gradient is non-zero before the first update.
+            for (layer, b) in factor.b.iter().enumerate() {
+                let grad =
+                    grads.get(b.as_tensor()).unwrap_or_else(|| panic!("no gradient for {} B{layer}", factor.path));
+                let size: f32 = grad.abs().unwrap().sum_all().unwrap().to_scalar().unwrap();
+                assert!(size.is_finite() && size > 0.0, "{} B{layer}: |grad| {size}", factor.path);
+            }
         }
     }
 

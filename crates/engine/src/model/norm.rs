@@ -1,16 +1,14 @@
 //! Zero-centred RMSNorm: `(1 + scale) · x / rms(x)`, so a zero scale is the identity gain.
 
-use candle_core::{Tensor, D};
+use candle_core::Tensor;
 
+use super::kernels::rms_norm;
 use super::params::ParamPath;
 use super::Result;
 
-const EPSILON: f64 = 1e-6;
-
 /// `x / sqrt(mean(x²) + ε)` over the last axis.
 pub fn rms_unit(x: &Tensor) -> candle_core::Result<Tensor> {
-    let rms = (x.sqr()?.mean_keepdim(D::Minus1)? + EPSILON)?.sqrt()?;
-    x.broadcast_div(&rms)
+    rms_norm(x, None)
 }
 
 /// The reference's `ZCRMSNorm` (parameter `scale`, one per feature).
@@ -26,6 +24,6 @@ impl ZcRmsNorm {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(rms_unit(x)?.broadcast_mul(&self.gain)?)
+        Ok(rms_norm(x, Some(&self.gain))?)
     }
 }

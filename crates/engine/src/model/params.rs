@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use candle_core::{Device, Tensor};
 
+use super::linear::Linear;
 use super::{ModelError, Result};
 use crate::checkpoint::{Checkpoint, LoraFactors, NdArray, PickledAdapter};
 
@@ -104,6 +105,11 @@ impl Params {
         self.tensors.borrow().keys().any(|k| k.starts_with(&dir))
     }
 
+    /// Number of scalars over every parameter.
+    pub fn parameter_count(&self) -> usize {
+        self.tensors.borrow().values().map(Tensor::elem_count).sum()
+    }
+
     /// All parameter paths, in order.
     pub fn paths(&self) -> Vec<String> {
         self.tensors.borrow().keys().cloned().collect()
@@ -184,6 +190,13 @@ impl<'a> ParamPath<'a> {
 
     pub fn device(&self) -> &Device {
         self.params.device()
+    }
+
+    /// The kernel `name` here (per-layer shape `[in, out]`) as a frozen projection that a
+    /// [`LowRank`](super::LowRank) update can adapt.
+    pub fn linear(&self, in_dim: usize, out_dim: usize, name: &str) -> Result<Linear> {
+        let weight = self.get(&[in_dim, out_dim], name)?;
+        Ok(Linear::new(weight, self.pp(name).prefix, self.layer.map_or(0, |(index, _)| index)))
     }
 
     /// The parameter `name` here with the (per-layer) shape `shape`.

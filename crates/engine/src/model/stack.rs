@@ -8,8 +8,10 @@ use candle_core::Tensor;
 use super::attention::Rope;
 use super::block::Block;
 use super::engram::EngramKv;
+use super::kernels::sigmoid;
+use super::kernels::{lane_mix, lane_read, lane_spread};
+use super::linear::LowRank;
 use super::norm::{rms_unit, ZcRmsNorm};
-use super::ops::sigmoid;
 use super::params::ParamPath;
 use super::Result;
 use crate::config::ModelConfig;
@@ -65,12 +67,12 @@ impl LaneMix {
         let (b, t, n, c) = x.dims4()?;
         let nx = rms_unit(&x.reshape((b, t, n * c))?)?;
         let h_pre = sigmoid(&Self::logits(&nx, &self.phi_pre, &self.a_pre, &self.bias_pre)?)?;
-        let u = x.broadcast_mul(&h_pre.unsqueeze(3)?)?.sum(2)?;
+        let u = lane_read(x, &h_pre)?;
         let update = (block(&u)? - &u)?;
         let h_post = (sigmoid(&Self::logits(&nx, &self.phi_post, &self.a_post, &self.bias_post)?)? * 2.0)?;
         let res = nx.broadcast_matmul(&self.phi_res)?.reshape((b, t, self.lanes, self.lanes))?;
         let h_res = sinkhorn(&res.broadcast_mul(&self.a_res)?.broadcast_add(&self.b_res)?)?;
-        Ok((h_res.matmul(x)? + h_post.unsqueeze(3)?.broadcast_mul(&update.unsqueeze(2)?)?)?)
+        Ok((lane_mix(&h_res, x)? + lane_spread(&h_post, &update)?)?)
     }
 }
 
@@ -117,14 +119,50 @@ impl Stack {
         Ok(Self { layers, final_norm: ZcRmsNorm::new(cfg.d_model, vb.pp("final_norm"))?, lanes: cfg.mhc_lanes })
     }
 
-    /// Embedded tokens `[B, T, d]` → final hidden states `[B, T, d]`; `engrams[s]` is site s's memory.
-    pub fn forward(&self, x: &Tensor, rope: &Rope, causal: &Tensor, engrams: &[EngramKv]) -> Result<Tensor> {
-        let (b, t, d) = x.dims3()?;
-        let mut lanes = x.unsqueeze(2)?.broadcast_as((b, t, self.lanes, d))?.contiguous()?;
-        for layer in &self.layers {
-            let sites: Vec<&EngramKv> = layer.engram_sites.iter().filter_map(|&s| engrams.get(s)).collect();
-            lanes = layer.mix.forward(&lanes, |u| layer.block.forward(u, rope, causal, &sites))?;
+    /// Embedded tokens `[B, T, d]` → final hidden states `[B, T, d]`; `engrams[s]` is site s's
+    /// memory; `low_rank` adapts the blocks' projections.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        rope: &Rope,
+        causal: &Tensor,
+        engrams: &[EngramKv],
+        low_rank: Option<&LowRank>,
+    ) -> Result<Tensor> {
+        let mut lanes = self.spread(x)?;
+        for index in 0..self.layers.len() {
+            lanes = self.layer(index, &lanes, rope, causal, engrams, low_rank)?;
         }
+        self.finish(&lanes)
+    }
+
+    pub fn num_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// The embedded tokens `[B, T, d]` copied onto every lane: `[B, T, lanes, d]`.
+    pub fn spread(&self, x: &Tensor) -> Result<Tensor> {
+        let (b, t, d) = x.dims3()?;
+        Ok(x.unsqueeze(2)?.broadcast_as((b, t, self.lanes, d))?.contiguous()?)
+    }
+
+    /// Layer `index` over lanes `[B, T, lanes, d]`.
+    pub fn layer(
+        &self,
+        index: usize,
+        lanes: &Tensor,
+        rope: &Rope,
+        causal: &Tensor,
+        engrams: &[EngramKv],
+        low_rank: Option<&LowRank>,
+    ) -> Result<Tensor> {
+        let layer = &self.layers[index];
+        let sites: Vec<&EngramKv> = layer.engram_sites.iter().filter_map(|&s| engrams.get(s)).collect();
+        layer.mix.forward(lanes, |u| layer.block.forward(u, rope, causal, &sites, low_rank))
+    }
+
+    /// The lanes after the last layer → final hidden states `[B, T, d]`.
+    pub fn finish(&self, lanes: &Tensor) -> Result<Tensor> {
         self.final_norm.forward(&lanes.mean(2)?)
     }
 }

@@ -1,7 +1,9 @@
 //! LoRA fine-tuning: the reference's `finetune_local` recipe, its schedule and optimizer.
 
 pub mod adamw;
+pub mod bench;
 pub mod events;
+pub mod memory;
 #[cfg(test)]
 mod parity_tests;
 pub mod run;

@@ -11,12 +11,12 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 use super::events::Event;
+use super::memory::StepShape;
 use super::schedule::Schedule;
 use super::state::{load_state, save_state, state_path, RunKey, SavedState};
 use super::trainer::Trainer;
 use crate::backend::BackendInfo;
 use crate::checkpoint::{Checkpoint, CheckpointError};
-use crate::config::ModelConfig;
 use crate::dataset::{Dataset, DatasetError, Encoded};
 use crate::lora::{save_adapter, AdapterFileError, AdapterMeta, Lora};
 use crate::model::{batch_tensors, Device, ModelError, Network, Params};
@@ -87,7 +87,22 @@ pub struct Plan {
     pub warmup: usize,
     pub adapted_weights: usize,
     pub trainable_parameters: usize,
+    /// Predicted peak resident memory of the run (see [`super::memory`]).
     pub memory_estimate_bytes: u64,
+    /// Whether steps recompute activations layer by layer to stay within that memory.
+    pub recompute: bool,
+    /// Memory the machine has free now, where the platform says.
+    pub memory_available_bytes: Option<u64>,
+    /// Predicted seconds for the whole run, from a timed step ([`Session::time_run`]); absent
+    /// until timed.
+    pub seconds_estimate: Option<f64>,
+}
+
+impl Plan {
+    /// Whether the estimate exceeds the free memory: the run would likely be killed.
+    pub fn may_not_fit(&self) -> bool {
+        self.memory_available_bytes.is_some_and(|free| self.memory_estimate_bytes > free)
+    }
 }
 
 /// How a run ended.
@@ -102,8 +117,10 @@ pub struct Outcome {
 /// A validated run, ready to train.
 pub struct Session {
     options: FinetuneOptions,
-    cfg: ModelConfig,
+    /// The base weights as loaded (the network's kernels are views of them): what a resumed
+    /// adapter is checked against.
     params: Params,
+    network: Network,
     lora: Lora,
     train_rows: Vec<Encoded>,
     val_rows: Vec<Encoded>,
@@ -120,8 +137,9 @@ impl Session {
         let cfg = checkpoint.config.clone();
         drop(checkpoint);
         let tokenizer = Tokenizer::load(&options.tokenizer)?;
-        // Building the network once checks the weights against the config before any training.
-        Network::load(&cfg, &params)?.check_tokenizer_vocab(tokenizer.vocab_size(), &options.tokenizer)?;
+        // Built once per run; building it checks the weights against the config before any training.
+        let network = Network::load(&cfg, &params)?;
+        network.check_tokenizer_vocab(tokenizer.vocab_size(), &options.tokenizer)?;
         let prepared = Dataset::load(&options.data)?.prepare(&tokenizer, options.max_len)?;
         let rows: Vec<Encoded> = prepared.rows().collect();
         let (train_rows, val_rows) = split(rows, options.val_split, options.seed);
@@ -131,6 +149,17 @@ impl Session {
         }
         let steps_per_epoch = train_rows.len().div_ceil(options.batch_size);
         let steps = steps_per_epoch * options.epochs;
+        let most_scored =
+            train_rows.iter().chain(&val_rows).map(|r| r.mask.iter().filter(|&&m| m != 0.0).count()).max();
+        let memory = StepShape {
+            config: &cfg,
+            parameters: params.parameter_count(),
+            trainable: lora.parameter_count(),
+            batch: options.batch_size.min(train_rows.len().max(val_rows.len())),
+            seq_len: prepared.seq_len,
+            scored: options.batch_size * most_scored.unwrap_or(0),
+        }
+        .plan();
         let plan = Plan {
             examples: train_rows.len(),
             validation: val_rows.len(),
@@ -140,14 +169,41 @@ impl Session {
             warmup: Schedule::reference(options.lr, steps).warmup,
             adapted_weights: lora.factors.len(),
             trainable_parameters: lora.parameter_count(),
-            memory_estimate_bytes: memory_estimate(&cfg, &params, &lora, options.batch_size, prepared.seq_len),
+            memory_estimate_bytes: memory.peak_bytes,
+            recompute: memory.recompute,
+            memory_available_bytes: available_memory(),
+            seconds_estimate: None,
         };
-        Ok(Self { options, cfg, params, lora, train_rows, val_rows, plan })
+        Ok(Self { options, params, network, lora, train_rows, val_rows, plan })
+    }
+
+    /// Times one training step on the first batch (with fresh factors, so nothing of the run
+    /// changes) and extrapolates to the whole run by positions: every step's batch padded to its
+    /// longest row, plus a forward pass over the validation rows per epoch (a third of a step's
+    /// work per position). Fills [`Plan::seconds_estimate`].
+    pub fn time_run(&mut self) -> Result<f64> {
+        let lora = Lora::init(&self.params, self.options.rank, self.options.alpha, self.options.seed)?;
+        let mut trainer = Trainer::new(self.network.clone(), lora, Schedule::reference(self.options.lr, 2))?;
+        trainer.recompute = self.plan.recompute;
+        let batch = &self.train_rows[..self.options.batch_size.min(self.train_rows.len())];
+        let (ids, mask) = batch_tensors(batch, self.network.device())?;
+        let started = Instant::now();
+        trainer.step(&ids, &mask)?;
+        let per_position = started.elapsed().as_secs_f64() / ids.elem_count() as f64;
+        let padded = |rows: &[Encoded]| -> usize {
+            rows.chunks(self.options.batch_size)
+                .map(|b| b.len() * b.iter().map(|r| r.ids.len()).max().unwrap_or(0))
+                .sum()
+        };
+        let epoch = padded(&self.train_rows) as f64 + padded(&self.val_rows) as f64 / 3.0;
+        let seconds = per_position * epoch * self.options.epochs as f64;
+        self.plan.seconds_estimate = Some(seconds);
+        Ok(seconds)
     }
 
     /// Trains to the end or until `cancel` is set (checked between steps), emitting progress.
     pub fn run(self, backend: &BackendInfo, cancel: &AtomicBool, mut emit: impl FnMut(Event)) -> Result<Outcome> {
-        let Session { options, cfg, params, lora, train_rows, val_rows, plan } = self;
+        let Session { options, params, network, lora, train_rows, val_rows, plan } = self;
         let schedule = Schedule::reference(options.lr, plan.steps);
         let key = RunKey {
             rank: options.rank,
@@ -162,15 +218,17 @@ impl Session {
             true if state.exists() => Some(load_state(&state, &params, &key)?),
             true => return Err(TrainError::NothingToResume { path: state }),
         };
+        drop(params);
         let mut trainer = match resumed {
-            None => Trainer::new(cfg, params, lora, schedule)?,
+            None => Trainer::new(network, lora, schedule)?,
             Some(SavedState { lora, moments, count }) => {
-                let mut trainer = Trainer::new(cfg, params, lora, schedule)?;
+                let mut trainer = Trainer::new(network, lora, schedule)?;
                 trainer.optimizer.moments = moments;
                 trainer.optimizer.count = count;
                 trainer
             }
         };
+        trainer.recompute = plan.recompute;
         let first_step = trainer.optimizer.count;
         emit(Event::Started {
             backend: backend.backend.to_string(),
@@ -184,8 +242,8 @@ impl Session {
             first_step,
         });
         let started = Instant::now();
-        let device = trainer.lora.factors[0].a.device().clone();
-        let tokens_per_step = (options.batch_size * plan.seq_len) as f64;
+        let device = trainer.network().device().clone();
+        let mut positions = 0usize;
         let mut epochs = Vec::new();
         let save = |trainer: &Trainer, partial: bool, emit: &mut dyn FnMut(Event)| -> Result<()> {
             let meta = AdapterMeta { base: key.base.clone(), partial };
@@ -206,21 +264,23 @@ impl Session {
                     return Ok(Outcome { adapter: options.out, partial: true, epochs });
                 }
                 let rows: Vec<Encoded> = batch.iter().map(|&i| train_rows[i].clone()).collect();
-                let (ids, mask) = batch_tensors(&rows, plan.seq_len, &device)?;
+                let (ids, mask) = batch_tensors(&rows, &device)?;
                 let outcome = trainer.step(&ids, &mask)?;
+                positions += ids.elem_count();
                 last = outcome.loss;
                 let step = trainer.optimizer.count;
-                let per_step = started.elapsed().as_secs_f64() / (step - first_step) as f64;
+                let elapsed = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
+                let per_step = elapsed / (step - first_step) as f64;
                 emit(Event::Step {
                     step,
                     total: plan.steps,
                     loss: outcome.loss,
                     lr: outcome.lr,
-                    tokens_per_s: tokens_per_step / per_step.max(f64::MIN_POSITIVE),
+                    tokens_per_s: positions as f64 / elapsed,
                     eta_s: per_step * (plan.steps - step) as f64,
                 });
             }
-            let val = validation_loss(&mut trainer, &val_rows, options.batch_size, plan.seq_len, &device)?;
+            let val = validation_loss(&trainer, &val_rows, options.batch_size, &device)?;
             emit(Event::Epoch { epoch: epoch + 1, loss: last, val });
             epochs.push((last, val));
             save(&trainer, false, &mut emit)?;
@@ -235,19 +295,13 @@ impl Session {
 }
 
 /// The reference's per-epoch validation number: the mean of per-batch mean losses.
-fn validation_loss(
-    trainer: &mut Trainer,
-    rows: &[Encoded],
-    batch_size: usize,
-    seq_len: usize,
-    device: &Device,
-) -> Result<Option<f32>> {
+fn validation_loss(trainer: &Trainer, rows: &[Encoded], batch_size: usize, device: &Device) -> Result<Option<f32>> {
     if rows.is_empty() {
         return Ok(None);
     }
     let mut losses = Vec::new();
     for batch in rows.chunks(batch_size) {
-        let (ids, mask) = batch_tensors(batch, seq_len, device)?;
+        let (ids, mask) = batch_tensors(batch, device)?;
         losses.push(trainer.loss(&ids, &mask)?);
     }
     Ok(Some(losses.iter().sum::<f32>() / losses.len() as f32))
@@ -326,14 +380,12 @@ fn check_writable(out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A rough peak: the f32 base weights, four copies of the factors (value, gradient, two moments)
-/// and, per token, the activations the backward pass keeps (about 40 d_model-wide tensors per
-/// layer and lane) plus three vocabulary-wide rows for the logits and their softmax.
-fn memory_estimate(cfg: &ModelConfig, params: &Params, lora: &Lora, batch: usize, seq_len: usize) -> u64 {
-    let base: usize = params.paths().iter().filter_map(|p| params.get(p)).map(|t| t.elem_count()).sum();
-    let per_token = 40 * cfg.d_model * cfg.num_layers.max(1) * cfg.mhc_lanes.max(1) + 3 * cfg.vocab_size;
-    let floats = base + 4 * lora.parameter_count() + batch * seq_len * per_token;
-    (floats as u64).saturating_mul(4)
+/// Memory the system could give this process now.
+fn available_memory() -> Option<u64> {
+    use sysinfo::{MemoryRefreshKind, RefreshKind, System};
+    let refresh = RefreshKind::nothing().with_memory(MemoryRefreshKind::nothing().with_ram());
+    let system = System::new_with_specifics(refresh).ok()?;
+    Some(system.available_memory()).filter(|&bytes| bytes > 0)
 }
 
 #[cfg(test)]

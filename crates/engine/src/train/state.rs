@@ -36,7 +36,8 @@ pub struct RunKey {
 pub fn save_state(path: &Path, lora: &Lora, optimizer: &AdamW, key: &RunKey) -> Result<(), AdapterFileError> {
     let mut buffers = factor_buffers(lora)?;
     let names: Vec<String> = buffers.iter().map(|(name, _, _)| name.clone()).collect();
-    for (name, (mu, nu)) in names.iter().zip(&optimizer.moments) {
+    let (mu, nu): (Vec<Tensor>, Vec<Tensor>) = optimizer.moments.iter().cloned().unzip();
+    for (name, (mu, nu)) in names.iter().zip(lora.stacked(&mu)?.iter().zip(&lora.stacked(&nu)?)) {
         buffers.push((format!("{name}/mu"), mu.dims().to_vec(), f32_bytes(mu)?));
         buffers.push((format!("{name}/nu"), nu.dims().to_vec(), f32_bytes(nu)?));
     }
@@ -94,11 +95,16 @@ pub fn load_state(path: &Path, params: &Params, key: &RunKey) -> Result<SavedSta
         key: "factors",
         problem: e.to_string(),
     })?;
-    let moments = lora
-        .factors
-        .iter()
-        .flat_map(|f| [format!("{}/A", f.path), format!("{}/B", f.path)])
-        .map(|name| Ok((tensor(&format!("{name}/mu"))?, tensor(&format!("{name}/nu"))?)))
-        .collect::<Result<_, AdapterFileError>>()?;
+    let names: Vec<String> =
+        lora.factors.iter().flat_map(|f| [format!("{}/A", f.path), format!("{}/B", f.path)]).collect();
+    let moment = |kind: &str| -> Result<Vec<Tensor>, AdapterFileError> {
+        let stacked = names.iter().map(|name| tensor(&format!("{name}/{kind}"))).collect::<Result<Vec<_>, _>>()?;
+        lora.unstacked(&stacked).map_err(|e| AdapterFileError::Metadata {
+            path: path.into(),
+            key: "moments",
+            problem: e.to_string(),
+        })
+    };
+    let moments = moment("mu")?.into_iter().zip(moment("nu")?).collect();
     Ok(SavedState { lora, moments, count: metadata_value(path, &metadata, "count")? })
 }

@@ -1,0 +1,70 @@
+//! `needle bench`: training-step time and memory on a random-init model of a given shape, in
+//! memory (no files): what `bench/side_by_side.sh` compares with the reference's JAX step.
+
+use std::time::Instant;
+
+use anyhow::{anyhow, Result};
+use needle_engine::backend::{self, DeviceRequest};
+use needle_engine::train::bench::{self, BenchOptions};
+
+/// Time LoRA training steps on a random-init model held in memory.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Model shape: `needle` (the released Needle 2: d_model 768, 27 layers) or `tiny`
+    #[arg(long, default_value = "needle")]
+    pub preset: String,
+    /// Rows per step
+    #[arg(long, default_value_t = 4)]
+    pub batch: usize,
+    /// Tokens per row (the second half of each row is scored)
+    #[arg(long, default_value_t = 128)]
+    pub seq: usize,
+    /// Training steps to time (the first includes start-up)
+    #[arg(long, default_value_t = 5)]
+    pub steps: usize,
+    /// LoRA rank (alpha is twice the rank)
+    #[arg(long, default_value_t = 16)]
+    pub rank: usize,
+    /// Recompute activations layer by layer: auto (the memory plan decides), on or off
+    #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
+    pub recompute: String,
+    /// Force a backend (auto, cpu, cuda, metal); default: NEEDLE_DEVICE, else auto
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Print one JSON line {"first_step_s", "step_s", "tokens_per_s", "peak_rss_mb", …}
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: Args, process_start: Instant) -> Result<()> {
+    let config = bench::preset(&args.preset)
+        .ok_or_else(|| anyhow!("--preset {}: unknown; use `needle` or `tiny`", args.preset))?;
+    let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
+    eprintln!("  {:<9} {}  {}", "backend", selected.info.backend, selected.info.device);
+    let recompute = match args.recompute.as_str() {
+        "on" => Some(true),
+        "off" => Some(false),
+        _ => None,
+    };
+    let options =
+        BenchOptions { config, batch: args.batch, seq: args.seq, steps: args.steps, rank: args.rank, recompute };
+    let report = bench::run(&options, &selected.device, process_start)?;
+    if args.json {
+        let mut line = serde_json::to_value(&report)?;
+        line["preset"] = args.preset.into();
+        line["batch"] = args.batch.into();
+        line["seq"] = args.seq.into();
+        line["backend"] = selected.info.backend.to_string().into();
+        println!("{line}");
+    } else {
+        println!("  {:<11} {} × {} tokens, rank {}, {}", "shape", args.batch, args.seq, args.rank, args.preset);
+        println!("  {:<11} {:.2} s (from process start)", "first step", report.first_step_s);
+        println!("  {:<11} {:.3} s (median)  {:.0} tokens/s", "step", report.step_s, report.tokens_per_s);
+        println!("  {:<11} {:.0} MB (plan: {:.0} MB)", "peak RSS", report.peak_rss_mb, report.estimate_mb);
+        println!("  {:<11} {}", "recompute", report.recompute);
+        if let Some(mb) = report.device_memory_mb {
+            println!("  {:<11} {mb:.0} MB", "GPU memory");
+        }
+    }
+    Ok(())
+}

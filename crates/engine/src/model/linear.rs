@@ -1,0 +1,74 @@
+//! A projection of the network: a frozen kernel, with a trainable low-rank update beside it.
+//!
+//! LoRA is applied as `x·W + s·(x·A)·B` rather than by merging `W + s·A·B`: the merged form makes
+//! the backward pass form a dense gradient of every adapted kernel, and a whole merged stack per
+//! step, only to project it onto `A` and `B`.
+
+use std::collections::HashMap;
+
+use candle_core::Tensor;
+
+use super::kernels::frozen_matmul;
+use super::Result;
+
+/// Low-rank updates for some kernels of a network: `(A, B)` by kernel path and layer, and the
+/// scale `alpha / rank` on their product.
+#[derive(Debug, Clone)]
+pub struct LowRank {
+    scale: f64,
+    factors: HashMap<(String, usize), (Tensor, Tensor)>,
+}
+
+impl LowRank {
+    pub fn new(scale: f64) -> Self {
+        Self { scale, factors: HashMap::new() }
+    }
+
+    /// `A` `[in, r]` and `B` `[r, out]` for layer `layer` of the kernel at `path` (layer 0 for a
+    /// kernel that is not stacked).
+    pub fn insert(&mut self, path: &str, layer: usize, a: Tensor, b: Tensor) {
+        self.factors.insert((path.to_string(), layer), (a, b));
+    }
+
+    /// The same factors cut from the gradient graph: for passes that need no gradient.
+    pub fn detached(&self) -> Self {
+        let factors = self.factors.iter().map(|(k, (a, b))| (k.clone(), (a.detach(), b.detach()))).collect();
+        Self { scale: self.scale, factors }
+    }
+
+    /// Every factor tensor, `A` and `B` of each kernel and layer.
+    pub fn tensors(&self) -> impl Iterator<Item = &Tensor> {
+        self.factors.values().flat_map(|(a, b)| [a, b])
+    }
+
+    fn get(&self, path: &str, layer: usize) -> Option<&(Tensor, Tensor)> {
+        self.factors.get(&(path.to_string(), layer))
+    }
+}
+
+/// A frozen kernel `[in, out]`, named by its checkpoint path and layer.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    weight: Tensor,
+    path: String,
+    layer: usize,
+}
+
+impl Linear {
+    pub fn new(weight: Tensor, path: String, layer: usize) -> Self {
+        Self { weight, path, layer }
+    }
+
+    /// `x` `[…, in]` → `x·W` (`+ s·(x·A)·B` when `low_rank` adapts this kernel).
+    pub fn forward(&self, x: &Tensor, low_rank: Option<&LowRank>) -> Result<Tensor> {
+        let y = frozen_matmul(x, &self.weight)?;
+        let Some(((a, b), scale)) = low_rank.and_then(|l| Some((l.get(&self.path, self.layer)?, l.scale))) else {
+            return Ok(y);
+        };
+        let dims = x.dims();
+        let rows = x.elem_count() / dims[dims.len() - 1];
+        let update = x.reshape((rows, dims[dims.len() - 1]))?.matmul(a)?.matmul(b)?;
+        let update = (update.reshape(y.shape())? * scale)?;
+        Ok((y + update)?)
+    }
+}

@@ -1,0 +1,149 @@
+//! `needle bench`: LoRA training steps on a random-init model held in memory (no files), timed
+//! the way a run is felt: the first step from process start, then the median step.
+
+use std::time::Instant;
+
+use candle_core::Tensor;
+use serde::Serialize;
+
+use super::memory::StepShape;
+use super::schedule::Schedule;
+use super::trainer::Trainer;
+use crate::config::ModelConfig;
+use crate::lora::Lora;
+use crate::model::{Device, ModelError, Network, Params, Result};
+
+/// The model shapes `--preset` names: the released Needle 2, and a tiny one for quick checks.
+pub fn preset(name: &str) -> Option<ModelConfig> {
+    match name {
+        "needle" => Some(ModelConfig::needle2()),
+        "tiny" => Some(ModelConfig {
+            d_model: 128,
+            num_heads: 4,
+            num_kv_heads: 2,
+            num_layers: 2,
+            mhc_lanes: 2,
+            engram_layers: vec![1],
+            ..ModelConfig::default()
+        }),
+        _ => None,
+    }
+}
+
+/// What to time.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    pub config: ModelConfig,
+    pub batch: usize,
+    pub seq: usize,
+    pub steps: usize,
+    pub rank: usize,
+    /// Force layer-by-layer recomputation on or off; `None` lets the memory plan decide.
+    pub recompute: Option<bool>,
+}
+
+/// What `needle bench --json` prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    /// From `process_start` to the end of the first step (init and first-step costs included).
+    pub first_step_s: f64,
+    /// Median of the steps after the first (the first alone when there is one step).
+    pub step_s: f64,
+    pub tokens_per_s: f64,
+    pub peak_rss_mb: f64,
+    /// Memory in use on the GPU at the end, where the backend reports it.
+    pub device_memory_mb: Option<f64>,
+    /// What the memory model predicted for this step (see [`super::memory`]).
+    pub estimate_mb: f64,
+    pub recompute: bool,
+    pub loss: f32,
+}
+
+/// Builds the model and adapter (rank r, alpha 2r) and runs `steps` training steps on
+/// pseudo-random tokens whose second half of each row is the scored answer.
+pub fn run(options: &BenchOptions, device: &Device, process_start: Instant) -> Result<BenchReport> {
+    let BenchOptions { config, batch, seq, steps, rank, recompute } = options.clone();
+    if batch == 0 || seq < 2 || steps == 0 || rank == 0 {
+        return Err(ModelError::InvalidConfig {
+            field: "bench",
+            reason: format!(
+                "batch {batch}, seq {seq}, steps {steps}, rank {rank}: use batch, steps, rank ≥ 1 and seq ≥ 2"
+            ),
+        });
+    }
+    let params = Params::random_init(device);
+    let network = Network::load(&config, &params)?;
+    let lora = Lora::init(&params, rank, 2.0 * rank as f64, 0)?;
+    let shape = StepShape {
+        config: &config,
+        parameters: params.parameter_count(),
+        trainable: lora.parameter_count(),
+        batch,
+        seq_len: seq,
+        scored: batch * (seq - seq / 2),
+    };
+    let memory = shape.plan();
+    drop(params);
+    let mut trainer = Trainer::new(network, lora, Schedule::reference(1e-4, steps + 1))?;
+    trainer.recompute = recompute.unwrap_or(memory.recompute);
+
+    // An LCG: the cost does not depend on the token values.
+    let mut state = 0x2545_F491_u32;
+    let ids: Vec<u32> = (0..batch * seq)
+        .map(|_| {
+            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (state >> 8) % config.vocab_size as u32
+        })
+        .collect();
+    let mask: Vec<f32> = (0..batch * seq).map(|i| if i % seq < seq / 2 { 0.0 } else { 1.0 }).collect();
+    let ids = Tensor::from_vec(ids, (batch, seq), device)?;
+    let mask = Tensor::from_vec(mask, (batch, seq), device)?;
+
+    let mut times = Vec::with_capacity(steps);
+    let mut loss = 0.0;
+    let mut first_step_s = 0.0;
+    for step in 0..steps {
+        let start = Instant::now();
+        loss = trainer.step(&ids, &mask)?.loss;
+        times.push(start.elapsed().as_secs_f64());
+        if step == 0 {
+            first_step_s = process_start.elapsed().as_secs_f64();
+        }
+    }
+    let mut later = if times.len() > 1 { times[1..].to_vec() } else { times.clone() };
+    later.sort_by(f64::total_cmp);
+    let step_s = later[later.len() / 2];
+    Ok(BenchReport {
+        first_step_s,
+        step_s,
+        tokens_per_s: (batch * seq) as f64 / step_s,
+        peak_rss_mb: peak_rss_bytes() as f64 / 1e6,
+        device_memory_mb: crate::backend::device_memory_used(device).map(|b| b as f64 / 1e6),
+        estimate_mb: memory.peak_bytes as f64 / 1e6,
+        recompute: trainer.recompute,
+        loss,
+    })
+}
+
+/// The process's peak resident memory so far (0 where the platform does not say).
+pub fn peak_rss_bytes() -> u64 {
+    #[cfg(unix)]
+    {
+        // SAFETY: getrusage writes into the zeroed struct it is given and reads nothing else.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+            return 0;
+        }
+        let max = usage.ru_maxrss.max(0) as u64;
+        // Linux reports kilobytes, macOS bytes.
+        if cfg!(target_os = "macos") {
+            max
+        } else {
+            max * 1024
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        0
+    }
+}

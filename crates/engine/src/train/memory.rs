@@ -1,0 +1,109 @@
+//! The memory model of a training run: what the plan (`--dry-run`, the app's Check plan) predicts,
+//! and what decides whether the backward pass recomputes activations layer by layer.
+//!
+//! A step holds the f32 base weights, the adapter four times over (value, gradient, two moments)
+//! and the activations the backward pass reads. Those are counted per token and layer in units of
+//! the tensors the forward keeps (lane-wide, model-wide, MLP-wide, and per-head attention rows);
+//! the counts were calibrated against `needle bench` peaks (see the issue notes in `bench/`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::ModelConfig;
+
+/// Above this many bytes of whole-stack activations a step recomputes layer by layer: the
+/// recomputation costs about a third more time, below this the memory is not worth it.
+pub const RECOMPUTE_ABOVE: u64 = 512 << 20;
+
+/// Kept tensors per token and layer, by width (calibrated, see the module comment).
+const LANE_WIDE: f64 = 7.0;
+const MODEL_WIDE: f64 = 40.0;
+const MLP_WIDE: f64 = 9.0;
+/// Attention rows per head and query: scores, probabilities and, in the backward pass, their
+/// gradients.
+const ATTENTION_ROWS: f64 = 5.0;
+/// Vocabulary-wide rows per scored position (logits and their gradient).
+const VOCAB_ROWS: f64 = 2.0;
+/// The process itself: code, allocator slack, the tokenizer and the dataset.
+const FIXED_BYTES: f64 = 160e6;
+
+/// The predicted peak of a run's steps.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MemoryPlan {
+    pub peak_bytes: u64,
+    /// Whether steps recompute activations layer by layer (see [`RECOMPUTE_ABOVE`]).
+    pub recompute: bool,
+}
+
+/// The shape of the work: the model, its parameter counts and the largest batch.
+#[derive(Debug, Clone, Copy)]
+pub struct StepShape<'a> {
+    pub config: &'a ModelConfig,
+    pub parameters: usize,
+    pub trainable: usize,
+    /// Rows in the largest batch.
+    pub batch: usize,
+    /// Positions in its longest row.
+    pub seq_len: usize,
+    /// Scored positions in the batch (the vocabulary projection runs on these only).
+    pub scored: usize,
+}
+
+impl StepShape<'_> {
+    /// Activation bytes one layer keeps for the backward pass.
+    fn layer_bytes(&self) -> f64 {
+        let cfg = self.config;
+        let tokens = (self.batch * self.seq_len) as f64;
+        let d = cfg.d_model as f64;
+        let per_token = LANE_WIDE * (cfg.mhc_lanes * cfg.d_model) as f64
+            + MODEL_WIDE * d
+            + MLP_WIDE * cfg.d_model.next_power_of_two() as f64
+            + ATTENTION_ROWS * (cfg.num_heads * self.seq_len) as f64;
+        4.0 * tokens * per_token
+    }
+
+    /// The lanes between two layers: what a recomputing step keeps of every layer.
+    fn lanes_bytes(&self) -> f64 {
+        4.0 * (self.batch * self.seq_len * self.config.mhc_lanes * self.config.d_model) as f64
+    }
+
+    /// The base weights, the adapter with its gradient and moments, and the vocabulary rows.
+    fn fixed_bytes(&self) -> f64 {
+        let vocab = VOCAB_ROWS * (self.scored * self.config.vocab_size) as f64;
+        FIXED_BYTES + 4.0 * (self.parameters as f64 + 4.0 * self.trainable as f64 + vocab)
+    }
+
+    /// The plan for this shape: whole-stack activations unless they pass [`RECOMPUTE_ABOVE`].
+    pub fn plan(&self) -> MemoryPlan {
+        let layers = self.config.num_layers as f64;
+        let whole = layers * self.layer_bytes();
+        let recompute = whole > RECOMPUTE_ABOVE as f64;
+        let activations = if recompute { (layers + 1.0) * self.lanes_bytes() + self.layer_bytes() } else { whole };
+        MemoryPlan { peak_bytes: (self.fixed_bytes() + activations) as u64, recompute }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn big_steps_recompute_and_need_less_than_the_whole_stack() {
+        let cfg = ModelConfig::needle2();
+        let shape = |batch, seq_len| StepShape {
+            config: &cfg,
+            parameters: 90_000_000,
+            trainable: 2_000_000,
+            batch,
+            seq_len,
+            scored: batch * seq_len / 2,
+        };
+        let small = StepShape { config: &ModelConfig { num_layers: 1, d_model: 64, ..cfg.clone() }, ..shape(1, 16) };
+        assert!(!small.plan().recompute);
+        let big = shape(16, 256);
+        let plan = big.plan();
+        assert!(plan.recompute);
+        let whole = big.fixed_bytes() + cfg.num_layers as f64 * big.layer_bytes();
+        assert!((plan.peak_bytes as f64) < whole / 4.0, "{plan:?} vs {whole}");
+        assert!(shape(16, 512).plan().peak_bytes > plan.peak_bytes);
+    }
+}
