@@ -3,8 +3,10 @@
 
 use candle_core::{Device, Tensor};
 
-use super::kernels::causal_softmax;
+use std::sync::Arc;
+
 use super::kernels::sigmoid;
+use super::kernels::{causal_softmax, rope, RopeTables};
 use super::linear::{Linear, LowRank};
 use super::norm::ZcRmsNorm;
 use super::params::ParamPath;
@@ -16,6 +18,8 @@ use crate::config::ModelConfig;
 pub struct Rope {
     cos: Tensor,
     sin: Tensor,
+    /// The same tables on the host, for the fused CPU kernel.
+    tables: Option<Arc<RopeTables>>,
 }
 
 impl Rope {
@@ -25,21 +29,19 @@ impl Rope {
         let freqs: Vec<f32> =
             (0..head_dim).step_by(2).map(|i| (1.0 / theta.powf(i as f64 / head_dim as f64)) as f32).collect();
         let angles: Vec<f32> = (0..seq_len).flat_map(|t| freqs.iter().map(move |f| t as f32 * f)).collect();
-        let table = |trig: fn(f64) -> f64| -> Result<Tensor> {
-            let values: Vec<f32> = angles.iter().map(|&a| trig(a as f64) as f32).collect();
-            Ok(Tensor::from_vec(values, (seq_len, freqs.len()), device)?)
-        };
-        Ok(Self { cos: table(f64::cos)?, sin: table(f64::sin)? })
+        let table = |trig: fn(f64) -> f64| -> Vec<f32> { angles.iter().map(|&a| trig(a as f64) as f32).collect() };
+        let (cos, sin) = (table(f64::cos), table(f64::sin));
+        let shape = (seq_len, freqs.len());
+        Ok(Self {
+            cos: Tensor::from_slice(&cos, shape, device)?,
+            sin: Tensor::from_slice(&sin, shape, device)?,
+            tables: device.is_cpu().then(|| Arc::new(RopeTables { cos, sin })),
+        })
     }
 
     /// Rotates `x` `[B, H, T, head_dim]`: halves `(x1, x2)` become `(x1·cos − x2·sin, x2·cos + x1·sin)`.
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
-        let half = x.dim(3)? / 2;
-        let (x1, x2) = (x.narrow(3, 0, half)?, x.narrow(3, half, half)?);
-        let (cos, sin) = (&self.cos, &self.sin);
-        let first = (x1.broadcast_mul(cos)? - x2.broadcast_mul(sin)?)?;
-        let second = (x2.broadcast_mul(cos)? + x1.broadcast_mul(sin)?)?;
-        Ok(Tensor::cat(&[first, second], 3)?)
+        Ok(rope(x, &self.cos, &self.sin, self.tables.as_ref())?)
     }
 }
 
@@ -94,8 +96,7 @@ impl Attention {
         let k = rope.apply(&self.k_norm.forward(&k)?)?;
         let (k, v) = (self.share_kv(&k)?, self.share_kv(&v)?);
 
-        let scores = (q.matmul(&k.t()?)? / (self.head_dim as f64).sqrt())?;
-        let weights = causal_softmax(&scores, causal)?;
+        let weights = causal_softmax(&q.matmul(&k.t()?)?, 1.0 / (self.head_dim as f64).sqrt(), causal)?;
         let out = weights.matmul(&v)?.transpose(1, 2)?.reshape((b, t, self.num_heads * self.head_dim))?;
 
         let gated = (out * sigmoid(&self.gate_proj.forward(x, low_rank)?)?)?;
