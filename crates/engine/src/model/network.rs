@@ -159,12 +159,19 @@ impl Network {
         })
     }
 
-    /// The loss of a batch and the gradients of the tensors `low_rank` holds, with activations
-    /// kept for one layer at a time: a first pass keeps only each layer's input lanes, then the
-    /// backward pass recomputes one layer's graph at a time from its input and the gradient
-    /// arriving from above. The same gradients as `masked_ce_sum(…).backward()` for about one
-    /// more forward pass of time and a layer's activations of memory instead of the whole stack's.
-    pub fn loss_and_grads_by_layer(&self, ids: &Tensor, mask: &Tensor, low_rank: &LowRank) -> Result<(f32, GradStore)> {
+    /// `Σ ce·mask / normalizer` over a batch and its gradients for the tensors `low_rank` holds,
+    /// with activations kept for one layer at a time: a first pass keeps only each layer's input
+    /// lanes, then the backward pass recomputes one layer's graph at a time from its input and the
+    /// gradient arriving from above. The same gradients as `masked_ce_sum(…)` divided and
+    /// differentiated, for about one more forward pass of time and a layer's activations of
+    /// memory instead of the whole stack's.
+    pub fn loss_and_grads_by_layer(
+        &self,
+        ids: &Tensor,
+        mask: &Tensor,
+        low_rank: &LowRank,
+        normalizer: f64,
+    ) -> Result<(f32, GradStore)> {
         let rows = ids.to_dtype(DType::U32)?.to_vec2::<u32>()?;
         let scored = Scored::new(&rows, &mask.to_vec2()?);
         let LayerInputs { embedded, rope, causal, memories } = self.inputs(&rows)?;
@@ -182,7 +189,7 @@ impl Network {
         let top = Var::from_tensor(&inputs.pop().expect("the stack's output"))?;
         let hidden = self.stack.finish(top.as_tensor())?;
         let (b, t, d) = hidden.dims3()?;
-        let loss = (scored.ce_sum(&hidden.reshape((b * t, d))?, |h| self.logits(h))? / scored.weight_sum().max(1.0))?;
+        let loss = (scored.ce_sum(&hidden.reshape((b * t, d))?, |h| self.logits(h))? / normalizer)?;
         let mut grads = loss.backward()?;
         // Every gradient is detached as it is taken: candle's gradients are themselves tracked
         // tensors, and a tracked upstream gradient would pull every layer's graph into the next.

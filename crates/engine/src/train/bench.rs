@@ -56,6 +56,7 @@ pub struct BenchReport {
     /// What the memory model predicted for this step (see [`super::memory`]).
     pub estimate_mb: f64,
     pub recompute: bool,
+    pub micro_batch: usize,
     pub loss: f32,
 }
 
@@ -86,6 +87,8 @@ pub fn run(options: &BenchOptions, device: &Device, process_start: Instant) -> R
     drop(params);
     let mut trainer = Trainer::new(network, lora, Schedule::reference(1e-4, steps + 1))?;
     trainer.recompute = recompute.unwrap_or(memory.recompute);
+    // Forcing recomputation off or on keeps the whole batch in one pass, as asked.
+    trainer.micro_batch = if recompute.is_some() { batch } else { memory.micro_batch };
 
     // An LCG: the cost does not depend on the token values.
     let mut state = 0x2545_F491_u32;
@@ -121,6 +124,7 @@ pub fn run(options: &BenchOptions, device: &Device, process_start: Instant) -> R
         device_memory_mb: crate::backend::device_memory_used(device).map(|b| b as f64 / 1e6),
         estimate_mb: memory.peak_bytes as f64 / 1e6,
         recompute: trainer.recompute,
+        micro_batch: trainer.micro_batch,
         loss,
     })
 }

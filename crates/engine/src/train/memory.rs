@@ -10,9 +10,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::ModelConfig;
 
-/// Above this many bytes of whole-stack activations a step recomputes layer by layer: the
-/// recomputation costs about a third more time, below this the memory is not worth it.
-pub const RECOMPUTE_ABOVE: u64 = 512 << 20;
+/// The activations a step may hold. Above it a step first recomputes layer by layer (about a
+/// third more time), then also splits its batch into micro-batches whose gradients are summed
+/// (no more time, smaller matrix products).
+pub const ACTIVATION_BUDGET: u64 = 512 << 20;
 
 /// Kept tensors per token and layer, by width (calibrated, see the module comment).
 const LANE_WIDE: f64 = 7.0;
@@ -30,8 +31,10 @@ const FIXED_BYTES: f64 = 160e6;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct MemoryPlan {
     pub peak_bytes: u64,
-    /// Whether steps recompute activations layer by layer (see [`RECOMPUTE_ABOVE`]).
+    /// Whether steps recompute activations layer by layer (see [`ACTIVATION_BUDGET`]).
     pub recompute: bool,
+    /// Rows per forward and backward pass (the whole batch unless the budget needs less).
+    pub micro_batch: usize,
 }
 
 /// The shape of the work: the model, its parameter counts and the largest batch.
@@ -72,13 +75,29 @@ impl StepShape<'_> {
         FIXED_BYTES + 4.0 * (self.parameters as f64 + 4.0 * self.trainable as f64 + vocab)
     }
 
-    /// The plan for this shape: whole-stack activations unless they pass [`RECOMPUTE_ABOVE`].
-    pub fn plan(&self) -> MemoryPlan {
+    /// Activation bytes of a step over `rows` of the batch, recomputing or not.
+    fn activations(&self, rows: usize, recompute: bool) -> f64 {
+        let part = StepShape { batch: rows, ..*self };
         let layers = self.config.num_layers as f64;
-        let whole = layers * self.layer_bytes();
-        let recompute = whole > RECOMPUTE_ABOVE as f64;
-        let activations = if recompute { (layers + 1.0) * self.lanes_bytes() + self.layer_bytes() } else { whole };
-        MemoryPlan { peak_bytes: (self.fixed_bytes() + activations) as u64, recompute }
+        match recompute {
+            false => layers * part.layer_bytes(),
+            true => (layers + 1.0) * part.lanes_bytes() + part.layer_bytes(),
+        }
+    }
+
+    /// The plan for this shape: the whole stack's activations for the whole batch if they fit
+    /// [`ACTIVATION_BUDGET`], else layer-by-layer recomputation on the largest micro-batch that
+    /// fits (one row at least).
+    pub fn plan(&self) -> MemoryPlan {
+        let budget = ACTIVATION_BUDGET as f64;
+        let batch = self.batch.max(1);
+        let recompute = self.activations(batch, false) > budget;
+        let micro_batch = match recompute {
+            false => batch,
+            true => (1..=batch).rev().find(|&rows| self.activations(rows, true) <= budget).unwrap_or(1),
+        };
+        let peak = self.fixed_bytes() + self.activations(micro_batch, recompute);
+        MemoryPlan { peak_bytes: peak as u64, recompute, micro_batch }
     }
 }
 
@@ -87,7 +106,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn big_steps_recompute_and_need_less_than_the_whole_stack() {
+    fn big_steps_recompute_in_micro_batches_within_the_budget() {
         let cfg = ModelConfig::needle2();
         let shape = |batch, seq_len| StepShape {
             config: &cfg,
@@ -101,9 +120,12 @@ mod tests {
         assert!(!small.plan().recompute);
         let big = shape(16, 256);
         let plan = big.plan();
-        assert!(plan.recompute);
+        assert!(plan.recompute && plan.micro_batch < 16, "{plan:?}");
         let whole = big.fixed_bytes() + cfg.num_layers as f64 * big.layer_bytes();
         assert!((plan.peak_bytes as f64) < whole / 4.0, "{plan:?} vs {whole}");
-        assert!(shape(16, 512).plan().peak_bytes > plan.peak_bytes);
+        assert!(plan.peak_bytes as f64 <= big.fixed_bytes() + ACTIVATION_BUDGET as f64);
+        // A single row that does not fit still runs, recomputed, one row at a time.
+        let huge = shape(2, 16384).plan();
+        assert_eq!((huge.recompute, huge.micro_batch), (true, 1));
     }
 }

@@ -91,6 +91,8 @@ pub struct Plan {
     pub memory_estimate_bytes: u64,
     /// Whether steps recompute activations layer by layer to stay within that memory.
     pub recompute: bool,
+    /// Rows per forward and backward pass (a batch with more is split, its gradients summed).
+    pub micro_batch: usize,
     /// Memory the machine has free now, where the platform says.
     pub memory_available_bytes: Option<u64>,
     /// Predicted seconds for the whole run, from a timed step ([`Session::time_run`]); absent
@@ -171,6 +173,7 @@ impl Session {
             trainable_parameters: lora.parameter_count(),
             memory_estimate_bytes: memory.peak_bytes,
             recompute: memory.recompute,
+            micro_batch: memory.micro_batch,
             memory_available_bytes: available_memory(),
             seconds_estimate: None,
         };
@@ -185,6 +188,7 @@ impl Session {
         let lora = Lora::init(&self.params, self.options.rank, self.options.alpha, self.options.seed)?;
         let mut trainer = Trainer::new(self.network.clone(), lora, Schedule::reference(self.options.lr, 2))?;
         trainer.recompute = self.plan.recompute;
+        trainer.micro_batch = self.plan.micro_batch;
         let batch = &self.train_rows[..self.options.batch_size.min(self.train_rows.len())];
         let (ids, mask) = batch_tensors(batch, self.network.device())?;
         let started = Instant::now();
@@ -229,6 +233,7 @@ impl Session {
             }
         };
         trainer.recompute = plan.recompute;
+        trainer.micro_batch = plan.micro_batch;
         let first_step = trainer.optimizer.count;
         emit(Event::Started {
             backend: backend.backend.to_string(),
