@@ -1,0 +1,163 @@
+//! Rotary position embedding and the scaled causal softmax of attention.
+
+use std::sync::Arc;
+
+use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
+
+use super::{f32s, fused, map_row_pairs, map_rows};
+
+/// Rotates `x` `[B, H, T, head_dim]` by the angles whose `cos`/`sin` are `[T, head_dim/2]`: halves
+/// `(x1, x2)` become `(x1·cos − x2·sin, x2·cos + x1·sin)`. The backward rotates the gradient back.
+/// `tables` are the same tables on the host, for the CPU kernel.
+pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, tables: Option<&Arc<RopeTables>>) -> Result<Tensor> {
+    match tables {
+        Some(tables) if fused(x) => x.contiguous()?.apply_op1(Rope { tables: Arc::clone(tables), inverse: false }),
+        _ => rope_composite(x, cos, sin),
+    }
+}
+
+fn rope_composite(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    let half = x.dim(3)? / 2;
+    let (x1, x2) = (x.narrow(3, 0, half)?, x.narrow(3, half, half)?);
+    let first = (x1.broadcast_mul(cos)? - x2.broadcast_mul(sin)?)?;
+    let second = (x2.broadcast_mul(cos)? + x1.broadcast_mul(sin)?)?;
+    Tensor::cat(&[first, second], 3)
+}
+
+/// `cos` and `sin` of every (position, frequency), row-major `[T, head_dim/2]`.
+#[derive(Debug)]
+pub struct RopeTables {
+    pub cos: Vec<f32>,
+    pub sin: Vec<f32>,
+}
+
+struct Rope {
+    tables: Arc<RopeTables>,
+    /// Rotate by the negated angles (the backward pass).
+    inverse: bool,
+}
+
+impl CustomOp1 for Rope {
+    fn name(&self) -> &'static str {
+        "rope"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (_, _, t, head_dim) = layout.shape().dims4()?;
+        let half = head_dim / 2;
+        if self.tables.cos.len() != t * half {
+            bail!("rope: tables for {} angles, rows of {t} × {half}", self.tables.cos.len());
+        }
+        let sign = if self.inverse { -1.0 } else { 1.0 };
+        let out = map_rows(f32s(storage, layout)?, head_dim, |row, x, y| {
+            let at = row % t * half;
+            let (cos, sin) = (&self.tables.cos[at..at + half], &self.tables.sin[at..at + half]);
+            let (x1, x2) = x.split_at(half);
+            let (y1, y2) = y.split_at_mut(half);
+            for i in 0..half {
+                let (c, s) = (cos[i], sign * sin[i]);
+                y1[i] = x1[i] * c - x2[i] * s;
+                y2[i] = x2[i] * c + x1[i] * s;
+            }
+        });
+        Ok((CpuStorage::F32(out), layout.shape().clone()))
+    }
+
+    fn bwd(&self, _x: &Tensor, _y: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        let inverse = Rope { tables: Arc::clone(&self.tables), inverse: !self.inverse };
+        Ok(Some(grad.contiguous()?.apply_op1_no_bwd(&inverse)?))
+    }
+}
+
+// Causal softmax
+
+/// `softmax(scale · scores + causal)` over the last axis of `[…, T, T]` scores, the mask implicit:
+/// query row q sees keys 0..=q. The composite form adds `causal` (`[1, 1, T, T]`, 0 / −∞).
+pub fn causal_softmax(scores: &Tensor, scale: f64, causal: &Tensor) -> Result<Tensor> {
+    if fused(scores) {
+        return scores.contiguous()?.apply_op1(CausalSoftmax { scale: scale as f32 });
+    }
+    causal_softmax_composite(scores, scale, causal)
+}
+
+fn causal_softmax_composite(scores: &Tensor, scale: f64, causal: &Tensor) -> Result<Tensor> {
+    let masked = (scores * scale)?.broadcast_add(causal)?;
+    let last = masked.rank() - 1;
+    let e = masked.broadcast_sub(&masked.max_keepdim(last)?.detach())?.exp()?;
+    e.broadcast_div(&e.sum_keepdim(last)?)
+}
+
+struct CausalSoftmax {
+    scale: f32,
+}
+
+impl CustomOp1 for CausalSoftmax {
+    fn name(&self) -> &'static str {
+        "causal-softmax"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        let t = layout.dims().last().copied().unwrap_or(1);
+        let out = map_rows(f32s(storage, layout)?, t, |row, x, o| {
+            let seen = row % t + 1;
+            let max = x[..seen].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0f32;
+            for (o, x) in o[..seen].iter_mut().zip(x) {
+                *o = ((x - max) * self.scale).exp();
+                sum += *o;
+            }
+            o[..seen].iter_mut().for_each(|o| *o /= sum);
+        });
+        Ok((CpuStorage::F32(out), layout.shape().clone()))
+    }
+
+    fn bwd(&self, _x: &Tensor, y: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        Ok(Some(y.apply_op2_no_bwd(&grad.contiguous()?, &SoftmaxBackward { scale: self.scale })?))
+    }
+}
+
+/// `dx = scale · y ⊙ (dy − Σ y⊙dy)` per row.
+struct SoftmaxBackward {
+    scale: f32,
+}
+
+impl CustomOp2 for SoftmaxBackward {
+    fn name(&self) -> &'static str {
+        "softmax-backward"
+    }
+
+    fn cpu_fwd(&self, ys: &CpuStorage, yl: &Layout, gs: &CpuStorage, gl: &Layout) -> Result<(CpuStorage, Shape)> {
+        let width = yl.dims().last().copied().unwrap_or(1);
+        let out = map_row_pairs(f32s(ys, yl)?, f32s(gs, gl)?, width, |_, y, dy, dx| {
+            let dot: f32 = y.iter().zip(dy).map(|(y, g)| y * g).sum();
+            dx.iter_mut().zip(y.iter().zip(dy)).for_each(|(dx, (y, g))| *dx = self.scale * y * (g - dot));
+        });
+        Ok((CpuStorage::F32(out), yl.shape().clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::kernels::testing::*;
+    use candle_core::Device;
+
+    #[test]
+    fn fused_rope_and_causal_softmax_match_the_composite_ops() {
+        let (x, probe) = (random(&[2, 3, 5, 8], 27), random(&[2, 3, 5, 8], 28));
+        let (cos, sin) = (random(&[5, 4], 29), random(&[5, 4], 30));
+        let tables = Arc::new(RopeTables {
+            cos: cos.flatten_all().unwrap().to_vec1().unwrap(),
+            sin: sin.flatten_all().unwrap().to_vec1().unwrap(),
+        });
+        let fused = value_and_grad(&x, &probe, |x| rope(x, &cos, &sin, Some(&tables)).unwrap());
+        let composite = value_and_grad(&x, &probe, |x| rope_composite(x, &cos, &sin).unwrap());
+        assert_same("rope", fused, composite);
+
+        let (scores, probe) = (random(&[2, 3, 5, 5], 10), random(&[2, 3, 5, 5], 11));
+        let causal = crate::model::attention::causal_bias(5, &Device::Cpu).unwrap();
+        let fused = value_and_grad(&scores, &probe, |s| causal_softmax(s, 0.7, &causal).unwrap());
+        let composite = value_and_grad(&scores, &probe, |s| causal_softmax_composite(s, 0.7, &causal).unwrap());
+        assert_same("causal softmax", fused, composite);
+    }
+}

@@ -1,0 +1,146 @@
+//! The Hadamard MLP as one op: two Walsh–Hadamard butterflies around frozen diagonals and a SiLU.
+
+use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor, D};
+
+use super::matmul::frozen_matmul;
+use super::{f32s, fused, logistic, map_row_pairs, map_rows};
+
+/// The Hadamard MLP over the last axis: `(d3 ⊙ H(silu(d2 ⊙ H(d1 ⊙ pad(x)))))[..d]`, with `H`
+/// Sylvester's Hadamard matrix scaled by `1/√n` and `pad` zero-padding to its width `n`. On the
+/// CPU one op: `H` as an O(n log n) butterfly, nothing kept but the input (the backward recomputes
+/// the two transforms) and no gradient for the frozen diagonals. Elsewhere the composite ops with
+/// `walsh_matrix` (the dense `H`, which those devices must provide).
+pub fn hadamard_mlp(x: &Tensor, diagonals: [&Tensor; 3], walsh_matrix: Option<&Tensor>) -> Result<Tensor> {
+    if fused(x) {
+        let [d1, d2, d3] = diagonals.map(|d| d.to_vec1::<f32>());
+        return x.contiguous()?.apply_op1(HadamardMlp { d1: d1?, d2: d2?, d3: d3? });
+    }
+    match walsh_matrix {
+        Some(matrix) => hadamard_mlp_composite(x, diagonals, matrix),
+        None => bail!("hadamard mlp: {:?} needs the dense Walsh matrix", x.device().location()),
+    }
+}
+
+fn hadamard_mlp_composite(x: &Tensor, [d1, d2, d3]: [&Tensor; 3], walsh_matrix: &Tensor) -> Result<Tensor> {
+    let d = x.dim(D::Minus1)?;
+    let z = x.pad_with_zeros(D::Minus1, 0, walsh_matrix.dim(0)? - d)?;
+    let z = frozen_matmul(&z.broadcast_mul(d1)?, walsh_matrix)?;
+    let z = frozen_matmul(&z.broadcast_mul(d2)?.silu()?, walsh_matrix)?;
+    z.broadcast_mul(d3)?.narrow(D::Minus1, 0, d)
+}
+
+/// The orthonormal Walsh–Hadamard transform of one row, in place, natural (Sylvester) order.
+fn walsh_row(row: &mut [f32]) {
+    let n = row.len();
+    let mut h = 1;
+    while h < n {
+        for block in row.chunks_mut(2 * h) {
+            let (lo, hi) = block.split_at_mut(h);
+            for (a, b) in lo.iter_mut().zip(hi.iter_mut()) {
+                let (x, y) = (*a, *b);
+                *a = x + y;
+                *b = x - y;
+            }
+        }
+        h *= 2;
+    }
+    let unit = 1.0 / (n as f32).sqrt();
+    row.iter_mut().for_each(|v| *v *= unit);
+}
+
+struct HadamardMlp {
+    d1: Vec<f32>,
+    d2: Vec<f32>,
+    d3: Vec<f32>,
+}
+
+impl HadamardMlp {
+    /// `c = d2 ⊙ H(d1 ⊙ pad(x))`, the pre-activation, into `c` (the padded width).
+    fn pre_activation(&self, x: &[f32], c: &mut [f32]) {
+        c.fill(0.0);
+        c[..x.len()].iter_mut().zip(x.iter().zip(&self.d1)).for_each(|(c, (x, d))| *c = x * d);
+        walsh_row(c);
+        c.iter_mut().zip(&self.d2).for_each(|(c, d)| *c *= d);
+    }
+
+    fn check(&self, layout: &Layout) -> Result<usize> {
+        let d = layout.dims().last().copied().unwrap_or(0);
+        let n = self.d1.len();
+        if !n.is_power_of_two() || d > n || self.d2.len() != n || self.d3.len() != n {
+            bail!("hadamard mlp: width {d} does not fit diagonals of {n}");
+        }
+        Ok(d)
+    }
+}
+
+impl CustomOp1 for HadamardMlp {
+    fn name(&self) -> &'static str {
+        "hadamard-mlp"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        let d = self.check(layout)?;
+        let out = map_rows(f32s(storage, layout)?, d, |_, x, y| {
+            let mut z = vec![0f32; self.d1.len()];
+            self.pre_activation(x, &mut z);
+            z.iter_mut().for_each(|c| *c *= logistic(*c));
+            walsh_row(&mut z);
+            y.iter_mut().zip(z.iter().zip(&self.d3)).for_each(|(y, (z, d))| *y = z * d);
+        });
+        Ok((CpuStorage::F32(out), layout.shape().clone()))
+    }
+
+    fn bwd(&self, x: &Tensor, _y: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        let backward =
+            HadamardMlpBackward(HadamardMlp { d1: self.d1.clone(), d2: self.d2.clone(), d3: self.d3.clone() });
+        Ok(Some(x.apply_op2_no_bwd(&grad.contiguous()?, &backward)?))
+    }
+}
+
+/// `dx = (d1 ⊙ H(d2 ⊙ silu'(c) ⊙ H(d3 ⊙ pad(dy))))[..d]`, with `c` recomputed from `x`.
+struct HadamardMlpBackward(HadamardMlp);
+
+impl CustomOp2 for HadamardMlpBackward {
+    fn name(&self) -> &'static str {
+        "hadamard-mlp-backward"
+    }
+
+    fn cpu_fwd(&self, xs: &CpuStorage, xl: &Layout, gs: &CpuStorage, gl: &Layout) -> Result<(CpuStorage, Shape)> {
+        let mlp = &self.0;
+        let d = mlp.check(xl)?;
+        let out = map_row_pairs(f32s(xs, xl)?, f32s(gs, gl)?, d, |_, x, dy, dx| {
+            let n = mlp.d1.len();
+            let mut c = vec![0f32; n];
+            mlp.pre_activation(x, &mut c);
+            let mut g = vec![0f32; n];
+            g[..d].iter_mut().zip(dy.iter().zip(&mlp.d3)).for_each(|(g, (dy, d3))| *g = dy * d3);
+            walsh_row(&mut g);
+            for ((g, c), d2) in g.iter_mut().zip(&c).zip(&mlp.d2) {
+                let s = logistic(*c);
+                *g *= (s + c * s * (1.0 - s)) * d2;
+            }
+            walsh_row(&mut g);
+            dx.iter_mut().zip(g.iter().zip(&mlp.d1)).for_each(|(dx, (g, d1))| *dx = g * d1);
+        });
+        Ok((CpuStorage::F32(out), xl.shape().clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::kernels::testing::*;
+    use crate::model::mlp::walsh_matrix;
+    use candle_core::Device;
+
+    #[test]
+    fn fused_hadamard_mlp_matches_the_dense_walsh_matrix_composite() {
+        let matrix = walsh_matrix(16, &Device::Cpu).unwrap();
+        let (x, probe) = (random(&[2, 3, 12], 5), random(&[2, 3, 12], 6));
+        let diagonals = [random(&[16], 14), random(&[16], 15), random(&[16], 16)];
+        let diagonals = [&diagonals[0], &diagonals[1], &diagonals[2]];
+        let fused = value_and_grad(&x, &probe, |x| hadamard_mlp(x, diagonals, None).unwrap());
+        let composite = value_and_grad(&x, &probe, |x| hadamard_mlp_composite(x, diagonals, &matrix).unwrap());
+        assert_same("hadamard mlp", fused, composite);
+    }
+}

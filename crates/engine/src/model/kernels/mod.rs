@@ -1,0 +1,120 @@
+//! Fused operations with hand-written backward passes, for the training path.
+//!
+//! candle's autograd keeps every intermediate of a composite op and computes a gradient for every
+//! operand, frozen or not: `x·W` with a frozen `W` still forms `xᵀ·dY` (a dense weight gradient),
+//! and `x ⊙ gain` still reduces a gradient for the gain. The ops here keep only their input and
+//! return a gradient for it alone, so the frozen base model costs no backward work of its own.
+//!
+//! [`frozen_matmul`] runs on every backend (it calls the backend's own matmul). The others have a
+//! CPU kernel; on CUDA and Metal they fall back to the composite candle ops they replace, which
+//! their tests compare them with on the CPU.
+
+use candle_core::backend::BackendStorage;
+use candle_core::{bail, CpuStorage, DType, Layout, Result, Tensor};
+use rayon::prelude::*;
+
+mod attention;
+mod cross_entropy;
+mod hadamard;
+mod lanes;
+mod matmul;
+mod norm;
+mod sigmoid;
+
+pub use attention::{causal_softmax, rope, RopeTables};
+pub use cross_entropy::cross_entropy;
+pub use hadamard::hadamard_mlp;
+pub use lanes::{lane_mix, lane_read, lane_spread};
+pub use matmul::frozen_matmul;
+pub use norm::rms_norm;
+pub use sigmoid::sigmoid;
+
+/// Rows of this many elements or fewer are processed on one thread: rayon's hand-off costs more.
+const PARALLEL_MIN: usize = 1 << 14;
+
+/// The contiguous f32 elements of a CPU tensor.
+fn f32s<'a>(storage: &'a CpuStorage, layout: &Layout) -> Result<&'a [f32]> {
+    let CpuStorage::F32(values) = storage else { bail!("fused ops take f32 tensors, got {:?}", storage.dtype()) };
+    match layout.contiguous_offsets() {
+        Some((start, end)) => Ok(&values[start..end]),
+        None => bail!("fused ops take contiguous tensors"),
+    }
+}
+
+/// Applies `f(row_in, row_out)` to every `width`-wide row, in parallel when the work is large.
+fn map_rows(input: &[f32], width: usize, f: impl Fn(usize, &[f32], &mut [f32]) + Sync) -> Vec<f32> {
+    let mut out = vec![0f32; input.len()];
+    if input.len() <= PARALLEL_MIN {
+        out.chunks_mut(width).zip(input.chunks(width)).enumerate().for_each(|(i, (o, x))| f(i, x, o));
+    } else {
+        out.par_chunks_mut(width).zip(input.par_chunks(width)).enumerate().for_each(|(i, (o, x))| f(i, x, o));
+    }
+    out
+}
+
+/// Like [`map_rows`] over two inputs of the same shape (a forward input and a gradient).
+fn map_row_pairs(a: &[f32], b: &[f32], width: usize, f: impl Fn(usize, &[f32], &[f32], &mut [f32]) + Sync) -> Vec<f32> {
+    let mut out = vec![0f32; a.len()];
+    if a.len() <= PARALLEL_MIN {
+        out.chunks_mut(width)
+            .zip(a.chunks(width).zip(b.chunks(width)))
+            .enumerate()
+            .for_each(|(i, (o, (x, g)))| f(i, x, g, o));
+    } else {
+        out.par_chunks_mut(width)
+            .zip(a.par_chunks(width).zip(b.par_chunks(width)))
+            .enumerate()
+            .for_each(|(i, (o, (x, g)))| f(i, x, g, o));
+    }
+    out
+}
+
+/// Whether the fused CPU kernels serve `x` (else the composite ops do).
+fn fused(x: &Tensor) -> bool {
+    x.device().is_cpu() && x.dtype() == DType::F32
+}
+
+/// `1 / (1 + e^{−x})` of one value.
+fn logistic(x: f32) -> f32 {
+    // Split by sign so that exp never overflows.
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(a, b)| a * b).sum()
+}
+
+#[cfg(test)]
+mod testing {
+    use candle_core::{Device, Tensor, Var};
+
+    pub fn random(shape: &[usize], seed: u64) -> Tensor {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let n: usize = shape.iter().product();
+        Tensor::from_vec((0..n).map(|_| rng.random_range(-2.0f32..2.0)).collect::<Vec<_>>(), shape, &Device::Cpu)
+            .unwrap()
+    }
+
+    pub fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar().unwrap()
+    }
+
+    /// The value and input gradient of `op(x)·probe` summed, for a fused and a composite op.
+    pub fn value_and_grad(x: &Tensor, probe: &Tensor, op: impl Fn(&Tensor) -> Tensor) -> (Tensor, Tensor) {
+        let var = Var::from_tensor(x).unwrap();
+        let y = op(var.as_tensor());
+        let grads = (&y * probe).unwrap().sum_all().unwrap().backward().unwrap();
+        (y, grads.get(var.as_tensor()).unwrap().clone())
+    }
+
+    pub fn assert_same(name: &str, fused: (Tensor, Tensor), composite: (Tensor, Tensor)) {
+        let (value, grad) = (max_diff(&fused.0, &composite.0), max_diff(&fused.1, &composite.1));
+        assert!(value < 1e-5 && grad < 1e-5, "{name}: value off by {value}, gradient by {grad}");
+    }
+}
