@@ -20,6 +20,7 @@ mod lanes;
 mod matmul;
 mod norm;
 mod sigmoid;
+mod sinkhorn;
 
 pub use attention::{causal_softmax, rope, RopeTables};
 pub use cross_entropy::cross_entropy;
@@ -28,6 +29,7 @@ pub use lanes::{lane_mix, lane_read, lane_spread};
 pub use matmul::frozen_matmul;
 pub use norm::rms_norm;
 pub use sigmoid::sigmoid;
+pub use sinkhorn::sinkhorn;
 
 /// Rows of this many elements or fewer are processed on one thread: rayon's hand-off costs more.
 const PARALLEL_MIN: usize = 1 << 14;
