@@ -71,20 +71,23 @@ impl StepShape<'_> {
         4.0 * (self.batch * self.seq_len * self.config.mhc_lanes * self.config.d_model) as f64
     }
 
-    /// The base weights, the adapter with its gradient and moments, and the vocabulary rows.
+    /// The base weights and the adapter with its gradient and moments.
     fn fixed_bytes(&self) -> f64 {
-        let vocab = VOCAB_ROWS * (self.scored * self.config.vocab_size) as f64;
-        FIXED_BYTES + 4.0 * (self.parameters as f64 + 4.0 * self.trainable as f64 + vocab)
+        FIXED_BYTES + 4.0 * (self.parameters as f64 + 4.0 * self.trainable as f64)
     }
 
-    /// Activation bytes of a step over `rows` of the batch, recomputing or not.
+    /// Activation bytes of a pass over `rows` of the batch, recomputing or not: the layers' and
+    /// the vocabulary rows of those rows' scored positions.
     fn activations(&self, rows: usize, recompute: bool) -> f64 {
         let part = StepShape { batch: rows, ..*self };
         let layers = self.config.num_layers as f64;
-        match recompute {
-            false => layers * part.layer_bytes(),
-            true => (layers + 1.0) * part.lanes_bytes() + part.layer_bytes(),
-        }
+        let scored = self.scored as f64 * rows as f64 / self.batch.max(1) as f64;
+        let vocab = 4.0 * VOCAB_ROWS * scored * self.config.vocab_size as f64;
+        vocab
+            + match recompute {
+                false => layers * part.layer_bytes(),
+                true => (layers + 1.0) * part.lanes_bytes() + part.layer_bytes(),
+            }
     }
 
     /// The plan for this shape: the whole stack's activations for the whole batch if they fit
@@ -123,7 +126,7 @@ mod tests {
         let big = shape(16, 256);
         let plan = big.plan();
         assert!(plan.recompute && plan.micro_batch < 16, "{plan:?}");
-        let whole = big.fixed_bytes() + cfg.num_layers as f64 * big.layer_bytes();
+        let whole = big.fixed_bytes() + big.activations(16, false);
         assert!((plan.peak_bytes as f64) < whole / 4.0, "{plan:?} vs {whole}");
         assert!(plan.peak_bytes as f64 <= big.fixed_bytes() + ACTIVATION_BUDGET as f64);
         // A single row that does not fit still runs, recomputed, one row at a time.
