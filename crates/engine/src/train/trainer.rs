@@ -99,10 +99,20 @@ impl Trainer {
         Ok(StepOutcome { loss, lr })
     }
 
-    /// The loss on a batch without building a gradient graph (validation).
+    /// The loss on a batch without building a gradient graph (validation), in the same
+    /// micro-batches as training so that it needs no more memory.
     pub fn loss(&self, ids: &Tensor, mask: &Tensor) -> Result<f32> {
-        let (sum, count) = self.network.masked_ce_sum(ids, mask, Some(&self.lora.low_rank().detached()))?;
-        Ok((sum / count.max(1.0))?.to_scalar()?)
+        let low_rank = self.lora.low_rank().detached();
+        let rows = ids.dim(0)?;
+        let (mut sum, mut count) = (0f64, 0f64);
+        let chunk = self.micro_batch.clamp(1, rows.max(1));
+        for start in (0..rows).step_by(chunk) {
+            let (ids, mask) = trimmed_rows(ids, mask, start, chunk.min(rows - start))?;
+            let (part, weight) = self.network.masked_ce_sum(&ids, &mask, Some(&low_rank))?;
+            sum += f64::from(part.to_scalar::<f32>()?);
+            count += weight;
+        }
+        Ok((sum / count.max(1.0)) as f32)
     }
 }
 
