@@ -26,8 +26,8 @@ pub struct Args {
     #[arg(long, default_value_t = 16)]
     pub rank: usize,
     /// Recompute activations layer by layer: auto (the memory plan decides), on or off
-    #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
-    pub recompute: String,
+    #[arg(long, value_enum, default_value_t = Recompute::Auto)]
+    pub recompute: Recompute,
     /// Force a backend (auto, cpu, cuda, metal); default: NEEDLE_DEVICE, else auto
     #[arg(long)]
     pub device: Option<String>,
@@ -36,15 +36,22 @@ pub struct Args {
     pub json: bool,
 }
 
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Recompute {
+    Auto,
+    On,
+    Off,
+}
+
 pub fn run(args: Args, process_start: Instant) -> Result<()> {
     let config = bench::preset(&args.preset)
         .ok_or_else(|| anyhow!("--preset {}: unknown; use `needle` or `tiny`", args.preset))?;
     let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
     eprintln!("  {:<9} {}  {}", "backend", selected.info.backend, selected.info.device);
-    let recompute = match args.recompute.as_str() {
-        "on" => Some(true),
-        "off" => Some(false),
-        _ => None,
+    let recompute = match args.recompute {
+        Recompute::Auto => None,
+        Recompute::On => Some(true),
+        Recompute::Off => Some(false),
     };
     let options =
         BenchOptions { config, batch: args.batch, seq: args.seq, steps: args.steps, rank: args.rank, recompute };

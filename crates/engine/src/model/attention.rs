@@ -5,8 +5,7 @@ use candle_core::{Device, Tensor};
 
 use std::sync::Arc;
 
-use super::kernels::sigmoid;
-use super::kernels::{causal_softmax, rope, RopeTables};
+use super::kernels::{causal_softmax, rope, sigmoid, RopeTables};
 use super::linear::{Linear, LowRank};
 use super::norm::ZcRmsNorm;
 use super::params::ParamPath;

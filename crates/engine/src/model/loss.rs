@@ -4,7 +4,7 @@
 //! the prompt (tools, query) is most of the tokens and none of the loss, and the projection to
 //! the vocabulary is the widest matrix of the network.
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Tensor};
 
 use super::kernels::cross_entropy;
 use super::Result;
@@ -50,12 +50,9 @@ impl Scored {
         let positions = Tensor::from_slice(&self.positions, self.positions.len(), device)?;
         let logits = project(&rows.index_select(&positions, 0)?)?;
         let ce = cross_entropy(&logits, &self.targets)?;
-        Ok((ce * weights(&self.weights, device)?)?.sum_all()?)
+        let weights = Tensor::from_slice(&self.weights, self.weights.len(), device)?;
+        Ok((ce * weights)?.sum_all()?)
     }
-}
-
-fn weights(values: &[f32], device: &Device) -> Result<Tensor> {
-    Ok(Tensor::from_slice(values, values.len(), device)?)
 }
 
 /// `(Σ ce·mask, Σ mask)` over shifted positions of full logits: summing both over batches gives
@@ -78,6 +75,7 @@ pub fn masked_loss(logits: &Tensor, ids: &Tensor, mask: &Tensor) -> Result<Tenso
 #[cfg(test)]
 mod tests {
     use super::*;
+    use candle_core::Device;
 
     #[test]
     fn loss_averages_the_shifted_masked_cross_entropy() {

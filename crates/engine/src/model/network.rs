@@ -119,10 +119,14 @@ impl Network {
     pub fn masked_ce_sum(&self, ids: &Tensor, mask: &Tensor, low_rank: Option<&LowRank>) -> Result<(Tensor, f64)> {
         let rows = ids.to_dtype(DType::U32)?.to_vec2::<u32>()?;
         let scored = Scored::new(&rows, &mask.to_vec2()?);
-        let hidden = self.hidden(&rows, low_rank)?;
-        let (b, t, d) = hidden.dims3()?;
-        let sum = scored.ce_sum(&hidden.reshape((b * t, d))?, |h| self.logits(h))?;
+        let sum = self.scored_ce_sum(&scored, &self.hidden(&rows, low_rank)?)?;
         Ok((sum, scored.weight_sum()))
+    }
+
+    /// `Σ ce·mask` of the scored positions of hidden states `[B, T, d_model]`.
+    fn scored_ce_sum(&self, scored: &Scored, hidden: &Tensor) -> Result<Tensor> {
+        let (b, t, d) = hidden.dims3()?;
+        scored.ce_sum(&hidden.reshape((b * t, d))?, |h| self.logits(h))
     }
 
     /// Hidden states `[…, d_model]` → logits through the tied (frozen) embedding.
@@ -187,9 +191,7 @@ impl Network {
         }
 
         let top = Var::from_tensor(&inputs.pop().expect("the stack's output"))?;
-        let hidden = self.stack.finish(top.as_tensor())?;
-        let (b, t, d) = hidden.dims3()?;
-        let loss = (scored.ce_sum(&hidden.reshape((b * t, d))?, |h| self.logits(h))? / normalizer)?;
+        let loss = (self.scored_ce_sum(&scored, &self.stack.finish(top.as_tensor())?)? / normalizer)?;
         let mut grads = loss.backward()?;
         // Every gradient is detached as it is taken: candle's gradients are themselves tracked
         // tensors, and a tracked upstream gradient would pull every layer's graph into the next.

@@ -67,11 +67,6 @@ impl Params {
         self.tensors.borrow().get(path).cloned()
     }
 
-    /// Replaces (or adds) the tensor at `path`: how LoRA-merged or trainable weights enter the network.
-    pub fn insert(&mut self, path: impl Into<String>, tensor: Tensor) {
-        self.tensors.get_mut().insert(path.into(), tensor);
-    }
-
     /// Merges the reference's `.pkl` LoRA adapter into the weights: `W ← W + scale · A·B` for each
     /// adapted path (per layer when the weight is stacked). Returns how many weights changed; on an
     /// error nothing has changed.

@@ -1,9 +1,8 @@
 //! The residual lanes of the mHC stack: reading a mixture, mixing them, spreading an update.
 
 use candle_core::{bail, CpuStorage, CustomOp2, Layout, Result, Shape, Tensor, D};
-use rayon::prelude::*;
 
-use super::{dot, f32s, fused, PARALLEL_MIN};
+use super::{dot, f32s, fill_rows, fused};
 
 /// `Σᵢ h[…, i] · lanes[…, i, :]`: one mixture of the lanes, `lanes` `[…, n, d]`, `h` `[…, n]`.
 pub fn lane_read(lanes: &Tensor, h: &Tensor) -> Result<Tensor> {
@@ -39,17 +38,6 @@ fn lane_dims(layout: &Layout) -> Result<(usize, usize, usize)> {
     Ok((layout.shape().elem_count() / (n * d).max(1), n, d))
 }
 
-/// Applies `f(position, out)` over `[positions, out_width]`, in parallel when large.
-fn per_position(positions: usize, out_width: usize, f: impl Fn(usize, &mut [f32]) + Sync) -> Vec<f32> {
-    let mut out = vec![0f32; positions * out_width];
-    if out.len() <= PARALLEL_MIN {
-        out.chunks_mut(out_width.max(1)).enumerate().for_each(|(p, o)| f(p, o));
-    } else {
-        out.par_chunks_mut(out_width.max(1)).enumerate().for_each(|(p, o)| f(p, o));
-    }
-    out
-}
-
 struct LaneRead;
 
 impl CustomOp2 for LaneRead {
@@ -60,7 +48,7 @@ impl CustomOp2 for LaneRead {
     fn cpu_fwd(&self, xs: &CpuStorage, xl: &Layout, hs: &CpuStorage, hl: &Layout) -> Result<(CpuStorage, Shape)> {
         let (positions, n, d) = lane_dims(xl)?;
         let (x, h) = (f32s(xs, xl)?, f32s(hs, hl)?);
-        let out = per_position(positions, d, |p, o| {
+        let out = fill_rows(positions, d, |p, o| {
             for i in 0..n {
                 let w = h[p * n + i];
                 o.iter_mut().zip(&x[(p * n + i) * d..][..d]).for_each(|(o, x)| *o += w * x);
@@ -90,7 +78,7 @@ impl CustomOp2 for LaneSpread {
         let d = ul.dims().last().copied().unwrap_or(1);
         let positions = ul.shape().elem_count() / d.max(1);
         let (h, u) = (f32s(hs, hl)?, f32s(us, ul)?);
-        let out = per_position(positions, n * d, |p, o| {
+        let out = fill_rows(positions, n * d, |p, o| {
             for (i, lane) in o.chunks_mut(d).enumerate() {
                 let w = h[p * n + i];
                 lane.iter_mut().zip(&u[p * d..][..d]).for_each(|(o, u)| *o = w * u);
@@ -118,7 +106,7 @@ impl CustomOp2 for LaneDots {
     fn cpu_fwd(&self, xs: &CpuStorage, xl: &Layout, us: &CpuStorage, ul: &Layout) -> Result<(CpuStorage, Shape)> {
         let (positions, n, d) = lane_dims(xl)?;
         let (x, u) = (f32s(xs, xl)?, f32s(us, ul)?);
-        let out = per_position(positions, n, |p, o| {
+        let out = fill_rows(positions, n, |p, o| {
             let u = &u[p * d..][..d];
             o.iter_mut().enumerate().for_each(|(i, o)| *o = dot(&x[(p * n + i) * d..][..d], u));
         });
@@ -140,7 +128,7 @@ impl CustomOp2 for LaneMix {
     fn cpu_fwd(&self, ms: &CpuStorage, ml: &Layout, xs: &CpuStorage, xl: &Layout) -> Result<(CpuStorage, Shape)> {
         let (positions, n, d) = lane_dims(xl)?;
         let (m, x) = (f32s(ms, ml)?, f32s(xs, xl)?);
-        let out = per_position(positions, n * d, |p, o| {
+        let out = fill_rows(positions, n * d, |p, o| {
             let m = &m[p * n * n..][..n * n];
             for (i, lane) in o.chunks_mut(d).enumerate() {
                 for j in 0..n {
@@ -171,7 +159,7 @@ impl CustomOp2 for LaneOuter {
     fn cpu_fwd(&self, as_: &CpuStorage, al: &Layout, bs: &CpuStorage, bl: &Layout) -> Result<(CpuStorage, Shape)> {
         let (positions, n, d) = lane_dims(al)?;
         let (a, b) = (f32s(as_, al)?, f32s(bs, bl)?);
-        let out = per_position(positions, n * n, |p, o| {
+        let out = fill_rows(positions, n * n, |p, o| {
             for i in 0..n {
                 for j in 0..n {
                     o[i * n + j] = dot(&a[(p * n + i) * d..][..d], &b[(p * n + j) * d..][..d]);

@@ -43,32 +43,27 @@ fn f32s<'a>(storage: &'a CpuStorage, layout: &Layout) -> Result<&'a [f32]> {
     }
 }
 
-/// Applies `f(row_in, row_out)` to every `width`-wide row, in parallel when the work is large.
-fn map_rows(input: &[f32], width: usize, f: impl Fn(usize, &[f32], &mut [f32]) + Sync) -> Vec<f32> {
-    let mut out = vec![0f32; input.len()];
-    if input.len() <= PARALLEL_MIN {
-        out.chunks_mut(width).zip(input.chunks(width)).enumerate().for_each(|(i, (o, x))| f(i, x, o));
+/// `rows` output rows of `width` values, row i written by `f(i, row)`: in parallel when the work
+/// is large. The one loop every CPU kernel runs.
+fn fill_rows(rows: usize, width: usize, f: impl Fn(usize, &mut [f32]) + Sync) -> Vec<f32> {
+    let mut out = vec![0f32; rows * width];
+    let width = width.max(1);
+    if out.len() <= PARALLEL_MIN {
+        out.chunks_mut(width).enumerate().for_each(|(i, o)| f(i, o));
     } else {
-        out.par_chunks_mut(width).zip(input.par_chunks(width)).enumerate().for_each(|(i, (o, x))| f(i, x, o));
+        out.par_chunks_mut(width).enumerate().for_each(|(i, o)| f(i, o));
     }
     out
 }
 
+/// `f(i, input_row, output_row)` over every `width`-wide row of `input`.
+fn map_rows(input: &[f32], width: usize, f: impl Fn(usize, &[f32], &mut [f32]) + Sync) -> Vec<f32> {
+    fill_rows(input.len() / width.max(1), width, |i, o| f(i, &input[i * width..][..width], o))
+}
+
 /// Like [`map_rows`] over two inputs of the same shape (a forward input and a gradient).
 fn map_row_pairs(a: &[f32], b: &[f32], width: usize, f: impl Fn(usize, &[f32], &[f32], &mut [f32]) + Sync) -> Vec<f32> {
-    let mut out = vec![0f32; a.len()];
-    if a.len() <= PARALLEL_MIN {
-        out.chunks_mut(width)
-            .zip(a.chunks(width).zip(b.chunks(width)))
-            .enumerate()
-            .for_each(|(i, (o, (x, g)))| f(i, x, g, o));
-    } else {
-        out.par_chunks_mut(width)
-            .zip(a.par_chunks(width).zip(b.par_chunks(width)))
-            .enumerate()
-            .for_each(|(i, (o, (x, g)))| f(i, x, g, o));
-    }
-    out
+    fill_rows(a.len() / width.max(1), width, |i, o| f(i, &a[i * width..][..width], &b[i * width..][..width], o))
 }
 
 /// Whether the fused CPU kernels serve `x` (else the composite ops do).
