@@ -1,5 +1,7 @@
 //! Helpers shared by the cross-crate tests in `tests/tests/`: where the fixtures are, how to read them,
-//! and how to run the `needle` binary.
+//! how to run the `needle` binary, and a model hub on loopback ([`fake_hub`]).
+
+pub mod fake_hub;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -11,8 +11,8 @@ use crate::events::{print_json, EventFormat};
 /// Export a checkpoint to the `.cact` the runtime loads.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Base checkpoint (.pkl) to export
-    pub checkpoint: PathBuf,
+    /// Base checkpoint (.pkl) to export [default: Needle 2 from the Hugging Face cache, downloaded if missing]
+    pub checkpoint: Option<PathBuf>,
     /// LoRA adapter (.pkl or .safetensors) to merge before export
     #[arg(long)]
     pub lora: Option<PathBuf>,
@@ -22,7 +22,7 @@ pub struct Args {
     /// Uniform CQ width [default: the checkpoint's weight_bits map, else 4]
     #[arg(long, value_parser = parse_bits)]
     pub bits: Option<Bits>,
-    /// SentencePiece model [default: tokenizer.model beside the checkpoint]
+    /// SentencePiece model [default: tokenizer.model beside the checkpoint, else Needle 2's]
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
     /// Print each stage as one JSON event per line on stdout
@@ -53,10 +53,11 @@ fn python_repr(path: &Path) -> String {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    let base = crate::download::base_model(args.checkpoint.as_deref(), args.tokenizer.as_deref())?;
     let options = ExportOptions {
-        tokenizer: args.tokenizer.clone().unwrap_or_else(|| needle_engine::tokenizer::default_path(&args.checkpoint)),
-        out: args.out.clone().unwrap_or_else(|| default_out(&args.checkpoint)),
-        checkpoint: args.checkpoint,
+        out: args.out.clone().unwrap_or_else(|| default_out(&base.checkpoint)),
+        tokenizer: base.tokenizer,
+        checkpoint: base.checkpoint,
         lora: args.lora,
         bits: args.bits,
     };
@@ -105,7 +106,7 @@ mod tests {
     fn builds_a_fixture_with_its_adapter_like_the_reference() {
         let out = std::env::temp_dir().join(format!("needle-build-test-{}.cact", std::process::id()));
         let args = Args {
-            checkpoint: PathBuf::from(FIXTURES).join("models/tiny_f16.pkl"),
+            checkpoint: Some(PathBuf::from(FIXTURES).join("models/tiny_f16.pkl")),
             lora: Some(PathBuf::from(FIXTURES).join("golden/tiny_f16/adapter.pkl")),
             out: Some(out.clone()),
             bits: Some(Bits::Two),

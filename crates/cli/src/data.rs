@@ -9,9 +9,9 @@ use needle_engine::tokenizer::Tokenizer;
 pub struct Args {
     /// The JSONL dataset (one example per line).
     data: PathBuf,
-    /// SentencePiece `tokenizer.model`.
+    /// SentencePiece `tokenizer.model` [default: Needle 2's, from the Hugging Face cache or the hub]
     #[arg(long)]
-    tokenizer: PathBuf,
+    tokenizer: Option<PathBuf>,
     /// Longest sequence a run may use (the reference's `--max-len`).
     #[arg(long, default_value_t = 1024)]
     max_len: usize,
@@ -21,7 +21,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let tokenizer = Tokenizer::load(&args.tokenizer)?;
+    let tokenizer = Tokenizer::load(&crate::download::tokenizer(args.tokenizer.as_deref())?)?;
     let dataset = Dataset::load(&args.data)?;
     let report = dataset.prepare(&tokenizer, args.max_len)?.report;
     if args.json {

@@ -39,25 +39,25 @@ pub fn run(args: Args) -> Result<()> {
     let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
     eprintln!("  {:<9} {}  {}", "backend", selected.info.backend, selected.info.device);
     let device = selected.device;
+    let base = args.inputs.base_model()?;
     let (config, mut params) = {
-        let checkpoint = Checkpoint::load(&args.inputs.checkpoint)?;
+        let checkpoint = Checkpoint::load(&base.checkpoint)?;
         // The f32 copy replaces the stored arrays: the checkpoint itself is dropped here.
         let params = Params::from_checkpoint(&checkpoint, &device)
-            .with_context(|| format!("reading the weights of {}", args.inputs.checkpoint.display()))?;
+            .with_context(|| format!("reading the weights of {}", base.checkpoint.display()))?;
         (checkpoint.config, params)
     };
     if let Some(path) = &args.lora {
         let merged = params
             .merge_pickled_adapter(&load_adapter(path)?)
-            .with_context(|| format!("merging {} into {}", path.display(), args.inputs.checkpoint.display()))?;
+            .with_context(|| format!("merging {} into {}", path.display(), base.checkpoint.display()))?;
         eprintln!("  {:<9} {merged} weight groups  {}", "merged", path.display());
     }
     let network = Network::load(&config, &params)
-        .with_context(|| format!("building the network of {}", args.inputs.checkpoint.display()))?;
+        .with_context(|| format!("building the network of {}", base.checkpoint.display()))?;
 
-    let tokenizer_path = args.inputs.tokenizer_path();
-    let tokenizer = Tokenizer::load(&tokenizer_path)?;
-    network.check_tokenizer_vocab(tokenizer.vocab_size(), &tokenizer_path)?;
+    let tokenizer = Tokenizer::load(&base.tokenizer)?;
+    network.check_tokenizer_vocab(tokenizer.vocab_size(), &base.tokenizer)?;
 
     let dataset = Dataset::load(&args.inputs.data)?;
     for problem in &dataset.problems {

@@ -9,6 +9,7 @@ use crate::inputs::ModelInputs;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use needle_engine::backend::{self, DeviceRequest};
+use needle_engine::hub::BaseModel;
 use needle_engine::train::{Event, FinetuneOptions, Plan, Session};
 
 /// Fine-tune LoRA adapters on a JSONL dataset (the reference's `finetune_local`).
@@ -58,9 +59,9 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
-    let options = options(&args);
+    let options = options(&args, args.inputs.base_model()?);
     let mut session = Session::prepare(options.clone(), &selected.device)
-        .with_context(|| format!("preparing to fine-tune {}", args.inputs.checkpoint.display()))?;
+        .with_context(|| format!("preparing to fine-tune {}", options.checkpoint.display()))?;
     if args.dry_run {
         session.time_run().context("timing a training step for the plan")?;
         print_plan(&session.plan, &options, args.events.is_some())?;
@@ -89,7 +90,7 @@ pub fn run(args: Args) -> Result<()> {
                 println!(
                     "  {:<9} needle build {} --lora {}",
                     "next",
-                    args.inputs.checkpoint.display(),
+                    options.checkpoint.display(),
                     outcome.adapter.display()
                 );
             }
@@ -104,11 +105,11 @@ pub fn run(args: Args) -> Result<()> {
     }
 }
 
-fn options(args: &Args) -> FinetuneOptions {
+fn options(args: &Args, base: BaseModel) -> FinetuneOptions {
     FinetuneOptions {
         data: args.inputs.data.clone(),
-        checkpoint: args.inputs.checkpoint.clone(),
-        tokenizer: args.inputs.tokenizer_path(),
+        checkpoint: base.checkpoint,
+        tokenizer: base.tokenizer,
         epochs: args.epochs,
         batch_size: args.batch_size,
         lr: args.lr,

@@ -6,6 +6,7 @@ mod backend;
 mod bench;
 mod build;
 mod data;
+mod download;
 mod eval;
 mod events;
 mod finetune;
@@ -37,6 +38,8 @@ enum Command {
     Build(build::Args),
     /// Report on a dataset: usable examples, problems by line, token lengths, sequence length.
     Data(data::Args),
+    /// Fetch Needle 2's checkpoint and tokenizer (or a named file) from the Hugging Face hub.
+    Download(download::Args),
     /// Masked answer loss of a checkpoint (and optional LoRA adapter) over a dataset.
     Eval(eval::Args),
     /// Fine-tune LoRA adapters on a dataset with the reference's recipe.
@@ -56,6 +59,7 @@ pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) ->
         Command::Bench(args) => bench::run(args, process_start),
         Command::Build(args) => build::run(args),
         Command::Data(args) => data::run(args),
+        Command::Download(args) => download::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Finetune(args) => finetune::run(args),
         Command::Inspect(args) => inspect::run(args),

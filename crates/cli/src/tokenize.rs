@@ -9,9 +9,9 @@ use needle_engine::tokenizer::Tokenizer;
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("input").required(true).args(["text", "file"])))]
 pub struct Args {
-    /// SentencePiece `tokenizer.model`.
+    /// SentencePiece `tokenizer.model` [default: Needle 2's, from the Hugging Face cache or the hub]
     #[arg(long)]
-    tokenizer: PathBuf,
+    tokenizer: Option<PathBuf>,
     /// Text to tokenize; each line is one input.
     #[arg(long)]
     text: Option<String>,
@@ -21,7 +21,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let tokenizer = Tokenizer::load(&args.tokenizer)?;
+    let tokenizer = Tokenizer::load(&crate::download::tokenizer(args.tokenizer.as_deref())?)?;
     let text = match (&args.text, &args.file) {
         (Some(text), _) => text.clone(),
         (None, Some(path)) => {

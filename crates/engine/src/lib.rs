@@ -10,6 +10,7 @@ pub mod cact;
 pub mod checkpoint;
 pub mod config;
 pub mod dataset;
+pub mod hub;
 pub mod lora;
 pub mod model;
 pub mod pyjson;

@@ -1,0 +1,156 @@
+//! `needle download`: fetch the base model (or any file of a hub repository) into the cache, and the
+//! terminal view of hub progress that every command shows when it has to download first.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use needle_engine::hub::{self, BaseModel, Hub, HubEvent, RepoFile};
+
+use crate::events::{print_json, EventFormat};
+
+/// Download Needle 2's checkpoint and tokenizer (or the file named) into the Hugging Face cache.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// `org/repo` for its base-model files, or `org/repo/path/to/file`
+    #[arg(default_value = hub::NEEDLE2_REPO)]
+    pub spec: String,
+    /// Branch, tag or commit
+    #[arg(long, default_value = hub::DEFAULT_REVISION)]
+    pub revision: String,
+    /// Also copy the files into this folder
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print progress as one JSON event per line on stdout
+    #[arg(long, value_enum)]
+    pub events: Option<EventFormat>,
+}
+
+/// The files a spec names: `org/repo` means its checkpoint and tokenizer, more segments one file.
+fn files(spec: &str, revision: &str) -> Result<Vec<RepoFile>> {
+    let parts: Vec<&str> = spec.split('/').filter(|part| !part.is_empty()).collect();
+    match parts[..] {
+        [org, name] => Ok(RepoFile::base_model(&format!("{org}/{name}"), revision).to_vec()),
+        [org, name, ref path @ ..] if !path.is_empty() => {
+            Ok(vec![RepoFile::new(&format!("{org}/{name}"), revision, &path.join("/"))])
+        }
+        _ => anyhow::bail!(
+            "{spec:?} is not a hub spec: pass org/repo (its checkpoint and tokenizer) or org/repo/path/to/file"
+        ),
+    }
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let hub = Hub::from_env();
+    let mut stdout = std::io::stdout().lock();
+    let mut view = HubView::new(args.events);
+    for file in files(&args.spec, &args.revision)? {
+        // An explicit download always asks the hub, so a moved branch is followed.
+        let fetched = hub.fetch(&file, &mut |event| view.show(&event), &AtomicBool::new(false));
+        let cached = fetched.inspect_err(|error| view.show(&HubEvent::Failed { message: error.to_string() }))?;
+        let path = match &args.out {
+            Some(out) => copy_into(&cached, out)?,
+            None => cached,
+        };
+        if args.events.is_none() {
+            let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            writeln!(stdout, "  {:<9} {}  {:.2} MB", "file", path.display(), bytes as f64 / 1e6)?;
+        }
+    }
+    Ok(())
+}
+
+/// Copies a cached file into `out` (through a temporary file, so a cut copy is never left there).
+fn copy_into(cached: &Path, out: &Path) -> Result<PathBuf> {
+    let name = cached.file_name().context("a cached file has a name")?;
+    let dest = out.join(name);
+    let bytes = std::fs::read(cached).with_context(|| format!("reading {}", cached.display()))?;
+    needle_engine::atomic::write_atomically(&dest, &bytes).with_context(|| format!("writing {}", dest.display()))?;
+    Ok(dest)
+}
+
+/// The checkpoint and tokenizer a model command uses: the paths given, else Needle 2 from the cache,
+/// else from the hub with a progress bar on stderr.
+pub fn base_model(checkpoint: Option<&Path>, tokenizer: Option<&Path>) -> Result<BaseModel> {
+    let mut view = HubView::new(None);
+    let resolved = hub::resolve_base_model(
+        &Hub::from_env(),
+        checkpoint,
+        tokenizer,
+        &mut |e| view.show(&e),
+        &AtomicBool::new(false),
+    );
+    Ok(resolved?)
+}
+
+/// The tokenizer a command uses: the one given, else Needle 2's from the cache or the hub.
+pub fn tokenizer(tokenizer: Option<&Path>) -> Result<PathBuf> {
+    let mut view = HubView::new(None);
+    Ok(hub::resolve_tokenizer(&Hub::from_env(), tokenizer, None, &mut |e| view.show(&e), &AtomicBool::new(false))?)
+}
+
+/// Hub progress in a terminal: a byte bar with rate and ETA on stderr, or JSON lines on stdout.
+struct HubView {
+    json: bool,
+    bar: Option<ProgressBar>,
+}
+
+impl HubView {
+    fn new(events: Option<EventFormat>) -> Self {
+        Self { json: events.is_some(), bar: None }
+    }
+
+    fn show(&mut self, event: &HubEvent) {
+        if self.json {
+            return print_json(event);
+        }
+        match event {
+            HubEvent::Started { file, total, resumed_from } => {
+                let bar = ProgressBar::new(*total);
+                let style =
+                    ProgressStyle::with_template("  {bar:30} {bytes}/{total_bytes}  {bytes_per_sec}  eta {eta}")
+                        .unwrap_or_else(|_| ProgressStyle::default_bar());
+                bar.set_style(style);
+                let resumed = if *resumed_from > 0 {
+                    format!("  resuming at {:.1} MB", *resumed_from as f64 / 1e6)
+                } else {
+                    String::new()
+                };
+                // Printed, not `bar.println`'d: the bar is hidden when stderr is not a terminal.
+                eprintln!("  {:<9} {file}  {:.1} MB{resumed}", "fetch", *total as f64 / 1e6);
+                bar.set_position(*resumed_from);
+                self.bar = Some(bar);
+            }
+            HubEvent::Progress { bytes, .. } => {
+                if let Some(bar) = &self.bar {
+                    bar.set_position(*bytes);
+                }
+            }
+            HubEvent::Downloaded { .. } | HubEvent::Failed { .. } => {
+                if let Some(bar) = self.bar.take() {
+                    bar.finish_and_clear();
+                }
+            }
+            HubEvent::Cached { .. } => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spec_names_the_base_model_files_or_one_file() {
+        let base = files("Cactus-Compute/needle2", "main").unwrap();
+        assert_eq!(
+            base.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(),
+            [hub::CHECKPOINT_FILE, hub::TOKENIZER_FILE]
+        );
+        let one = files("org/repo/weights/model.cact", "v1").unwrap();
+        assert_eq!(one, [RepoFile::new("org/repo", "v1", "weights/model.cact")]);
+        assert!(files("needle2", "main").unwrap_err().to_string().contains("org/repo"));
+    }
+}

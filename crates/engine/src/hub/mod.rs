@@ -1,0 +1,265 @@
+//! The base model from the Hugging Face hub: where it is cached, how it is fetched, and the one rule
+//! every command and the app use to find the checkpoint and tokenizer.
+//!
+//! The reference downloads `checkpoints/needle2.pkl` and `tokenizer/tokenizer.model` from
+//! `Cactus-Compute/needle2` when no checkpoint is given; so does [`resolve_base_model`], into the
+//! cache `huggingface_hub` uses ([`cache`]), with progress as [`HubEvent`]s, resume after a cut,
+//! and the size and content hash the hub announces checked before the file takes its place
+//! ([`transfer`]). The environment is read as `huggingface_hub` reads it: `HF_ENDPOINT`, `HF_TOKEN`,
+//! `HF_HUB_OFFLINE`, `HF_HOME`, `HF_HUB_CACHE`.
+
+pub mod cache;
+mod transfer;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+use serde::Serialize;
+
+use cache::RepoCache;
+pub use transfer::Announced;
+
+/// The reference's base model: repository and the two files it fetches from it.
+pub const NEEDLE2_REPO: &str = "Cactus-Compute/needle2";
+pub const CHECKPOINT_FILE: &str = "checkpoints/needle2.pkl";
+pub const TOKENIZER_FILE: &str = "tokenizer/tokenizer.model";
+pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
+pub const DEFAULT_REVISION: &str = "main";
+
+/// Where the hub is, who is asking, and where its files are kept.
+#[derive(Debug, Clone)]
+pub struct Hub {
+    /// Base URL, `https://huggingface.co` unless `HF_ENDPOINT` says otherwise (a mirror, a test server).
+    pub endpoint: String,
+    /// Sent as a bearer token to the endpoint's host only, never to the storage it redirects to.
+    pub token: Option<String>,
+    /// `HF_HUB_OFFLINE=1`: the cache or a clear error, never a network call.
+    pub offline: bool,
+    /// The hub cache folder (`…/huggingface/hub`), shared with `huggingface_hub`.
+    pub cache: PathBuf,
+}
+
+/// One file of one repository at one revision (a branch, a tag or a commit hash).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoFile {
+    pub repo: String,
+    pub revision: String,
+    pub path: String,
+}
+
+/// Paths to a base checkpoint and its tokenizer, wherever they came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BaseModel {
+    pub checkpoint: PathBuf,
+    pub tokenizer: PathBuf,
+}
+
+/// Progress of fetching files from the hub, rendered as a bar by the CLI and the app and printed as
+/// JSON lines by `needle download --events jsonl`, like training's events.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum HubEvent {
+    /// The file is in the cache: nothing was asked of the network.
+    Cached {
+        file: String,
+        path: PathBuf,
+        bytes: u64,
+    },
+    /// A transfer starts; `resumed_from` bytes are already on disk from an earlier, cut one.
+    Started {
+        file: String,
+        total: u64,
+        resumed_from: u64,
+    },
+    /// Bytes on disk so far (resumed ones included), with the rate of this transfer.
+    Progress {
+        file: String,
+        bytes: u64,
+        total: u64,
+        bytes_per_s: f64,
+        eta_s: f64,
+    },
+    /// The file arrived whole, matched the hub's size and hash, and is in the cache at `path`.
+    Downloaded {
+        file: String,
+        path: PathBuf,
+        bytes: u64,
+    },
+    Failed {
+        message: String,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HubError {
+    #[error("HF_HUB_OFFLINE is set and {} is not in the hub cache at {}: {}", .file.name(), .cache.display(), by_hand(.url))]
+    Offline { file: RepoFile, url: String, cache: PathBuf },
+    #[error("could not reach the model hub at {endpoint} ({cause}); check the connection (or HF_ENDPOINT), or {}", by_hand(.url))]
+    Unreachable { endpoint: String, url: String, cause: String },
+    #[error("the hub refused {} (HTTP {status}): {}", .file.name(), refusal_fix(*.token_sent))]
+    Refused { file: RepoFile, status: u16, token_sent: bool },
+    #[error("the hub has no {what} (HTTP 404 for {url}); check the name and the revision")]
+    NotFound { what: String, url: String },
+    #[error("the hub answered HTTP {status} for {url}; try again later")]
+    Status { url: String, status: u16 },
+    #[error(
+        "the hub's answer for {url} has no {what}, so the file cannot be verified; is HF_ENDPOINT a Hugging Face hub?"
+    )]
+    Unverifiable { url: String, what: &'static str },
+    #[error("the download of {} stopped at {got} of {total} bytes ({cause}); run it again to resume from there", .file.name())]
+    Cut { file: RepoFile, got: u64, total: u64, cause: String },
+    #[error("the download of {} was cancelled at {got} of {total} bytes; it resumes from there next time", .file.name())]
+    Cancelled { file: RepoFile, got: u64, total: u64 },
+    #[error("the hub sent {} with {what} {actual} but announced {expected}; the damaged download was removed, try again", .file.name())]
+    Mismatch { file: RepoFile, what: &'static str, expected: String, actual: String },
+    #[error("{} is being downloaded by another process ({} is locked); wait for it to finish", .file.name(), .path.display())]
+    Busy { file: RepoFile, path: PathBuf },
+    #[error("{}: {source}", .path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+/// The way around the hub: which address to fetch on a connected machine, and how to use the file.
+fn by_hand(url: &str) -> String {
+    format!(
+        "fetch {url} on a connected machine and choose that file (--checkpoint for a .pkl, --tokenizer for a \
+         .model; a tokenizer.model beside the checkpoint is found by itself)"
+    )
+}
+
+fn refusal_fix(token_sent: bool) -> &'static str {
+    if token_sent {
+        "the token in HF_TOKEN cannot read it; check its access, or accept the model's terms on its page"
+    } else {
+        "it is private or gated; set HF_TOKEN to an access token that can read it (https://huggingface.co/settings/tokens)"
+    }
+}
+
+impl RepoFile {
+    pub fn new(repo: &str, revision: &str, path: &str) -> Self {
+        Self { repo: repo.into(), revision: revision.into(), path: path.into() }
+    }
+
+    /// `org/model/path/in/repo`, as a user would name it.
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.repo, self.path)
+    }
+
+    /// The reference's base checkpoint and tokenizer in `repo` (Needle 2's own, or a mirror of it).
+    pub fn base_model(repo: &str, revision: &str) -> [Self; 2] {
+        [Self::new(repo, revision, CHECKPOINT_FILE), Self::new(repo, revision, TOKENIZER_FILE)]
+    }
+}
+
+impl Hub {
+    /// The hub as `huggingface_hub` would configure itself from the environment.
+    pub fn from_env() -> Self {
+        let var = |name: &str| std::env::var(name).ok().filter(|value| !value.trim().is_empty());
+        let hf_home = var("HF_HOME").map(PathBuf::from).unwrap_or_else(|| {
+            let cache = var("XDG_CACHE_HOME").map(PathBuf::from);
+            cache.or_else(|| dirs::home_dir().map(|home| home.join(".cache"))).unwrap_or_default().join("huggingface")
+        });
+        let token_file = var("HF_TOKEN_PATH").map(PathBuf::from).unwrap_or_else(|| hf_home.join("token"));
+        let saved_token =
+            || std::fs::read_to_string(&token_file).ok().map(|t| t.trim().to_string()).filter(|t| !t.is_empty());
+        Self {
+            endpoint: var("HF_ENDPOINT").unwrap_or_else(|| DEFAULT_ENDPOINT.into()).trim_end_matches('/').to_string(),
+            token: var("HF_TOKEN").or_else(saved_token),
+            offline: var("HF_HUB_OFFLINE")
+                .is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on")),
+            cache: var("HF_HUB_CACHE").map(PathBuf::from).unwrap_or_else(|| hf_home.join("hub")),
+        }
+    }
+
+    /// The address the file is fetched from.
+    pub fn url(&self, file: &RepoFile) -> String {
+        format!("{}/{}/resolve/{}/{}", self.endpoint, file.repo, file.revision, file.path)
+    }
+
+    /// The file as last fetched for its revision; no network call.
+    pub fn cached(&self, file: &RepoFile) -> Option<PathBuf> {
+        RepoCache::new(&self.cache, &file.repo).cached(file)
+    }
+
+    /// What the hub says the file is (commit, content hash, size) without fetching it.
+    pub fn announce(&self, file: &RepoFile) -> Result<Announced, HubError> {
+        if self.offline {
+            return Err(self.offline_error(file));
+        }
+        transfer::announce(self, file)
+    }
+
+    /// The cached file, or else the file fetched now.
+    pub fn get(
+        &self,
+        file: &RepoFile,
+        on_event: &mut dyn FnMut(HubEvent),
+        cancel: &AtomicBool,
+    ) -> Result<PathBuf, HubError> {
+        match self.cached(file) {
+            Some(path) => {
+                let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+                on_event(HubEvent::Cached { file: file.name(), path: path.clone(), bytes });
+                Ok(path)
+            }
+            None => self.fetch(file, on_event, cancel),
+        }
+    }
+
+    /// Asks the hub for the file's current version and downloads it unless the cache has those bytes.
+    pub fn fetch(
+        &self,
+        file: &RepoFile,
+        on_event: &mut dyn FnMut(HubEvent),
+        cancel: &AtomicBool,
+    ) -> Result<PathBuf, HubError> {
+        let announced = self.announce(file)?;
+        transfer::download(self, file, &announced, on_event, cancel)
+    }
+
+    fn offline_error(&self, file: &RepoFile) -> HubError {
+        HubError::Offline { file: file.clone(), url: self.url(file), cache: self.cache.clone() }
+    }
+}
+
+/// The base model for a command or the app: the checkpoint given, else Needle 2 from the cache, else
+/// from the hub; the tokenizer given, else the `tokenizer.model` beside a given checkpoint, else the
+/// hub's.
+pub fn resolve_base_model(
+    hub: &Hub,
+    checkpoint: Option<&Path>,
+    tokenizer: Option<&Path>,
+    on_event: &mut dyn FnMut(HubEvent),
+    cancel: &AtomicBool,
+) -> Result<BaseModel, HubError> {
+    let [hub_checkpoint, _] = RepoFile::base_model(NEEDLE2_REPO, DEFAULT_REVISION);
+    let checkpoint = match checkpoint {
+        Some(path) => path.to_path_buf(),
+        None => hub.get(&hub_checkpoint, on_event, cancel)?,
+    };
+    let tokenizer = resolve_tokenizer(hub, tokenizer, Some(&checkpoint), on_event, cancel)?;
+    Ok(BaseModel { checkpoint, tokenizer })
+}
+
+/// The tokenizer given, else the `tokenizer.model` beside `checkpoint`, else the hub's.
+pub fn resolve_tokenizer(
+    hub: &Hub,
+    tokenizer: Option<&Path>,
+    checkpoint: Option<&Path>,
+    on_event: &mut dyn FnMut(HubEvent),
+    cancel: &AtomicBool,
+) -> Result<PathBuf, HubError> {
+    if let Some(path) = tokenizer {
+        return Ok(path.to_path_buf());
+    }
+    let beside = checkpoint.map(crate::tokenizer::default_path).filter(|path| path.is_file());
+    match beside {
+        Some(path) => Ok(path),
+        None => hub.get(&RepoFile::new(NEEDLE2_REPO, DEFAULT_REVISION, TOKENIZER_FILE), on_event, cancel),
+    }
+}
+
+/// Needle 2's checkpoint and tokenizer if both are cached (no network call).
+pub fn cached_base_model(hub: &Hub) -> Option<BaseModel> {
+    let [checkpoint, tokenizer] = RepoFile::base_model(NEEDLE2_REPO, DEFAULT_REVISION);
+    Some(BaseModel { checkpoint: hub.cached(&checkpoint)?, tokenizer: hub.cached(&tokenizer)? })
+}

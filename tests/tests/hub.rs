@@ -1,0 +1,271 @@
+//! The base model from the hub, against a hub on loopback that the tests start ([`fake_hub`]): a
+//! fresh download, the cache with no network call, resume after a cut, wrong bytes and sizes refused,
+//! the 401 and 404 messages, offline with and without a cache — through the engine and the CLI.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::AtomicBool;
+
+use needle_engine::hub::{self, Hub, HubError, HubEvent, RepoFile};
+use needle_tests::fake_hub::{self, FakeHub, Faults, COMMIT};
+use needle_tests::{needle, read};
+
+const REPO: &str = "Cactus-Compute/needle2";
+
+fn hub(fake: &FakeHub, cache: &Path) -> Hub {
+    Hub { endpoint: fake.endpoint().into(), token: None, offline: false, cache: cache.to_path_buf() }
+}
+
+fn checkpoint() -> RepoFile {
+    RepoFile::new(REPO, "main", hub::CHECKPOINT_FILE)
+}
+
+fn tokenizer() -> RepoFile {
+    RepoFile::new(REPO, "main", hub::TOKENIZER_FILE)
+}
+
+/// Fetches `file`, returning what happened along the way.
+fn fetch(hub: &Hub, file: &RepoFile) -> (Result<PathBuf, HubError>, Vec<HubEvent>) {
+    let mut events = Vec::new();
+    let result = hub.fetch(file, &mut |event| events.push(event), &AtomicBool::new(false));
+    (result, events)
+}
+
+fn blobs(cache: &Path) -> Vec<String> {
+    let dir = cache.join("models--Cactus-Compute--needle2/blobs");
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_fresh_download_lands_in_the_hub_cache_and_is_then_used_without_the_network() {
+    let fake = fake_hub::needle2();
+    let cache = tempfile::tempdir().unwrap();
+    let hub = hub(&fake, cache.path());
+    let mut events = Vec::new();
+    let base = hub::resolve_base_model(&hub, None, None, &mut |e| events.push(e), &AtomicBool::new(false)).unwrap();
+    assert_eq!(std::fs::read(&base.checkpoint).unwrap(), read("models/pretrained.pkl"));
+    assert_eq!(std::fs::read(&base.tokenizer).unwrap(), read("models/tokenizer.model"));
+    // The layout huggingface_hub uses, so either tool finds what the other fetched.
+    let repo = cache.path().join("models--Cactus-Compute--needle2");
+    assert_eq!(base.checkpoint, repo.join("snapshots").join(COMMIT).join("checkpoints/needle2.pkl"));
+    assert_eq!(std::fs::read_to_string(repo.join("refs/main")).unwrap(), COMMIT);
+    assert!(blobs(cache.path()).iter().all(|name| !name.ends_with(".incomplete")), "{:?}", blobs(cache.path()));
+    let total = read("models/pretrained.pkl").len() as u64;
+    assert!(events.contains(&HubEvent::Started { file: checkpoint().name(), total, resumed_from: 0 }), "{events:?}");
+    assert!(events.iter().any(|e| matches!(e, HubEvent::Progress { bytes, .. } if *bytes == total)), "{events:?}");
+    assert!(events.iter().any(|e| matches!(e, HubEvent::Downloaded { file, .. } if *file == tokenizer().name())));
+
+    // Once cached: the same paths, and not one request.
+    let asked = fake.seen().len();
+    let mut again = Vec::new();
+    let cached = hub::resolve_base_model(&hub, None, None, &mut |e| again.push(e), &AtomicBool::new(false)).unwrap();
+    assert_eq!(cached, base);
+    assert_eq!(fake.seen().len(), asked, "a cached base model needs no network call");
+    assert!(again.iter().all(|e| matches!(e, HubEvent::Cached { .. })), "{again:?}");
+    assert_eq!(hub::cached_base_model(&hub), Some(base));
+}
+
+#[test]
+fn a_cut_download_resumes_from_its_partial_file_with_a_range_request() {
+    let fake = fake_hub::needle2();
+    let cache = tempfile::tempdir().unwrap();
+    let hub = hub(&fake, cache.path());
+    let total = read("models/pretrained.pkl").len() as u64;
+    let half = total / 2;
+    fake.set_faults(Faults { cut_at: Some(half), ..Faults::default() });
+    let (cut, _) = fetch(&hub, &checkpoint());
+    let message = cut.unwrap_err().to_string();
+    assert!(
+        message.contains(&format!("stopped at {half} of {total} bytes")) && message.contains("resume"),
+        "{message}"
+    );
+    assert_eq!(hub.cached(&checkpoint()), None, "nothing at the final path after a cut");
+    let partial = blobs(cache.path());
+    assert!(partial.len() == 1 && partial[0].ends_with(".incomplete"), "{partial:?}");
+
+    fake.set_faults(Faults::default());
+    let (resumed, events) = fetch(&hub, &checkpoint());
+    let path = resumed.unwrap();
+    assert_eq!(std::fs::read(path).unwrap(), read("models/pretrained.pkl"));
+    assert!(events.contains(&HubEvent::Started { file: checkpoint().name(), total, resumed_from: half }), "{events:?}");
+    let range = fake.seen().into_iter().filter_map(|seen| seen.range).last();
+    assert_eq!(range, Some(format!("bytes={half}-")), "the second try asks only for the rest");
+    assert!(blobs(cache.path()).iter().all(|name| !name.ends_with(".incomplete")));
+}
+
+#[test]
+fn wrong_bytes_and_wrong_sizes_are_refused_and_leave_nothing_behind() {
+    let fake = fake_hub::needle2();
+    let cache = tempfile::tempdir().unwrap();
+    let hub = hub(&fake, cache.path());
+    fake.set_faults(Faults { corrupt: true, ..Faults::default() });
+    for (file, hash) in [(checkpoint(), "sha256"), (tokenizer(), "git blob id")] {
+        let (result, _) = fetch(&hub, &file);
+        let message = result.unwrap_err().to_string();
+        assert!(message.contains(hash) && message.contains("removed"), "{message}");
+        assert_eq!(hub.cached(&file), None);
+        assert_eq!(blobs(cache.path()), Vec::<String>::new(), "a damaged download is not kept to resume from");
+    }
+
+    // A file longer than the size the hub announced.
+    fake.set_faults(Faults { short_size: true, ..Faults::default() });
+    let message = fetch(&hub, &checkpoint()).0.unwrap_err().to_string();
+    assert!(message.contains("with size over") && message.contains("removed"), "{message}");
+    assert_eq!(blobs(cache.path()), Vec::<String>::new());
+    assert_eq!(hub.cached(&checkpoint()), None);
+}
+
+#[test]
+fn refusals_and_missing_files_say_what_to_do() {
+    let fake = fake_hub::needle2();
+    let cache = tempfile::tempdir().unwrap();
+    let anonymous = hub(&fake, cache.path());
+    fake.set_faults(Faults { token: Some("hf_secret".into()), ..Faults::default() });
+    let (refused, _) = fetch(&anonymous, &checkpoint());
+    let message = refused.unwrap_err().to_string();
+    assert!(message.contains("HTTP 401") && message.contains("set HF_TOKEN"), "{message}");
+    let wrong = Hub { token: Some("hf_wrong".into()), ..anonymous.clone() };
+    let message = fetch(&wrong, &checkpoint()).0.unwrap_err().to_string();
+    assert!(message.contains("HTTP 401") && message.contains("token in HF_TOKEN cannot read it"), "{message}");
+
+    let signed_in = Hub { token: Some("hf_secret".into()), ..anonymous.clone() };
+    let before = fake.seen().len();
+    fetch(&signed_in, &checkpoint()).0.unwrap();
+    let seen = fake.seen().split_off(before);
+    let sent =
+        |path_start: &str| seen.iter().filter(|s| s.path.starts_with(path_start)).all(|s| s.authorization.is_some());
+    assert!(sent("/Cactus-Compute"), "the token goes to the hub: {seen:?}");
+    let storage: Vec<_> = seen.iter().filter(|s| s.path.starts_with("/cdn/")).collect();
+    assert!(!storage.is_empty() && storage.iter().all(|s| s.authorization.is_none()), "but not to storage: {seen:?}");
+
+    fake.set_faults(Faults::default());
+    let no_repo = fetch(&anonymous, &RepoFile::new("Cactus-Compute/needle9", "main", hub::CHECKPOINT_FILE)).0;
+    let message = no_repo.unwrap_err().to_string();
+    assert!(message.contains("no repository Cactus-Compute/needle9") && message.contains("404"), "{message}");
+    let no_file = fetch(&anonymous, &RepoFile::new(REPO, "main", "checkpoints/needle3.pkl")).0;
+    let message = no_file.unwrap_err().to_string();
+    assert!(message.contains("no file checkpoints/needle3.pkl in Cactus-Compute/needle2"), "{message}");
+}
+
+#[test]
+fn offline_uses_the_cache_and_without_one_says_which_files_to_fetch() {
+    let fake = fake_hub::needle2();
+    let cache = tempfile::tempdir().unwrap();
+    let offline = Hub { offline: true, ..hub(&fake, cache.path()) };
+    let none = AtomicBool::new(false);
+    let error = hub::resolve_base_model(&offline, None, None, &mut |_| {}, &none).unwrap_err().to_string();
+    assert!(error.contains("HF_HUB_OFFLINE") && error.contains(&fake.url(REPO, hub::CHECKPOINT_FILE)), "{error}");
+    assert!(error.contains("--checkpoint"), "{error}");
+    assert_eq!(fake.seen(), [], "offline means no network call");
+
+    hub::resolve_base_model(&hub(&fake, cache.path()), None, None, &mut |_| {}, &none).unwrap();
+    let asked = fake.seen().len();
+    let base = hub::resolve_base_model(&offline, None, None, &mut |_| {}, &none).unwrap();
+    assert_eq!(std::fs::read(base.tokenizer).unwrap(), read("models/tokenizer.model"));
+    assert_eq!(fake.seen().len(), asked);
+
+    // No hub at all: the message names the address and the way around it.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let unreachable = Hub { endpoint: format!("http://{closed}"), ..hub(&fake, tempfile::tempdir().unwrap().path()) };
+    let error = fetch(&unreachable, &checkpoint()).0.unwrap_err().to_string();
+    assert!(error.contains("could not reach the model hub") && error.contains("on a connected machine"), "{error}");
+}
+
+#[test]
+fn a_given_checkpoint_is_used_as_is_and_finds_its_tokenizer_beside_it() {
+    let fake = fake_hub::needle2();
+    let cache = tempfile::tempdir().unwrap();
+    let hub = hub(&fake, cache.path());
+    let given = needle_tests::fixture("models/pretrained.pkl");
+    let base = hub::resolve_base_model(&hub, Some(&given), None, &mut |_| {}, &AtomicBool::new(false)).unwrap();
+    assert_eq!(base.checkpoint, given);
+    assert_eq!(base.tokenizer, needle_tests::fixture("models/tokenizer.model"));
+    assert_eq!(fake.seen(), []);
+}
+
+/// `needle` with the hub at `fake` and its cache under `home`, as a user's environment would say.
+fn needle_at(fake: &FakeHub, home: &Path) -> Command {
+    let mut command = needle();
+    command
+        .env("HF_ENDPOINT", fake.endpoint())
+        .env("HF_HOME", home)
+        .env_remove("HF_HUB_CACHE")
+        .env_remove("HF_TOKEN")
+        .env_remove("HF_HUB_OFFLINE");
+    command
+}
+
+fn text(output: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+#[test]
+fn needle_download_fetches_the_base_model_and_says_where_it_went() {
+    let fake = fake_hub::needle2();
+    let home = tempfile::tempdir().unwrap();
+    let out = home.path().join("copies");
+    let output = needle_at(&fake, home.path()).args(["download", "--out"]).arg(&out).output().unwrap();
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.contains(&out.join("needle2.pkl").display().to_string()), "{stdout}");
+    assert_eq!(std::fs::read(out.join("needle2.pkl")).unwrap(), read("models/pretrained.pkl"));
+    assert_eq!(std::fs::read(out.join("tokenizer.model")).unwrap(), read("models/tokenizer.model"));
+    assert!(home.path().join("hub/models--Cactus-Compute--needle2/refs/main").is_file(), "into the HF_HOME cache");
+
+    // One file by its spec, as JSON events.
+    let output = needle_at(&fake, home.path())
+        .args(["download", "Cactus-Compute/needle2/tokenizer/tokenizer.model", "--events", "jsonl"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    let last: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["event"], "downloaded", "{stdout}");
+
+    let output = needle_at(&fake, home.path()).args(["download", "Cactus-Compute/nothing"]).output().unwrap();
+    let (_, stderr) = text(&output);
+    assert!(!output.status.success() && stderr.contains("no repository Cactus-Compute/nothing"), "{stderr}");
+}
+
+#[test]
+fn model_commands_without_a_checkpoint_fetch_needle2_and_then_work_offline() {
+    let fake = fake_hub::needle2();
+    let home = tempfile::tempdir().unwrap();
+    let data = needle_tests::fixture("data/tool_calls.jsonl");
+
+    // Offline with nothing cached: a clear error that says what to fetch.
+    let output = needle_at(&fake, home.path()).env("HF_HUB_OFFLINE", "1").arg("eval").arg(&data).output().unwrap();
+    let (_, stderr) = text(&output);
+    assert!(!output.status.success() && stderr.contains("HF_HUB_OFFLINE is set"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    // Connected: the first command downloads, with the bar's header line on stderr.
+    let output =
+        needle_at(&fake, home.path()).arg("eval").arg(&data).args(["--json", "--max-len", "256"]).output().unwrap();
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("fetch") && stderr.contains("checkpoints/needle2.pkl"), "{stderr}");
+    let eval: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert!(eval["loss"].as_f64().unwrap().is_finite(), "{stdout}");
+
+    // Then offline, from the cache: finetune's plan and build need nothing more.
+    let asked = fake.seen().len();
+    let output = needle_at(&fake, home.path())
+        .env("HF_HUB_OFFLINE", "1")
+        .arg("finetune")
+        .arg(&data)
+        .args(["--dry-run", "--events", "jsonl", "--max-len", "256"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output).1);
+    let out = home.path().join("needle2.cact");
+    let output =
+        needle_at(&fake, home.path()).env("HF_HUB_OFFLINE", "1").args(["build", "--out"]).arg(&out).output().unwrap();
+    assert!(output.status.success(), "{}", text(&output).1);
+    assert!(needle_engine::cact::CactFile::open(&out).is_ok());
+    assert_eq!(fake.seen().len(), asked, "offline commands made no request");
+}
