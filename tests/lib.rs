@@ -36,8 +36,9 @@ pub fn jsonl(relative: &str) -> Vec<serde_json::Value> {
 pub fn needle() -> Command {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     let mut command = Command::new(BIN.get_or_init(|| binary("needle-cli", "needle")));
-    // Tests must not depend on the caller's backend choice.
-    command.env_remove("NEEDLE_DEVICE");
+    // Tests must not depend on the caller's backend choice, and never touch the internet: a test that
+    // wants a hub starts one on loopback (`fake_hub`) and says so.
+    command.env_remove("NEEDLE_DEVICE").env("HF_HUB_OFFLINE", "1");
     command
 }
 

@@ -22,6 +22,7 @@ const state = {
   building: false,
   entry: null, // the run shown in the result panel
   viewedId: null, // the run highlighted in the history
+  hub: null, // the base model's status, as `base_model` last said
 };
 
 // ---------- small helpers ----------
@@ -296,6 +297,7 @@ function wireModelPath(name, label, ext) {
   const commit = () => {
     saveSettings();
     runInputsChanged();
+    if (state.hub) renderHub(state.hub);
     if (name === 'tokenizer') scheduleDatasetReload();
   };
   input.addEventListener('input', runInputsChanged);
@@ -306,6 +308,90 @@ function wireModelPath(name, label, ext) {
     input.value = path;
     commit();
   });
+}
+
+// ---------- base model from the hub ----------
+
+/** The hub row: Needle 2 cached (with its path), downloading (bar, Cancel), or offered with its size. */
+function renderHub(status) {
+  state.hub = status;
+  const { cached, download } = status;
+  const running = download.state === 'running';
+  $('hub-download').hidden = Boolean(cached) || running;
+  $('hub-use').hidden = !cached || pathValue('checkpoint') === cached.checkpoint;
+  $('hub-cancel').hidden = !running;
+  $('hub-progress').hidden = !running;
+  if (running) {
+    renderHubProgress(download.file, download.bytes, download.total, null);
+  } else if (cached) {
+    setStatus($('hub-status'), 'cached', 'Needle 2 is on this computer');
+    $('hub-detail').textContent = cached.checkpoint;
+  } else {
+    setStatus($('hub-status'), 'idle', `Needle 2 is not on this computer yet (${status.repo})`);
+    const resume = status.partial_bytes > 0 ? `; ${formatBytes(status.partial_bytes)} already here, it resumes` : '';
+    $('hub-detail').textContent = status.download_bytes != null
+      ? `${formatBytes(status.download_bytes)} to download${resume}`
+      : status.note ?? '';
+    $('hub-download').textContent = status.partial_bytes > 0 ? 'Resume download' : 'Download Needle 2';
+  }
+  const failed = download.state === 'failed' || download.state === 'cancelled';
+  setMessage($('hub-error'), failed && !cached ? download.message : null);
+}
+
+function renderHubProgress(file, bytes, total, rate) {
+  setStatus($('hub-status'), 'running', `Downloading ${basename(file) || 'Needle 2'}…`);
+  $('hub-progress').max = Math.max(1, total);
+  $('hub-progress').value = bytes;
+  const speed = rate ? ` · ${formatBytes(rate)}/s` : '';
+  $('hub-detail').textContent = `${formatBytes(bytes)} of ${formatBytes(total)}${speed}`;
+}
+
+async function refreshHub() {
+  try {
+    renderHub(await invoke('base_model'));
+  } catch (error) {
+    setMessage($('hub-error'), error);
+  }
+}
+
+/** Fills the model fields with Needle 2's files, as if chosen by hand. */
+function useBaseModel(base) {
+  $('checkpoint-path').value = base.checkpoint;
+  $('tokenizer-path').value = base.tokenizer;
+  saveSettings();
+  runInputsChanged();
+  scheduleDatasetReload();
+}
+
+async function downloadBaseModel() {
+  const channel = new tauri.core.Channel();
+  channel.onmessage = (message) => {
+    if (message.kind === 'progress') {
+      if (message.event === 'started' || message.event === 'progress') {
+        const bytes = message.bytes ?? message.resumed_from;
+        renderHubProgress(message.file, bytes, message.total, message.bytes_per_s);
+      }
+      return;
+    }
+    if (message.base) useBaseModel(message.base);
+    refreshHub();
+  };
+  setMessage($('hub-error'), null);
+  renderHub({ ...state.hub, download: { state: 'running', file: '', bytes: 0, total: 0 } });
+  try {
+    await invoke('download_base_model', { onEvent: channel });
+  } catch (error) {
+    setMessage($('hub-error'), error);
+    refreshHub();
+  }
+}
+
+async function cancelDownload() {
+  try {
+    await invoke('cancel_download');
+  } catch (error) {
+    setMessage($('hub-error'), error);
+  }
 }
 
 // ---------- run settings ----------
@@ -662,6 +748,9 @@ function wireControls() {
   $('dataset-choose').addEventListener('click', chooseDataset);
   wireModelPath('checkpoint', 'Needle checkpoint', 'pkl');
   wireModelPath('tokenizer', 'SentencePiece tokenizer', 'model');
+  $('hub-download').addEventListener('click', downloadBaseModel);
+  $('hub-cancel').addEventListener('click', cancelDownload);
+  $('hub-use').addEventListener('click', () => state.hub?.cached && useBaseModel(state.hub.cached));
   for (const button of document.querySelectorAll('.preset')) {
     button.addEventListener('click', () => applyPreset(button.dataset.preset));
   }
@@ -704,6 +793,7 @@ async function init() {
     runInputsChanged();
     renderHistory(startup.history);
     if (startup.dataset) loadDataset(startup.dataset);
+    refreshHub();
   } catch (error) {
     setMessage($('app-error'), `Could not start: ${errorText(error)}`);
   }

@@ -9,6 +9,7 @@ use tauri::ipc::Channel;
 use tauri::{AppHandle, Runtime, State};
 use tauri_plugin_notification::NotificationExt;
 
+use crate::base_model::{BaseModelStatus, CancelDownload, DownloadMessage};
 use crate::cact::BuildMessage;
 use crate::config::{FieldErrors, RunDraft};
 use crate::history::HistoryEntry;
@@ -33,6 +34,22 @@ pub async fn startup(studio: State<'_, Studio>) -> Result<Startup> {
 pub async fn save_settings(studio: State<'_, Studio>, settings: Settings) -> Result<()> {
     let studio = studio.inner().clone();
     blocking(move || studio.save_settings(settings)).await
+}
+
+#[tauri::command]
+pub async fn base_model(studio: State<'_, Studio>) -> Result<BaseModelStatus> {
+    let studio = studio.inner().clone();
+    blocking(move || Ok(crate::base_model::status(&studio))).await
+}
+
+#[tauri::command]
+pub fn download_base_model(studio: State<'_, Studio>, on_event: Channel<DownloadMessage>) -> Result<()> {
+    crate::base_model::start(&studio, on_event)
+}
+
+#[tauri::command]
+pub fn cancel_download(studio: State<'_, Studio>) -> CancelDownload {
+    studio.downloads().cancel()
 }
 
 #[tauri::command]

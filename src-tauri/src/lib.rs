@@ -4,6 +4,7 @@
 //! renders what their channels send. Training and building run in a worker process ([`worker`]) that
 //! speaks `--events jsonl`, so a crash, an out-of-memory kill or a cancel never takes the window down.
 
+mod base_model;
 mod cact;
 mod chart;
 mod commands;
@@ -29,7 +30,7 @@ pub struct Launch {
     /// A dataset (.jsonl) to open at start
     #[arg(long)]
     pub dataset: Option<PathBuf>,
-    /// A base checkpoint (.pkl) to use instead of the remembered one
+    /// A base checkpoint (.pkl) to use instead of the remembered one [default: Needle 2 from the hub cache]
     #[arg(long)]
     pub checkpoint: Option<PathBuf>,
     /// Its tokenizer [default: tokenizer.model beside the checkpoint]
@@ -41,7 +42,8 @@ pub struct Launch {
 pub fn run(launch: Launch) -> ExitCode {
     let app = with_commands(tauri::Builder::default()).setup(move |app| {
         let (worker, hardware) = worker::discover()?;
-        app.manage(Studio::open(app.path().app_data_dir()?, launch, worker, hardware)?);
+        let hub = needle_engine::hub::Hub::from_env();
+        app.manage(Studio::open(app.path().app_data_dir()?, launch, worker, hardware, hub)?);
         Ok(())
     });
     match app.run(tauri::generate_context!()) {
@@ -62,6 +64,9 @@ pub fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R
         .invoke_handler(tauri::generate_handler![
             commands::startup,
             commands::save_settings,
+            commands::base_model,
+            commands::download_base_model,
+            commands::cancel_download,
             commands::load_dataset,
             commands::validate_run,
             commands::plan_run,

@@ -6,10 +6,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use needle_engine::backend::BackendInfo;
 use needle_engine::dataset::{Dataset, DatasetReport};
+use needle_engine::hub::{BaseModel, Hub};
 use needle_engine::tokenizer::Tokenizer;
 use needle_engine::train::Plan;
 use serde::Serialize;
 
+use crate::base_model::Downloads;
 use crate::config::{presets, Preset, RunDraft, RunRequest};
 use crate::history::{History, HistoryEntry};
 use crate::settings::Settings;
@@ -25,6 +27,8 @@ struct Inner {
     launch_dataset: Option<PathBuf>,
     worker: Worker,
     hardware: BackendInfo,
+    hub: Hub,
+    downloads: Downloads,
     history: History,
     settings: Mutex<Settings>,
     active: Arc<Mutex<Option<Active>>>,
@@ -57,8 +61,15 @@ pub struct Opened {
 }
 
 impl Studio {
-    /// The state kept in `data_dir`; paths given at launch replace the remembered base model.
-    pub fn open(data_dir: PathBuf, launch: Launch, worker: Worker, hardware: BackendInfo) -> std::io::Result<Self> {
+    /// The state kept in `data_dir`; paths given at launch replace the remembered base model, and
+    /// with neither, Needle 2 from the hub cache is used when it is there.
+    pub fn open(
+        data_dir: PathBuf,
+        launch: Launch,
+        worker: Worker,
+        hardware: BackendInfo,
+        hub: Hub,
+    ) -> std::io::Result<Self> {
         std::fs::create_dir_all(&data_dir)?;
         let settings_path = data_dir.join("settings.json");
         let mut settings = Settings::load(&settings_path);
@@ -71,11 +82,19 @@ impl Studio {
         if let Some(tokenizer) = launch.tokenizer.map(absolute) {
             settings.tokenizer = Some(tokenizer);
         }
+        if settings.checkpoint.is_none() {
+            if let Some(base) = needle_engine::hub::cached_base_model(&hub) {
+                settings.tokenizer = settings.tokenizer.or(Some(base.tokenizer));
+                settings.checkpoint = Some(base.checkpoint);
+            }
+        }
         Ok(Self(Arc::new(Inner {
             settings_path,
             launch_dataset: launch.dataset.map(absolute),
             worker,
             hardware,
+            hub,
+            downloads: Downloads::default(),
             history: History::new(data_dir.join("runs")),
             settings: Mutex::new(settings),
             active: Arc::new(Mutex::new(None)),
@@ -102,6 +121,14 @@ impl Studio {
         settings.save(&self.0.settings_path)?;
         *lock(&self.0.settings) = settings;
         Ok(())
+    }
+
+    /// Makes `base` the remembered base model (after a download).
+    pub fn use_base_model(&self, base: &BaseModel) -> Result<(), String> {
+        let mut settings = lock(&self.0.settings).clone();
+        settings.checkpoint = Some(base.checkpoint.clone());
+        settings.tokenizer = Some(base.tokenizer.clone());
+        self.save_settings(settings)
     }
 
     /// The run, or every problem with it in one message.
@@ -150,6 +177,14 @@ impl Studio {
                 "killed"
             }
         }
+    }
+
+    pub(crate) fn hub(&self) -> &Hub {
+        &self.0.hub
+    }
+
+    pub(crate) fn downloads(&self) -> &Downloads {
+        &self.0.downloads
     }
 
     pub(crate) fn worker(&self) -> &Worker {

@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use needle_engine::cact::CactFile;
+use needle_engine::hub::Hub;
 use needle_studio::{with_commands, Launch, Studio, Worker};
+use needle_tests::fake_hub::{self, Faults};
 use serde_json::{json, Value};
 use tauri::ipc::{CallbackFn, InvokeBody};
 use tauri::test::{get_ipc_response, mock_builder, mock_context, noop_assets, MockRuntime, INVOKE_KEY};
@@ -26,16 +28,23 @@ struct App {
 }
 
 impl App {
+    /// Opened with the fixture model, and a hub that is offline with an empty cache.
     fn open(data_dir: &Path) -> Self {
-        let app = with_commands(mock_builder()).build(mock_context(noop_assets())).expect("mock app builds");
         let launch = Launch {
             dataset: Some(repo("examples/smart_home.jsonl")),
             checkpoint: Some(repo("tests/fixtures/models/pretrained.pkl")),
             tokenizer: None,
         };
+        let hub =
+            Hub { endpoint: "http://127.0.0.1:9".into(), token: None, offline: true, cache: data_dir.join("hub") };
+        Self::open_with(data_dir, launch, hub)
+    }
+
+    fn open_with(data_dir: &Path, launch: Launch, hub: Hub) -> Self {
+        let app = with_commands(mock_builder()).build(mock_context(noop_assets())).expect("mock app builds");
         let worker = Worker::app(PathBuf::from(env!("CARGO_BIN_EXE_needle-studio")));
         let hardware = needle_engine::backend::auto().info;
-        app.manage(Studio::open(data_dir.to_path_buf(), launch, worker, hardware).expect("studio opens"));
+        app.manage(Studio::open(data_dir.to_path_buf(), launch, worker, hardware, hub).expect("studio opens"));
         let window = tauri::WebviewWindowBuilder::new(&app, "main", Default::default()).build().expect("window");
         Self { _app: app, window }
     }
@@ -234,4 +243,76 @@ fn cancel_stops_after_the_step_and_a_second_cancel_ends_the_worker() {
     let killed = app.wait_for(entry["id"].as_str().unwrap(), "end", |e| e["status"] != "running");
     assert_eq!(killed["status"], "stopped", "{killed}");
     assert!(killed["message"].as_str().unwrap().starts_with("stopped at once"), "{killed}");
+}
+
+#[test]
+fn first_run_downloads_the_base_model_with_resume_and_then_uses_it() {
+    let fake = fake_hub::needle2();
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub { endpoint: fake.endpoint().into(), token: None, offline: false, cache: dir.path().join("hub") };
+    let launch = Launch { dataset: Some(repo("examples/smart_home.jsonl")), checkpoint: None, tokenizer: None };
+    let app = App::open_with(dir.path(), launch.clone(), hub.clone());
+    let startup = app.ok("startup", json!({}));
+    assert!(startup["settings"]["checkpoint"].is_null(), "no base model yet: {startup}");
+
+    let checkpoint = std::fs::read(repo("tests/fixtures/models/pretrained.pkl")).unwrap();
+    let tokenizer = std::fs::read(repo("tests/fixtures/models/tokenizer.model")).unwrap();
+    let status = app.ok("base_model", json!({}));
+    assert!(status["cached"].is_null(), "{status}");
+    assert_eq!(status["download_bytes"].as_u64(), Some((checkpoint.len() + tokenizer.len()) as u64), "{status}");
+    assert_eq!(status["partial_bytes"], 0);
+    assert_eq!(app.ok("cancel_download", json!({})), "idle");
+
+    // A transfer cut half-way fails with the reason and keeps what arrived.
+    let half = checkpoint.len() as u64 / 2;
+    fake.set_faults(Faults { cut_at: Some(half), ..Faults::default() });
+    app.ok("download_base_model", json!({ "onEvent": CHANNEL }));
+    let cut = wait_for_download(&app);
+    assert_eq!(cut["download"]["state"], "failed", "{cut}");
+    assert!(cut["download"]["message"].as_str().unwrap().contains("resume"), "{cut}");
+    assert_eq!(cut["partial_bytes"].as_u64(), Some(half), "{cut}");
+
+    // Cancel stops a slow transfer and keeps what arrived too.
+    fake.set_faults(Faults { bytes_per_s: Some(100_000), ..Faults::default() });
+    app.ok("download_base_model", json!({ "onEvent": CHANNEL }));
+    let again = app.error("download_base_model", json!({ "onEvent": CHANNEL }));
+    assert!(again.contains("already downloading"), "{again}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(app.ok("cancel_download", json!({})), "stopping");
+    let cancelled = wait_for_download(&app);
+    assert_eq!(cancelled["download"]["state"], "cancelled", "{cancelled}");
+    let kept = cancelled["partial_bytes"].as_u64().unwrap();
+    assert!(kept > half && kept < checkpoint.len() as u64, "{cancelled}");
+
+    // The next one resumes, lands in the cache and becomes the app's base model.
+    fake.set_faults(Faults::default());
+    app.ok("download_base_model", json!({ "onEvent": CHANNEL }));
+    let done = wait_for_download(&app);
+    assert_eq!(done["download"]["state"], "done", "{done}");
+    let cached = PathBuf::from(done["cached"]["checkpoint"].as_str().unwrap());
+    assert_eq!(std::fs::read(&cached).unwrap(), checkpoint);
+    assert_eq!(std::fs::read(done["cached"]["tokenizer"].as_str().unwrap()).unwrap(), tokenizer);
+    assert!(fake.seen().iter().any(|seen| seen.range == Some(format!("bytes={kept}-"))), "resumed with a Range");
+    assert_eq!(app.ok("startup", json!({}))["settings"]["checkpoint"], json!(cached));
+
+    // Next launch, offline: the cached model is there, found with no network call.
+    let asked = fake.seen().len();
+    std::fs::remove_file(dir.path().join("settings.json")).unwrap();
+    let offline = App::open_with(dir.path(), launch, Hub { offline: true, ..hub });
+    assert_eq!(offline.ok("startup", json!({}))["settings"]["checkpoint"], json!(cached));
+    assert_eq!(offline.ok("base_model", json!({}))["cached"]["checkpoint"], json!(cached));
+    assert_eq!(fake.seen().len(), asked);
+}
+
+/// Polls `base_model` until the download is no longer running.
+fn wait_for_download(app: &App) -> Value {
+    let start = Instant::now();
+    loop {
+        let status = app.ok("base_model", json!({}));
+        if status["download"]["state"] != "running" {
+            return status;
+        }
+        assert!(start.elapsed() < RUN_TIMEOUT, "the download did not end: {status}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -1,6 +1,7 @@
 //! The desktop app end to end, in a real webview: Needle Studio under Xvfb, driven through
-//! `tauri-driver` and WebKitWebDriver as a user would — drop a dataset, read its report, start a run,
-//! watch it finish and draw its loss chart, build a `.cact` and check the file.
+//! `tauri-driver` and WebKitWebDriver as a user would on a first start — download the base model from
+//! the hub (a loopback one), drop a dataset, read its report, start a run, watch it finish and draw
+//! its loss chart, build a `.cact` and check the file.
 //!
 //! Needs `Xvfb`, `WebKitWebDriver` (Debian: `xvfb`, `webkit2gtk-driver`) and `tauri-driver`
 //! (`cargo install tauri-driver --locked`); `.ci/run` installs them. Without them this test fails and
@@ -17,7 +18,8 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use needle_engine::cact::CactFile;
 use needle_engine::dataset::Dataset;
 use needle_engine::tokenizer::Tokenizer;
-use needle_tests::{fixture, needle_studio};
+use needle_tests::fake_hub::{self, FakeHub, Faults};
+use needle_tests::{fixture, needle_studio, read};
 use serde_json::{json, Value};
 
 const DATASET: &str = "data/tool_calls.jsonl";
@@ -36,11 +38,12 @@ fn drop_a_dataset_train_and_build_a_cact_in_the_real_app() {
     let scratch = tempfile::tempdir().expect("temp dir");
     let shots = screenshot_dir();
     let display = Xvfb::start(&tools.xvfb);
-    let driver = TauriDriver::start(&tools, &display, scratch.path());
+    let hub = fake_hub::needle2();
+    let driver = TauriDriver::start(&tools, &display, scratch.path(), &hub);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     runtime.block_on(async {
         let client = connect(&driver, &app).await;
-        let outcome = drive(&client, scratch.path(), &shots).await;
+        let outcome = drive(&client, &hub, scratch.path(), &shots).await;
         if outcome.is_err() {
             // The whole window as it was when the test gave up.
             if let Ok(png) = client.screenshot().await {
@@ -55,7 +58,7 @@ fn drop_a_dataset_train_and_build_a_cact_in_the_real_app() {
 }
 
 /// The user's path through the window, checked at every stage.
-async fn drive(client: &Client, scratch: &Path, shots: &Path) -> Result<(), String> {
+async fn drive(client: &Client, hub: &FakeHub, scratch: &Path, shots: &Path) -> Result<(), String> {
     let ui = Ui { client, shots };
 
     // Hardware: the badge names the backend the engine picked (CPU on a machine without a GPU).
@@ -66,9 +69,30 @@ async fn drive(client: &Client, scratch: &Path, shots: &Path) -> Result<(), Stri
     }
     ui.shot("1-start", "hardware").await?;
 
-    // Base model: typed paths (the Choose… buttons open native dialogs a test cannot drive).
-    ui.type_path("checkpoint-path", &fixture(CHECKPOINT)).await?;
-    ui.type_path("tokenizer-path", &fixture(TOKENIZER)).await?;
+    // Base model: none on a first start; Needle 2 is offered with its size, downloads with a progress
+    // bar (slowed down so the bar is seen), and fills the model fields.
+    ui.wait("the download offer", "return /to download/.test(document.getElementById('hub-detail').textContent)")
+        .await?;
+    ui.shot("base-model-offer", "model").await?;
+    hub.set_faults(Faults { bytes_per_s: Some(400_000), ..Faults::default() });
+    ui.click("hub-download").await?;
+    ui.wait(
+        "the download's progress",
+        "const p = document.getElementById('hub-progress'); return !p.hidden && p.value > 0",
+    )
+    .await?;
+    ui.shot("base-model-download", "model").await?;
+    ui.wait_status("hub-status", &["cached"], UI_TIMEOUT).await?;
+    let checkpoint = PathBuf::from(ui.eval("return document.getElementById('checkpoint-path').value").await?);
+    if std::fs::read(&checkpoint).ok() != Some(read(CHECKPOINT)) {
+        return Err(format!("the checkpoint field names {}, not the downloaded model", checkpoint.display()));
+    }
+    ui.wait(
+        "the model fields to pass validation",
+        "return document.getElementById('error-checkpoint').textContent === ''",
+    )
+    .await?;
+    ui.shot("base-model-cached", "model").await?;
     ui.click("preset-quick").await?;
 
     // Dataset: the drop event Tauri sends when a file lands on the window.
@@ -325,7 +349,7 @@ struct TauriDriver {
 }
 
 impl TauriDriver {
-    fn start(tools: &Tools, display: &Xvfb, home: &Path) -> Self {
+    fn start(tools: &Tools, display: &Xvfb, home: &Path, hub: &FakeHub) -> Self {
         let (port, native_port) = (free_port(), free_port());
         let log = home.join("tauri-driver.log");
         let log_file = std::fs::File::create(&log).expect("tauri-driver log file");
@@ -339,6 +363,12 @@ impl TauriDriver {
                 .env("XDG_DATA_HOME", home.join("data"))
                 .env("XDG_CONFIG_HOME", home.join("config"))
                 .env("XDG_CACHE_HOME", home.join("cache"))
+                // The model hub on loopback; its cache goes under XDG_CACHE_HOME.
+                .env("HF_ENDPOINT", hub.endpoint())
+                .env_remove("HF_HOME")
+                .env_remove("HF_HUB_CACHE")
+                .env_remove("HF_HUB_OFFLINE")
+                .env_remove("HF_TOKEN")
                 // Software rendering: Xvfb has no GPU.
                 .env("WEBKIT_DISABLE_DMABUF_RENDERER", "1")
                 .env("LIBGL_ALWAYS_SOFTWARE", "1")

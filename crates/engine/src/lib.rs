@@ -2,7 +2,8 @@
 //!
 //! The data path, one module per stage:
 //! file → examples ([`dataset`]) → tokens ([`tokenizer`]); model weights come from [`checkpoint`]
-//! (format-v2 pickles, read without executing anything) described by [`config`].
+//! (format-v2 pickles, read without executing anything) described by [`config`]; the base model itself
+//! comes from the Hugging Face hub or its cache ([`hub`]) when no checkpoint is given.
 
 pub mod atomic;
 pub mod backend;

@@ -188,6 +188,12 @@ impl Hub {
         transfer::announce(self, file)
     }
 
+    /// Bytes of the announced file already on disk from a cancelled or cut download.
+    pub fn partial_bytes(&self, file: &RepoFile, announced: &Announced) -> u64 {
+        let partial = RepoCache::new(&self.cache, &file.repo).incomplete_path(&announced.etag);
+        std::fs::metadata(partial).map_or(0, |m| m.len())
+    }
+
     /// The cached file, or else the file fetched now.
     pub fn get(
         &self,
