@@ -38,6 +38,18 @@ impl Rope {
         })
     }
 
+    /// The tables of positions `start..start + len` (a decoding step's new tokens).
+    pub fn at(&self, start: usize, len: usize) -> Result<Self> {
+        let (cos, sin) = (self.cos.narrow(0, start, len)?, self.sin.narrow(0, start, len)?);
+        let tables = match self.tables {
+            Some(_) => {
+                Some(Arc::new(RopeTables { cos: cos.flatten_all()?.to_vec1()?, sin: sin.flatten_all()?.to_vec1()? }))
+            }
+            None => None,
+        };
+        Ok(Self { cos, sin, tables })
+    }
+
     /// Rotates `x` `[B, H, T, head_dim]`: halves `(x1, x2)` become `(x1·cos − x2·sin, x2·cos + x1·sin)`.
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
         Ok(rope(x, &self.cos, &self.sin, self.tables.as_ref())?)
@@ -47,9 +59,35 @@ impl Rope {
 /// `[1, 1, T, T]` additive mask: 0 on and below the diagonal, −∞ above. Every row keeps its
 /// diagonal, so no softmax row is all −∞.
 pub fn causal_bias(seq_len: usize, device: &Device) -> Result<Tensor> {
+    causal_bias_after(0, seq_len, device)
+}
+
+/// `[1, 1, T, past + T]`: the mask of `T` new queries after `past` cached positions; query q sees
+/// keys up to `past + q`.
+pub fn causal_bias_after(past: usize, new: usize, device: &Device) -> Result<Tensor> {
+    let keys = past + new;
     let bias: Vec<f32> =
-        (0..seq_len).flat_map(|q| (0..seq_len).map(move |k| if k <= q { 0.0 } else { f32::NEG_INFINITY })).collect();
-    Ok(Tensor::from_vec(bias, (1, 1, seq_len, seq_len), device)?)
+        (0..new).flat_map(|q| (0..keys).map(move |k| if k <= past + q { 0.0 } else { f32::NEG_INFINITY })).collect();
+    Ok(Tensor::from_vec(bias, (1, 1, new, keys), device)?)
+}
+
+/// One layer's keys and values of the positions decoded so far, `[B, kv_heads, T, head_dim]`
+/// (normed and rotated, before the query groups share them).
+#[derive(Debug, Clone, Default)]
+pub struct LayerKv {
+    keys: Option<(Tensor, Tensor)>,
+}
+
+impl LayerKv {
+    /// Appends the new positions' keys and values and returns all of them.
+    fn extend(&mut self, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor)> {
+        let all = match self.keys.take() {
+            None => (k, v),
+            Some((past_k, past_v)) => (Tensor::cat(&[&past_k, &k], 2)?, Tensor::cat(&[&past_v, &v], 2)?),
+        };
+        self.keys = Some(all.clone());
+        Ok(all)
+    }
 }
 
 /// The reference's `self_attn` module.
@@ -85,14 +123,27 @@ impl Attention {
         })
     }
 
-    /// `x` `[B, T, d_model]` → `[B, T, d_model]`; `low_rank` adapts the projections.
-    pub fn forward(&self, x: &Tensor, rope: &Rope, causal: &Tensor, low_rank: Option<&LowRank>) -> Result<Tensor> {
+    /// `x` `[B, T, d_model]` → `[B, T, d_model]`; `low_rank` adapts the projections. With a
+    /// `cache`, `x` holds new positions only: their keys join the cache and the queries attend to
+    /// all of it (`rope` and `causal` then describe the new positions after the cached ones).
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        rope: &Rope,
+        causal: &Tensor,
+        low_rank: Option<&LowRank>,
+        cache: Option<&mut LayerKv>,
+    ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let q = self.heads(&self.q_proj.forward(x, low_rank)?, self.num_heads)?;
         let k = self.heads(&self.k_proj.forward(x, low_rank)?, self.num_kv_heads)?;
         let v = self.heads(&self.v_proj.forward(x, low_rank)?, self.num_kv_heads)?;
         let q = rope.apply(&self.q_norm.forward(&q)?)?;
         let k = rope.apply(&self.k_norm.forward(&k)?)?;
+        let (k, v) = match cache {
+            Some(cache) => cache.extend(k, v)?,
+            None => (k, v),
+        };
         let (k, v) = (self.share_kv(&k)?, self.share_kv(&v)?);
 
         let weights = causal_softmax(&q.matmul(&k.t()?)?, 1.0 / (self.head_dim as f64).sqrt(), causal)?;

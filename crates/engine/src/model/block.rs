@@ -3,7 +3,7 @@
 
 use candle_core::Tensor;
 
-use super::attention::{Attention, Rope};
+use super::attention::{Attention, LayerKv, Rope};
 use super::engram::EngramKv;
 use super::kernels::sigmoid;
 use super::linear::LowRank;
@@ -38,7 +38,8 @@ impl Block {
     }
 
     /// `x` `[B, T, d]`; `engrams` are the memories injected at this layer (usually none);
-    /// `low_rank` adapts the attention projections.
+    /// `low_rank` adapts the attention projections; `cache` holds the keys of earlier positions
+    /// when decoding.
     pub fn forward(
         &self,
         x: &Tensor,
@@ -46,12 +47,13 @@ impl Block {
         causal: &Tensor,
         engrams: &[&EngramKv],
         low_rank: Option<&LowRank>,
+        cache: Option<&mut LayerKv>,
     ) -> Result<Tensor> {
         let mut x = x.clone();
         for memory in engrams {
             x = (&x + memory.injection(&x)?)?;
         }
-        let attn = self.self_attn.forward(&self.input_norm.forward(&x)?, rope, causal, low_rank)?;
+        let attn = self.self_attn.forward(&self.input_norm.forward(&x)?, rope, causal, low_rank, cache)?;
         let x = (&x + self.post_attn_norm.forward(&attn)?.broadcast_mul(&self.attn_gate)?)?;
         let mlp = self.hadamard_mlp.forward(&self.pre_hada_norm.forward(&x)?)?;
         Ok((x + mlp)?)

@@ -62,6 +62,12 @@ impl EngramGeometry {
     fn dilation(&self) -> usize {
         self.orders.iter().copied().max().unwrap_or(1)
     }
+
+    /// Earlier tokens one position's memory reads: the convolution's reach back plus its n-gram's,
+    /// so a decoding step recomputes memories from this many tokens of history only.
+    pub fn window(&self) -> usize {
+        CONV_TAPS * self.dilation()
+    }
 }
 
 /// The table slot of every (row, position, table), row-major `[B, T, tables]`, exactly as the
@@ -132,6 +138,11 @@ pub struct EngramKv {
 }
 
 impl EngramKv {
+    /// The memories of positions `from..from + len`.
+    pub fn positions(&self, from: usize, len: usize) -> Result<Self> {
+        Ok(Self { key: self.key.narrow(1, from, len)?, value: self.value.narrow(1, from, len)? })
+    }
+
     /// `σ(⟨x̂, k̂⟩ / √d) · v` with x̂, k̂ RMS-normalised: what the block adds to its input.
     pub fn injection(&self, x: &Tensor) -> Result<Tensor> {
         let d = x.dim(D::Minus1)? as f64;

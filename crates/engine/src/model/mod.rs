@@ -9,6 +9,9 @@
 //! - each block: zero-centred RMSNorm sandwiches around grouped-query attention with per-head q/k
 //!   norms, RoPE and a sigmoid output gate ([`attention`]), then a Hadamard-mixing MLP ([`mlp`]).
 //!
+//! Greedy decoding ([`decode`]) runs the same layers one step at a time, with each layer's keys
+//! cached and the engram memories recomputed from the few tokens of history they reach.
+//!
 //! Training takes gradients through the whole forward with candle's autograd. The frozen base stays
 //! out of it: its kernels enter through [`kernels::frozen_matmul`] (no weight gradient), LoRA is a
 //! [`LowRank`] update beside them, and the widest element-wise steps (norms, the causal softmax,
@@ -18,6 +21,7 @@
 
 pub mod attention;
 pub mod block;
+pub mod decode;
 pub mod engram;
 pub mod eval;
 pub mod kernels;
@@ -33,6 +37,7 @@ mod parity_tests;
 pub mod stack;
 
 pub use candle_core::Device;
+pub use decode::{Generation, Stop};
 pub use eval::{batch_tensors, evaluate, EvalSummary};
 pub use linear::LowRank;
 pub use loss::{masked_ce_sum, masked_loss};

@@ -5,8 +5,9 @@ use std::path::Path;
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
 
-use super::attention::{causal_bias, Rope};
+use super::attention::{causal_bias, causal_bias_after, Rope};
 use super::block::Block;
+use super::decode::DecodeState;
 use super::engram::{Engram, EngramGeometry, EngramKv, EngramLookup};
 use super::kernels::frozen_matmul;
 use super::linear::LowRank;
@@ -180,7 +181,7 @@ impl Network {
         let scored = Scored::new(&rows, &mask.to_vec2()?);
         let LayerInputs { embedded, rope, causal, memories } = self.inputs(&rows)?;
         let layer = |index: usize, lanes: &Tensor, low_rank: &LowRank| {
-            self.stack.layer(index, lanes, &rope, &causal, &memories, Some(low_rank))
+            self.stack.layer(index, lanes, &rope, &causal, &memories, Some(low_rank), None)
         };
 
         let untracked = low_rank.detached();
@@ -216,6 +217,35 @@ impl Network {
             }
         }
         Ok((loss.to_scalar()?, grads))
+    }
+
+    /// Logits `[vocab]` after the last of `new` tokens, which follow the positions `state` has seen
+    /// and join them: one decoding step (the prompt's prefill when `state` is empty). Attention reads
+    /// the cached keys; engram memories are recomputed from the window of history they reach.
+    pub(super) fn decode_step(&self, new: &[u32], state: &mut DecodeState) -> Result<Tensor> {
+        self.check_ids(&[new.to_vec()])?;
+        let (past, s, d) = (state.history.len(), new.len(), self.cfg.d_model);
+        let device = self.device();
+        state.history.extend_from_slice(new);
+        let ids = Tensor::from_slice(new, s, device)?;
+        let embedded = (self.embedding.index_select(&ids, 0)?.reshape((1, s, d))? * (d as f64).sqrt())?;
+        let memories = match &self.engram_geometry {
+            None => Vec::new(),
+            Some(geometry) => {
+                let start = past.saturating_sub(geometry.window());
+                let lookup = EngramLookup::new(&[state.history[start..].to_vec()], geometry, device)?;
+                let memory = |engram: &Engram| engram.forward(&lookup)?.positions(past - start, s);
+                self.engrams.iter().map(memory).collect::<Result<_>>()?
+            }
+        };
+        let rope = state.rope.at(past, s)?;
+        let causal = causal_bias_after(past, s, device)?;
+        let mut lanes = self.stack.spread(&embedded)?;
+        for (index, cache) in state.layers.iter_mut().enumerate() {
+            lanes = self.stack.layer(index, &lanes, &rope, &causal, &memories, None, Some(cache))?;
+        }
+        let last = self.stack.finish(&lanes.narrow(1, s - 1, 1)?)?;
+        Ok(self.logits(&last)?.flatten_all()?)
     }
 
     fn check_ids(&self, rows: &[Vec<u32>]) -> Result<()> {

@@ -5,7 +5,7 @@
 
 use candle_core::Tensor;
 
-use super::attention::Rope;
+use super::attention::{LayerKv, Rope};
 use super::block::Block;
 use super::engram::EngramKv;
 use super::kernels::{frozen_matmul, lane_mix, lane_read, lane_spread, sigmoid, sinkhorn};
@@ -118,7 +118,7 @@ impl Stack {
     ) -> Result<Tensor> {
         let mut lanes = self.spread(x)?;
         for index in 0..self.layers.len() {
-            lanes = self.layer(index, &lanes, rope, causal, engrams, low_rank)?;
+            lanes = self.layer(index, &lanes, rope, causal, engrams, low_rank, None)?;
         }
         self.finish(&lanes)
     }
@@ -133,7 +133,9 @@ impl Stack {
         Ok(x.unsqueeze(2)?.broadcast_as((b, t, self.lanes, d))?.contiguous()?)
     }
 
-    /// Layer `index` over lanes `[B, T, lanes, d]`.
+    /// Layer `index` over lanes `[B, T, lanes, d]`; `cache` holds the layer's keys of earlier
+    /// positions when decoding.
+    #[allow(clippy::too_many_arguments)]
     pub fn layer(
         &self,
         index: usize,
@@ -142,10 +144,11 @@ impl Stack {
         causal: &Tensor,
         engrams: &[EngramKv],
         low_rank: Option<&LowRank>,
+        cache: Option<&mut LayerKv>,
     ) -> Result<Tensor> {
         let layer = &self.layers[index];
         let sites: Vec<&EngramKv> = layer.engram_sites.iter().filter_map(|&s| engrams.get(s)).collect();
-        layer.mix.forward(lanes, |u| layer.block.forward(u, rope, causal, &sites, low_rank))
+        layer.mix.forward(lanes, |u| layer.block.forward(u, rope, causal, &sites, low_rank, cache))
     }
 
     /// The lanes after the last layer → final hidden states `[B, T, d]`.

@@ -25,6 +25,8 @@ pub const PAD_ID: u32 = 0;
 pub const EOS_ID: u32 = 1;
 pub const BOS_ID: u32 = 2;
 pub const UNK_ID: u32 = 3;
+/// `<|im_end|>`, the second chat marker: the end of a turn, where decoding stops.
+pub const IM_END_ID: u32 = 5;
 
 /// The chat markers, in id order 4..13 (`needle/model/tokenizer.py`'s `CHAT_MARKERS`).
 pub const CHAT_MARKERS: [&str; 10] = [

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
+use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor, D};
 
 use super::{f32s, fused, map_row_pairs, map_rows};
 
@@ -74,7 +74,10 @@ impl CustomOp1 for Rope {
 /// `softmax(scale · scores + causal)` over the last axis of `[…, T, T]` scores, the mask implicit:
 /// query row q sees keys 0..=q. The composite form adds `causal` (`[1, 1, T, T]`, 0 / −∞).
 pub fn causal_softmax(scores: &Tensor, scale: f64, causal: &Tensor) -> Result<Tensor> {
-    if fused(scores) {
+    // The fused kernel's implicit mask is the square one; a decoding step's queries sit at the end
+    // of a longer key range, which `causal` describes.
+    let square = scores.rank() >= 2 && scores.dim(D::Minus1)? == scores.dim(D::Minus2)?;
+    if fused(scores) && square {
         return scores.contiguous()?.apply_op1(CausalSoftmax { scale: scale as f32 });
     }
     causal_softmax_composite(scores, scale, causal)

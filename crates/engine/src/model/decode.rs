@@ -1,0 +1,201 @@
+//! Greedy decoding with a key/value cache, as the reference's `generate_cached`: the prompt is
+//! prefilled in one pass, then each new token is one step over the cached keys. What a step needs
+//! besides the cache — the engram n-gram history and the convolution's taps — is recomputed from
+//! the last [`EngramGeometry::window`](super::engram::EngramGeometry::window) tokens.
+
+use std::time::Instant;
+
+use candle_core::{Tensor, D};
+use serde::Serialize;
+
+use super::attention::{LayerKv, Rope};
+use super::{Network, Result};
+use crate::tokenizer::{EOS_ID, IM_END_ID};
+
+/// What a decoding run carries from step to step.
+pub struct DecodeState {
+    /// Every token so far, prompt included.
+    pub(super) history: Vec<u32>,
+    /// Each layer's keys and values.
+    pub(super) layers: Vec<LayerKv>,
+    /// Rotary tables for every position the run may reach.
+    pub(super) rope: Rope,
+}
+
+/// Why decoding stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stop {
+    /// The model produced EOS (not part of the output).
+    Eos,
+    /// The model closed its turn with `<|im_end|>` (the last token of the output).
+    EndOfTurn,
+    /// The output reached the requested number of new tokens.
+    MaxNewTokens,
+    /// The sequence reached the model's `max_seq_len`.
+    MaxLength,
+}
+
+/// A decoded continuation and how long it took.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Generation {
+    /// The new tokens (the prompt not included).
+    pub ids: Vec<u32>,
+    pub stop: Stop,
+    /// Prompt tokens decoding started from (after the cut to `max_seq_len − 1`).
+    pub prompt_tokens: usize,
+    /// The prompt's single forward pass.
+    pub prefill_seconds: f64,
+    /// The steps after it, one per new token but the first.
+    pub decode_seconds: f64,
+}
+
+impl Generation {
+    /// New tokens per second of the whole run, prefill included.
+    pub fn tokens_per_s(&self) -> f64 {
+        self.ids.len() as f64 / (self.prefill_seconds + self.decode_seconds).max(1e-9)
+    }
+}
+
+impl Network {
+    /// Greedy continuation of `prompt` (token ids, BOS first): at most `max_new_tokens` tokens,
+    /// stopping after `<|im_end|>`, before EOS, or at the model's `max_seq_len`.
+    pub fn generate(&self, prompt: &[u32], max_new_tokens: usize) -> Result<Generation> {
+        let max_seq_len = self.config().max_seq_len.max(2);
+        // As the reference: the prompt keeps at most max_seq_len − 1 tokens, leaving room for one.
+        let prompt = &prompt[..prompt.len().min(max_seq_len - 1)];
+        let max_len = max_seq_len.min(prompt.len() + max_new_tokens);
+        let mut state = DecodeState {
+            history: Vec::with_capacity(max_len),
+            layers: vec![LayerKv::default(); self.config().num_layers],
+            rope: Rope::new(self.config().head_dim(), max_len, self.config().rope_theta, self.device())?,
+        };
+        let start = Instant::now();
+        let mut next = greedy(&self.decode_step(prompt, &mut state)?)?;
+        let prefill_seconds = start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        let mut ids = Vec::new();
+        let stop = loop {
+            if next == EOS_ID {
+                break Stop::Eos;
+            }
+            if ids.len() == max_new_tokens {
+                break Stop::MaxNewTokens;
+            }
+            if prompt.len() + ids.len() >= max_len {
+                break Stop::MaxLength;
+            }
+            ids.push(next);
+            if next == IM_END_ID {
+                break Stop::EndOfTurn;
+            }
+            next = greedy(&self.decode_step(&[next], &mut state)?)?;
+        };
+        Ok(Generation {
+            ids,
+            stop,
+            prompt_tokens: prompt.len(),
+            prefill_seconds,
+            decode_seconds: start.elapsed().as_secs_f64(),
+        })
+    }
+}
+
+/// The most likely token of logits `[vocab]` (the first of equals, as `argmax` picks).
+fn greedy(logits: &Tensor) -> Result<u32> {
+    Ok(logits.argmax(D::Minus1)?.to_scalar::<u32>()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use candle_core::{Device, Tensor};
+
+    use super::*;
+    use crate::checkpoint::Checkpoint;
+    use crate::tokenizer::{Tokenizer, BOS_ID};
+
+    fn fixture(relative: &str) -> PathBuf {
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).join(relative)
+    }
+
+    fn network(stem: &str) -> Network {
+        let checkpoint = Checkpoint::load(&fixture(&format!("models/{stem}.pkl"))).unwrap();
+        Network::from_checkpoint(&checkpoint, &Device::Cpu).unwrap()
+    }
+
+    /// The same greedy tokens from a full forward pass over the whole sequence at every step.
+    fn recomputed(network: &Network, prompt: &[u32], steps: usize) -> Vec<u32> {
+        let mut ids = prompt.to_vec();
+        let mut out = Vec::new();
+        for _ in 0..steps {
+            let logits = network.forward(&Tensor::new(ids.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap());
+            let last = logits.unwrap().squeeze(0).unwrap().get(ids.len() - 1).unwrap();
+            let next = greedy(&last).unwrap();
+            out.push(next);
+            ids.push(next);
+        }
+        out
+    }
+
+    #[test]
+    fn cached_steps_match_a_full_recompute_token_for_token() {
+        // tiny_f32 has engram sites, several lanes and grouped-query heads; pretrained is the model
+        // the goldens decode with.
+        for stem in ["tiny_f32", "pretrained"] {
+            let network = network(stem);
+            let prompt = [BOS_ID, 40, 41, 7, 300, 12, 99, 5, 8, 77, 31, 200];
+            let steps = 24;
+            let want = recomputed(&network, &prompt, steps);
+            // No stop tokens in the way: compare up to where either stops.
+            let got = network.generate(&prompt, steps).unwrap();
+            let n = got.ids.len();
+            assert!(n > 0, "{stem}: nothing decoded");
+            assert_eq!(got.ids, want[..n], "{stem}");
+            if got.stop == Stop::Eos {
+                assert_eq!(want[n], EOS_ID, "{stem}");
+            }
+        }
+    }
+
+    #[test]
+    fn greedy_tokens_match_the_reference_generate_cached() {
+        let golden: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(fixture("golden/pretrained/generate_cached.json")).unwrap()).unwrap();
+        let tokenizer = Tokenizer::load(&fixture("models/tokenizer.model")).unwrap();
+        let network = network("pretrained");
+        let max_new = golden["max_new_tokens"].as_u64().unwrap() as usize;
+        let ids = |v: &serde_json::Value| -> Vec<u32> { serde_json::from_value(v.clone()).unwrap() };
+        let cases = golden["cases"].as_array().unwrap();
+        assert!(cases.len() >= 4);
+        for case in cases {
+            let prompt = ids(&case["prompt_ids"]);
+            let encoded: Vec<u32> =
+                std::iter::once(BOS_ID).chain(tokenizer.encode(case["prompt"].as_str().unwrap())).collect();
+            assert_eq!(encoded, prompt, "the prompt tokenizes as the reference's");
+            let want = ids(&case["ids"]);
+            let got = network.generate(&prompt, max_new).unwrap();
+            // The reference stops at EOS only; ours also after <|im_end|>.
+            let n = got.ids.len();
+            assert_eq!(got.ids, want[..n.min(want.len())], "{}", case["text"]);
+            match got.stop {
+                Stop::EndOfTurn => assert_eq!(got.ids.last(), Some(&IM_END_ID)),
+                _ => assert_eq!(n, want.len(), "{}", case["text"]),
+            }
+        }
+    }
+
+    #[test]
+    fn decoding_stops_at_the_model_length_and_the_requested_count() {
+        let network = network("tiny_f32");
+        let max_seq_len = network.config().max_seq_len;
+        let long: Vec<u32> = std::iter::once(BOS_ID).chain((0..max_seq_len as u32 + 10).map(|i| 20 + i % 50)).collect();
+        let got = network.generate(&long, 8).unwrap();
+        assert_eq!(got.prompt_tokens, max_seq_len - 1, "the prompt is cut to leave room for one token");
+        assert!(got.ids.len() <= 1 && matches!(got.stop, Stop::MaxLength | Stop::Eos | Stop::EndOfTurn), "{got:?}");
+        let short = network.generate(&[BOS_ID, 40, 41], 3).unwrap();
+        assert!(short.ids.len() <= 3);
+        assert!(short.tokens_per_s() > 0.0 || short.ids.is_empty());
+    }
+}
