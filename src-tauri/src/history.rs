@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use needle_engine::calls::CallScores;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{RunRequest, RunSettings};
@@ -51,6 +52,9 @@ pub struct HistoryEntry {
     /// Why a run failed or stopped.
     pub message: Option<String>,
     pub cact: Option<CactInfo>,
+    /// Held-out loss and exact-call accuracy of the base and the tuned model, when the run finished.
+    #[serde(default)]
+    pub scores: Option<CallScores>,
     /// Where Build writes unless the user picks another file.
     pub suggested_cact: PathBuf,
 }
@@ -108,6 +112,7 @@ impl History {
             adapter: None,
             message: None,
             cact: None,
+            scores: None,
             suggested_cact: dir.join(format!("{stem}.cact")),
         };
         let record = RunRecord { entry, curve: Curve::default() };

@@ -150,6 +150,9 @@ impl RunWatcher {
                 self.record.curve.train.push((*step, *loss));
                 redraw = self.last_chart.is_none_or(|at| at.elapsed() >= CHART_EVERY);
             }
+            Event::Scoring { examples } => {
+                self.log(format!("answering {examples} held-out examples with the base and the tuned model"));
+            }
             Event::Epoch { epoch, loss, val } => {
                 entry.final_val = *val;
                 if let Some(val) = val {
@@ -168,8 +171,9 @@ impl RunWatcher {
                 self.log(line);
                 return;
             }
-            Event::Finished { adapter, seconds, partial } => {
+            Event::Finished { adapter, seconds, partial, accuracy } => {
                 entry.adapter = Some(adapter.clone());
+                entry.scores = accuracy.clone();
                 entry.seconds = Some(*seconds);
                 entry.status = if *partial { Status::Stopped } else { Status::Finished };
                 if *partial {

@@ -203,3 +203,91 @@ fn bench_times_training_steps_on_a_random_model_and_names_a_bad_preset() {
     assert!(!output.status.success());
     assert!(stderr(&output).contains("--preset huge: unknown; use `needle` or `tiny`"), "{}", stderr(&output));
 }
+
+/// The tools and query of the first golden decode prompt, as `needle run` takes them.
+fn golden_question(dir: &std::path::Path) -> (std::path::PathBuf, String, Value) {
+    let case = &json("golden/pretrained/decode.json")["cases"][0];
+    let prompt = case["prompt"].as_str().unwrap();
+    let tools = prompt.split_once("<tools>").unwrap().1.split_once("</tools>").unwrap().0;
+    let query = prompt.split_once("</tools>\n").unwrap().1.split_once("<|im_end|>").unwrap().0;
+    let path = dir.join("tools.json");
+    std::fs::write(&path, tools).unwrap();
+    let expected = needle_engine::calls::parse_calls(case["expected"].as_str().unwrap()).unwrap();
+    (path, query.to_string(), Value::Array(expected))
+}
+
+#[test]
+fn run_answers_with_the_calls_the_reference_decodes_and_so_does_the_built_cact() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tools, query, expected) = golden_question(dir.path());
+    let checkpoint = fixture("models/pretrained.pkl");
+    let base =
+        ["run", "--checkpoint", checkpoint.to_str().unwrap(), "--tools", tools.to_str().unwrap(), "--query", &query];
+    let output = run(&[&base[..], &["--json"]].concat());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let answer: Value = serde_json::from_str(stdout(&output).trim()).expect("one JSON object");
+    assert_eq!(answer["calls"], expected, "{answer}");
+    assert!(answer["text"].as_str().unwrap().starts_with("<think>"), "{answer}");
+    assert!(answer["tokens_per_s"].as_f64().unwrap() > 0.0);
+
+    let text = run(&base);
+    assert!(text.status.success(), "{}", stderr(&text));
+    assert!(stdout(&text).contains("call      {\"name\":\"open_package\""), "{}", stdout(&text));
+
+    // The .cact carries its tokenizer and answers with the weights that ship.
+    let cact = fixture("golden/pretrained/w4.cact");
+    let output = run(&[
+        "run",
+        "--weights",
+        cact.to_str().unwrap(),
+        "--tools",
+        tools.to_str().unwrap(),
+        "--query",
+        &query,
+        "--json",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let shipped: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    assert!(shipped["calls"].is_array() || shipped["calls"].is_null(), "{shipped}");
+
+    let not_a_list = dir.path().join("tool.json");
+    std::fs::write(&not_a_list, "{\"name\": \"x\"}").unwrap();
+    let output = run(&[
+        "run",
+        "--checkpoint",
+        checkpoint.to_str().unwrap(),
+        "--tools",
+        not_a_list.to_str().unwrap(),
+        "--query",
+        "hi",
+    ]);
+    assert!(!output.status.success() && stderr(&output).contains("not a list of tool schemas"), "{}", stderr(&output));
+}
+
+#[test]
+fn eval_accuracy_scores_exact_calls_per_tool() {
+    let data = fixture("data/tool_calls.jsonl");
+    let checkpoint = fixture("models/pretrained.pkl");
+    let output = run(&[
+        "eval",
+        data.to_str().unwrap(),
+        "--checkpoint",
+        checkpoint.to_str().unwrap(),
+        "--accuracy",
+        "--json",
+        "--max-len",
+        "512",
+        "--max-examples",
+        "24",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    let accuracy = &report["accuracy"];
+    let examples = accuracy["examples"].as_u64().unwrap();
+    assert_eq!(examples, report["examples"].as_u64().unwrap(), "{report}");
+    let (exact, parsed) = (accuracy["exact"].as_u64().unwrap(), accuracy["parsed"].as_u64().unwrap());
+    assert!(exact <= parsed && parsed <= examples, "{accuracy}");
+    let per_tool = accuracy["per_tool"].as_object().unwrap();
+    let right: u64 = per_tool.values().map(|t| t["right"].as_u64().unwrap()).sum();
+    assert!(per_tool.contains_key("(no call)") && right >= exact, "{accuracy}");
+}

@@ -1,89 +1,128 @@
-//! `needle eval`: the masked answer loss of a checkpoint (optionally with a LoRA adapter) over a
-//! whole dataset file.
+//! `needle eval`: the masked answer loss of a model (a checkpoint, with an adapter, or a built
+//! `.cact`) over a whole dataset file, and with `--accuracy` its exact-call accuracy.
 
 use std::io::Write;
 use std::path::PathBuf;
 
-use crate::inputs::ModelInputs;
+use crate::inputs::WeightsInputs;
 use anyhow::{Context, Result};
 use needle_engine::backend::{self, DeviceRequest};
-use needle_engine::checkpoint::Checkpoint;
-use needle_engine::dataset::Dataset;
-use needle_engine::lora::load_adapter;
-use needle_engine::model::{evaluate, EvalSummary, Network, Params};
-use needle_engine::tokenizer::Tokenizer;
+use needle_engine::calls::{accuracy, Accuracy};
+use needle_engine::dataset::{Dataset, Encoded, Example};
+use needle_engine::model::{evaluate, EvalSummary};
+use needle_engine::train::run::split;
+use serde::Serialize;
 
-/// Measure the masked cross-entropy of the answer tokens over a JSONL file.
+/// Measure the masked cross-entropy of the answer tokens over a JSONL file, and with `--accuracy`
+/// whether the model makes exactly the expected calls.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// Dataset (.jsonl) in the reference's tool-call format
+    pub data: PathBuf,
     #[command(flatten)]
-    pub inputs: ModelInputs,
-    /// LoRA adapter (.pkl or .safetensors from needle finetune or the reference) to merge first
-    #[arg(long)]
-    pub lora: Option<PathBuf>,
+    pub weights: WeightsInputs,
     /// Longest sequence length; rows use the reference's fit_max_len bucket under it
     #[arg(long, default_value_t = 1024)]
     pub max_len: usize,
     /// Examples per forward pass (memory grows with it; the result does not change)
     #[arg(long, default_value_t = 16)]
     pub batch_size: usize,
+    /// Only the examples a `needle finetune` with this --val-split (and --seed) holds out
+    #[arg(long)]
+    pub val_split: Option<f64>,
+    /// The seed of that split
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// At most this many examples (the first, in file or split order)
+    #[arg(long)]
+    pub max_examples: Option<usize>,
+    /// Also answer every example by greedy decoding and score the calls: exact-call accuracy, the
+    /// share of answers that parse, and accuracy per tool
+    #[arg(long)]
+    pub accuracy: bool,
     /// Force a backend (auto, cpu, cuda, metal); default: NEEDLE_DEVICE, else auto
     #[arg(long)]
     pub device: Option<String>,
-    /// Print one JSON line {"loss", "examples", "tokens", "seq_len", "tokens_per_s"} instead of text
+    /// Print one JSON line {"loss", "examples", "tokens", "seq_len", "tokens_per_s"[, "accuracy"]} instead of text
     #[arg(long)]
     pub json: bool,
+}
+
+/// What `--json` prints.
+#[derive(Serialize)]
+struct Printed {
+    #[serde(flatten)]
+    loss: EvalSummary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    accuracy: Option<Accuracy>,
 }
 
 pub fn run(args: Args) -> Result<()> {
     let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
     eprintln!("  {:<9} {}  {}", "backend", selected.info.backend, selected.info.device);
-    let device = selected.device;
-    let base = args.inputs.base_model()?;
-    let (config, mut params) = {
-        let checkpoint = Checkpoint::load(&base.checkpoint)?;
-        // The f32 copy replaces the stored arrays: the checkpoint itself is dropped here.
-        let params = Params::from_checkpoint(&checkpoint, &device)
-            .with_context(|| format!("reading the weights of {}", base.checkpoint.display()))?;
-        (checkpoint.config, params)
-    };
-    if let Some(path) = &args.lora {
-        let merged = params
-            .merge_pickled_adapter(&load_adapter(path)?)
-            .with_context(|| format!("merging {} into {}", path.display(), base.checkpoint.display()))?;
-        eprintln!("  {:<9} {merged} weight groups  {}", "merged", path.display());
-    }
-    let network = Network::load(&config, &params)
-        .with_context(|| format!("building the network of {}", base.checkpoint.display()))?;
-
-    let tokenizer = Tokenizer::load(&base.tokenizer)?;
-    network.check_tokenizer_vocab(tokenizer.vocab_size(), &base.tokenizer)?;
-
-    let dataset = Dataset::load(&args.inputs.data)?;
+    let model = args.weights.load(&selected.device)?;
+    let dataset = Dataset::load(&args.data)?;
     for problem in &dataset.problems {
-        eprintln!("  {:<9} {}: {problem}", "warning", args.inputs.data.display());
+        eprintln!("  {:<9} {}: {problem}", "warning", args.data.display());
     }
-    let prepared = dataset.prepare(&tokenizer, args.max_len)?;
-    let summary = evaluate(&network, prepared.rows(), prepared.seq_len, args.batch_size, report_progress)?;
+    let prepared = dataset.prepare(&model.tokenizer, args.max_len)?;
+    let mut pairs: Vec<(Encoded, Example)> = prepared.rows().zip(dataset.examples).collect();
+    if let Some(fraction) = args.val_split {
+        anyhow::ensure!((0.0..1.0).contains(&fraction), "--val-split {fraction}: use a fraction in [0, 1)");
+        pairs = split(pairs, fraction, args.seed).1;
+        anyhow::ensure!(!pairs.is_empty(), "--val-split {fraction} holds out no example of {}", args.data.display());
+    }
+    pairs.truncate(args.max_examples.unwrap_or(usize::MAX));
+    let (rows, examples): (Vec<Encoded>, Vec<Example>) = pairs.into_iter().unzip();
+    let loss = evaluate(&model.network, rows.into_iter(), prepared.seq_len, args.batch_size, |done, total| {
+        report_progress("eval", done, total)
+    })
+    .with_context(|| format!("evaluating {}", model.label))?;
     eprintln!();
-    print_summary(&summary, args.json)
+    let accuracy = if args.accuracy {
+        let score = accuracy(&model.network, &model.tokenizer, &examples, |done, total| {
+            report_progress("answer", done, total)
+        })?;
+        eprintln!();
+        Some(score)
+    } else {
+        None
+    };
+    print_summary(&Printed { loss, accuracy }, args.json)
 }
 
-/// `name` in the directory that holds `file`.
-fn report_progress(done: usize, total: usize) {
-    eprint!("\r  {:<9} {done}/{total} examples", "eval");
+fn report_progress(what: &str, done: usize, total: usize) {
+    eprint!("\r  {what:<9} {done}/{total} examples");
     // Progress is best-effort: a closed stderr must not fail the evaluation.
     let _ = std::io::stderr().flush();
 }
 
-fn print_summary(summary: &EvalSummary, json: bool) -> Result<()> {
+fn print_summary(printed: &Printed, json: bool) -> Result<()> {
+    let mut out = std::io::stdout().lock();
     if json {
-        println!("{}", serde_json::to_string(summary)?);
-    } else {
-        println!(
-            "  {:<9} {:.4}  ({} answer tokens in {} examples, seq_len {}, {:.0} tokens/s)",
-            "loss", summary.loss, summary.tokens, summary.examples, summary.seq_len, summary.tokens_per_s
-        );
+        writeln!(out, "{}", serde_json::to_string(printed)?)?;
+        return Ok(());
+    }
+    let loss = &printed.loss;
+    writeln!(
+        out,
+        "  {:<9} {:.4}  ({} answer tokens in {} examples, seq_len {}, {:.0} tokens/s)",
+        "loss", loss.loss, loss.tokens, loss.examples, loss.seq_len, loss.tokens_per_s
+    )?;
+    if let Some(score) = &printed.accuracy {
+        writeln!(
+            out,
+            "  {:<9} {}/{} exact calls ({:.1}%)  {:.1}% parse  {:.0} tokens/s decoding",
+            "accuracy",
+            score.exact,
+            score.examples,
+            100.0 * score.exact_rate,
+            100.0 * score.parse_rate,
+            score.tokens_per_s
+        )?;
+        for (tool, tally) in &score.per_tool {
+            writeln!(out, "  {:<9} {tool}  {}/{}", "", tally.right, tally.total)?;
+        }
     }
     Ok(())
 }

@@ -189,10 +189,23 @@ impl TextView {
                 self.bar.println(format!("  {:<9} {epoch}  loss {loss:.4}{val}", "epoch"));
             }
             Event::Saved { path } => self.bar.println(format!("  {:<9} {}", "saved", path.display())),
-            Event::Finished { seconds, partial, .. } => {
+            Event::Scoring { examples } => {
+                self.bar.println(format!("  {:<9} answering {examples} held-out examples, base and tuned", "calls"));
+            }
+            Event::Finished { seconds, partial, accuracy, .. } => {
                 self.bar.finish_and_clear();
                 let state = if *partial { "stopped early (partial adapter)" } else { "done" };
                 println!("  {:<9} {state} in {seconds:.1}s", "finished");
+                if let Some(scores) = accuracy {
+                    for (model, score) in [("base", &scores.base), ("tuned", &scores.tuned)] {
+                        let calls = &score.calls;
+                        let rate = 100.0 * calls.exact_rate;
+                        println!(
+                            "  {:<9} {model:<6} loss {:.4}  {}/{} exact calls ({rate:.1}%)",
+                            "held out", score.loss, calls.exact, calls.examples
+                        );
+                    }
+                }
             }
             Event::Failed { message } => self.bar.println(format!("  {:<9} {message}", "failed")),
         }

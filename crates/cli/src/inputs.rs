@@ -22,3 +22,59 @@ impl ModelInputs {
         crate::download::base_model(self.checkpoint.as_deref(), self.tokenizer.as_deref())
     }
 }
+
+/// The weights a command that answers prompts runs: Needle 2 or a given checkpoint, with an adapter,
+/// or a built `.cact` (what ships).
+#[derive(Debug, clap::Args)]
+pub struct WeightsInputs {
+    /// Base checkpoint (.pkl) [default: Needle 2 from the Hugging Face cache, downloaded if missing]
+    #[arg(long, conflicts_with = "weights")]
+    pub checkpoint: Option<PathBuf>,
+    /// LoRA adapter (.pkl or .safetensors) to merge into the checkpoint
+    #[arg(long, conflicts_with = "weights")]
+    pub lora: Option<PathBuf>,
+    /// A built .cact to run instead, dequantized (with the tokenizer it carries)
+    #[arg(long)]
+    pub weights: Option<PathBuf>,
+    /// SentencePiece model [default: the .cact's own; else tokenizer.model beside the checkpoint, else Needle 2's]
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+}
+
+/// A network and the tokenizer that goes with it.
+pub struct Model {
+    pub network: needle_engine::model::Network,
+    pub tokenizer: needle_engine::tokenizer::Tokenizer,
+    /// What was loaded, for messages: the checkpoint (and adapter) or the `.cact`.
+    pub label: String,
+}
+
+impl WeightsInputs {
+    /// Loads the weights on `device`, and the tokenizer they need; checks the two belong together.
+    pub fn load(&self, device: &needle_engine::model::Device) -> anyhow::Result<Model> {
+        use anyhow::Context;
+        use needle_engine::calls::Weights;
+        use needle_engine::tokenizer::Tokenizer;
+        let (weights, tokenizer_path) = match &self.weights {
+            Some(cact) => (Weights::Cact(cact.clone()), self.tokenizer.clone()),
+            None => {
+                let base = crate::download::base_model(self.checkpoint.as_deref(), self.tokenizer.as_deref())?;
+                (Weights::Checkpoint { checkpoint: base.checkpoint, lora: self.lora.clone() }, Some(base.tokenizer))
+            }
+        };
+        let loaded = weights.load(device).with_context(|| format!("loading {}", weights.path().display()))?;
+        let (tokenizer, tokenizer_label) = match (tokenizer_path, loaded.tokenizer) {
+            (Some(path), _) => (Tokenizer::load(&path)?, path),
+            (None, Some(carried)) => (carried, weights.path().to_path_buf()),
+            (None, None) => anyhow::bail!("{} carries no tokenizer; pass --tokenizer", weights.path().display()),
+        };
+        loaded.network.check_tokenizer_vocab(tokenizer.vocab_size(), &tokenizer_label)?;
+        let label = match (&weights, &self.lora) {
+            (Weights::Checkpoint { checkpoint, .. }, Some(lora)) => {
+                format!("{} + {}", checkpoint.display(), lora.display())
+            }
+            _ => weights.path().display().to_string(),
+        };
+        Ok(Model { network: loaded.network, tokenizer, label })
+    }
+}

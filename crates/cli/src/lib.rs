@@ -12,6 +12,7 @@ mod events;
 mod finetune;
 mod inputs;
 mod inspect;
+mod run;
 mod tokenize;
 
 pub use events::CANCEL_LINE;
@@ -46,6 +47,8 @@ enum Command {
     Finetune(finetune::Args),
     /// Describe a `.cact` file: geometry, tensors, sizes; `--verify` dequantizes every tensor.
     Inspect(inspect::Args),
+    /// Ask a model (base, tuned or a built .cact) one question and print the calls it makes.
+    Run(run::Args),
     /// Print the token ids of each input line as a JSON array.
     Tokenize(tokenize::Args),
 }
@@ -63,6 +66,7 @@ pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) ->
         Command::Eval(args) => eval::run(args),
         Command::Finetune(args) => finetune::run(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::Run(args) => run::run(args),
         Command::Tokenize(args) => tokenize::run(args),
     };
     match result {

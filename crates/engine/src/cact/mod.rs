@@ -15,6 +15,7 @@ pub mod merge;
 pub mod quant;
 pub mod reader;
 pub mod synthetic;
+pub mod weights;
 pub mod writer;
 
 pub use bits::{BitsChoice, BitsMap, BitsMapError};
@@ -22,6 +23,7 @@ pub use export::{export, ExportError, ExportEvent, ExportOptions};
 pub use merge::{merge_lora, MergeError};
 pub use quant::Bits;
 pub use reader::{CactFile, ReadError};
+pub use weights::WeightsError;
 pub use writer::{build_cact, write_cact, BuildError, BuiltCact, WriteError};
 
 /// First u32 of every `.cact`.

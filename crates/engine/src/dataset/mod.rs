@@ -15,6 +15,7 @@ mod report;
 pub use encode::{fit_max_len, Encoded, Tokenized};
 pub use problem::{Field, Issue, Problem};
 pub use render::render;
+pub(crate) use render::{TOOL_CALL_END, TOOL_CALL_START};
 pub use report::{DatasetReport, HistogramBin, LengthStats, Sample};
 
 use crate::pyjson;
@@ -37,6 +38,22 @@ pub struct Example {
     /// `answers` (or `function_calls` when `answers` is absent), verbatim when it is a string,
     /// else its `json.dumps` text (`[]` when both are absent).
     pub answers: String,
+}
+
+impl Example {
+    /// A question to try a model with: tools, query and an optional system prompt, rendered as a
+    /// training example would be (the answer is what the model is asked for).
+    pub fn question(tools: &Value, query: &str, system: &str) -> Self {
+        let mut ignored = Vec::new();
+        Self {
+            line: 0,
+            system: system.into(),
+            query: query.into(),
+            reasoning: String::new(),
+            tools: json_text(Field::Tools, Some(tools), &mut ignored),
+            answers: "[]".into(),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -8,8 +8,8 @@ const THINK_START: &str = "<think>";
 const THINK_END: &str = "</think>";
 const TOOLS_START: &str = "<tools>";
 const TOOLS_END: &str = "</tools>";
-const TOOL_CALL_START: &str = "<tool_call>";
-const TOOL_CALL_END: &str = "</tool_call>";
+pub(crate) const TOOL_CALL_START: &str = "<tool_call>";
+pub(crate) const TOOL_CALL_END: &str = "</tool_call>";
 
 /// `(prompt, target)`: the text the model reads, and the text it learns to produce.
 ///

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::calls::CallScores;
+
 /// One thing that happened during `needle finetune`, in order: `started`, then `step`s with an
 /// `epoch` and a `saved` after each epoch, then `finished` — or `failed` at any point.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -49,12 +51,21 @@ pub enum Event {
     Saved {
         path: PathBuf,
     },
+    /// The held-out examples are being answered, to score the calls of the base and tuned models.
+    Scoring {
+        examples: usize,
+    },
     Finished {
         adapter: PathBuf,
         #[serde(deserialize_with = "number::f64")]
         seconds: f64,
         /// True when the run was cancelled before its last step.
         partial: bool,
+        /// Exact-call accuracy of the base and tuned models on the held-out examples (the first
+        /// [`SCORED_EXAMPLES`](super::run::SCORED_EXAMPLES)); `None` for a partial run or without a
+        /// validation split.
+        #[serde(default)]
+        accuracy: Option<CallScores>,
     },
     Failed {
         message: String,
@@ -67,7 +78,7 @@ pub enum Event {
 /// serde_json's `arbitrary_precision` (which `pyjson` needs) a buffered float is serde_json's number
 /// token, which `f32` and `f64` refuse. A `serde_json::Number` accepts that token, so the floats are
 /// read as one and converted.
-mod number {
+pub(crate) mod number {
     use serde::{Deserialize, Deserializer};
     use serde_json::Number;
 
@@ -93,6 +104,8 @@ mod number {
 mod tests {
     use super::*;
 
+    use crate::calls::{Accuracy, ModelScore};
+
     #[test]
     fn every_event_reads_back_from_its_json_line() {
         let events = [
@@ -111,7 +124,29 @@ mod tests {
             Event::Epoch { epoch: 1, loss: 2.25, val: Some(2.75) },
             Event::Epoch { epoch: 2, loss: 2.0, val: None },
             Event::Saved { path: "adapter.pkl".into() },
-            Event::Finished { adapter: "adapter.pkl".into(), seconds: 1.5, partial: true },
+            Event::Scoring { examples: 3 },
+            Event::Finished { adapter: "adapter.pkl".into(), seconds: 1.5, partial: true, accuracy: None },
+            Event::Finished {
+                adapter: "adapter.pkl".into(),
+                seconds: 2.5,
+                partial: false,
+                accuracy: Some(CallScores {
+                    base: ModelScore {
+                        loss: 2.5,
+                        calls: Accuracy {
+                            examples: 2,
+                            exact: 1,
+                            exact_rate: 0.5,
+                            tokens_per_s: 12.5,
+                            ..Default::default()
+                        },
+                    },
+                    tuned: ModelScore {
+                        loss: 1.25,
+                        calls: Accuracy { examples: 2, exact: 2, exact_rate: 1.0, ..Default::default() },
+                    },
+                }),
+            },
             Event::Failed { message: "no".into() },
         ];
         for event in events {

@@ -15,11 +15,16 @@ use super::memory::StepShape;
 use super::schedule::Schedule;
 use super::state::{load_state, save_state, state_path, RunKey, SavedState};
 use super::trainer::Trainer;
+
+/// Held-out examples scored by exact calls at the end of a run: enough for a fair share, few
+/// enough that decoding them on a CPU takes seconds, not the length of the run.
+pub const SCORED_EXAMPLES: usize = 64;
 use crate::backend::BackendInfo;
+use crate::calls::{self, CallScores, ModelScore, Weights, WeightsLoadError};
 use crate::checkpoint::{Checkpoint, CheckpointError};
-use crate::dataset::{Dataset, DatasetError, Encoded};
+use crate::dataset::{Dataset, DatasetError, Encoded, Example};
 use crate::lora::{save_adapter, AdapterFileError, AdapterMeta, Lora};
-use crate::model::{batch_tensors, Device, ModelError, Network, Params};
+use crate::model::{batch_tensors, evaluate, Device, ModelError, Network, Params};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 
 /// Everything `needle finetune` is asked to do (the reference's flags and defaults live in the CLI).
@@ -63,6 +68,8 @@ pub enum TrainError {
     Model(#[from] ModelError),
     #[error(transparent)]
     Adapter(#[from] AdapterFileError),
+    #[error(transparent)]
+    Weights(#[from] WeightsLoadError),
 }
 
 pub type Result<T> = std::result::Result<T, TrainError>;
@@ -126,6 +133,8 @@ pub struct Session {
     lora: Lora,
     train_rows: Vec<Encoded>,
     val_rows: Vec<Encoded>,
+    /// The held-out examples themselves, to score the calls of the base and tuned models.
+    val_examples: Vec<Example>,
     pub plan: Plan,
 }
 
@@ -142,9 +151,12 @@ impl Session {
         // Built once per run; building it checks the weights against the config before any training.
         let network = Network::load(&cfg, &params)?;
         network.check_tokenizer_vocab(tokenizer.vocab_size(), &options.tokenizer)?;
-        let prepared = Dataset::load(&options.data)?.prepare(&tokenizer, options.max_len)?;
-        let rows: Vec<Encoded> = prepared.rows().collect();
-        let (train_rows, val_rows) = split(rows, options.val_split, options.seed);
+        let dataset = Dataset::load(&options.data)?;
+        let prepared = dataset.prepare(&tokenizer, options.max_len)?;
+        let rows: Vec<(Encoded, Example)> = prepared.rows().zip(dataset.examples).collect();
+        let (train, validation) = split(rows, options.val_split, options.seed);
+        let train_rows: Vec<Encoded> = train.into_iter().map(|(row, _)| row).collect();
+        let (val_rows, val_examples): (Vec<Encoded>, Vec<Example>) = validation.into_iter().unzip();
         let lora = Lora::init(&params, options.rank, options.alpha, options.seed)?;
         if lora.factors.is_empty() {
             return Err(TrainError::NoTargets { checkpoint: options.checkpoint.clone() });
@@ -177,7 +189,7 @@ impl Session {
             memory_available_bytes: available_memory(),
             seconds_estimate: None,
         };
-        Ok(Self { options, params, network, lora, train_rows, val_rows, plan })
+        Ok(Self { options, params, network, lora, train_rows, val_rows, val_examples, plan })
     }
 
     /// Times one training step on the first batch (with fresh factors, so nothing of the run
@@ -207,7 +219,7 @@ impl Session {
 
     /// Trains to the end or until `cancel` is set (checked between steps), emitting progress.
     pub fn run(self, backend: &BackendInfo, cancel: &AtomicBool, mut emit: impl FnMut(Event)) -> Result<Outcome> {
-        let Session { options, params, network, lora, train_rows, val_rows, plan } = self;
+        let Session { options, params, network, lora, train_rows, val_rows, val_examples, plan } = self;
         let schedule = Schedule::reference(options.lr, plan.steps);
         let key = RunKey {
             rank: options.rank,
@@ -265,7 +277,7 @@ impl Session {
                 if cancel.load(Ordering::Relaxed) {
                     save(&trainer, true, &mut emit)?;
                     let seconds = started.elapsed().as_secs_f64();
-                    emit(Event::Finished { adapter: options.out.clone(), seconds, partial: true });
+                    emit(Event::Finished { adapter: options.out.clone(), seconds, partial: true, accuracy: None });
                     return Ok(Outcome { adapter: options.out, partial: true, epochs });
                 }
                 let rows: Vec<Encoded> = batch.iter().map(|&i| train_rows[i].clone()).collect();
@@ -290,11 +302,16 @@ impl Session {
             epochs.push((last, val));
             save(&trainer, false, &mut emit)?;
         }
-        emit(Event::Finished {
-            adapter: options.out.clone(),
-            seconds: started.elapsed().as_secs_f64(),
-            partial: false,
-        });
+        let seconds = started.elapsed().as_secs_f64();
+        let scored = &val_examples[..val_examples.len().min(SCORED_EXAMPLES)];
+        let accuracy = if scored.is_empty() {
+            None
+        } else {
+            emit(Event::Scoring { examples: scored.len() });
+            let rows = &val_rows[..scored.len()];
+            Some(score_calls(&options, trainer.network(), scored, rows, plan.seq_len)?)
+        };
+        emit(Event::Finished { adapter: options.out.clone(), seconds, partial: false, accuracy });
         Ok(Outcome { adapter: options.out, partial: false, epochs })
     }
 }
@@ -312,8 +329,27 @@ fn validation_loss(trainer: &Trainer, rows: &[Encoded], batch_size: usize, devic
     Ok(Some(losses.iter().sum::<f32>() / losses.len() as f32))
 }
 
-/// `(train, validation)`: `min(int(n·split), n − 1)` examples held out after a seeded shuffle.
-fn split(rows: Vec<Encoded>, val_split: f64, seed: u64) -> (Vec<Encoded>, Vec<Encoded>) {
+/// Answer loss and exact-call accuracy of the base (`base`, the run's frozen network) and of the
+/// tuned model (the saved adapter merged into the checkpoint) on held-out examples and their rows.
+fn score_calls(
+    options: &FinetuneOptions,
+    base: &Network,
+    examples: &[Example],
+    rows: &[Encoded],
+    seq_len: usize,
+) -> Result<CallScores> {
+    let tokenizer = Tokenizer::load(&options.tokenizer)?;
+    let weights = Weights::Checkpoint { checkpoint: options.checkpoint.clone(), lora: Some(options.out.clone()) };
+    let tuned = weights.load(base.device())?.network;
+    let score = |network: &Network| -> Result<ModelScore> {
+        let loss = evaluate(network, rows.iter().cloned(), seq_len, options.batch_size, |_, _| {})?.loss;
+        Ok(ModelScore { loss, calls: calls::accuracy(network, &tokenizer, examples, |_, _| {})? })
+    };
+    Ok(CallScores { base: score(base)?, tuned: score(&tuned)? })
+}
+
+/// `(train, validation)`: `min(int(n·split), n − 1)` items held out after a seeded shuffle.
+pub fn split<T>(rows: Vec<T>, val_split: f64, seed: u64) -> (Vec<T>, Vec<T>) {
     let n = rows.len();
     let n_val = ((n as f64 * val_split) as usize).min(n.saturating_sub(1));
     if n_val == 0 {
@@ -321,7 +357,7 @@ fn split(rows: Vec<Encoded>, val_split: f64, seed: u64) -> (Vec<Encoded>, Vec<En
     }
     let mut order: Vec<usize> = (0..n).collect();
     order.shuffle(&mut StdRng::seed_from_u64(seed));
-    let mut slots: Vec<Option<Encoded>> = rows.into_iter().map(Some).collect();
+    let mut slots: Vec<Option<T>> = rows.into_iter().map(Some).collect();
     let mut take = |i: &usize| slots[*i].take();
     let val = order[..n_val].iter().filter_map(&mut take).collect();
     let train = order[n_val..].iter().filter_map(&mut take).collect();

@@ -1,0 +1,157 @@
+//! A `.cact` read back into the network's parameters: every tensor dequantized and laid out under
+//! its checkpoint path again, so `needle run` and `needle eval` can try exactly what ships.
+//!
+//! The inverse of the writer's layout: CQ kernels are `[out, in]` and go back to `[in, out]`, the
+//! per-layer tensors are stacked on a leading layer axis again, the mHC phi rows are regrouped per
+//! lane, and the engram tables regain their `[tables, slots, sub_dim]` shape.
+
+use std::collections::BTreeMap;
+
+use candle_core::{Device, Tensor};
+
+use super::layout::{self, LAYER_TENSORS, MHC_FP16_TENSORS, MHC_PHI_TENSORS};
+use super::reader::CactFile;
+use crate::config::ModelConfig;
+use crate::model::{ModelError, Params};
+
+/// Why a `.cact`'s weights could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum WeightsError {
+    #[error("the .cact has no tensor `{0}`; it is not a complete Needle 2 export")]
+    Missing(String),
+    #[error("tensor `{name}`: {problem}")]
+    Tensor { name: String, problem: String },
+    #[error(transparent)]
+    Model(#[from] ModelError),
+}
+
+impl CactFile {
+    /// The model config the header describes (the fields a forward pass reads).
+    pub fn model_config(&self) -> ModelConfig {
+        let h = &self.header;
+        let orders: Vec<usize> = h.engram_orders.iter().map(|&o| o as usize).collect();
+        ModelConfig {
+            vocab_size: h.vocab_size as usize,
+            d_model: h.d_model as usize,
+            attn_dim: (h.num_heads * h.head_dim) as usize,
+            num_heads: h.num_heads as usize,
+            num_kv_heads: h.num_kv_heads as usize,
+            num_layers: h.num_layers as usize,
+            max_seq_len: h.max_seq_len as usize,
+            rope_theta: f64::from(h.rope_theta),
+            engram_heads: (h.num_engram_tables as usize).checked_div(orders.len()).unwrap_or(0),
+            engram_orders: orders,
+            engram_slots: h.engram_slots as usize,
+            engram_layers: h.engram_layers.iter().map(|&l| l as usize).collect(),
+            mhc_lanes: h.mhc_lanes as usize,
+            kv_window: h.kv_window as usize,
+            kv_bits: h.kv_bits,
+            ..ModelConfig::default()
+        }
+    }
+
+    /// Every weight the network reads, dequantized to f32 under its checkpoint path, on `device`.
+    pub fn params(&self, device: &Device) -> Result<Params, WeightsError> {
+        let by_name: BTreeMap<&str, usize> =
+            self.records.iter().enumerate().map(|(i, r)| (r.name.as_str(), i)).collect();
+        let tensor = |name: &str| -> Result<Tensor, WeightsError> {
+            let &index = by_name.get(name).ok_or_else(|| WeightsError::Missing(name.into()))?;
+            let problem = |problem: String| WeightsError::Tensor { name: name.into(), problem };
+            let values = self
+                .values(index)
+                .ok_or_else(|| problem("it holds raw bytes".into()))?
+                .map_err(|e| problem(e.to_string()))?;
+            let shape: Vec<usize> = self.records[index].shape.iter().map(|&d| d as usize).collect();
+            Tensor::from_vec(values, shape, device).map_err(|e| problem(e.to_string()))
+        };
+        fn shaped<T>(name: &str, result: candle_core::Result<T>) -> Result<T, WeightsError> {
+            result.map_err(|e| WeightsError::Tensor { name: name.into(), problem: e.to_string() })
+        }
+        let h = &self.header;
+        let mut params = BTreeMap::new();
+        params.insert("embedding/embedding".to_string(), tensor("embedding")?);
+
+        for spec in LAYER_TENSORS {
+            let layers = (0..h.num_layers as usize)
+                .map(|layer| {
+                    let name = layout::layer_name(layer, spec.name);
+                    let t = tensor(&name)?;
+                    match (spec.kernel, spec.name) {
+                        (true, _) => shaped(&name, t.t()),
+                        (false, "attn_gate") => shaped(&name, t.squeeze(0)),
+                        _ => Ok(t),
+                    }
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let stacked = shaped(spec.name, Tensor::stack(&layers, 0))?;
+            params.insert(format!("stack/layers/block/{}", spec.path), stacked);
+        }
+        for name in MHC_FP16_TENSORS {
+            params.insert(format!("stack/{name}"), tensor(name)?);
+        }
+        let layers = h.num_layers as usize;
+        for name in MHC_PHI_TENSORS {
+            // Rows `[L·k, nC]` back to `[L, nC, k]` (k is lanes, or lanes² for `phi_res`).
+            let rows = tensor(name)?;
+            let (count, n_c) = shaped(name, rows.dims2())?;
+            let phi = rows.reshape((layers, count / layers.max(1), n_c)).and_then(|t| t.transpose(1, 2));
+            params.insert(format!("stack/{name}"), shaped(name, phi)?);
+        }
+        for site in 0..h.engram_layers.len() {
+            let name = |t: &str| layout::engram_name(site, t);
+            let slots = h.engram_slots as usize;
+            let tables = tensor(&name("tables"))?;
+            let tables = tables.reshape((h.num_engram_tables as usize, slots, h.engram_sub_dim as usize));
+            let prefix = format!("engrams_{site}");
+            params.insert(format!("{prefix}/embedding"), shaped(&name("tables"), tables)?);
+            params.insert(
+                format!("{prefix}/key_proj/kernel"),
+                shaped(&name("key_proj"), tensor(&name("key_proj"))?.t())?,
+            );
+            params.insert(
+                format!("{prefix}/value_proj/kernel"),
+                shaped(&name("value_proj"), tensor(&name("value_proj"))?.t())?,
+            );
+            params.insert(format!("{prefix}/taps"), tensor(&name("taps"))?);
+        }
+        params.insert("stack/final_norm/scale".to_string(), tensor(layout::FINAL_NORM)?);
+        let contiguous = params
+            .into_iter()
+            .map(|(path, t)| Ok((path.clone(), shaped(&path, t.contiguous())?)))
+            .collect::<Result<BTreeMap<_, _>, WeightsError>>()?;
+        Ok(Params::from_tensors(contiguous, device)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use candle_core::{DType, Device, Tensor};
+
+    use super::*;
+    use crate::checkpoint::Checkpoint;
+    use crate::model::Network;
+
+    fn fixture(relative: &str) -> PathBuf {
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).join(relative)
+    }
+
+    #[test]
+    fn a_built_cact_runs_as_the_network_it_was_built_from() {
+        for stem in ["tiny_f32", "pretrained"] {
+            let checkpoint = Checkpoint::load(&fixture(&format!("models/{stem}.pkl"))).unwrap();
+            let base = Network::from_checkpoint(&checkpoint, &Device::Cpu).unwrap();
+            let cact = CactFile::open(&fixture(&format!("golden/{stem}/w4.cact"))).unwrap();
+            let shipped = Network::load(&cact.model_config(), &cact.params(&Device::Cpu).unwrap()).unwrap();
+            let ids = Tensor::new(&[[2u32, 40, 41, 7, 300, 12, 99, 5]], &Device::Cpu).unwrap();
+            let (want, got) = (base.forward(&ids).unwrap(), shipped.forward(&ids).unwrap());
+            // 4-bit weights move the logits a little, never the shape or the scale.
+            let diff = (&want - &got).unwrap().abs().unwrap().mean_all().unwrap().to_scalar::<f32>().unwrap();
+            let size = want.abs().unwrap().mean_all().unwrap().to_scalar::<f32>().unwrap();
+            assert_eq!(want.dims(), got.dims());
+            assert!(diff < 0.25 * size, "{stem}: mean |Δ| {diff} against mean |logit| {size}");
+            assert_eq!(got.dtype(), DType::F32);
+        }
+    }
+}

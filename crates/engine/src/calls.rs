@@ -1,0 +1,242 @@
+//! Does the model make the right calls? The weights to try (a checkpoint, with an adapter merged, or
+//! a built `.cact` read back), a prompt rendered as training renders it and answered by greedy
+//! decoding, the tool calls parsed out of the answer, and exact-call accuracy over examples.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::Device;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::cact::{CactFile, ReadError, WeightsError};
+use crate::checkpoint::{Checkpoint, CheckpointError};
+use crate::dataset::{render, Example, TOOL_CALL_END, TOOL_CALL_START};
+use crate::lora::{load_adapter, AdapterFileError};
+use crate::model::{Generation, ModelError, Network, Params};
+use crate::tokenizer::{Tokenizer, TokenizerError, BOS_ID};
+
+/// New tokens allowed beyond the expected answer's length when scoring: room for a near miss to
+/// close its call, never enough to run on.
+const ANSWER_SLACK: usize = 16;
+
+/// Which weights to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Weights {
+    /// A checkpoint, with an adapter (`.pkl` or `.safetensors`) merged when given.
+    Checkpoint { checkpoint: PathBuf, lora: Option<PathBuf> },
+    /// A built `.cact`, dequantized: what ships.
+    Cact(PathBuf),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WeightsLoadError {
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error(transparent)]
+    Adapter(#[from] AdapterFileError),
+    #[error(transparent)]
+    Cact(#[from] ReadError),
+    #[error("{}: {source}", path.display())]
+    CactWeights { path: PathBuf, source: WeightsError },
+    #[error("{}: {source}", path.display())]
+    Tokenizer { path: PathBuf, source: TokenizerError },
+    #[error("{}: {source}", path.display())]
+    Model { path: PathBuf, source: ModelError },
+}
+
+/// A network ready to answer, with the tokenizer a `.cact` carries (a checkpoint has none).
+pub struct Loaded {
+    pub network: Network,
+    pub tokenizer: Option<Tokenizer>,
+}
+
+impl Weights {
+    /// The file the weights come from, for messages.
+    pub fn path(&self) -> &Path {
+        match self {
+            Weights::Checkpoint { checkpoint, .. } => checkpoint,
+            Weights::Cact(path) => path,
+        }
+    }
+
+    pub fn load(&self, device: &Device) -> Result<Loaded, WeightsLoadError> {
+        fn model(path: &Path) -> impl FnOnce(ModelError) -> WeightsLoadError + '_ {
+            move |source| WeightsLoadError::Model { path: path.to_path_buf(), source }
+        }
+        match self {
+            Weights::Checkpoint { checkpoint, lora } => {
+                let loaded = Checkpoint::load(checkpoint)?;
+                let mut params = Params::from_checkpoint(&loaded, device).map_err(model(checkpoint))?;
+                if let Some(lora) = lora {
+                    params.merge_pickled_adapter(&load_adapter(lora)?).map_err(model(lora))?;
+                }
+                let network = Network::load(&loaded.config, &params).map_err(model(checkpoint))?;
+                Ok(Loaded { network, tokenizer: None })
+            }
+            Weights::Cact(path) => {
+                let cact = CactFile::open(path)?;
+                let params = cact
+                    .params(device)
+                    .map_err(|source| WeightsLoadError::CactWeights { path: path.clone(), source })?;
+                let network = Network::load(&cact.model_config(), &params).map_err(model(path))?;
+                let tokenizer = match cact.tokenizer_index().and_then(|i| cact.blob(i)) {
+                    Some(blob) => Some(
+                        Tokenizer::from_cact_blob(blob)
+                            .map_err(|source| WeightsLoadError::Tokenizer { path: path.clone(), source })?,
+                    ),
+                    None => None,
+                };
+                Ok(Loaded { network, tokenizer })
+            }
+        }
+    }
+}
+
+/// A model's answer to one prompt.
+#[derive(Debug, Clone, Serialize)]
+pub struct Answer {
+    /// The decoded new tokens: reasoning, then the tool-call block.
+    pub text: String,
+    /// The calls in the answer's `<tool_call>` block; `None` when there is no block holding a JSON
+    /// list.
+    pub calls: Option<Vec<Value>>,
+    #[serde(flatten)]
+    pub generation: Generation,
+}
+
+/// The calls of an answer: the JSON list between the first `<tool_call>` and the `</tool_call>`
+/// after it.
+pub fn parse_calls(text: &str) -> Option<Vec<Value>> {
+    let (_, rest) = text.split_once(TOOL_CALL_START)?;
+    let (body, _) = rest.split_once(TOOL_CALL_END)?;
+    match serde_json::from_str(body.trim()).ok()? {
+        Value::Array(calls) => Some(calls),
+        _ => None,
+    }
+}
+
+/// Greedy answer to an already rendered prompt (BOS is added, as in training).
+pub fn answer(
+    network: &Network,
+    tokenizer: &Tokenizer,
+    prompt: &str,
+    max_new_tokens: usize,
+) -> crate::model::Result<Answer> {
+    let ids: Vec<u32> = std::iter::once(BOS_ID).chain(tokenizer.encode(prompt)).collect();
+    let generation = network.generate(&ids, max_new_tokens)?;
+    let text = tokenizer.decode(&generation.ids);
+    Ok(Answer { calls: parse_calls(&text), text, generation })
+}
+
+/// The base and the tuned model on the same held-out examples.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallScores {
+    pub base: ModelScore,
+    pub tuned: ModelScore,
+}
+
+/// One model on a set of examples: the answer loss (as `needle eval`) and the calls it makes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelScore {
+    #[serde(deserialize_with = "crate::train::events::number::f64")]
+    pub loss: f64,
+    pub calls: Accuracy,
+}
+
+/// Exact-call accuracy over a set of examples.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Accuracy {
+    pub examples: usize,
+    /// Answers whose calls equal the expected ones, as JSON values in the order written.
+    pub exact: usize,
+    /// Answers with a parseable `<tool_call>` list.
+    pub parsed: usize,
+    #[serde(deserialize_with = "crate::train::events::number::f64")]
+    pub exact_rate: f64,
+    #[serde(deserialize_with = "crate::train::events::number::f64")]
+    pub parse_rate: f64,
+    /// Per expected tool name (`(no call)` for examples whose answer is no call): right / total.
+    pub per_tool: BTreeMap<String, ToolScore>,
+    /// New tokens per second over all the answers.
+    #[serde(deserialize_with = "crate::train::events::number::f64")]
+    pub tokens_per_s: f64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolScore {
+    pub right: usize,
+    pub total: usize,
+}
+
+/// The name under which an example counts in the per-tool table.
+pub const NO_CALL: &str = "(no call)";
+
+/// Answers every example and scores the calls; `progress(done, total)` after each.
+pub fn accuracy(
+    network: &Network,
+    tokenizer: &Tokenizer,
+    examples: &[Example],
+    mut progress: impl FnMut(usize, usize),
+) -> crate::model::Result<Accuracy> {
+    let mut score = Accuracy { examples: examples.len(), ..Accuracy::default() };
+    let (mut tokens, mut seconds) = (0usize, 0f64);
+    for (done, example) in examples.iter().enumerate() {
+        let (prompt, target) = render(example);
+        let budget = tokenizer.encode(&target).len() + ANSWER_SLACK;
+        let answer = answer(network, tokenizer, &prompt, budget)?;
+        tokens += answer.generation.ids.len();
+        seconds += answer.generation.prefill_seconds + answer.generation.decode_seconds;
+        let expected: Option<Vec<Value>> = serde_json::from_str(&example.answers).ok();
+        let right = answer.calls.is_some() && answer.calls == expected;
+        score.parsed += usize::from(answer.calls.is_some());
+        score.exact += usize::from(right);
+        for tool in tool_names(expected.as_deref().unwrap_or_default()) {
+            let entry = score.per_tool.entry(tool).or_default();
+            entry.total += 1;
+            entry.right += usize::from(right);
+        }
+        progress(done + 1, examples.len());
+    }
+    let share = |n: usize| if examples.is_empty() { 0.0 } else { n as f64 / examples.len() as f64 };
+    score.exact_rate = share(score.exact);
+    score.parse_rate = share(score.parsed);
+    score.tokens_per_s = tokens as f64 / seconds.max(1e-9);
+    Ok(score)
+}
+
+/// The distinct tool names an expected answer calls, or [`NO_CALL`].
+fn tool_names(calls: &[Value]) -> Vec<String> {
+    let mut names: Vec<String> =
+        calls.iter().filter_map(|call| call.get("name").and_then(Value::as_str)).map(str::to_string).collect();
+    names.sort();
+    names.dedup();
+    if names.is_empty() {
+        names.push(NO_CALL.into());
+    }
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn calls_are_the_json_list_inside_the_tool_call_block() {
+        let text = "<think>x</think>\n<tool_call>[{\"name\":\"a\",\"arguments\":{\"n\":1}}]</tool_call><|im_end|>";
+        assert_eq!(parse_calls(text), Some(vec![json!({"name": "a", "arguments": {"n": 1}})]));
+        assert_eq!(parse_calls("<think></think>\n<tool_call>[]</tool_call>"), Some(vec![]));
+        assert_eq!(parse_calls("<think></think>\n<tool_call>[{\"name\":"), None, "cut off");
+        assert_eq!(parse_calls("<tool_call>{\"name\":\"a\"}</tool_call>"), None, "not a list");
+        assert_eq!(parse_calls("no block at all"), None);
+    }
+
+    #[test]
+    fn every_expected_tool_counts_once_and_no_call_has_its_own_row() {
+        let calls = [json!({"name": "b"}), json!({"name": "a"}), json!({"name": "b"})];
+        assert_eq!(tool_names(&calls), ["a", "b"]);
+        assert_eq!(tool_names(&[]), [NO_CALL]);
+    }
+}
