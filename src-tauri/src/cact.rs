@@ -1,15 +1,18 @@
 //! Building a run's `.cact` from the app: `needle build --events jsonl` in the worker, then the file
 //! read back (as `needle inspect` does) for its size and tensor count.
 
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 
 use needle_engine::cact::{CactFile, ExportEvent};
+use needle_engine::calls::{Accuracy, ModelScore};
+use needle_engine::train::run::SCORED_EXAMPLES;
 use serde::Serialize;
 use tauri::ipc::Channel;
 
 use crate::history::{CactInfo, History, HistoryEntry, RunRecord};
 use crate::studio::Studio;
-use crate::worker::{Exit, Line, Watcher};
+use crate::worker::{Exit, Line, Watcher, Worker};
 
 /// What the window hears about a build.
 #[derive(Debug, Clone, Serialize)]
@@ -17,6 +20,8 @@ use crate::worker::{Exit, Line, Watcher};
 pub enum BuildMessage {
     /// The worker's `stage` and `merged` events, as they are.
     Progress(ExportEvent),
+    /// The file is written; its weights are answering the held-out examples.
+    Scoring,
     Built {
         cact: CactInfo,
         /// Boxed: the entry dwarfs the other messages.
@@ -45,7 +50,7 @@ pub fn start(
     let record = studio.runs().load(run_id)?;
     let entry = &record.entry;
     let adapter = entry.adapter.clone().ok_or("this run saved no adapter yet, so there is nothing to build")?;
-    let args: Vec<std::ffi::OsString> = vec![
+    let args: Vec<OsString> = vec![
         "build".into(),
         entry.checkpoint.clone().into(),
         "--lora".into(),
@@ -59,13 +64,16 @@ pub fn start(
         "--events".into(),
         "jsonl".into(),
     ];
-    let watcher = BuildWatcher { record, history: studio.runs().clone(), channel, built: None, failure: None };
+    let worker = studio.worker().clone();
+    let watcher = BuildWatcher { record, history: studio.runs().clone(), worker, channel, built: None, failure: None };
     studio.worker().spawn(args, watcher).map(drop)
 }
 
 struct BuildWatcher {
     record: RunRecord,
     history: History,
+    /// Scores the written file (`needle eval --weights`) after the build.
+    worker: Worker,
     channel: Channel<BuildMessage>,
     /// The written file and its quantization scheme.
     built: Option<(PathBuf, String)>,
@@ -99,13 +107,57 @@ impl Watcher for BuildWatcher {
 }
 
 impl BuildWatcher {
-    /// Opens the written file, records it in the run's history, and says what was built.
+    /// Opens the written file, scores it on the run's held-out examples, records it in the run's
+    /// history, and says what was built.
     fn read_back(&mut self, path: PathBuf, scheme: String) -> Result<BuildMessage, String> {
         let file = CactFile::open(&path).map_err(|error| error.to_string())?;
-        let cact = CactInfo { path, bytes: file.size() as u64, tensors: file.records.len(), scheme };
+        let (bytes, tensors) = (file.size() as u64, file.records.len());
+        drop(file);
+        self.send(BuildMessage::Scoring);
+        let (scores, scores_error) = match self.score(&path) {
+            Ok(scores) => (scores, None),
+            Err(error) => (None, Some(error)),
+        };
+        let cact = CactInfo { path, bytes, tensors, scheme, scores, scores_error };
         self.record.entry.cact = Some(cact.clone());
         self.history.save(&self.record)?;
         Ok(BuildMessage::Built { cact, entry: Box::new(self.record.entry.clone()) })
+    }
+
+    /// `needle eval --weights FILE --accuracy` on the examples the run held out (the same ones its
+    /// base and tuned scores used), so the table compares like with like.
+    fn score(&self, cact: &Path) -> Result<Option<ModelScore>, String> {
+        let entry = &self.record.entry;
+        if entry.settings.val_split <= 0.0 {
+            return Ok(None);
+        }
+        let args: Vec<OsString> = vec![
+            "eval".into(),
+            entry.dataset.clone().into(),
+            "--weights".into(),
+            cact.into(),
+            "--tokenizer".into(),
+            entry.tokenizer.clone().into(),
+            "--accuracy".into(),
+            "--json".into(),
+            "--val-split".into(),
+            entry.settings.val_split.to_string().into(),
+            "--seed".into(),
+            entry.settings.seed.to_string().into(),
+            "--max-len".into(),
+            entry.settings.max_len.to_string().into(),
+            "--max-examples".into(),
+            SCORED_EXAMPLES.to_string().into(),
+        ];
+        #[derive(serde::Deserialize)]
+        struct Printed {
+            loss: f64,
+            accuracy: Accuracy,
+        }
+        let out = self.worker.output(args)?;
+        let printed: Printed = serde_json::from_str(out.trim())
+            .map_err(|error| format!("the .cact's evaluation was not understood ({error}): {out}"))?;
+        Ok(Some(ModelScore { loss: printed.loss, calls: printed.accuracy }))
     }
 
     fn send(&self, message: BuildMessage) {

@@ -16,6 +16,7 @@ use crate::history::HistoryEntry;
 use crate::settings::Settings;
 use crate::studio::{dataset_report, Opened, Startup, Studio};
 use crate::training::{Notify, RunMessage};
+use crate::tryout::{Answers, Question};
 
 type Result<T> = std::result::Result<T, String>;
 
@@ -97,6 +98,12 @@ pub async fn build_cact(
     on_event: Channel<BuildMessage>,
 ) -> Result<()> {
     crate::cact::start(&studio, &run_id, bits, out, on_event)
+}
+
+#[tauri::command]
+pub async fn try_model(studio: State<'_, Studio>, question: Question) -> Result<Answers> {
+    let studio = studio.inner().clone();
+    blocking(move || crate::tryout::ask(&studio, &question)).await
 }
 
 #[tauri::command]

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use needle_engine::calls::CallScores;
+use needle_engine::calls::{CallScores, ModelScore};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{RunRequest, RunSettings};
@@ -26,6 +26,13 @@ pub struct CactInfo {
     pub bytes: u64,
     pub tensors: usize,
     pub scheme: String,
+    /// Held-out loss and exact-call accuracy of the file's own (dequantized) weights, on the
+    /// examples the run's scores used; `None` without a validation split.
+    #[serde(default)]
+    pub scores: Option<ModelScore>,
+    /// Why the file could not be scored, when it could not.
+    #[serde(default)]
+    pub scores_error: Option<String>,
 }
 
 /// One run as the History panel lists it.

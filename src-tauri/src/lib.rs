@@ -13,6 +13,7 @@ mod history;
 mod settings;
 mod studio;
 mod training;
+mod tryout;
 mod worker;
 
 use std::path::PathBuf;
@@ -73,6 +74,7 @@ pub fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R
             commands::start_run,
             commands::cancel_run,
             commands::build_cact,
+            commands::try_model,
             commands::history,
             commands::open_run,
             commands::reveal,

@@ -179,6 +179,10 @@ impl Studio {
         }
     }
 
+    pub(crate) fn settings(&self) -> &Mutex<Settings> {
+        &self.0.settings
+    }
+
     pub(crate) fn hub(&self) -> &Hub {
         &self.0.hub
     }

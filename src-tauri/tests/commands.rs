@@ -204,6 +204,11 @@ fn a_run_trains_in_the_worker_and_builds_a_cact() {
     assert_eq!(done["status"], "finished", "{done}");
     assert_eq!(done["steps_done"].as_u64(), Some(steps), "the run took the planned steps");
     assert!(done["final_loss"].as_f64().unwrap().is_finite() && done["final_val"].is_f64(), "{done}");
+    // The held-out examples were answered by the base and the tuned model.
+    let held_out = done["scores"]["base"]["calls"]["examples"].as_u64().unwrap();
+    assert!(held_out > 0, "{done}");
+    assert_eq!(done["scores"]["tuned"]["calls"]["examples"].as_u64(), Some(held_out), "{done}");
+    assert!(done["scores"]["tuned"]["loss"].as_f64().unwrap() < done["scores"]["base"]["loss"].as_f64().unwrap());
     let adapter = PathBuf::from(done["adapter"].as_str().unwrap());
     assert!(adapter.is_file() && adapter.starts_with(dir.path()), "{}", adapter.display());
     assert_eq!(app.ok("cancel_run", json!({})), "idle", "nothing runs after the run ended");
@@ -220,6 +225,22 @@ fn a_run_trains_in_the_worker_and_builds_a_cact() {
     let file = CactFile::open(&out).expect("the built .cact reads back");
     assert_eq!(built["cact"]["tensors"].as_u64(), Some(file.records.len() as u64));
     assert_eq!(built["cact"]["bytes"].as_u64(), Some(std::fs::metadata(&out).unwrap().len()));
+    // The file's own weights answered the same held-out examples.
+    assert_eq!(built["cact"]["scores"]["calls"]["examples"].as_u64(), Some(held_out), "{built}");
+    assert!(built["cact"]["scores"]["loss"].as_f64().unwrap().is_finite(), "{built}");
+
+    // Try: the base and the tuned model answer the same question side by side.
+    let sample = &app.ok(
+        "load_dataset",
+        json!({ "path": repo("examples/smart_home.jsonl"), "tokenizer": repo("tests/fixtures/models/tokenizer.model"), "maxLen": 512 }),
+    )["samples"][0];
+    let question = json!({ "run_id": id, "tools": sample["tools"], "query": sample["query"] });
+    let answers = app.ok("try_model", json!({ "question": question }));
+    for model in ["base", "tuned"] {
+        assert!(answers[model]["text"].is_string() && answers[model]["tokens_per_s"].as_f64().unwrap() > 0.0, "{answers}");
+    }
+    let bad = json!({ "run_id": id, "tools": "{not json", "query": "hi" });
+    assert!(app.error("try_model", json!({ "question": bad })).starts_with("Tools:"));
 }
 
 #[test]

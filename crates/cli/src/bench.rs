@@ -28,6 +28,9 @@ pub struct Args {
     /// Recompute activations layer by layer: auto (the memory plan decides), on or off
     #[arg(long, value_enum, default_value_t = Recompute::Auto)]
     pub recompute: Recompute,
+    /// Time greedy decoding of this many new tokens after a --seq-token prompt instead of training
+    #[arg(long)]
+    pub decode: Option<usize>,
     /// Force a backend (auto, cpu, cuda, metal); default: NEEDLE_DEVICE, else auto
     #[arg(long)]
     pub device: Option<String>,
@@ -48,6 +51,18 @@ pub fn run(args: Args, process_start: Instant) -> Result<()> {
         .ok_or_else(|| anyhow!("--preset {}: unknown; use `needle` or `tiny`", args.preset))?;
     let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
     eprintln!("  {:<9} {}  {}", "backend", selected.info.backend, selected.info.device);
+    if let Some(new_tokens) = args.decode {
+        let report = bench::decode(&config, args.seq, new_tokens, &selected.device)?;
+        if args.json {
+            println!("{}", serde_json::to_string(&report)?);
+        } else {
+            println!("  {:<11} {} prompt tokens, {} new, {}", "shape", report.prompt_tokens, report.new_tokens, args.preset);
+            println!("  {:<11} {:.3} s (one pass)", "prefill", report.prefill_s);
+            println!("  {:<11} {:.1} tokens/s", "decode", report.decode_tokens_per_s);
+            println!("  {:<11} {:.0} MB", "peak RSS", report.peak_rss_mb);
+        }
+        return Ok(());
+    }
     let recompute = match args.recompute {
         Recompute::Auto => None,
         Recompute::On => Some(true),

@@ -47,6 +47,9 @@ pub struct Sample {
     pub prompt: String,
     pub target: String,
     pub tokens: usize,
+    /// The example's tools and query as they were written, to try a model with.
+    pub tools: String,
+    pub query: String,
 }
 
 impl DatasetReport {
@@ -64,7 +67,8 @@ impl DatasetReport {
             .take(SAMPLE_COUNT)
             .map(|(example, &tokens)| {
                 let (prompt, target) = render(example);
-                Sample { line: example.line, prompt, target, tokens }
+                let (tools, query) = (example.tools.clone(), example.query.clone());
+                Sample { line: example.line, prompt, target, tokens, tools, query }
             })
             .collect();
         DatasetReport {
