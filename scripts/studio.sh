@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 scripts/setup.sh
 args=("$@")
-((${#args[@]})) || args=(--dataset examples/smart_home.jsonl --checkpoint tests/fixtures/models/pretrained.pkl)
+((${#args[@]})) || args=(--dataset examples/smart_home.jsonl --checkpoint tests/fixtures/models/pretrained.pkl --preset quick)
 exec cargo run -p needle-studio -- "${args[@]}"

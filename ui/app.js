@@ -185,6 +185,26 @@ function updateButtons() {
   for (const item of document.querySelectorAll('.history-item')) item.disabled = state.running || state.building;
 }
 
+// ---------- steps ----------
+
+/** Shows one step's panel; the header (steps and the run strip) stays in view. */
+function showTab(name) {
+  for (const tab of document.querySelectorAll('.steps [role="tab"]')) {
+    const selected = tab.dataset.tab === name;
+    tab.setAttribute('aria-selected', String(selected));
+    tab.tabIndex = selected ? 0 : -1;
+    $(`panel-${tab.dataset.tab}`).hidden = !selected;
+  }
+  window.scrollTo(0, 0); // a step starts at its top, not where the last one was left
+}
+
+/** Marks a step that has news (a finished run to evaluate, say) until it is opened. */
+function badgeTab(name, badge) {
+  const tab = $(`tab-${name}`);
+  if (tab.getAttribute('aria-selected') === 'true' || !badge) tab.removeAttribute('data-badge');
+  else tab.dataset.badge = badge;
+}
+
 // ---------- hardware ----------
 
 function renderHardware(hardware, devices, selected) {
@@ -244,6 +264,7 @@ function handleDragDrop({ payload }) {
 
 function renderReport(report) {
   $('dataset-report').hidden = false;
+  prefillTry(report.samples[0]);
   $('report-examples').textContent = String(report.usable_examples); // plain numbers where tests read them
   $('report-skipped').textContent = String(report.skipped_lines);
   const lengths = report.token_lengths;
@@ -475,7 +496,10 @@ function renderPlan(plan) {
 
 // ---------- run and progress ----------
 
-const setRunStatus = (status, text) => setStatus($('run-status'), status, text);
+function setRunStatus(status, text) {
+  setStatus($('run-status'), status, text);
+  setStatus($('strip-status'), status, text);
+}
 
 function setRunning(running) {
   state.running = running;
@@ -490,8 +514,10 @@ function setChart(svg, placeholder = CHART_PLACEHOLDER) {
 }
 
 function renderSteps(done, total) {
-  $('progress').max = Math.max(1, total);
-  $('progress').value = done;
+  for (const bar of [$('progress'), $('strip-progress')]) {
+    bar.max = Math.max(1, total);
+    bar.value = done;
+  }
   $('progress-text').textContent = `${done} / ${total} steps`;
 }
 
@@ -589,6 +615,7 @@ function runEnded(entry, message) {
     state.viewedId = entry.id;
     renderEntryStatus(entry, message);
     showResult(entry);
+    badgeTab('evaluate', entry.scores ? '•' : null);
   } else {
     setRunStatus('failed', message ?? 'The run failed.');
   }
@@ -617,6 +644,8 @@ async function cancelRun() {
 function showResult(entry) {
   state.entry = entry;
   $('result').hidden = !entry?.adapter;
+  $('result-empty').hidden = Boolean(entry?.adapter);
+  renderEvaluation(entry);
   if (!entry?.adapter) return;
   $('adapter-path').textContent = entry.adapter;
   $('cact-path').value = entry.suggested_cact;
@@ -677,15 +706,102 @@ function handleBuildEvent(runId, message) {
     case 'merged':
       setBuildStatus('building', `Merged the adapter into ${message.groups} weight groups`);
       break;
+    case 'scoring':
+      setBuildStatus('building', 'Answering the held-out examples with the built file…');
+      break;
     case 'built':
       state.entry = { ...message.entry, cact: message.cact };
       $('build-progress').value = $('build-progress').max;
       setBuildStatus('built', `Built ${basename(message.cact.path)}`);
       renderBuilt(message.cact);
+      renderEvaluation(state.entry);
+      badgeTab('evaluate', message.cact.scores ? '•' : null);
       break;
     case 'failed':
       setBuildStatus('failed', message.message);
       break;
+  }
+}
+
+// ---------- evaluate ----------
+
+const percent = (rate) => `${(100 * rate).toFixed(0)}%`;
+
+/** The held-out scores of a run: base, tuned and (once built) the .cact, with a warning when the
+ *  file answers markedly worse than the tuned model it was built from. */
+function renderEvaluation(entry) {
+  const scores = entry?.scores;
+  const cact = entry?.cact?.scores;
+  $('evaluation-table').hidden = !scores;
+  $('evaluation-empty').hidden = Boolean(scores);
+  const rows = scores ? [['Base', scores.base], ['Tuned', scores.tuned]] : [];
+  if (scores && cact) rows.push([`.cact (${entry.cact.scheme})`, cact]);
+  $('evaluation-rows').replaceChildren(...rows.map(([name, score]) => h('tr', {},
+    h('th', { scope: 'row' }, name),
+    h('td', {}, formatLoss(score.loss)),
+    h('td', {}, `${score.calls.exact} / ${score.calls.examples} (${percent(score.calls.exact_rate)})`),
+    h('td', {}, percent(score.calls.parse_rate)))));
+  const worse = scores && cact && (cact.calls.exact_rate < scores.tuned.calls.exact_rate - 0.1 || cact.loss > scores.tuned.loss * 1.1);
+  setMessage($('evaluation-warning'), worse &&
+    `The .cact answers markedly worse than the tuned model (${percent(cact.calls.exact_rate)} exact calls against ` +
+    `${percent(scores.tuned.calls.exact_rate)}, loss ${formatLoss(cact.loss)} against ${formatLoss(scores.tuned.loss)}): ` +
+    'quantization costs this model accuracy. Build it at 4 bits rather than 2, or check it with Try before shipping.');
+  const examples = scores ? scores.base.calls.examples : 0;
+  $('evaluation-note').textContent = !scores ? ''
+    : `${examples} held-out example(s), answered by greedy decoding; a call counts when it equals the expected one exactly.` +
+      (entry.cact && !cact ? ` The .cact was not scored${entry.cact.scores_error ? `: ${entry.cact.scores_error}` : ''}.` : '') +
+      (!entry.cact ? ' Build the .cact (Export) to score it too.' : '');
+}
+
+/** Prefills the Try panel from a dataset sample (once: the user's own edits are kept). */
+function prefillTry(sample) {
+  if (!sample || $('try-tools').value.trim()) return;
+  let tools = sample.tools;
+  try {
+    tools = JSON.stringify(JSON.parse(sample.tools), null, 1);
+  } catch {
+    // Shown as written: asking will say what is wrong with it.
+  }
+  $('try-tools').value = tools;
+  $('try-query').value = sample.query;
+}
+
+function renderAnswer(id, answer) {
+  const body = $(id).querySelector('.answer-body');
+  if (!answer) {
+    body.replaceChildren('No tuned model yet: train a run or open one from History.');
+    return;
+  }
+  const calls = answer.calls == null ? h('p', { class: 'verdict', 'data-ok': 'false' }, 'No parseable call')
+    : h('pre', {}, answer.calls.length ? answer.calls.map((c) => JSON.stringify(c)).join('\n') : '(no call)');
+  body.className = 'answer-body';
+  // The whole answer is open when no call could be read from it: that is what to look at.
+  const open = answer.calls == null ? { open: '' } : {};
+  const cut = {
+    max_length: "The answer was cut: the prompt and answer filled the model's context (max_seq_len).",
+    max_new_tokens: 'The answer was cut at the most new tokens a try may take.',
+  }[answer.stop];
+  body.replaceChildren(calls, h('details', open, h('summary', { class: 'small muted' }, 'Full answer'), h('pre', {}, answer.text)),
+    ...(cut ? [h('p', { class: 'warning small' }, cut)] : []),
+    h('div', { class: 'small muted' }, `${answer.tokens_per_s.toFixed(0)} tokens/s`));
+}
+
+async function askModels() {
+  const entry = state.entry?.adapter ? state.entry : null;
+  const question = { run_id: entry?.id ?? null, tools: $('try-tools').value, query: $('try-query').value };
+  $('try-button').disabled = true;
+  $('try-status').textContent = entry ? 'The base and the tuned model are answering…' : 'The base model is answering…';
+  setMessage($('try-error'), null);
+  try {
+    const answers = await invoke('try_model', { question });
+    renderAnswer('try-base', answers.base);
+    renderAnswer('try-tuned', answers.tuned);
+    $('try-status').textContent = '';
+  } catch (error) {
+    setMessage($('try-error'), error);
+    $('try-status').textContent = '';
+  } finally {
+    $('try-button').disabled = false;
   }
 }
 
@@ -727,6 +843,7 @@ async function openRun(id) {
     setChart(chart, 'No loss chart was recorded for this run.');
     renderEntryStatus(entry);
     showResult(entry);
+    showTab('evaluate');
     for (const item of document.querySelectorAll('.history-item')) {
       if (item.dataset.id === id) item.setAttribute('aria-current', 'true');
       else item.removeAttribute('aria-current');
@@ -771,6 +888,13 @@ function wireControls() {
     if (path) $('cact-path').value = path;
   });
   $('build-button').addEventListener('click', buildCact);
+  $('try-button').addEventListener('click', askModels);
+  for (const tab of document.querySelectorAll('.steps [role="tab"]')) {
+    tab.addEventListener('click', () => {
+      showTab(tab.dataset.tab);
+      badgeTab(tab.dataset.tab, null);
+    });
+  }
   tauri.webview.getCurrentWebview().onDragDropEvent(handleDragDrop)
     .catch((error) => setMessage($('dataset-error'), `Drag and drop is unavailable: ${errorText(error)}`));
 }
@@ -788,6 +912,8 @@ async function init() {
     renderHardware(startup.hardware, startup.devices, startup.settings.device);
     $('checkpoint-path').value = startup.settings.checkpoint ?? '';
     $('tokenizer-path').value = startup.settings.tokenizer ?? '';
+    // A first start has no base model yet: that is the first step. Otherwise start with the data.
+    showTab(startup.settings.checkpoint ? 'data' : 'model');
     const preset = startup.presets.find((p) => p.name === state.preset) ?? startup.presets[0];
     if (preset) fillFields(preset.settings);
     runInputsChanged();

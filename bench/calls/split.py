@@ -30,7 +30,7 @@ for name, part in (("heldout", kept[:n_held]), ("train", kept[n_held:])):
 
 
 def tools(part):
-    return dict(Counter(a["name"] for _, r in part for a in r.get("answers", [])))
+    return dict(Counter(a["name"] for _, r in part for a in r.get("answers", r.get("function_calls", []))))
 
 
 print(f"[split] {len(kept)} rows ({len(rows) - len(kept)} without query skipped): "

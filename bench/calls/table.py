@@ -41,5 +41,14 @@ print("| model | ours loss | ours exact calls | ours parse | ref loss | ref exac
 print("|---|---:|---:|---:|---:|---:|---:|")
 for label, ours, ref in rows:
     print("| " + " | ".join([label] + cells(ours) + cells(ref)) + " |")
+# Exact hits on rows that expect no call (`answers: []`) say nothing about calling a tool.
+calls = []
+for label, ours, ref in rows:
+    for side, r in (("ours", ours), ("ref", ref)):
+        if r and not (label == "base" and side == "ref"):
+            tools = {k: v for k, v in r["accuracy"]["per_tool"].items() if k != "(no call)"}
+            calls.append(f"{label if label == 'base' else side + ' ' + label} "
+                         f"{sum(v['right'] for v in tools.values())}/{sum(v['total'] for v in tools.values())}")
 print()
+print("exact on rows that expect a call: " + ", ".join(calls))
 print(f"fine-tune wall time (whole process): ours {wall('ours.time')}, reference {wall('ref.time')}")

@@ -45,14 +45,15 @@ pub fn presets() -> Vec<Preset> {
         Preset {
             name: "quick",
             label: "Quick",
-            description: "One pass at a higher learning rate with a small adapter: a first look in minutes.",
+            description: "Short passes at a high learning rate with a small adapter: a first look in minutes.",
             settings: RunSettings {
-                epochs: 1,
-                lr: 2e-4,
+                epochs: 6,
+                lr: 2e-3,
                 rank: 8,
                 alpha: 16.0,
-                batch_size: 8,
+                batch_size: 4,
                 max_len: 512,
+                val_split: 0.2,
                 ..balanced
             },
         },
@@ -298,7 +299,9 @@ mod tests {
         let args: Vec<String> =
             request.finetune_args(Path::new("/runs/a.pkl")).iter().map(|a| a.to_string_lossy().into()).collect();
         let joined = args.join(" ");
-        for expected in ["--epochs 1", "--lr 0.0002", "--lora-rank 8", "--lora-alpha 16", "--batch-size 8"] {
+        for expected in
+            ["--epochs 6", "--lr 0.002", "--lora-rank 8", "--lora-alpha 16", "--batch-size 4", "--val-split 0.2"]
+        {
             assert!(joined.contains(expected), "{expected} missing from {joined}");
         }
         assert!(joined.contains("--out /runs/a.pkl --epochs") && joined.ends_with("--device cpu --events jsonl"));

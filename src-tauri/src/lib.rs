@@ -37,6 +37,9 @@ pub struct Launch {
     /// Its tokenizer [default: tokenizer.model beside the checkpoint]
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
+    /// The preset to start with (quick, balanced or thorough) instead of the remembered one
+    #[arg(long)]
+    pub preset: Option<String>,
 }
 
 /// Starts the app and returns when its window closes.

@@ -82,6 +82,9 @@ impl Studio {
         if let Some(tokenizer) = launch.tokenizer.map(absolute) {
             settings.tokenizer = Some(tokenizer);
         }
+        if let Some(preset) = launch.preset.filter(|name| presets().iter().any(|p| p.name == name)) {
+            settings.preset = preset;
+        }
         if settings.checkpoint.is_none() {
             if let Some(base) = needle_engine::hub::cached_base_model(&hub) {
                 settings.tokenizer = settings.tokenizer.or(Some(base.tokenizer));

@@ -27,6 +27,8 @@ pub struct TryAnswer {
     /// The parsed calls; `None` when the answer has no parseable `<tool_call>` list.
     pub calls: Option<Vec<Value>>,
     pub tokens_per_s: f64,
+    /// Why decoding stopped (`end_of_turn`, `eos`, `max_new_tokens`, `max_length`).
+    pub stop: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -60,7 +62,8 @@ pub fn ask(studio: &Studio, question: &Question) -> Result<Answers, String> {
             (checkpoint, tokenizer, None)
         }
     };
-    let mut file = tempfile::Builder::new().prefix("needle-tools-").suffix(".json").tempfile().map_err(|e| e.to_string())?;
+    let mut file =
+        tempfile::Builder::new().prefix("needle-tools-").suffix(".json").tempfile().map_err(|e| e.to_string())?;
     std::io::Write::write_all(&mut file, question.tools.as_bytes()).map_err(|e| e.to_string())?;
     let ask = |lora: Option<&Path>| answer(studio, question, &checkpoint, &tokenizer, lora, file.path());
     Ok(Answers { base: ask(None)?, tuned: adapter.as_deref().map(|lora| ask(Some(lora))).transpose()? })
@@ -80,7 +83,12 @@ fn answer(
         args.extend(["--lora".into(), lora.into()]);
     }
     args.extend(["--tools".into(), tools.into(), "--query".into(), question.query.clone().into()]);
-    args.extend(["--system".into(), question.system.clone().into(), "--max-new".into(), MAX_NEW_TOKENS.to_string().into()]);
+    args.extend([
+        "--system".into(),
+        question.system.clone().into(),
+        "--max-new".into(),
+        MAX_NEW_TOKENS.to_string().into(),
+    ]);
     args.push("--json".into());
     let out = studio.worker().output(args)?;
     serde_json::from_str(out.trim()).map_err(|error| format!("the worker's answer was not understood ({error}): {out}"))

@@ -34,6 +34,7 @@ impl App {
             dataset: Some(repo("examples/smart_home.jsonl")),
             checkpoint: Some(repo("tests/fixtures/models/pretrained.pkl")),
             tokenizer: None,
+            preset: None,
         };
         let hub =
             Hub { endpoint: "http://127.0.0.1:9".into(), token: None, offline: true, cache: data_dir.join("hub") };
@@ -90,7 +91,7 @@ impl App {
     }
 }
 
-/// A run as the UI sends it: the launch paths and the Quick preset, with `changes` applied.
+/// A run as the UI sends it: the launch paths and one pass of small settings, with `changes` applied.
 fn run(changes: Value) -> Value {
     let mut settings = json!({
         "epochs": 1, "lr": 2e-4, "rank": 8, "alpha": 16.0, "batch_size": 8, "max_len": 512,
@@ -237,7 +238,10 @@ fn a_run_trains_in_the_worker_and_builds_a_cact() {
     let question = json!({ "run_id": id, "tools": sample["tools"], "query": sample["query"] });
     let answers = app.ok("try_model", json!({ "question": question }));
     for model in ["base", "tuned"] {
-        assert!(answers[model]["text"].is_string() && answers[model]["tokens_per_s"].as_f64().unwrap() > 0.0, "{answers}");
+        assert!(
+            answers[model]["text"].is_string() && answers[model]["tokens_per_s"].as_f64().unwrap() > 0.0,
+            "{answers}"
+        );
     }
     let bad = json!({ "run_id": id, "tools": "{not json", "query": "hi" });
     assert!(app.error("try_model", json!({ "question": bad })).starts_with("Tools:"));
@@ -271,7 +275,8 @@ fn first_run_downloads_the_base_model_with_resume_and_then_uses_it() {
     let fake = fake_hub::needle2();
     let dir = tempfile::tempdir().unwrap();
     let hub = Hub { endpoint: fake.endpoint().into(), token: None, offline: false, cache: dir.path().join("hub") };
-    let launch = Launch { dataset: Some(repo("examples/smart_home.jsonl")), checkpoint: None, tokenizer: None };
+    let launch =
+        Launch { dataset: Some(repo("examples/smart_home.jsonl")), checkpoint: None, tokenizer: None, preset: None };
     let app = App::open_with(dir.path(), launch.clone(), hub.clone());
     let startup = app.ok("startup", json!({}));
     assert!(startup["settings"]["checkpoint"].is_null(), "no base model yet: {startup}");

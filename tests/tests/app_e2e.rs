@@ -22,12 +22,11 @@ use needle_tests::fake_hub::{self, FakeHub, Faults};
 use needle_tests::{fixture, needle_studio, read};
 use serde_json::{json, Value};
 
-const DATASET: &str = "data/tool_calls.jsonl";
 const CHECKPOINT: &str = "models/pretrained.pkl";
 const TOKENIZER: &str = "models/tokenizer.model";
 /// The Quick preset's sequence cap, which the report shown after choosing it uses.
 const QUICK_MAX_LEN: usize = 512;
-/// A Quick run on the fixture takes well under a minute; this is a bound for a slow CI machine.
+/// A Quick run on the example takes well under a minute; this is a bound for a slow CI machine.
 const RUN_TIMEOUT: Duration = Duration::from_secs(600);
 const UI_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -93,10 +92,13 @@ async fn drive(client: &Client, hub: &FakeHub, scratch: &Path, shots: &Path) -> 
     )
     .await?;
     ui.shot("base-model-cached", "model").await?;
+    ui.click("tab-train").await?;
     ui.click("preset-quick").await?;
 
     // Dataset: the drop event Tauri sends when a file lands on the window.
-    let dataset = fixture(DATASET);
+    ui.click("tab-data").await?;
+    // The bundled example a newcomer starts with.
+    let dataset = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/smart_home.jsonl");
     let drop = "window.__TAURI__.event.emit('tauri://drag-drop', {paths: [arguments[0]], position: {x: 40, y: 40}})";
     ui.client.execute(drop, vec![json!(dataset)]).await.map_err(|e| format!("cannot send the drop event: {e}"))?;
     ui.wait(
@@ -108,7 +110,8 @@ async fn drive(client: &Client, hub: &FakeHub, scratch: &Path, shots: &Path) -> 
     ui.wait_for_text("report-examples", &expected.to_string()).await?;
     ui.shot("2-dataset", "dataset").await?;
 
-    // Run: the plan from the dry run, then Start.
+    // Run: the plan from the dry run, then Start; the strip under the steps follows the run.
+    ui.click("tab-train").await?;
     ui.click("plan-button").await?;
     ui.wait("the plan", "return /Estimated peak memory/.test(document.getElementById('plan').textContent)").await?;
     ui.shot("3-run", "run").await?;
@@ -125,7 +128,13 @@ async fn drive(client: &Client, hub: &FakeHub, scratch: &Path, shots: &Path) -> 
     let progress = ui.text("progress-text").await?;
     ui.shot("4-progress", "progress-section").await?;
 
+    // Evaluate: the held-out examples scored for the base and the tuned model.
+    ui.click("tab-evaluate").await?;
+    let rows = "return String(document.querySelectorAll('#evaluation-rows tr').length)";
+    ui.poll("the base and tuned scores", rows, UI_TIMEOUT, |n| n == "2").await?;
+
     // Result: build a 4-bit .cact where the test says, then check the file.
+    ui.click("tab-export").await?;
     let out = scratch.join("tuned.cact");
     ui.type_path("cact-path", &out).await?;
     ui.click("build-button").await?;
@@ -139,6 +148,18 @@ async fn drive(client: &Client, hub: &FakeHub, scratch: &Path, shots: &Path) -> 
         return Err(format!("the window says {shown} tensors, the file has {}", file.records.len()));
     }
     ui.shot("5-result", "result").await?;
+
+    // The built file's own weights join the evaluation table; Try asks the base and the tuned model
+    // the dataset's first question.
+    ui.click("tab-evaluate").await?;
+    ui.poll("the .cact's scores", rows, UI_TIMEOUT, |n| n == "3").await?;
+    ui.shot("7-evaluate", "evaluation").await?;
+    ui.wait("the Try panel's question", "return document.getElementById('try-query').value").await?;
+    ui.click("try-button").await?;
+    let answered = "return document.querySelector('#try-tuned .answer-body').textContent.includes('tokens/s')";
+    ui.poll("the tuned model's answer", answered, RUN_TIMEOUT, |v| v == "true").await?;
+    ui.shot("8-try", "try").await?;
+    ui.click("tab-history").await?;
 
     // History: the run is listed, with its record on disk in the app's data dir.
     let items = ui.eval("return String(document.querySelectorAll('#history-list .history-item').length)").await?;

@@ -56,7 +56,10 @@ pub fn run(args: Args, process_start: Instant) -> Result<()> {
         if args.json {
             println!("{}", serde_json::to_string(&report)?);
         } else {
-            println!("  {:<11} {} prompt tokens, {} new, {}", "shape", report.prompt_tokens, report.new_tokens, args.preset);
+            println!(
+                "  {:<11} {} prompt tokens, {} new, {}",
+                "shape", report.prompt_tokens, report.new_tokens, args.preset
+            );
             println!("  {:<11} {:.3} s (one pass)", "prefill", report.prefill_s);
             println!("  {:<11} {:.1} tokens/s", "decode", report.decode_tokens_per_s);
             println!("  {:<11} {:.0} MB", "peak RSS", report.peak_rss_mb);
