@@ -131,8 +131,8 @@ fn announced_sizes(hub: &Hub) -> Result<(u64, u64), HubError> {
     let mut sizes = (0, 0);
     for file in RepoFile::base_model(hub::NEEDLE2_REPO, hub::DEFAULT_REVISION) {
         let announced = hub.announce(&file)?;
-        sizes.0 += announced.size;
-        sizes.1 += hub.partial_bytes(&file, &announced);
+        sizes.0 = u64::saturating_add(sizes.0, announced.size);
+        sizes.1 = u64::saturating_add(sizes.1, hub.partial_bytes(&file, &announced));
     }
     Ok(sizes)
 }
@@ -142,6 +142,8 @@ pub fn start(studio: &Studio, channel: Channel<DownloadMessage>) -> Result<(), S
     let cancel = studio.downloads().begin()?;
     let studio = studio.clone();
     std::thread::spawn(move || {
+        // Frees the slot even if this thread panics, so Download works again.
+        let slot = SlotGuard(studio.clone());
         let mut on_event = |event: HubEvent| {
             studio.downloads().progress(&event);
             // A window that went away stops listening; the download itself carries on to the cache.
@@ -157,7 +159,18 @@ pub fn start(studio: &Studio, channel: Channel<DownloadMessage>) -> Result<(), S
             Err(error) => (DownloadState::Failed { message: error.to_string() }, None),
         };
         studio.downloads().finish(state.clone());
+        std::mem::forget(slot);
         let _ = channel.send(DownloadMessage::Finished { state, base });
     });
     Ok(())
+}
+
+/// Marks the download failed when its thread ends without saying how it ended.
+struct SlotGuard(Studio);
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        let message = "the download stopped unexpectedly; press Download to resume it".to_string();
+        self.0.downloads().finish(DownloadState::Failed { message });
+    }
 }

@@ -128,7 +128,8 @@ impl BuildWatcher {
     /// base and tuned scores used), so the table compares like with like.
     fn score(&self, cact: &Path) -> Result<Option<ModelScore>, String> {
         let entry = &self.record.entry;
-        if entry.settings.val_split <= 0.0 {
+        // Only a run whose base and tuned models were scored has a row to compare the file with.
+        if entry.scores.is_none() {
             return Ok(None);
         }
         let args: Vec<OsString> = vec![

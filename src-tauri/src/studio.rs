@@ -86,8 +86,9 @@ impl Studio {
             settings.preset = preset;
         }
         if settings.checkpoint.is_none() {
+            // Both files of one model: a remembered tokenizer may belong to another.
             if let Some(base) = needle_engine::hub::cached_base_model(&hub) {
-                settings.tokenizer = settings.tokenizer.or(Some(base.tokenizer));
+                settings.tokenizer = Some(base.tokenizer);
                 settings.checkpoint = Some(base.checkpoint);
             }
         }

@@ -150,6 +150,9 @@ impl RunWatcher {
                 self.record.curve.train.push((*step, *loss));
                 redraw = self.last_chart.is_none_or(|at| at.elapsed() >= CHART_EVERY);
             }
+            Event::Unscored { message } => {
+                self.log(format!("the held-out examples were not scored: {message}"));
+            }
             Event::Scoring { examples } => {
                 self.log(format!("answering {examples} held-out examples with the base and the tuned model"));
             }

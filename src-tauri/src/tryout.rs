@@ -41,11 +41,7 @@ pub struct Answers {
 const MAX_NEW_TOKENS: usize = 256;
 
 pub fn ask(studio: &Studio, question: &Question) -> Result<Answers, String> {
-    let tools: Value = serde_json::from_str(&question.tools)
-        .map_err(|error| format!("Tools: not JSON ({error}); paste the list of tool schemas a dataset line holds"))?;
-    if !tools.is_array() {
-        return Err("Tools: the JSON is not a list; paste the list of tool schemas a dataset line holds".into());
-    }
+    needle_engine::calls::parse_tools(&question.tools).map_err(|problem| format!("Tools: {problem}"))?;
     if question.query.trim().is_empty() {
         return Err("Query: type what the user asks".into());
     }
@@ -82,13 +78,9 @@ fn answer(
     if let Some(lora) = lora {
         args.extend(["--lora".into(), lora.into()]);
     }
-    args.extend(["--tools".into(), tools.into(), "--query".into(), question.query.clone().into()]);
-    args.extend([
-        "--system".into(),
-        question.system.clone().into(),
-        "--max-new".into(),
-        MAX_NEW_TOKENS.to_string().into(),
-    ]);
+    // `--flag=value`: a query that starts with `-` is still the query.
+    args.extend(["--tools".into(), tools.into(), format!("--query={}", question.query).into()]);
+    args.extend([format!("--system={}", question.system).into(), format!("--max-new={MAX_NEW_TOKENS}").into()]);
     args.push("--json".into());
     let out = studio.worker().output(args)?;
     serde_json::from_str(out.trim()).map_err(|error| format!("the worker's answer was not understood ({error}): {out}"))

@@ -243,6 +243,9 @@ fn a_run_trains_in_the_worker_and_builds_a_cact() {
             "{answers}"
         );
     }
+    // A query that starts with a dash is a query, not a flag.
+    let dashed = json!({ "run_id": null, "tools": sample["tools"], "query": "-5 degrees in the kitchen" });
+    assert!(app.ok("try_model", json!({ "question": dashed }))["base"]["text"].is_string());
     let bad = json!({ "run_id": id, "tools": "{not json", "query": "hi" });
     assert!(app.error("try_model", json!({ "question": bad })).starts_with("Tools:"));
 }

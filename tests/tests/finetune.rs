@@ -57,15 +57,21 @@ fn one_epoch_emits_typed_events_and_writes_an_adapter_eval_accepts() {
     let events = events(&finetune("tiny_f32", &adapter, &["--epochs", "1", "--max-len", "64", "--batch-size", "32"]));
     let kinds = kinds(&events);
     assert_eq!(kinds.first(), Some(&"started"));
-    assert_eq!(kinds[kinds.len() - 3..], ["epoch", "saved", "finished"]);
+    assert_eq!(kinds[kinds.len() - 4..], ["epoch", "saved", "scoring", "finished"]);
     let started = &events[0];
     let steps = started["steps"].as_u64().unwrap();
     // 97 usable examples, int(97 · 0.1) = 9 held out, 88 in batches of 32.
     assert_eq!((started["examples"].as_u64(), started["validation"].as_u64(), steps), (Some(88), Some(9), 3));
     assert_eq!(kinds.iter().filter(|k| **k == "step").count() as u64, steps);
     assert!(events.iter().filter(|e| e["event"] == "step").all(|e| e["loss"].as_f64().unwrap().is_finite()));
-    assert!(events[events.len() - 3]["val"].as_f64().unwrap().is_finite());
-    assert_eq!(events.last().unwrap()["partial"], false);
+    assert!(events[events.len() - 4]["val"].as_f64().unwrap().is_finite());
+    let finished = events.last().unwrap();
+    assert_eq!(finished["partial"], false);
+    // The held-out examples were answered by the base and the tuned model.
+    for model in ["base", "tuned"] {
+        assert_eq!(finished["accuracy"][model]["calls"]["examples"].as_u64(), Some(9), "{finished}");
+        assert!(finished["accuracy"][model]["loss"].as_f64().unwrap().is_finite(), "{finished}");
+    }
     assert!(adapter.with_extension("safetensors.state.safetensors").exists());
     assert!(eval_loss("tiny_f32", Some(&adapter)).is_finite());
 }

@@ -47,8 +47,10 @@ pub fn run(args: Args) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
     let mut view = HubView::new(args.events);
     for file in files(&args.spec, &args.revision)? {
-        // An explicit download always asks the hub, so a moved branch is followed.
-        let fetched = hub.fetch(&file, &mut |event| view.show(&event), &AtomicBool::new(false));
+        // An explicit download asks the hub, so a moved branch is followed; offline, the cache answers.
+        let (mut on_event, cancel) = (|event: HubEvent| view.show(&event), AtomicBool::new(false));
+        let fetched =
+            if hub.offline { hub.get(&file, &mut on_event, &cancel) } else { hub.fetch(&file, &mut on_event, &cancel) };
         let cached = fetched.inspect_err(|error| view.show(&HubEvent::Failed { message: error.to_string() }))?;
         let path = match &args.out {
             Some(out) => copy_into(&cached, out)?,
@@ -62,12 +64,17 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// Copies a cached file into `out` (through a temporary file, so a cut copy is never left there).
+/// Copies a cached file into `out`, streamed through a temporary file there and renamed, so a cut
+/// copy is never left at the destination.
 fn copy_into(cached: &Path, out: &Path) -> Result<PathBuf> {
     let name = cached.file_name().context("a cached file has a name")?;
     let dest = out.join(name);
-    let bytes = std::fs::read(cached).with_context(|| format!("reading {}", cached.display()))?;
-    needle_engine::atomic::write_atomically(&dest, &bytes).with_context(|| format!("writing {}", dest.display()))?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut staged = tempfile::NamedTempFile::new_in(out).with_context(|| format!("writing into {}", out.display()))?;
+    let mut source = std::fs::File::open(cached).with_context(|| format!("reading {}", cached.display()))?;
+    std::io::copy(&mut source, &mut staged)
+        .with_context(|| format!("copying {} into {}", cached.display(), out.display()))?;
+    staged.persist(&dest).with_context(|| format!("writing {}", dest.display()))?;
     Ok(dest)
 }
 

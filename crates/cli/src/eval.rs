@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 
 use crate::inputs::WeightsInputs;
 use anyhow::{Context, Result};
@@ -80,7 +81,7 @@ pub fn run(args: Args) -> Result<()> {
     .with_context(|| format!("evaluating {}", model.label))?;
     eprintln!();
     let accuracy = if args.accuracy {
-        let score = accuracy(&model.network, &model.tokenizer, &examples, |done, total| {
+        let score = accuracy(&model.network, &model.tokenizer, &examples, &AtomicBool::new(false), |done, total| {
             report_progress("answer", done, total)
         })?;
         eprintln!();

@@ -189,6 +189,9 @@ impl TextView {
                 self.bar.println(format!("  {:<9} {epoch}  loss {loss:.4}{val}", "epoch"));
             }
             Event::Saved { path } => self.bar.println(format!("  {:<9} {}", "saved", path.display())),
+            Event::Unscored { message } => {
+                self.bar.println(format!("  {:<9} the held-out examples were not scored: {message}", "warning"));
+            }
             Event::Scoring { examples } => {
                 self.bar.println(format!("  {:<9} answering {examples} held-out examples, base and tuned", "calls"));
             }

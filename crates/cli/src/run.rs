@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use needle_engine::backend::{self, DeviceRequest};
-use needle_engine::calls::{answer, Answer};
+use needle_engine::calls::{answer, parse_reasoning, parse_tools, Answer};
 use needle_engine::dataset::{render, Example};
 use serde::Serialize;
 
@@ -21,10 +21,10 @@ pub struct Args {
     #[arg(long)]
     pub tools: PathBuf,
     /// The user's request
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub query: String,
     /// A system prompt (none by default, as in training data without one)
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
     pub system: String,
     /// Most new tokens to decode
     #[arg(long, default_value_t = 256)]
@@ -48,18 +48,7 @@ struct Printed<'a> {
 pub fn run(args: Args) -> Result<()> {
     let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
     let text = std::fs::read_to_string(&args.tools).with_context(|| format!("cannot read {}", args.tools.display()))?;
-    let tools: serde_json::Value = serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{} is not JSON; it should hold a list of tool schemas, as a dataset line's \"tools\"",
-            args.tools.display()
-        )
-    })?;
-    anyhow::ensure!(
-        tools.is_array(),
-        "{} holds a JSON {}, not a list of tool schemas",
-        args.tools.display(),
-        kind(&tools)
-    );
+    let tools = parse_tools(&text).map_err(|problem| anyhow::anyhow!("{}: {problem}", args.tools.display()))?;
     let model = args.weights.load(&selected.device)?;
     let (prompt, _) = render(&Example::question(&tools, &args.query, &args.system));
     let answer = answer(&model.network, &model.tokenizer, &prompt, args.max_new)?;
@@ -73,12 +62,7 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
     writeln!(out, "  {:<9} {}", "model", model.label)?;
-    let reasoning = answer
-        .text
-        .split_once("<think>")
-        .and_then(|(_, r)| r.split_once("</think>"))
-        .map(|(r, _)| r.trim())
-        .filter(|r| !r.is_empty());
+    let reasoning = parse_reasoning(&answer.text);
     writeln!(out, "  {:<9} {}", "think", reasoning.unwrap_or("(none)"))?;
     match &answer.calls {
         Some(calls) if calls.is_empty() => writeln!(out, "  {:<9} (no call)", "calls")?,
@@ -101,15 +85,4 @@ pub fn run(args: Args) -> Result<()> {
         g.prefill_seconds * 1e3
     )?;
     Ok(())
-}
-
-fn kind(value: &serde_json::Value) -> &'static str {
-    match value {
-        serde_json::Value::Object(_) => "object",
-        serde_json::Value::String(_) => "string",
-        serde_json::Value::Number(_) => "number",
-        serde_json::Value::Bool(_) => "boolean",
-        serde_json::Value::Null => "null",
-        serde_json::Value::Array(_) => "list",
-    }
 }

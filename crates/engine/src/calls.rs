@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
@@ -11,7 +12,7 @@ use serde_json::Value;
 
 use crate::cact::{CactFile, ReadError, WeightsError};
 use crate::checkpoint::{Checkpoint, CheckpointError};
-use crate::dataset::{render, Example, TOOL_CALL_END, TOOL_CALL_START};
+use crate::dataset::{render, Example, THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START};
 use crate::lora::{load_adapter, AdapterFileError};
 use crate::model::{Generation, ModelError, Network, Params};
 use crate::tokenizer::{Tokenizer, TokenizerError, BOS_ID};
@@ -116,6 +117,27 @@ pub fn parse_calls(text: &str) -> Option<Vec<Value>> {
     }
 }
 
+/// The reasoning of an answer: the text between `<think>` and `</think>`, when there is any.
+pub fn parse_reasoning(text: &str) -> Option<&str> {
+    let (_, rest) = text.split_once(THINK_START)?;
+    let (reasoning, _) = rest.split_once(THINK_END)?;
+    Some(reasoning.trim()).filter(|r| !r.is_empty())
+}
+
+/// Tool schemas as `needle run` and the Try panel take them: JSON text holding a list.
+pub fn parse_tools(text: &str) -> Result<Value, String> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(tools) if tools.is_array() => Ok(tools),
+        Ok(other) => Err(format!(
+            "the tools are a JSON {}, not a list of tool schemas as a dataset line's \"tools\"",
+            crate::dataset::kind_of(&other)
+        )),
+        Err(error) => Err(format!(
+            "the tools are not JSON ({error}); give the list of tool schemas a dataset line's \"tools\" holds"
+        )),
+    }
+}
+
 /// Greedy answer to an already rendered prompt (BOS is added, as in training).
 pub fn answer(
     network: &Network,
@@ -172,16 +194,25 @@ pub struct ToolScore {
 /// The name under which an example counts in the per-tool table.
 pub const NO_CALL: &str = "(no call)";
 
-/// Answers every example and scores the calls; `progress(done, total)` after each.
+/// The name under which an example whose expected answer is not a JSON list counts (always wrong).
+pub const UNREADABLE: &str = "(expected answer not a JSON list)";
+
+/// Answers every example and scores the calls; `progress(done, total)` after each. Stops early when
+/// `cancel` is set: the score then covers the examples answered so far.
 pub fn accuracy(
     network: &Network,
     tokenizer: &Tokenizer,
     examples: &[Example],
+    cancel: &AtomicBool,
     mut progress: impl FnMut(usize, usize),
 ) -> crate::model::Result<Accuracy> {
-    let mut score = Accuracy { examples: examples.len(), ..Accuracy::default() };
+    let mut score = Accuracy::default();
     let (mut tokens, mut seconds) = (0usize, 0f64);
     for (done, example) in examples.iter().enumerate() {
+        if cancel.load(Ordering::Relaxed) {
+            break;
+        }
+        score.examples += 1;
         let (prompt, target) = render(example);
         let budget = tokenizer.encode(&target).len() + ANSWER_SLACK;
         let answer = answer(network, tokenizer, &prompt, budget)?;
@@ -191,14 +222,18 @@ pub fn accuracy(
         let right = answer.calls.is_some() && answer.calls == expected;
         score.parsed += usize::from(answer.calls.is_some());
         score.exact += usize::from(right);
-        for tool in tool_names(expected.as_deref().unwrap_or_default()) {
+        let tools = match &expected {
+            Some(calls) => tool_names(calls),
+            None => vec![UNREADABLE.to_string()],
+        };
+        for tool in tools {
             let entry = score.per_tool.entry(tool).or_default();
             entry.total += 1;
             entry.right += usize::from(right);
         }
         progress(done + 1, examples.len());
     }
-    let share = |n: usize| if examples.is_empty() { 0.0 } else { n as f64 / examples.len() as f64 };
+    let share = |n: usize| if score.examples == 0 { 0.0 } else { n as f64 / score.examples as f64 };
     score.exact_rate = share(score.exact);
     score.parse_rate = share(score.parsed);
     score.tokens_per_s = tokens as f64 / seconds.max(1e-9);

@@ -17,7 +17,7 @@ use crate::model::{ModelError, Params};
 /// Why a `.cact`'s weights could not be read back.
 #[derive(Debug, thiserror::Error)]
 pub enum WeightsError {
-    #[error("the .cact has no tensor `{0}`; it is not a complete Needle 2 export")]
+    #[error("the .cact has no tensor `{0}`; it is not a complete Needle 2 export (rebuild it with `needle build`)")]
     Missing(String),
     #[error("tensor `{name}`: {problem}")]
     Tensor { name: String, problem: String },

@@ -15,7 +15,7 @@ mod report;
 pub use encode::{fit_max_len, Encoded, Tokenized};
 pub use problem::{Field, Issue, Problem};
 pub use render::render;
-pub(crate) use render::{TOOL_CALL_END, TOOL_CALL_START};
+pub(crate) use render::{THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START};
 pub use report::{DatasetReport, HistogramBin, LengthStats, Sample};
 
 use crate::pyjson;
@@ -276,7 +276,8 @@ fn python_truthy(value: &Value) -> bool {
     }
 }
 
-fn kind_of(value: &Value) -> &'static str {
+/// Python's name for the kind of a JSON value, for messages.
+pub(crate) fn kind_of(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

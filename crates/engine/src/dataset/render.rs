@@ -4,8 +4,8 @@ use super::Example;
 
 const IM_START: &str = "<|im_start|>";
 const IM_END: &str = "<|im_end|>";
-const THINK_START: &str = "<think>";
-const THINK_END: &str = "</think>";
+pub(crate) const THINK_START: &str = "<think>";
+pub(crate) const THINK_END: &str = "</think>";
 const TOOLS_START: &str = "<tools>";
 const TOOLS_END: &str = "</tools>";
 pub(crate) const TOOL_CALL_START: &str = "<tool_call>";

@@ -70,16 +70,40 @@ pub fn is_commit_hash(revision: &str) -> bool {
 }
 
 /// Points `snapshot` at `blob`: a relative symbolic link where the system allows one (as
-/// `huggingface_hub` makes them), else a hard link, else a copy.
+/// `huggingface_hub` makes them), else a hard link, else a copy. Made beside the snapshot and
+/// renamed over it, so a reader never finds the path missing or a copy half-written; nothing is
+/// done when the snapshot already holds the blob.
 fn link_blob(blob: &Path, snapshot: &Path) -> io::Result<()> {
-    match std::fs::remove_file(snapshot) {
-        Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
-        _ => {}
-    }
-    if symlink(&relative_to(blob, snapshot), snapshot).is_ok() {
+    if same_file(blob, snapshot) {
         return Ok(());
     }
-    std::fs::hard_link(blob, snapshot).or_else(|_| std::fs::copy(blob, snapshot).map(drop))
+    let mut staged = snapshot.as_os_str().to_owned();
+    staged.push(format!(".{}.tmp", std::process::id()));
+    let staged = PathBuf::from(staged);
+    let _ = std::fs::remove_file(&staged);
+    let made = symlink(&relative_to(blob, &staged), &staged)
+        .or_else(|_| std::fs::hard_link(blob, &staged))
+        .or_else(|_| std::fs::copy(blob, &staged).map(drop));
+    made.and_then(|()| std::fs::rename(&staged, snapshot)).inspect_err(|_| {
+        let _ = std::fs::remove_file(&staged);
+    })
+}
+
+/// Whether `path` is (or leads to) the same file as `blob`.
+fn same_file(blob: &Path, path: &Path) -> bool {
+    match (std::fs::canonicalize(blob), std::fs::canonicalize(path)) {
+        (Ok(a), Ok(b)) if a == b => true,
+        _ => {
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::MetadataExt;
+                if let (Ok(a), Ok(b)) = (std::fs::metadata(blob), std::fs::metadata(path)) {
+                    return a.dev() == b.dev() && a.ino() == b.ino();
+                }
+            }
+            false
+        }
+    }
 }
 
 #[cfg(unix)]

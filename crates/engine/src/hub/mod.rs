@@ -102,6 +102,8 @@ pub enum HubError {
     NotFound { what: String, url: String },
     #[error("the hub answered HTTP {status} for {url}; try again later")]
     Status { url: String, status: u16 },
+    #[error("the hub kept redirecting (last HTTP {status}, at {url}); check HF_ENDPOINT")]
+    Redirects { url: String, status: u16 },
     #[error(
         "the hub's answer for {url} has no {what}, so the file cannot be verified; is HF_ENDPOINT a Hugging Face hub?"
     )]
@@ -114,7 +116,7 @@ pub enum HubError {
     Mismatch { file: RepoFile, what: &'static str, expected: String, actual: String },
     #[error("{} is being downloaded by another process ({} is locked); wait for it to finish", .file.name(), .path.display())]
     Busy { file: RepoFile, path: PathBuf },
-    #[error("{}: {source}", .path.display())]
+    #[error("{}: {source}; the hub cache must be a writable folder (set HF_HOME or HF_HUB_CACHE to move it)", .path.display())]
     Io { path: PathBuf, source: std::io::Error },
 }
 

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use ureq::http::{Response, StatusCode};
 use ureq::Body;
 
-use super::cache::RepoCache;
+use super::cache::{is_commit_hash, RepoCache};
 use super::{Hub, HubError, HubEvent, RepoFile};
 
 /// A stalled connection fails after this long (and the next try resumes); a slow one never does.
@@ -72,8 +72,10 @@ pub fn announce(hub: &Hub, file: &RepoFile) -> Result<Announced, HubError> {
         } else if !status.is_success() {
             return Err(refusal(hub, file, &url, &response));
         }
+        // The commit names a folder of the cache: only a real commit hash may.
         let commit = header(&response, "x-repo-commit")
-            .ok_or(HubError::Unverifiable { url: url.clone(), what: "X-Repo-Commit header" })?;
+            .filter(|commit| is_commit_hash(commit))
+            .ok_or(HubError::Unverifiable { url: url.clone(), what: "X-Repo-Commit header (a commit hash)" })?;
         let etag = header(&response, "x-linked-etag")
             .or_else(|| header(&response, "etag"))
             .map(|tag| tag.trim_start_matches("W/").trim_matches('"').to_string())
@@ -89,7 +91,7 @@ pub fn announce(hub: &Hub, file: &RepoFile) -> Result<Announced, HubError> {
         };
         return Ok(Announced { commit, etag, size, url });
     }
-    Err(HubError::Status { url, status: last_status })
+    Err(HubError::Redirects { url, status: last_status })
 }
 
 /// Brings the announced file into the cache (unless its blob is already there, from another
@@ -129,9 +131,16 @@ fn receive(
     if let Some(dir) = partial_path.parent() {
         std::fs::create_dir_all(dir).map_err(io)?;
     }
-    let mut partial = File::options().create(true).read(true).append(true).open(&partial_path).map_err(io)?;
-    if partial.try_lock().is_err() {
-        return Err(HubError::Busy { file: file.clone(), path: partial_path });
+    // Not opened in append mode: Windows refuses to truncate an append handle, and a restart
+    // truncates. Writes go to the end by seeking there.
+    let mut partial =
+        File::options().create(true).truncate(false).read(true).write(true).open(&partial_path).map_err(io)?;
+    match partial.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(HubError::Busy { file: file.clone(), path: partial_path })
+        }
+        Err(std::fs::TryLockError::Error(source)) => return Err(io(source)),
     }
     let total = announced.size;
     let mut check = Check::for_etag(&announced.etag, total);
@@ -142,7 +151,11 @@ fn receive(
     }
     // The bytes of an earlier try count towards the hash: it covers the whole file.
     partial.seek(SeekFrom::Start(0)).map_err(io)?;
-    check.update_from(&mut (&partial).take(have)).map_err(io)?;
+    check.update_from(&mut (&partial).take(have), cancel).map_err(io)?;
+    if cancel.load(Ordering::Relaxed) {
+        return Err(HubError::Cancelled { file: file.clone(), got: have, total });
+    }
+    partial.seek(SeekFrom::Start(have)).map_err(io)?;
     on_event(HubEvent::Started { file: file.name(), total, resumed_from: have });
 
     // A server that ignores the Range (200) or refuses it (416) sends the file from the start.
@@ -160,6 +173,7 @@ fn receive(
             StatusCode::PARTIAL_CONTENT if have > 0 && range_start(&response) == Some(have) => {}
             StatusCode::OK | StatusCode::PARTIAL_CONTENT | StatusCode::RANGE_NOT_SATISFIABLE if have > 0 => {
                 partial.set_len(0).map_err(io)?;
+                partial.seek(SeekFrom::Start(0)).map_err(io)?;
                 have = 0;
                 check = Check::for_etag(&announced.etag, total);
                 if response.status() != StatusCode::OK {
@@ -288,14 +302,16 @@ impl Check {
         }
     }
 
-    fn update_from(&mut self, reader: &mut impl Read) -> std::io::Result<()> {
+    /// Hashes what `reader` holds, until its end or until `cancel` is set.
+    fn update_from(&mut self, reader: &mut impl Read, cancel: &AtomicBool) -> std::io::Result<()> {
         let mut buffer = vec![0u8; 256 * 1024];
-        loop {
+        while !cancel.load(Ordering::Relaxed) {
             match reader.read(&mut buffer)? {
                 0 => return Ok(()),
                 n => self.update(&buffer[..n]),
             }
         }
+        Ok(())
     }
 
     /// What differs, if anything: the hash's name, the announced value and the received one.

@@ -79,15 +79,19 @@ impl Network {
             if next == EOS_ID {
                 break Stop::Eos;
             }
+            if prompt.len() + ids.len() >= max_len {
+                break Stop::MaxLength;
+            }
+            ids.push(next);
+            // Each limit is checked before the next step, so no step is computed for nothing.
+            if next == IM_END_ID {
+                break Stop::EndOfTurn;
+            }
             if ids.len() == max_new_tokens {
                 break Stop::MaxNewTokens;
             }
             if prompt.len() + ids.len() >= max_len {
                 break Stop::MaxLength;
-            }
-            ids.push(next);
-            if next == IM_END_ID {
-                break Stop::EndOfTurn;
             }
             next = greedy(&self.decode_step(&[next], &mut state)?)?;
         };

@@ -55,6 +55,10 @@ pub enum Event {
     Scoring {
         examples: usize,
     },
+    /// The held-out examples could not be scored (the adapter is saved all the same).
+    Unscored {
+        message: String,
+    },
     Finished {
         adapter: PathBuf,
         #[serde(deserialize_with = "number::f64")]
@@ -125,6 +129,7 @@ mod tests {
             Event::Epoch { epoch: 2, loss: 2.0, val: None },
             Event::Saved { path: "adapter.pkl".into() },
             Event::Scoring { examples: 3 },
+            Event::Unscored { message: "out of memory".into() },
             Event::Finished { adapter: "adapter.pkl".into(), seconds: 1.5, partial: true, accuracy: None },
             Event::Finished {
                 adapter: "adapter.pkl".into(),

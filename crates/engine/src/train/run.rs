@@ -304,12 +304,19 @@ impl Session {
         }
         let seconds = started.elapsed().as_secs_f64();
         let scored = &val_examples[..val_examples.len().min(SCORED_EXAMPLES)];
+        // The adapter is saved: scoring it is a bonus, never a reason to call the run failed.
         let accuracy = if scored.is_empty() {
             None
         } else {
             emit(Event::Scoring { examples: scored.len() });
             let rows = &val_rows[..scored.len()];
-            Some(score_calls(&options, trainer.network(), scored, rows, plan.seq_len)?)
+            match score_calls(&options, trainer.network(), scored, rows, plan.seq_len, cancel) {
+                Ok(scores) => scores,
+                Err(error) => {
+                    emit(Event::Unscored { message: error.to_string() });
+                    None
+                }
+            }
         };
         emit(Event::Finished { adapter: options.out.clone(), seconds, partial: false, accuracy });
         Ok(Outcome { adapter: options.out, partial: false, epochs })
@@ -330,22 +337,25 @@ fn validation_loss(trainer: &Trainer, rows: &[Encoded], batch_size: usize, devic
 }
 
 /// Answer loss and exact-call accuracy of the base (`base`, the run's frozen network) and of the
-/// tuned model (the saved adapter merged into the checkpoint) on held-out examples and their rows.
+/// tuned model (the saved adapter merged into the checkpoint) on held-out examples and their rows;
+/// `None` when `cancel` is set before both are scored.
 fn score_calls(
     options: &FinetuneOptions,
     base: &Network,
     examples: &[Example],
     rows: &[Encoded],
     seq_len: usize,
-) -> Result<CallScores> {
+    cancel: &AtomicBool,
+) -> Result<Option<CallScores>> {
     let tokenizer = Tokenizer::load(&options.tokenizer)?;
     let weights = Weights::Checkpoint { checkpoint: options.checkpoint.clone(), lora: Some(options.out.clone()) };
     let tuned = weights.load(base.device())?.network;
     let score = |network: &Network| -> Result<ModelScore> {
         let loss = evaluate(network, rows.iter().cloned(), seq_len, options.batch_size, |_, _| {})?.loss;
-        Ok(ModelScore { loss, calls: calls::accuracy(network, &tokenizer, examples, |_, _| {})? })
+        Ok(ModelScore { loss, calls: calls::accuracy(network, &tokenizer, examples, cancel, |_, _| {})? })
     };
-    Ok(CallScores { base: score(base)?, tuned: score(&tuned)? })
+    let scores = CallScores { base: score(base)?, tuned: score(&tuned)? };
+    Ok((!cancel.load(Ordering::Relaxed)).then_some(scores))
 }
 
 /// `(train, validation)`: `min(int(n·split), n − 1)` items held out after a seeded shuffle.
