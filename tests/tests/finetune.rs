@@ -130,3 +130,55 @@ fn dry_run_prints_the_plan_and_writes_nothing() {
     assert!(plan[0]["seconds_estimate"].as_f64().unwrap() > 0.0);
     assert!(!adapter.exists());
 }
+
+#[test]
+fn a_worker_whose_reader_goes_away_saves_what_it_learned_and_exits_cleanly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = dir.path().join("orphan.safetensors");
+    let mut child = needle()
+        .arg("finetune")
+        .arg(fixture("data/tool_calls.jsonl"))
+        .arg("--checkpoint")
+        .arg(fixture("models/tiny_f32.pkl"))
+        .arg("--out")
+        .arg(&adapter)
+        .args(["--events", "jsonl", "--epochs", "500", "--max-len", "64", "--batch-size", "8"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("needle starts");
+    // Read until training is under way, then close the pipe as a closing app would.
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let under_way = lines.by_ref().map_while(Result::ok).any(|line| line.contains("\"event\":\"step\""));
+    assert!(under_way, "the worker never reported a step");
+    drop(lines);
+    let output = child.wait_with_output().expect("needle ends");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success() && !stderr.contains("panicked"), "{stderr}");
+    assert!(adapter.exists(), "the partial adapter was saved");
+}
+
+#[test]
+fn data_into_a_closed_pipe_is_not_a_panic() {
+    use std::io::Read;
+    use std::process::Stdio;
+
+    let mut child = needle()
+        .arg("data")
+        .arg(fixture("data/tool_calls.jsonl"))
+        .arg("--tokenizer")
+        .arg(fixture("models/tokenizer.model"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("needle starts");
+    drop(child.stdout.take()); // `| head -0`
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    child.wait().unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -62,8 +62,8 @@ pub fn run(args: Args) -> Result<()> {
         bits: args.bits,
     };
     if args.events.is_some() {
-        return export(&options, |event| print_json(&event)).map(drop).map_err(|error| {
-            print_json(&ExportEvent::Failed { message: error.to_string() });
+        return export(&options, |event| drop(print_json(&event))).map(drop).map_err(|error| {
+            let _ = print_json(&ExportEvent::Failed { message: error.to_string() });
             error.into()
         });
     }

@@ -1,5 +1,6 @@
 //! `needle data`: the dataset as a training run will see it, before anything trains.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use needle_engine::dataset::{Dataset, DatasetReport};
@@ -25,27 +26,29 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let dataset = Dataset::load(&args.data)?;
     let report = dataset.prepare(&tokenizer, args.max_len)?.report;
     if args.json {
-        println!("{}", serde_json::to_string(&report)?);
+        writeln!(std::io::stdout().lock(), "{}", serde_json::to_string(&report)?)?;
     } else {
-        print_report(&report);
+        print_report(&mut std::io::stdout().lock(), &report)?;
     }
     Ok(())
 }
 
 /// The reference's two-column style: a short label, then the facts.
-fn print_report(report: &DatasetReport) {
-    println!("  {:<9} {}", "data", report.path);
-    println!("  {:<9} {} usable, {} lines skipped", "examples", report.usable_examples, report.skipped_lines);
+/// Written, not `println!`'d: a closed pipe (`needle data … | head -1`) is an error, not a panic.
+fn print_report(out: &mut impl Write, report: &DatasetReport) -> std::io::Result<()> {
+    writeln!(out, "  {:<9} {}", "data", report.path)?;
+    writeln!(out, "  {:<9} {} usable, {} lines skipped", "examples", report.usable_examples, report.skipped_lines)?;
     let lengths = &report.token_lengths;
-    println!("  {:<9} min {}  median {}  max {}", "tokens", lengths.min, lengths.median, lengths.max);
+    writeln!(out, "  {:<9} min {}  median {}  max {}", "tokens", lengths.min, lengths.median, lengths.max)?;
     for bin in &report.histogram {
-        println!("  {:<9} ≤{:<6} {}", "", bin.up_to, bin.count);
+        writeln!(out, "  {:<9} ≤{:<6} {}", "", bin.up_to, bin.count)?;
     }
-    println!("  {:<9} {}  (cap {})", "seq_len", report.seq_len, report.cap);
+    writeln!(out, "  {:<9} {}  (cap {})", "seq_len", report.seq_len, report.cap)?;
     if report.truncated > 0 {
-        println!("  {:<9} {} examples longer than seq_len are cut at the end", "truncated", report.truncated);
+        writeln!(out, "  {:<9} {} examples longer than seq_len are cut at the end", "truncated", report.truncated)?;
     }
     for problem in &report.problems {
-        println!("  {:<9} {problem}", "problem");
+        writeln!(out, "  {:<9} {problem}", "problem")?;
     }
+    Ok(())
 }

@@ -111,7 +111,8 @@ impl HubView {
 
     fn show(&mut self, event: &HubEvent) {
         if self.json {
-            return print_json(event);
+            // A closed stdout ends nothing here: the download goes on into the cache.
+            return drop(print_json(event));
         }
         match event {
             HubEvent::Started { file, total, resumed_from } => {

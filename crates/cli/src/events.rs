@@ -1,7 +1,7 @@
 //! `--events jsonl`: progress as one JSON object per line on stdout, the stream the desktop app reads
 //! from its worker process.
 
-use std::io::BufRead;
+use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -12,12 +12,14 @@ pub enum EventFormat {
     Jsonl,
 }
 
-/// Prints one event as a JSON line.
-pub fn print_json(event: &impl Serialize) {
+/// Prints one event as a JSON line. A closed stdout (the app that read it has gone, or `| head`)
+/// is an error to act on, never a panic.
+pub fn print_json(event: &impl Serialize) -> std::io::Result<()> {
     // Serialising plain enums of numbers, strings and paths cannot fail.
-    if let Ok(line) = serde_json::to_string(event) {
-        println!("{line}");
-    }
+    let line = serde_json::to_string(event).map_err(std::io::Error::other)?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{line}")?;
+    stdout.flush()
 }
 
 /// The line a parent process writes to a worker's stdin to ask it to stop at the next step. Signals

@@ -76,7 +76,13 @@ pub fn run(args: Args) -> Result<()> {
     let result = match args.events {
         Some(EventFormat::Jsonl) => {
             cancel_on_stdin(&cancel);
-            session.run(&selected.info, &cancel, |event| print_json(&event))
+            // When the reader of the events is gone (the app closed), stop at the next step and
+            // save what was learned, as a cancel would.
+            session.run(&selected.info, &cancel, |event| {
+                if print_json(&event).is_err() {
+                    cancel.store(true, Ordering::Relaxed);
+                }
+            })
         }
         None => {
             let mut view = TextView::new(session.plan.steps);
@@ -98,7 +104,7 @@ pub fn run(args: Args) -> Result<()> {
         }
         Err(error) => {
             if args.events.is_some() {
-                print_json(&Event::Failed { message: error.to_string() });
+                let _ = print_json(&Event::Failed { message: error.to_string() });
             }
             Err(error.into())
         }
