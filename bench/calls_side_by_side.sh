@@ -21,6 +21,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 here=$repo/bench/calls
+# The reference's finetune_local and build_main, driven as bench/finetune_side_by_side.sh drives them.
+reference=$repo/bench/finetune/reference_finetune.py
 
 epochs=8 lr=3e-3 batch=8 rank=8 alpha=16 max_len=512
 while [ $# -gt 0 ]; do
@@ -72,11 +74,11 @@ fi
 
 # c. the reference: finetune_local, then build_main
 echo "[calls] reference: finetune_local"
-timed ref python3 "$here/reference_finetune.py" train train.jsonl --checkpoint "$ckpt" --tokenizer "$tok" \
+timed ref python3 "$reference" train train.jsonl --checkpoint "$ckpt" --tokenizer "$tok" \
   --epochs "$epochs" --batch-size "$batch" --lr "$lr" --lora-rank "$rank" --lora-alpha "$alpha" \
-  --max-len "$max_len" --out ref/adapter.pkl
+  --max-len "$max_len" --val-split 0 --out ref/adapter.pkl
 if [ -f ref/adapter.pkl ]; then
-  python3 "$here/reference_finetune.py" build "$ckpt" --lora ref/adapter.pkl --tokenizer "$tok" --bits 4 \
+  python3 "$reference" build "$ckpt" --lora ref/adapter.pkl --tokenizer "$tok" --bits 4 \
     --out ref/tuned.cact > ref/build.log 2>&1 || echo "[calls] reference: build failed (ref/build.log)" >&2
 fi
 

@@ -1,9 +1,14 @@
-"""The reference side of the fine-tuning benchmark (bench/finetune_side_by_side.sh).
+"""The reference side of the fine-tuning benchmarks (bench/finetune_side_by_side.sh and
+bench/calls_side_by_side.sh).
 
     # train: the reference's own finetune_local (what `needle finetune` runs), timed
     python3 bench/finetune/reference_finetune.py train DATA --checkpoint CKPT --tokenizer TOK \\
         [--epochs 1] [--batch-size 16] [--lr 1e-4] [--lora-rank 16] [--lora-alpha 32] \\
         [--max-len 1024] [--val-split 0.1] [--seed 0] --out ADAPTER.pkl [--report REPORT.json]
+
+    # build: merge an adapter and export a .cact with the reference's build_main (its `needle build`)
+    python3 bench/finetune/reference_finetune.py build CKPT --lora ADAPTER.pkl --tokenizer TOK \\
+        [--bits 4] --out TUNED.cact
 
     # score: the reference's masked answer loss of base (+ each adapter) over a whole dataset
     python3 bench/finetune/reference_finetune.py score DATA --checkpoint CKPT --tokenizer TOK \\
@@ -129,6 +134,16 @@ def train(args):
 
 # --------------------------------------------------------------------------------------------
 
+def build(args):
+    from needle.model import finetune
+    use_tokenizer(args.tokenizer)
+    # build_main reads checkpoint, lora, bits (a string, as argparse gives it), out, upload
+    finetune.build_main(argparse.Namespace(checkpoint=args.checkpoint, lora=args.lora,
+                                           bits=str(args.bits), out=args.out, upload=False))
+
+
+# --------------------------------------------------------------------------------------------
+
 def load_adapter(path):
     import pickle
     import jax.numpy as jnp
@@ -214,6 +229,12 @@ def main():
     t.add_argument("--seed", type=int, default=0, help="NumPy global seed (per-epoch shuffles)")
     t.add_argument("--out", required=True, help="adapter .pkl")
     t.add_argument("--report", default=None, help="also write the timing report as JSON here")
+    b = sub.add_parser("build", help="build_main: merge the adapter, export a .cact")
+    b.add_argument("checkpoint")
+    b.add_argument("--lora", default=None)
+    b.add_argument("--tokenizer", required=True)
+    b.add_argument("--bits", type=int, default=4, choices=[2, 4])
+    b.add_argument("--out", required=True)
     s = sub.add_parser("score", help="reference masked answer loss of base (+ adapters) over a dataset")
     s.add_argument("data")
     s.add_argument("adapters", nargs="*")
@@ -223,7 +244,7 @@ def main():
     s.add_argument("--batch", type=int, default=8)
     s.add_argument("--report", default=None, help="also write the scores as JSON here")
     args = ap.parse_args()
-    (train if args.mode == "train" else score)(args)
+    {"train": train, "build": build, "score": score}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -159,18 +159,22 @@ pub fn start(studio: &Studio, channel: Channel<DownloadMessage>) -> Result<(), S
             Err(error) => (DownloadState::Failed { message: error.to_string() }, None),
         };
         studio.downloads().finish(state.clone());
-        std::mem::forget(slot);
+        drop(slot);
         let _ = channel.send(DownloadMessage::Finished { state, base });
     });
     Ok(())
 }
 
-/// Marks the download failed when its thread ends without saying how it ended.
+/// Marks the download failed when its thread ends without saying how it ended (a panic): the slot
+/// is still taken then, while a finished download has already freed it.
 struct SlotGuard(Studio);
 
 impl Drop for SlotGuard {
     fn drop(&mut self) {
-        let message = "the download stopped unexpectedly; press Download to resume it".to_string();
-        self.0.downloads().finish(DownloadState::Failed { message });
+        let downloads = self.0.downloads();
+        if lock(&downloads.cancel).is_some() {
+            let message = "the download stopped unexpectedly; press Download to resume it".to_string();
+            downloads.finish(DownloadState::Failed { message });
+        }
     }
 }

@@ -112,7 +112,8 @@ impl HubView {
     fn show(&mut self, event: &HubEvent) {
         if self.json {
             // A closed stdout ends nothing here: the download goes on into the cache.
-            return drop(print_json(event));
+            let _ = print_json(event);
+            return;
         }
         match event {
             HubEvent::Started { file, total, resumed_from } => {
