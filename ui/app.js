@@ -21,6 +21,7 @@ const state = {
   running: false,
   building: false,
   entry: null, // the run shown in the result panel
+  statusEntry: null, // the run whose status the progress panel shows (Resume continues it)
   viewedId: null, // the run highlighted in the history
   hub: null, // the base model's status, as `base_model` last said
 };
@@ -181,8 +182,11 @@ function updateButtons() {
   $('start-button').disabled = state.invalid || state.running;
   $('plan-button').disabled = state.invalid || state.planning;
   $('cancel-button').disabled = !state.running;
+  $('resume-button').hidden = state.running || !state.statusEntry?.resumable;
   $('build-button').disabled = state.building;
-  for (const item of document.querySelectorAll('.history-item')) item.disabled = state.running || state.building;
+  for (const item of document.querySelectorAll('.history-item, .history-resume')) {
+    item.disabled = state.running || state.building;
+  }
 }
 
 // ---------- steps ----------
@@ -277,7 +281,7 @@ function renderReport(report) {
         'and will be truncated. Raise Max length to keep them whole.',
   );
   renderHistogram(report.histogram);
-  renderProblems(report.problems);
+  renderProblems(report);
   renderSamples(report.samples.slice(0, 3));
 }
 
@@ -293,12 +297,18 @@ function renderHistogram(bins) {
   );
 }
 
-function renderProblems(problems) {
-  $('report-problems-box').hidden = problems.length === 0;
-  $('report-problems').replaceChildren(
-    ...problems.map((problem) =>
-      h('li', {}, problem.message, h('span', { class: 'tag' }, problem.skipped ? 'skipped' : 'kept'))),
-  );
+/** The first problems word for word (the report keeps at most a hundred), then counts of the rest. */
+function renderProblems(report) {
+  const { problems, problems_total: total, problem_counts: counts } = report;
+  $('report-problems-box').hidden = total === 0;
+  const items = problems.map((problem) =>
+    h('li', {}, problem.message, h('span', { class: 'tag' }, problem.skipped ? 'skipped' : 'kept')));
+  if (total > problems.length) {
+    const byKind = Object.entries(counts).map(([kind, n]) => `${formatCount(n)} ${kind.replaceAll('_', ' ')}`);
+    items.push(h('li', { class: 'muted' },
+      `… and ${formatCount(total - problems.length)} more (${byKind.join(', ')}); \`needle data\` lists the same.`));
+  }
+  $('report-problems').replaceChildren(...items);
 }
 
 function renderSamples(samples) {
@@ -544,24 +554,37 @@ function describeEntry(entry, message) {
     case 'finished': return `Finished${took}${losses}`;
     case 'stopped': return `Stopped after ${entry.steps_done} / ${entry.steps} steps${took}${losses}`;
     case 'failed': return message ?? entry.message ?? 'The run failed.';
+    case 'interrupted': return `Interrupted after ${entry.steps_done} / ${entry.steps} steps: ${entry.message}`;
     default: return 'Running…';
   }
 }
 
 function renderEntryStatus(entry, message) {
+  state.statusEntry = entry;
   setRunStatus(entry.status, describeEntry(entry, message));
   renderSteps(entry.steps_done, entry.steps);
+  updateButtons();
 }
 
-async function startRun() {
+const startRun = () => runInWorker('start_run', { run: runRequest(readSettings().settings) }, true);
+
+/** Continues a run that ended early from its saved state; its chart goes on where it stopped. */
+function resumeRun(id) {
+  showTab('train');
+  return runInWorker('resume_run', { id }, false);
+}
+
+/** Starts `command` (start_run or resume_run); its events arrive on a channel. */
+async function runInWorker(command, args, fresh) {
   const channel = new tauri.core.Channel();
   channel.onmessage = handleRunEvent;
-  resetProgress();
+  if (fresh) resetProgress();
   showResult(null);
+  state.statusEntry = null;
   setRunning(true);
   setRunStatus('running', 'Starting…');
   try {
-    const entry = await invoke('start_run', { run: runRequest(readSettings().settings), onEvent: channel });
+    const entry = await invoke(command, { ...args, onEvent: channel });
     state.viewedId = entry.id;
     refreshHistory();
   } catch (error) {
@@ -822,7 +845,10 @@ function historyItem(entry) {
     h('span', {}, entry.final_loss != null ? `loss ${formatLoss(entry.final_loss)}` : '–'));
   if (entry.id === state.viewedId) button.setAttribute('aria-current', 'true');
   button.addEventListener('click', () => openRun(entry.id));
-  return h('li', {}, button);
+  if (!entry.resumable) return h('li', {}, button);
+  const resume = h('button', { type: 'button', class: 'history-resume', 'data-id': entry.id }, 'Resume');
+  resume.addEventListener('click', () => resumeRun(entry.id));
+  return h('li', {}, button, resume);
 }
 
 async function refreshHistory() {
@@ -880,6 +906,7 @@ function wireControls() {
   $('plan-button').addEventListener('click', checkPlan);
   $('start-button').addEventListener('click', startRun);
   $('cancel-button').addEventListener('click', cancelRun);
+  $('resume-button').addEventListener('click', () => state.statusEntry && resumeRun(state.statusEntry.id));
   $('adapter-reveal').addEventListener('click', () => reveal(state.entry.adapter, $('result-error')));
   $('reveal-button').addEventListener('click', () => reveal(state.entry.cact.path, $('result-error')));
   $('cact-choose').addEventListener('click', async () => {

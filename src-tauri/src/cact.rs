@@ -46,13 +46,19 @@ pub fn start(
     if out.as_os_str().is_empty() {
         return Err("choose where to save the .cact".into());
     }
-    let out = if out.extension().is_some() { out } else { out.with_extension("cact") };
+    // Always a `.cact`: a save dialog that kept `notes.txt` must not overwrite that file.
+    let out = if out.extension().is_some_and(|ext| ext.eq_ignore_ascii_case("cact")) {
+        out
+    } else {
+        let mut name = out.clone().into_os_string();
+        name.push(".cact");
+        PathBuf::from(name)
+    };
     let record = studio.runs().load(run_id)?;
     let entry = &record.entry;
     let adapter = entry.adapter.clone().ok_or("this run saved no adapter yet, so there is nothing to build")?;
     let args: Vec<OsString> = vec![
         "build".into(),
-        entry.checkpoint.clone().into(),
         "--lora".into(),
         adapter.into(),
         "--tokenizer".into(),
@@ -63,6 +69,8 @@ pub fn start(
         out.into(),
         "--events".into(),
         "jsonl".into(),
+        "--".into(),
+        entry.checkpoint.clone().into(),
     ];
     let worker = studio.worker().clone();
     let watcher = BuildWatcher { record, history: studio.runs().clone(), worker, channel, built: None, failure: None };
@@ -134,7 +142,6 @@ impl BuildWatcher {
         }
         let args: Vec<OsString> = vec![
             "eval".into(),
-            entry.dataset.clone().into(),
             "--weights".into(),
             cact.into(),
             "--tokenizer".into(),
@@ -149,6 +156,8 @@ impl BuildWatcher {
             entry.settings.max_len.to_string().into(),
             "--max-examples".into(),
             SCORED_EXAMPLES.to_string().into(),
+            "--".into(),
+            entry.dataset.clone().into(),
         ];
         #[derive(serde::Deserialize)]
         struct Printed {

@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 
-use needle_engine::dataset::DatasetReport;
 use needle_engine::train::Plan;
 use tauri::ipc::Channel;
 use tauri::{AppHandle, Runtime, State};
@@ -14,7 +13,7 @@ use crate::cact::BuildMessage;
 use crate::config::{FieldErrors, RunDraft};
 use crate::history::HistoryEntry;
 use crate::settings::Settings;
-use crate::studio::{dataset_report, Opened, Startup, Studio};
+use crate::studio::{Opened, Startup, Studio};
 use crate::training::{Notify, RunMessage};
 use crate::tryout::{Answers, Question};
 
@@ -53,9 +52,16 @@ pub fn cancel_download(studio: State<'_, Studio>) -> CancelDownload {
     studio.downloads().cancel()
 }
 
+/// The report `needle data --json` prints, as it printed it.
 #[tauri::command]
-pub async fn load_dataset(path: PathBuf, tokenizer: Option<PathBuf>, max_len: usize) -> Result<DatasetReport> {
-    blocking(move || dataset_report(&path, tokenizer.as_deref(), max_len)).await
+pub async fn load_dataset(
+    studio: State<'_, Studio>,
+    path: PathBuf,
+    tokenizer: Option<PathBuf>,
+    max_len: usize,
+) -> Result<serde_json::Value> {
+    let studio = studio.inner().clone();
+    blocking(move || studio.dataset_report(&path, tokenizer.as_deref(), max_len)).await
 }
 
 #[tauri::command]
@@ -77,11 +83,25 @@ pub async fn start_run<R: Runtime>(
     on_event: Channel<RunMessage>,
 ) -> Result<HistoryEntry> {
     let request = studio.check(&run)?;
-    let notify: Notify = Box::new(move |title, body| {
+    crate::training::start(&studio, &request, on_event, notifier(app))
+}
+
+#[tauri::command]
+pub async fn resume_run<R: Runtime>(
+    app: AppHandle<R>,
+    studio: State<'_, Studio>,
+    id: String,
+    on_event: Channel<RunMessage>,
+) -> Result<HistoryEntry> {
+    crate::training::resume(&studio, &id, on_event, notifier(app))
+}
+
+/// Desktop notifications for the end of a long run.
+fn notifier<R: Runtime>(app: AppHandle<R>) -> Notify {
+    Box::new(move |title, body| {
         // No notification service (a bare X session, say) is no reason to fail a finished run.
         let _ = app.notification().builder().title(title).body(body).show();
-    });
-    crate::training::start(&studio, &request, on_event, notify)
+    })
 }
 
 #[tauri::command]

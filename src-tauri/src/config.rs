@@ -183,11 +183,12 @@ impl RunRequest {
         }
     }
 
-    /// `needle finetune …` for this run, with progress as JSON lines.
-    pub fn finetune_args(&self, out: &Path) -> Vec<OsString> {
+    /// `needle finetune …` for this run, with progress as JSON lines and the flags in `mode`
+    /// (`--dry-run`, `--resume`). The dataset comes last, after `--`, so that no file name is
+    /// ever read as a flag.
+    pub fn finetune_args(&self, out: &Path, mode: &[&str]) -> Vec<OsString> {
         let o = self.finetune_options(out);
-        let mut args: Vec<OsString> =
-            vec!["finetune".into(), o.data.into(), "--checkpoint".into(), o.checkpoint.into()];
+        let mut args: Vec<OsString> = vec!["finetune".into(), "--checkpoint".into(), o.checkpoint.into()];
         args.extend(["--tokenizer".into(), o.tokenizer.into(), "--out".into(), o.out.into()]);
         let flags = [
             ("--epochs", o.epochs.to_string()),
@@ -204,6 +205,8 @@ impl RunRequest {
         for (flag, value) in flags {
             args.extend([flag.into(), value.into()]);
         }
+        args.extend(mode.iter().map(OsString::from));
+        args.extend(["--".into(), o.data.into()]);
         args
     }
 }
@@ -296,14 +299,18 @@ mod tests {
     #[test]
     fn finetune_arguments_carry_every_setting() {
         let request = draft(serde_json::to_value(&presets()[0].settings).unwrap()).check(&devices()).unwrap();
-        let args: Vec<String> =
-            request.finetune_args(Path::new("/runs/a.pkl")).iter().map(|a| a.to_string_lossy().into()).collect();
+        let args: Vec<String> = request
+            .finetune_args(Path::new("/runs/a.pkl"), &["--resume"])
+            .iter()
+            .map(|a| a.to_string_lossy().into())
+            .collect();
         let joined = args.join(" ");
         for expected in
             ["--epochs 6", "--lr 0.002", "--lora-rank 8", "--lora-alpha 16", "--batch-size 4", "--val-split 0.2"]
         {
             assert!(joined.contains(expected), "{expected} missing from {joined}");
         }
-        assert!(joined.contains("--out /runs/a.pkl --epochs") && joined.ends_with("--device cpu --events jsonl"));
+        assert!(joined.contains("--out /runs/a.pkl --epochs"), "{joined}");
+        assert!(joined.ends_with(&format!("--device cpu --events jsonl --resume -- {}", request.dataset.display())));
     }
 }

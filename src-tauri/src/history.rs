@@ -1,6 +1,7 @@
 //! Past runs, one folder each under the app's data directory: `runs/<id>/run.json` (settings, status,
 //! losses, outputs) beside the run's adapter and `.cact`.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -17,6 +18,8 @@ pub enum Status {
     /// Cancelled: the adapter holds what was learned up to the stop.
     Stopped,
     Failed,
+    /// Cut short by the app closing (or dying) while it went.
+    Interrupted,
 }
 
 /// A built `.cact`, as read back from the file.
@@ -64,6 +67,10 @@ pub struct HistoryEntry {
     pub scores: Option<CallScores>,
     /// Where Build writes unless the user picks another file.
     pub suggested_cact: PathBuf,
+    /// Whether Resume can continue it: it ended early with its training state saved. Derived
+    /// when the entry is listed, never stored.
+    #[serde(default, skip_deserializing)]
+    pub resumable: bool,
 }
 
 /// The losses behind a run's chart: `(step, loss)` per training step and per epoch's validation.
@@ -121,10 +128,17 @@ impl History {
             cact: None,
             scores: None,
             suggested_cact: dir.join(format!("{stem}.cact")),
+            resumable: false,
         };
         let record = RunRecord { entry, curve: Curve::default() };
         self.save(&record)?;
-        Ok((record, dir.join("adapter.pkl")))
+        let adapter = self.adapter_path(&record.entry.id);
+        Ok((record, adapter))
+    }
+
+    /// Where run `id` saves its adapter (and, beside it, the state Resume continues from).
+    pub fn adapter_path(&self, id: &str) -> PathBuf {
+        self.dir.join(id).join("adapter.pkl")
     }
 
     pub fn save(&self, record: &RunRecord) -> Result<(), String> {
@@ -142,30 +156,52 @@ impl History {
         read_record(&self.dir.join(id).join(RECORD))
     }
 
-    /// Every readable run, newest first. A run still marked running that is not `active` was cut
-    /// short by the app closing; it is listed as failed, saying so.
+    /// Every readable run, newest first, as [`Self::listed`] shows it.
     pub fn list(&self, active: Option<&str>) -> Vec<HistoryEntry> {
         let Ok(folders) = std::fs::read_dir(&self.dir) else { return Vec::new() };
         let mut entries: Vec<HistoryEntry> = folders
             .filter_map(|folder| read_record(&folder.ok()?.path().join(RECORD)).ok())
-            .map(|record| interrupted_unless(record.entry, active))
+            .map(|record| self.listed(record.entry, active))
             .collect();
         entries.sort_by(|a, b| b.id.cmp(&a.id));
         entries
     }
+
+    /// A run as the window sees it. One still marked running that is not `active` was cut short
+    /// by the app dying; it reads as interrupted. One that ended early with its training state
+    /// saved can be resumed.
+    pub fn listed(&self, mut entry: HistoryEntry, active: Option<&str>) -> HistoryEntry {
+        if entry.status == Status::Running && active != Some(entry.id.as_str()) {
+            entry.status = Status::Interrupted;
+            entry.message = Some("interrupted: the app closed while this run was going".into());
+        }
+        let ended_early = matches!(entry.status, Status::Stopped | Status::Failed | Status::Interrupted);
+        let state = needle_engine::train::state::state_path(&self.adapter_path(&entry.id));
+        entry.resumable = ended_early && entry.steps_done < entry.steps && state.is_file();
+        entry
+    }
 }
 
+/// The most a run record may hold: a long run's loss curve is a few MB; more is not a record.
+const RECORD_LIMIT: u64 = 64 << 20;
+
 fn read_record(path: &Path) -> Result<RunRecord, String> {
-    let bytes = std::fs::read(path).map_err(|error| format!("could not read {}: {error}", path.display()))?;
+    let bytes = read_limited(path, RECORD_LIMIT)?;
     serde_json::from_slice(&bytes).map_err(|error| format!("{} is not a run record: {error}", path.display()))
 }
 
-pub fn interrupted_unless(mut entry: HistoryEntry, active: Option<&str>) -> HistoryEntry {
-    if entry.status == Status::Running && active != Some(entry.id.as_str()) {
-        entry.status = Status::Failed;
-        entry.message = Some("interrupted: the app closed while this run was going".into());
+/// The bytes of one of the app's own files, refusing one larger than `limit` before reading it: a
+/// stray huge file in the app's folder must not cost the window its memory.
+pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    let file = std::fs::File::open(path).map_err(|error| format!("could not read {}: {error}", path.display()))?;
+    std::io::Read::take(file, limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|error| format!("could not read {}: {error}", path.display()))?;
+    if bytes.len() as u64 > limit {
+        return Err(format!("{} is larger than {limit} bytes, too large for what it should hold", path.display()));
     }
-    entry
+    Ok(bytes)
 }
 
 #[cfg(test)]
@@ -206,7 +242,7 @@ mod tests {
         let history = History::new(dir.path().to_path_buf());
         let (record, _) = history.create(&request()).unwrap();
         let listed = history.list(None);
-        assert_eq!(listed[0].status, Status::Failed);
+        assert_eq!(listed[0].status, Status::Interrupted);
         assert!(listed[0].message.as_deref().unwrap().contains("interrupted"));
         assert_eq!(history.load(&record.entry.id).unwrap().entry.status, Status::Running);
     }
@@ -215,5 +251,20 @@ mod tests {
     fn ids_cannot_leave_the_runs_folder() {
         let history = History::new(PathBuf::from("/tmp/needle-history-test"));
         assert_eq!(history.load("../settings").unwrap_err(), "no run \"../settings\"");
+    }
+}
+
+#[cfg(test)]
+mod limits {
+    use super::*;
+
+    #[test]
+    fn a_file_over_its_limit_is_refused_before_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.json");
+        std::fs::write(&path, vec![b' '; 2048]).unwrap();
+        let error = read_limited(&path, 1024).unwrap_err();
+        assert!(error.contains("run.json") && error.contains("larger than 1024 bytes"), "{error}");
+        assert_eq!(read_limited(&path, 4096).unwrap().len(), 2048);
     }
 }

@@ -19,10 +19,10 @@ mod worker;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tauri::{Manager, Runtime};
+use tauri::{AppHandle, Manager, RunEvent, Runtime};
 
 pub use studio::Studio;
-pub use worker::{Worker, WORKER_ARG};
+pub use worker::{Worker, SUPERSEDED, WORKER_ARG};
 
 /// What the app can be started with (the README's first command opens the bundled example).
 #[derive(Debug, Clone, Default, clap::Parser)]
@@ -50,11 +50,24 @@ pub fn run(launch: Launch) -> ExitCode {
         app.manage(Studio::open(app.path().app_data_dir()?, launch, worker, hardware, hub)?);
         Ok(())
     });
-    match app.run(tauri::generate_context!()) {
-        Ok(()) => ExitCode::SUCCESS,
+    match app.build(tauri::generate_context!()) {
+        Ok(app) => {
+            app.run(on_run_event);
+            ExitCode::SUCCESS
+        }
         Err(error) => {
             eprintln!("needle-studio: {error}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// The app's life: when it exits, its workers end with it (a training run first saves what it
+/// learned), so none is left running without a window.
+pub fn on_run_event<R: Runtime>(app: &AppHandle<R>, event: RunEvent) {
+    if let RunEvent::Exit = event {
+        if let Some(studio) = app.try_state::<Studio>() {
+            studio.shutdown();
         }
     }
 }
@@ -75,6 +88,7 @@ pub fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R
             commands::validate_run,
             commands::plan_run,
             commands::start_run,
+            commands::resume_run,
             commands::cancel_run,
             commands::build_cact,
             commands::try_model,

@@ -4,6 +4,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+/// The most a settings file may hold; it is a few paths and names.
+const SETTINGS_LIMIT: u64 = 1 << 20;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Settings {
@@ -21,10 +24,11 @@ impl Default for Settings {
 }
 
 impl Settings {
-    /// The saved settings; the defaults when there are none or the file is unreadable (it is only a
+    /// The saved settings (a few paths and names); the defaults when there are none or the file is unreadable (it is only a
     /// convenience, and the next save replaces it).
     pub fn load(path: &Path) -> Self {
-        std::fs::read(path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default()
+        let bytes = crate::history::read_limited(path, SETTINGS_LIMIT).ok();
+        bytes.and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default()
     }
 
     pub fn save(&self, path: &Path) -> Result<(), String> {

@@ -1,13 +1,13 @@
 //! The app's state: where its files live, the worker, the hardware, the remembered settings and the
 //! run in progress. Commands are thin calls into here; everything here works without a window.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use needle_engine::backend::BackendInfo;
-use needle_engine::dataset::{Dataset, DatasetReport};
 use needle_engine::hub::{BaseModel, Hub};
-use needle_engine::tokenizer::Tokenizer;
 use needle_engine::train::Plan;
 use serde::Serialize;
 
@@ -15,7 +15,7 @@ use crate::base_model::Downloads;
 use crate::config::{presets, Preset, RunDraft, RunRequest};
 use crate::history::{History, HistoryEntry};
 use crate::settings::Settings;
-use crate::worker::{Job, Worker};
+use crate::worker::{Job, Slot, Worker};
 use crate::{chart, Launch};
 
 /// Shared by every command and by the threads that follow workers; cloning is cheap.
@@ -32,6 +32,9 @@ struct Inner {
     history: History,
     settings: Mutex<Settings>,
     active: Arc<Mutex<Option<Active>>>,
+    /// The dataset report being computed: a newer request (another file, max length or tokenizer)
+    /// ends it.
+    report: Slot,
 }
 
 /// The training run in progress.
@@ -40,7 +43,14 @@ pub struct Active {
     pub job: Arc<Job>,
     /// Cancel was pressed once: the worker was asked to stop after its step.
     pub stopping: bool,
+    /// The app is closing: the run ends cut short, to be resumed.
+    pub closing: bool,
 }
+
+/// How long a closing app waits for its training worker to save what it learned after being asked
+/// to stop (a step of the full model on a CPU can take seconds), and then after killing it.
+const STOP_GRACE: Duration = Duration::from_secs(15);
+const KILL_GRACE: Duration = Duration::from_secs(3);
 
 /// Everything the window shows when it opens.
 #[derive(Debug, Serialize)]
@@ -102,6 +112,7 @@ impl Studio {
             history: History::new(data_dir.join("runs")),
             settings: Mutex::new(settings),
             active: Arc::new(Mutex::new(None)),
+            report: Slot::default(),
         })))
     }
 
@@ -146,12 +157,35 @@ impl Studio {
     /// `needle finetune --dry-run` in the worker: steps, sequence length, memory estimate.
     pub fn plan(&self, draft: &RunDraft) -> Result<Plan, String> {
         let request = self.check(draft)?;
-        let scratch = std::env::temp_dir().join("needle-studio-plan").join("adapter.pkl");
-        let mut args = request.finetune_args(&scratch);
-        args.push("--dry-run".into());
+        // Its own scratch folder: plans run side by side never share a file.
+        let scratch = tempfile::tempdir().map_err(|error| format!("could not make a scratch folder: {error}"))?;
+        let args = request.finetune_args(&scratch.path().join("adapter.pkl"), &["--dry-run"]);
         let out = self.0.worker.output(args)?;
         serde_json::from_str(out.trim())
             .map_err(|error| format!("the worker's plan was not understood ({error}): {out}"))
+    }
+
+    /// The dataset report (`needle data --json`) for the Dataset panel, computed in the worker: a
+    /// huge or hostile file costs that process, never the window's. A newer request ends this one.
+    pub fn dataset_report(
+        &self,
+        path: &Path,
+        tokenizer: Option<&Path>,
+        max_len: usize,
+    ) -> Result<serde_json::Value, String> {
+        let tokenizer = tokenizer.ok_or("choose the base model's tokenizer (.model) to see token lengths")?;
+        let args: Vec<OsString> = vec![
+            "data".into(),
+            "--json".into(),
+            "--max-len".into(),
+            max_len.to_string().into(),
+            "--tokenizer".into(),
+            tokenizer.into(),
+            "--".into(),
+            path.into(),
+        ];
+        let out = self.0.worker.output_in(&self.0.report, args)?;
+        serde_json::from_str(out.trim()).map_err(|error| format!("the worker's report was not understood ({error})"))
     }
 
     pub fn history(&self) -> Vec<HistoryEntry> {
@@ -162,7 +196,7 @@ impl Studio {
     pub fn open_run(&self, id: &str) -> Result<Opened, String> {
         let record = self.0.history.load(id)?;
         let active = lock(&self.0.active).as_ref().map(|run| run.id.clone());
-        let entry = crate::history::interrupted_unless(record.entry, active.as_deref());
+        let entry = self.0.history.listed(record.entry, active.as_deref());
         let chart = (!record.curve.train.is_empty()).then(|| chart::loss_chart(&record.curve, entry.steps));
         Ok(Opened { entry, chart })
     }
@@ -181,6 +215,39 @@ impl Studio {
                 "killed"
             }
         }
+    }
+
+    /// The app is closing: the training run is asked to stop and save what it learned, and killed
+    /// if it has not within [`STOP_GRACE`]; every other worker is ended at once. Returns when the
+    /// run's record is saved (or the graces have passed).
+    pub fn shutdown(&self) {
+        let asked = match lock(&self.0.active).as_mut() {
+            Some(run) => {
+                run.closing = true;
+                run.job.ask_to_stop();
+                true
+            }
+            None => false,
+        };
+        if asked && !self.wait_idle(STOP_GRACE) {
+            if let Some(run) = lock(&self.0.active).as_ref() {
+                run.job.kill();
+            }
+            self.wait_idle(KILL_GRACE);
+        }
+        self.0.worker.kill_all();
+    }
+
+    /// Waits until no run is active (its watcher saved the record and freed the slot).
+    fn wait_idle(&self, grace: Duration) -> bool {
+        let deadline = Instant::now() + grace;
+        while lock(&self.0.active).is_some() {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        true
     }
 
     pub(crate) fn settings(&self) -> &Mutex<Settings> {
@@ -206,14 +273,6 @@ impl Studio {
     pub(crate) fn active(&self) -> &Arc<Mutex<Option<Active>>> {
         &self.0.active
     }
-}
-
-/// The dataset report (issue 2's) for the Dataset panel.
-pub fn dataset_report(path: &Path, tokenizer: Option<&Path>, max_len: usize) -> Result<DatasetReport, String> {
-    let tokenizer = tokenizer.ok_or("choose the base model's tokenizer (.model) to see token lengths")?;
-    let tokenizer = Tokenizer::load(tokenizer).map_err(|e| e.to_string())?;
-    let dataset = Dataset::load(path).map_err(|e| e.to_string())?;
-    Ok(dataset.prepare(&tokenizer, max_len).map_err(|e| e.to_string())?.report)
 }
 
 /// A poisoned lock only means a thread panicked mid-update; the state itself is still whole.

@@ -1,7 +1,8 @@
 //! A training run from the app: `needle finetune --events jsonl` in the worker, its events turned into
 //! messages for the window (progress, the loss chart, the log) and into the run's history record.
 
-use std::sync::{Arc, Mutex};
+use std::ffi::OsString;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use needle_engine::train::Event;
@@ -51,11 +52,56 @@ pub fn start(
     channel: Channel<RunMessage>,
     notify: Notify,
 ) -> Result<HistoryEntry, String> {
-    let mut active = lock(studio.active());
+    let active = lock(studio.active());
     if active.is_some() {
-        return Err("a run is already going: cancel it or wait for it to finish".into());
+        return Err(ALREADY_GOING.into());
     }
     let (record, adapter) = studio.runs().create(request)?;
+    launch(studio, active, record, request.finetune_args(&adapter, &[]), channel, notify)
+}
+
+/// Continues run `id`, which ended early, from the state it saved: same settings, same folder,
+/// same record, its loss curve carried on.
+pub fn resume(studio: &Studio, id: &str, channel: Channel<RunMessage>, notify: Notify) -> Result<HistoryEntry, String> {
+    let active = lock(studio.active());
+    if active.is_some() {
+        return Err(ALREADY_GOING.into());
+    }
+    let mut record = studio.runs().load(id)?;
+    let entry = studio.runs().listed(record.entry.clone(), None);
+    if !entry.resumable {
+        return Err(match entry.status {
+            Status::Finished => "this run finished; there is nothing to resume".into(),
+            _ => "this run saved no training state to resume from; start it again instead".into(),
+        });
+    }
+    let e = &entry;
+    let request = RunRequest {
+        dataset: e.dataset.clone(),
+        checkpoint: e.checkpoint.clone(),
+        tokenizer: e.tokenizer.clone(),
+        device: e.device.clone(),
+        settings: e.settings.clone(),
+    };
+    let args = request.finetune_args(&studio.runs().adapter_path(id), &["--resume"]);
+    record.entry.status = Status::Running;
+    record.entry.message = None;
+    record.entry.seconds = None;
+    launch(studio, active, record, args, channel, notify)
+}
+
+const ALREADY_GOING: &str = "a run is already going: cancel it or wait for it to finish";
+
+/// Runs `args` in the worker for `record`, holding the free run slot `active` until it is filled.
+fn launch(
+    studio: &Studio,
+    mut active: MutexGuard<'_, Option<Active>>,
+    record: RunRecord,
+    args: Vec<OsString>,
+    channel: Channel<RunMessage>,
+    notify: Notify,
+) -> Result<HistoryEntry, String> {
+    studio.runs().save(&record)?;
     let entry = record.entry.clone();
     let watcher = RunWatcher {
         record,
@@ -66,8 +112,8 @@ pub fn start(
         started: Instant::now(),
         last_chart: None,
     };
-    let job = studio.worker().spawn(request.finetune_args(&adapter), watcher)?;
-    *active = Some(Active { id: entry.id.clone(), job, stopping: false });
+    let job = studio.worker().spawn(args, watcher)?;
+    *active = Some(Active { id: entry.id.clone(), job, stopping: false, closing: false });
     Ok(entry)
 }
 
@@ -93,8 +139,18 @@ impl Watcher for RunWatcher {
     }
 
     fn exit(mut self, exit: Exit) {
+        let id = self.record.entry.id.clone();
+        let closing = lock(&self.active).as_ref().is_some_and(|run| run.id == id && run.closing);
         let entry = &mut self.record.entry;
-        if entry.status == Status::Running {
+        if closing && entry.status != Status::Finished {
+            // Asked to stop, or killed, because the app is closing: whatever the worker managed to
+            // save is kept, and Resume goes on from there.
+            entry.status = Status::Interrupted;
+            entry.message = Some(format!(
+                "cut short at step {} of {} when the app closed; Resume continues from the last save",
+                entry.steps_done, entry.steps
+            ));
+        } else if entry.status == Status::Running {
             // The worker ended without `finished` or `failed`: killed by Cancel, or it crashed.
             if exit.killed {
                 entry.status = Status::Stopped;
@@ -121,7 +177,7 @@ impl Watcher for RunWatcher {
             self.log(error);
         }
         self.send(RunMessage::Chart { svg: self.chart() });
-        let entry = self.record.entry.clone();
+        let entry = self.history.listed(self.record.entry.clone(), None);
         if elapsed >= LONG_RUN {
             (self.notify)("Needle Studio", &summary(&entry));
         }
@@ -220,6 +276,7 @@ fn summary(entry: &HistoryEntry) -> String {
     match (entry.status, entry.final_loss) {
         (Status::Failed, _) => format!("Fine-tuning on {name} failed: {}", entry.message.as_deref().unwrap_or("")),
         (Status::Stopped, _) => format!("Fine-tuning on {name} stopped; the adapter is saved."),
+        (Status::Interrupted, _) => format!("Fine-tuning on {name} was cut short; Resume continues it."),
         (_, Some(loss)) => format!("Fine-tuning on {name} finished: final loss {loss:.4}."),
         _ => format!("Fine-tuning on {name} finished."),
     }

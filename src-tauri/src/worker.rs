@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex, Weak};
 
 use needle_engine::backend::{self, BackendInfo};
 
@@ -25,12 +25,20 @@ const GPU_WORKER: &str = "needle-cuda";
 /// How many of the worker's last stderr lines a crash report quotes.
 const STDERR_TAIL: usize = 8;
 
-/// A program that runs `needle` subcommands.
+/// A program that runs `needle` subcommands. Clones share one list of the jobs they started, so
+/// that the app can end every one of them when it exits.
 #[derive(Debug, Clone)]
 pub struct Worker {
     program: PathBuf,
     leading: Vec<OsString>,
+    jobs: Arc<Mutex<Vec<Weak<Job>>>>,
 }
+
+/// Where a short command runs when a newer one of its kind replaces it (see [`Worker::output_in`]).
+pub type Slot = Mutex<Option<Arc<Job>>>;
+
+/// What a short command's caller hears when a newer command in its [`Slot`] ended it.
+pub const SUPERSEDED: &str = "superseded by a newer request";
 
 /// One line the worker printed.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,6 +64,7 @@ pub trait Watcher: Send + 'static {
 }
 
 /// A running worker: ask it to stop, or kill it.
+#[derive(Debug)]
 pub struct Job {
     child: Mutex<Child>,
     stdin: Mutex<Option<ChildStdin>>,
@@ -70,12 +79,12 @@ impl Worker {
 
     /// The app binary at `program` in worker mode.
     pub fn app(program: PathBuf) -> Self {
-        Self { program, leading: vec![WORKER_ARG.into()] }
+        Self { program, leading: vec![WORKER_ARG.into()], jobs: Arc::default() }
     }
 
     /// A `needle` binary.
     pub fn needle(program: PathBuf) -> Self {
-        Self { program, leading: Vec::new() }
+        Self { program, leading: Vec::new(), jobs: Arc::default() }
     }
 
     fn command<I: Into<OsString>>(&self, args: impl IntoIterator<Item = I>) -> Command {
@@ -93,15 +102,34 @@ impl Worker {
 
     /// Runs a short command to the end; its stdout, or its error message.
     pub fn output<I: Into<OsString>>(&self, args: impl IntoIterator<Item = I>) -> Result<String, String> {
-        let mut command = self.command(args);
-        command.stdin(Stdio::null());
-        let output = command.output().map_err(|error| self.start_error(&error))?;
-        if output.status.success() {
-            return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
+        self.output_in(&Slot::default(), args)
+    }
+
+    /// [`Self::output`] as the one command of `slot`: it ends the command running there, whose
+    /// caller then gets [`SUPERSEDED`].
+    pub fn output_in<I: Into<OsString>>(
+        &self,
+        slot: &Slot,
+        args: impl IntoIterator<Item = I>,
+    ) -> Result<String, String> {
+        let (done, ended) = mpsc::channel();
+        let job = self.spawn(args, Collect { stdout: String::new(), done })?;
+        if let Some(older) = lock(slot).replace(job) {
+            older.kill();
         }
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        let tail: Vec<String> = stderr.lines().map(str::to_string).collect();
-        Err(Exit { status: Ok(output.status), stderr_tail: tail, killed: false }.describe("the worker"))
+        let (stdout, exit) = ended.recv().map_err(|_| "the worker's watcher stopped unexpectedly".to_string())?;
+        match exit.status {
+            Ok(status) if status.success() => Ok(stdout),
+            _ if exit.killed => Err(SUPERSEDED.into()),
+            _ => Err(exit.describe("the worker")),
+        }
+    }
+
+    /// Ends every job still running: the app is closing.
+    pub fn kill_all(&self) {
+        for job in lock(&self.jobs).drain(..).filter_map(|job| job.upgrade()) {
+            job.kill();
+        }
     }
 
     /// Starts a long command followed by `watcher`.
@@ -119,6 +147,10 @@ impl Worker {
             child: Mutex::new(child),
             killed: AtomicBool::new(false),
         });
+        let mut jobs = lock(&self.jobs);
+        jobs.retain(|job| job.strong_count() > 0);
+        jobs.push(Arc::downgrade(&job));
+        drop(jobs);
         let watched = Arc::clone(&job);
         std::thread::spawn(move || {
             let mut stderr_tail = Vec::new();
@@ -159,6 +191,26 @@ impl Job {
     pub fn kill(&self) {
         self.killed.store(true, Ordering::Relaxed);
         let _ = lock(&self.child).kill();
+    }
+}
+
+/// Gathers a short command's stdout for [`Worker::output_in`].
+struct Collect {
+    stdout: String,
+    done: mpsc::Sender<(String, Exit)>,
+}
+
+impl Watcher for Collect {
+    fn line(&mut self, line: Line) {
+        if let Line::Stdout(text) = line {
+            self.stdout.push_str(&text);
+            self.stdout.push('\n');
+        }
+    }
+
+    fn exit(self, exit: Exit) {
+        // The caller waits for this; it can only be gone if its thread panicked.
+        let _ = self.done.send((self.stdout, exit));
     }
 }
 

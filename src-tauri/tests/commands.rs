@@ -64,6 +64,21 @@ impl App {
         get_ipc_response(&self.window, request).map(|body| body.deserialize::<Value>().expect("JSON response"))
     }
 
+    /// Closes the window as the user would, running the app's real exit handling.
+    fn close(self) {
+        let App { _app: app, window } = self;
+        app.run(move |handle, event| {
+            if let tauri::RunEvent::Ready = event {
+                window.destroy().expect("the window closes");
+            }
+            needle_studio::on_run_event(handle, event);
+        });
+    }
+
+    fn studio(&self) -> Studio {
+        self.window.state::<Studio>().inner().clone()
+    }
+
     fn ok(&self, cmd: &str, args: Value) -> Value {
         self.invoke(cmd, args).unwrap_or_else(|error| panic!("{cmd} failed: {error}"))
     }
@@ -344,4 +359,70 @@ fn wait_for_download(app: &App) -> Value {
         assert!(start.elapsed() < RUN_TIMEOUT, "the download did not end: {status}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn closing_the_app_stops_its_worker_and_resume_finishes_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = App::open(dir.path());
+    let entry = app.ok("start_run", json!({ "run": run(json!({ "epochs": 30 })), "onEvent": CHANNEL }));
+    let id = entry["id"].as_str().unwrap().to_string();
+    // Once the first epoch has saved its state, close the window mid-run.
+    app.wait_for(&id, "save a first epoch", |e| !e["adapter"].is_null());
+    app.close();
+
+    // The worker was asked to stop, saved what it learned and is gone; the record says so.
+    let adapter = dir.path().join("runs").join(&id).join("adapter.pkl");
+    #[cfg(target_os = "linux")]
+    assert!(!worker_running(&adapter), "the worker outlived the app");
+    let app = App::open(dir.path());
+    let listed = app.wait_for(&id, "be listed", |_| true);
+    assert_eq!(listed["status"], "interrupted", "{listed}");
+    assert!(listed["message"].as_str().unwrap().contains("when the app closed"), "{listed}");
+    assert_eq!(listed["resumable"], true, "{listed}");
+    let (stopped_at, steps) = (listed["steps_done"].as_u64().unwrap(), listed["steps"].as_u64().unwrap());
+    assert!(0 < stopped_at && stopped_at < steps, "{listed}");
+    assert!(adapter.is_file());
+
+    // Resume continues the same run from its saved state to the end.
+    let resumed = app.ok("resume_run", json!({ "id": id, "onEvent": CHANNEL }));
+    assert_eq!(resumed["status"], "running");
+    let done = app.wait_for(&id, "finish", |e| e["status"] != "running");
+    assert_eq!(done["status"], "finished", "{done}");
+    assert_eq!(done["steps_done"].as_u64(), Some(steps), "{done}");
+    assert_eq!(done["resumable"], false);
+    let again = app.error("resume_run", json!({ "id": id, "onEvent": CHANNEL }));
+    assert!(again.contains("finished"), "{again}");
+}
+
+/// Whether a process whose command line names `adapter` (the run's worker) is still alive.
+#[cfg(target_os = "linux")]
+fn worker_running(adapter: &Path) -> bool {
+    let needle = adapter.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc").unwrap().filter_map(Result::ok).any(|process| {
+        let cmdline = std::fs::read(process.path().join("cmdline")).unwrap_or_default();
+        String::from_utf8_lossy(&cmdline).split('\0').any(|arg| arg == needle)
+    })
+}
+
+#[test]
+fn a_newer_dataset_report_ends_the_older_one_in_its_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = App::open(dir.path());
+    // One 30 MB line: seconds of tokenizing, in the worker, never in the window's process.
+    let huge = dir.path().join("huge.jsonl");
+    std::fs::write(&huge, format!("{{\"query\": \"{}\"}}\n", "turn on the lights ".repeat(1_500_000))).unwrap();
+    let tokenizer = repo("tests/fixtures/models/tokenizer.model");
+    let studio = app.studio();
+    let older = {
+        let (huge, tokenizer) = (huge.clone(), tokenizer.clone());
+        std::thread::spawn(move || studio.dataset_report(&huge, Some(&tokenizer), 512))
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let report = app.ok(
+        "load_dataset",
+        json!({ "path": repo("examples/smart_home.jsonl"), "tokenizer": tokenizer, "maxLen": 512 }),
+    );
+    assert!(report["usable_examples"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(older.join().unwrap().unwrap_err(), needle_studio::SUPERSEDED);
 }

@@ -16,19 +16,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
     let info = selected.info;
     if args.json {
-        println!("{}", serde_json::to_string(&info)?);
+        outln!("{}", serde_json::to_string(&info)?)?;
         return Ok(());
     }
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-    println!("  {:<9} {}", "backend", info.backend);
-    println!("  {:<9} {}", "device", info.device);
+    outln!("  {:<9} {}", "backend", info.backend)?;
+    outln!("  {:<9} {}", "device", info.device)?;
     match (info.memory_bytes, info.memory_free_bytes) {
-        (Some(total), Some(free)) => println!("  {:<9} {:.1} GiB ({:.1} GiB free)", "memory", gib(total), gib(free)),
-        (Some(total), None) => println!("  {:<9} {:.1} GiB", "memory", gib(total)),
-        _ => println!("  {:<9} unknown", "memory"),
+        (Some(total), Some(free)) => outln!("  {:<9} {:.1} GiB ({:.1} GiB free)", "memory", gib(total), gib(free))?,
+        (Some(total), None) => outln!("  {:<9} {:.1} GiB", "memory", gib(total))?,
+        _ => outln!("  {:<9} unknown", "memory")?,
     }
     let compiled: Vec<String> = info.compiled.iter().map(ToString::to_string).collect();
-    println!("  {:<9} {}", "compiled", compiled.join(", "));
-    println!("  {:<9} {}", "reason", info.reason);
+    outln!("  {:<9} {}", "compiled", compiled.join(", "))?;
+    outln!("  {:<9} {}", "reason", info.reason)?;
     Ok(())
 }

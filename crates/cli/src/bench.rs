@@ -50,19 +50,22 @@ pub fn run(args: Args, process_start: Instant) -> Result<()> {
     let config = bench::preset(&args.preset)
         .ok_or_else(|| anyhow!("--preset {}: unknown; use `needle` or `tiny`", args.preset))?;
     let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
-    eprintln!("  {:<9} {}  {}", "backend", selected.info.backend, selected.info.device);
+    noteln!("  {:<9} {}  {}", "backend", selected.info.backend, selected.info.device);
     if let Some(new_tokens) = args.decode {
         let report = bench::decode(&config, args.seq, new_tokens, &selected.device)?;
         if args.json {
-            println!("{}", serde_json::to_string(&report)?);
+            outln!("{}", serde_json::to_string(&report)?)?;
         } else {
-            println!(
+            outln!(
                 "  {:<11} {} prompt tokens, {} new, {}",
-                "shape", report.prompt_tokens, report.new_tokens, args.preset
-            );
-            println!("  {:<11} {:.3} s (one pass)", "prefill", report.prefill_s);
-            println!("  {:<11} {:.1} tokens/s", "decode", report.decode_tokens_per_s);
-            println!("  {:<11} {:.0} MB", "peak RSS", report.peak_rss_mb);
+                "shape",
+                report.prompt_tokens,
+                report.new_tokens,
+                args.preset
+            )?;
+            outln!("  {:<11} {:.3} s (one pass)", "prefill", report.prefill_s)?;
+            outln!("  {:<11} {:.1} tokens/s", "decode", report.decode_tokens_per_s)?;
+            outln!("  {:<11} {:.0} MB", "peak RSS", report.peak_rss_mb)?;
         }
         return Ok(());
     }
@@ -80,15 +83,15 @@ pub fn run(args: Args, process_start: Instant) -> Result<()> {
         line["batch"] = args.batch.into();
         line["seq"] = args.seq.into();
         line["backend"] = selected.info.backend.to_string().into();
-        println!("{line}");
+        outln!("{line}")?;
     } else {
-        println!("  {:<11} {} × {} tokens, rank {}, {}", "shape", args.batch, args.seq, args.rank, args.preset);
-        println!("  {:<11} {:.2} s (from process start)", "first step", report.first_step_s);
-        println!("  {:<11} {:.3} s (median)  {:.0} tokens/s", "step", report.step_s, report.tokens_per_s);
-        println!("  {:<11} {:.0} MB (plan: {:.0} MB)", "peak RSS", report.peak_rss_mb, report.estimate_mb);
-        println!("  {:<11} {}", "recompute", report.recompute);
+        outln!("  {:<11} {} × {} tokens, rank {}, {}", "shape", args.batch, args.seq, args.rank, args.preset)?;
+        outln!("  {:<11} {:.2} s (from process start)", "first step", report.first_step_s)?;
+        outln!("  {:<11} {:.3} s (median)  {:.0} tokens/s", "step", report.step_s, report.tokens_per_s)?;
+        outln!("  {:<11} {:.0} MB (plan: {:.0} MB)", "peak RSS", report.peak_rss_mb, report.estimate_mb)?;
+        outln!("  {:<11} {}", "recompute", report.recompute)?;
         if let Some(mb) = report.device_memory_mb {
-            println!("  {:<11} {mb:.0} MB", "GPU memory");
+            outln!("  {:<11} {mb:.0} MB", "GPU memory")?;
         }
     }
     Ok(())

@@ -50,5 +50,10 @@ fn print_report(out: &mut impl Write, report: &DatasetReport) -> std::io::Result
     for problem in &report.problems {
         writeln!(out, "  {:<9} {problem}", "problem")?;
     }
+    let unlisted = report.problems.total - report.problems.len();
+    if unlisted > 0 {
+        let counts: Vec<String> = report.problems.counts.iter().map(|(kind, n)| format!("{n} {kind}")).collect();
+        writeln!(out, "  {:<9} … and {unlisted} more; in all: {}", "problem", counts.join(", "))?;
+    }
     Ok(())
 }

@@ -128,7 +128,7 @@ impl HubView {
                     String::new()
                 };
                 // Printed, not `bar.println`'d: the bar is hidden when stderr is not a terminal.
-                eprintln!("  {:<9} {file}  {:.1} MB{resumed}", "fetch", *total as f64 / 1e6);
+                noteln!("  {:<9} {file}  {:.1} MB{resumed}", "fetch", *total as f64 / 1e6);
                 bar.set_position(*resumed_from);
                 self.bar = Some(bar);
             }

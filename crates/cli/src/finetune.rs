@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use needle_engine::backend::{self, DeviceRequest};
 use needle_engine::hub::BaseModel;
+use needle_engine::train::state::state_path;
 use needle_engine::train::{Event, FinetuneOptions, Plan, Session};
 
 /// Fine-tune LoRA adapters on a JSONL dataset (the reference's `finetune_local`).
@@ -39,7 +40,8 @@ pub struct Args {
     /// Directory of the default adapter path
     #[arg(long, default_value = "checkpoints")]
     pub checkpoint_dir: PathBuf,
-    /// Adapter file; `.pkl` (reference format) or `.safetensors` [default: CHECKPOINT_DIR/needle_lora.pkl]
+    /// Adapter file; `.pkl` (reference format) or `.safetensors` [default: CHECKPOINT_DIR/needle_lora.pkl,
+    /// or needle_lora-N.pkl when that holds an earlier run's adapter]
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// auto, cpu, cuda or metal [default: NEEDLE_DEVICE, else auto]
@@ -49,7 +51,7 @@ pub struct Args {
     /// `cancel` on stdin then stops the run like Ctrl-C
     #[arg(long, value_enum)]
     pub events: Option<EventFormat>,
-    /// Continue from the state saved next to the adapter
+    /// Continue from the state saved next to the adapter (without --out: the newest default one)
     #[arg(long)]
     pub resume: bool,
     /// Print the plan (examples, seq_len, steps, estimated peak memory) and exit
@@ -59,7 +61,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
-    let options = options(&args, args.inputs.base_model()?);
+    let options = options(&args, args.inputs.base_model()?, adapter_path(&args));
     let mut session = Session::prepare(options.clone(), &selected.device)
         .with_context(|| format!("preparing to fine-tune {}", options.checkpoint.display()))?;
     if args.dry_run {
@@ -68,7 +70,7 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
     if session.plan.may_not_fit() {
-        eprintln!("  {:<9} {}", "warning", memory_warning(&session.plan));
+        noteln!("  {:<9} {}", "warning", memory_warning(&session.plan));
     }
     let cancel = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&cancel);
@@ -86,19 +88,23 @@ pub fn run(args: Args) -> Result<()> {
         }
         None => {
             let mut view = TextView::new(session.plan.steps);
-            session.run(&selected.info, &cancel, |event| view.show(&event))
+            session.run(&selected.info, &cancel, |event| {
+                if view.show(&event).is_err() {
+                    cancel.store(true, Ordering::Relaxed);
+                }
+            })
         }
     };
     match result {
         Ok(outcome) => {
             if args.events.is_none() {
-                println!("  {:<9} {}", "adapter", outcome.adapter.display());
-                println!(
+                outln!("  {:<9} {}", "adapter", outcome.adapter.display())?;
+                outln!(
                     "  {:<9} needle build {} --lora {}",
                     "next",
                     options.checkpoint.display(),
                     outcome.adapter.display()
-                );
+                )?;
             }
             Ok(())
         }
@@ -111,7 +117,28 @@ pub fn run(args: Args) -> Result<()> {
     }
 }
 
-fn options(args: &Args, base: BaseModel) -> FinetuneOptions {
+/// The adapter to write. `--out` when given; else the default name, but never over an earlier run's
+/// adapter: a run cancelled in its first seconds saves what it has, and that must not replace the
+/// last finished one. `--resume` without `--out` continues the newest default adapter.
+fn adapter_path(args: &Args) -> PathBuf {
+    if let Some(out) = &args.out {
+        return out.clone();
+    }
+    let numbered = |n: usize| match n {
+        1 => args.checkpoint_dir.join("needle_lora.pkl"),
+        n => args.checkpoint_dir.join(format!("needle_lora-{n}.pkl")),
+    };
+    let free = (1..).map(numbered).find(|path| !path.exists() && !state_path(path).exists());
+    // `(1..)` never runs out; the fallback only satisfies the types.
+    let free = free.unwrap_or_else(|| numbered(1));
+    if !args.resume {
+        return free;
+    }
+    let newest = (1..).map(numbered).take_while(|path| *path != free).filter(|path| state_path(path).exists());
+    newest.max_by_key(|path| std::fs::metadata(state_path(path)).and_then(|m| m.modified()).ok()).unwrap_or(free)
+}
+
+fn options(args: &Args, base: BaseModel, out: PathBuf) -> FinetuneOptions {
     FinetuneOptions {
         data: args.inputs.data.clone(),
         checkpoint: base.checkpoint,
@@ -124,34 +151,42 @@ fn options(args: &Args, base: BaseModel) -> FinetuneOptions {
         max_len: args.max_len,
         val_split: args.val_split,
         seed: args.seed,
-        out: args.out.clone().unwrap_or_else(|| args.checkpoint_dir.join("needle_lora.pkl")),
+        out,
         resume: args.resume,
     }
 }
 
 fn print_plan(plan: &Plan, options: &FinetuneOptions, json: bool) -> Result<()> {
     if json {
-        println!("{}", serde_json::to_string(plan)?);
+        outln!("{}", serde_json::to_string(plan)?)?;
         return Ok(());
     }
-    println!(
+    outln!(
         "  {:<9} {} examples  {} held out  seq_len {}  cap {}",
-        "data", plan.examples, plan.validation, plan.seq_len, options.max_len
-    );
-    println!(
+        "data",
+        plan.examples,
+        plan.validation,
+        plan.seq_len,
+        options.max_len
+    )?;
+    outln!(
         "  {:<9} rank {}  alpha {}  {} weight groups  {} parameters",
-        "lora", options.rank, options.alpha, plan.adapted_weights, plan.trainable_parameters
-    );
-    println!("  {:<9} {} steps  warmup {}  cosine decay  clip 1.0", "schedule", plan.steps, plan.warmup);
+        "lora",
+        options.rank,
+        options.alpha,
+        plan.adapted_weights,
+        plan.trainable_parameters
+    )?;
+    outln!("  {:<9} {} steps  warmup {}  cosine decay  clip 1.0", "schedule", plan.steps, plan.warmup)?;
     let recompute = if plan.recompute { ", activations recomputed layer by layer" } else { "" };
-    println!("  {:<9} ~{:.0} MB peak (estimate{recompute})", "memory", plan.memory_estimate_bytes as f64 / 1e6);
+    outln!("  {:<9} ~{:.0} MB peak (estimate{recompute})", "memory", plan.memory_estimate_bytes as f64 / 1e6)?;
     if plan.may_not_fit() {
-        println!("  {:<9} {}", "warning", memory_warning(plan));
+        outln!("  {:<9} {}", "warning", memory_warning(plan))?;
     }
     if let Some(seconds) = plan.seconds_estimate {
-        println!("  {:<9} ~{:.0} s (one step timed on this machine)", "time", seconds);
+        outln!("  {:<9} ~{:.0} s (one step timed on this machine)", "time", seconds)?;
     }
-    println!("  {:<9} {}", "adapter", options.out.display());
+    outln!("  {:<9} {}", "adapter", options.out.display())?;
     Ok(())
 }
 
@@ -177,7 +212,8 @@ impl TextView {
         Self { bar }
     }
 
-    fn show(&mut self, event: &Event) {
+    /// Shows `event`; an error when stdout is closed.
+    fn show(&mut self, event: &Event) -> std::io::Result<()> {
         match event {
             Event::Started { backend, device, examples, validation, seq_len, steps, warmup, first_step, .. } => {
                 self.bar.println(format!("  {:<9} {backend} ({device})  float32", "backend"));
@@ -204,19 +240,23 @@ impl TextView {
             Event::Finished { seconds, partial, accuracy, .. } => {
                 self.bar.finish_and_clear();
                 let state = if *partial { "stopped early (partial adapter)" } else { "done" };
-                println!("  {:<9} {state} in {seconds:.1}s", "finished");
+                outln!("  {:<9} {state} in {seconds:.1}s", "finished")?;
                 if let Some(scores) = accuracy {
                     for (model, score) in [("base", &scores.base), ("tuned", &scores.tuned)] {
                         let calls = &score.calls;
                         let rate = 100.0 * calls.exact_rate;
-                        println!(
+                        outln!(
                             "  {:<9} {model:<6} loss {:.4}  {}/{} exact calls ({rate:.1}%)",
-                            "held out", score.loss, calls.exact, calls.examples
-                        );
+                            "held out",
+                            score.loss,
+                            calls.exact,
+                            calls.examples
+                        )?;
                     }
                 }
             }
             Event::Failed { message } => self.bar.println(format!("  {:<9} {message}", "failed")),
         }
+        Ok(())
     }
 }

@@ -2,6 +2,23 @@
 //! commands. Every subcommand is a thin layer over `needle_engine`. It is a library too, so the desktop
 //! app can re-run its own binary as a `needle` worker process (`needle-studio worker finetune …`).
 
+/// `println!` that returns the error of a closed stdout (`needle … | head -1`, an app that went
+/// away) for the command to fail with, where `println!` would panic.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
+/// `eprintln!` for notes on the side: a closed stderr loses the note, never panics the command.
+macro_rules! noteln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 mod backend;
 mod bench;
 mod build;
@@ -74,7 +91,7 @@ pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) ->
         Err(error) => {
             // `{:#}` prints the whole cause chain on one line; the engine's messages already name the
             // file, the place and the fix, so a backtrace would only bury them.
-            eprintln!("error: {error:#}");
+            noteln!("error: {error:#}");
             ExitCode::FAILURE
         }
     }

@@ -70,7 +70,12 @@ impl Weights {
                 let loaded = Checkpoint::load(checkpoint)?;
                 let mut params = Params::from_checkpoint(&loaded, device).map_err(model(checkpoint))?;
                 if let Some(lora) = lora {
-                    params.merge_pickled_adapter(&load_adapter(lora)?).map_err(model(lora))?;
+                    let adapter = load_adapter(lora)?;
+                    params.merge_pickled_adapter(&adapter).map_err(|error| match error {
+                        // Already names the adapter file and the tensor.
+                        ModelError::AdapterFit(fit) => AdapterFileError::from(fit).into(),
+                        other => model(lora)(other),
+                    })?;
                 }
                 let network = Network::load(&loaded.config, &params).map_err(model(checkpoint))?;
                 Ok(Loaded { network, tokenizer: None })
@@ -266,6 +271,41 @@ mod tests {
         assert_eq!(parse_calls("<think></think>\n<tool_call>[{\"name\":"), None, "cut off");
         assert_eq!(parse_calls("<tool_call>{\"name\":\"a\"}</tool_call>"), None, "not a list");
         assert_eq!(parse_calls("no block at all"), None);
+    }
+
+    #[test]
+    fn an_adapter_is_checked_against_the_checkpoint_before_anything_is_multiplied() {
+        use std::collections::HashMap;
+
+        use crate::lora::FitProblem;
+
+        let checkpoint = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/models/tiny_f32.pkl"));
+        let q_proj = "stack/layers/block/self_attn/q_proj/kernel";
+        let dir = tempfile::tempdir().unwrap();
+        // 800 KB whose product would be 40 GB, then a plain wrong shape ([3, 96, 96] needs B [3, 4, 96]).
+        for (rank, a, b, wrong) in
+            [(1, vec![100_000, 1], vec![1, 100_000], "A"), (4, vec![3, 96, 4], vec![3, 4, 64], "B")]
+        {
+            let lora = dir.path().join(format!("rank{rank}.safetensors"));
+            let zeros = |shape: &Vec<usize>| vec![0u8; 4 * shape.iter().product::<usize>()];
+            let buffers =
+                [(format!("{q_proj}/A"), a.clone(), zeros(&a)), (format!("{q_proj}/B"), b.clone(), zeros(&b))];
+            let metadata = HashMap::from(
+                [("scale", "2"), ("rank", &rank.to_string()), ("base", "models/tiny_f32.pkl")]
+                    .map(|(k, v)| (k.to_string(), v.to_string())),
+            );
+            let bytes = crate::lora::file::serialize_f32(&lora, &buffers, metadata).unwrap();
+            std::fs::write(&lora, bytes).unwrap();
+            let weights = Weights::Checkpoint { checkpoint: checkpoint.into(), lora: Some(lora.clone()) };
+            match weights.load(&Device::Cpu) {
+                Err(WeightsLoadError::Adapter(AdapterFileError::Fit(fit))) => {
+                    assert_eq!((&fit.adapter, &fit.tensor), (&lora, &format!("{q_proj}/{wrong}")));
+                    assert!(matches!(fit.problem, FitProblem::Shape { .. }), "{fit}");
+                }
+                Err(other) => panic!("expected a fit error, got {other}"),
+                Ok(_) => panic!("rank {rank}: a misfit adapter was merged"),
+            }
+        }
     }
 
     #[test]

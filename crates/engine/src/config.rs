@@ -2,8 +2,39 @@
 //!
 //! A checkpoint's `config` dict may leave keys out; every default lives in [`ModelConfig::default`]
 //! and nowhere else. Unknown keys are ignored, as the reference ignores them.
+//!
+//! A config comes from a file, so [`ModelConfig::validate`] bounds every count the engine sizes
+//! something from before anything is sized from it, and the sizes derived from several fields
+//! ([`ModelConfig::head_dim`], [`ModelConfig::engram_dims`]) are computed with checked arithmetic.
+
+use std::ops::RangeInclusive;
 
 use serde::{Deserialize, Serialize};
+
+/// Target width of one engram table entry when `engram_heads` is 0 (the reference's `ENGRAM_SUB_DIM`).
+const ENGRAM_SUB_DIM: usize = 128;
+
+// The largest value each count may take: generous bounds on what a real model could have (Needle 2 has
+// a vocabulary of 8192, d_model 768, 12 heads, 27 layers, 4 lanes, 8192 engram slots), low enough that
+// every product of a few of them fits in 64 bits and no config alone can ask for an absurd allocation.
+const MAX_VOCAB: usize = 1 << 24;
+const MAX_WIDTH: usize = 1 << 16;
+const MAX_HEADS: usize = 1 << 10;
+const MAX_LAYERS: usize = 1 << 10;
+const MAX_POSITIONS: usize = 1 << 24;
+const MAX_LANES: usize = 64;
+const MAX_ORDERS: usize = 16;
+const MAX_ORDER: usize = 64;
+const MAX_SLOTS: usize = 1 << 24;
+
+/// A config value a Needle model cannot have: the field and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{field}` {problem}")]
+pub struct ConfigError {
+    pub field: &'static str,
+    /// What the value is and what was expected, e.g. "is 0; it must be in 1..=64".
+    pub problem: String,
+}
 
 /// Geometry and numerics of a Needle 2 network (the reference's `TransformerConfig`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,24 +112,107 @@ impl ModelConfig {
 
     /// Applies the reference constructor's normalisation: `attn_dim` 0 means `d_model`.
     pub fn resolved(mut self) -> Self {
-        if self.attn_dim == 0 {
-            self.attn_dim = self.d_model;
-        }
+        self.attn_dim = self.resolved_attn_dim();
         self
     }
 
-    /// Per-head width of queries, keys and values.
+    /// Per-head width of queries, keys and values; 0 when `num_heads` is 0, which [`Self::validate`]
+    /// refuses (a width of 0 fails every consumer's own check instead of dividing by zero).
     pub fn head_dim(&self) -> usize {
-        self.resolved_attn_dim() / self.num_heads
+        self.resolved_attn_dim().checked_div(self.num_heads).unwrap_or(0)
     }
 
-    fn resolved_attn_dim(&self) -> usize {
+    /// Checks every count against the range a real model could have, so that nothing sized from the
+    /// config can overflow or ask for an absurd allocation. Relations between fields (heads dividing
+    /// the width, engram sites within the layers) are checked by the model and the export, which
+    /// know which of them they need.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let counts: [(&'static str, usize, RangeInclusive<usize>); 12] = [
+            ("vocab_size", self.vocab_size, 1..=MAX_VOCAB),
+            ("d_model", self.d_model, 1..=MAX_WIDTH),
+            ("attn_dim", self.attn_dim, 0..=MAX_WIDTH),
+            ("num_heads", self.num_heads, 1..=MAX_HEADS),
+            ("num_kv_heads", self.num_kv_heads, 1..=MAX_HEADS),
+            ("num_layers", self.num_layers, 1..=MAX_LAYERS),
+            ("max_seq_len", self.max_seq_len, 1..=MAX_POSITIONS),
+            ("contrastive_dim", self.contrastive_dim, 1..=MAX_WIDTH),
+            ("engram_heads", self.engram_heads, 0..=MAX_HEADS),
+            ("engram_slots", self.engram_slots, 1..=MAX_SLOTS),
+            ("mhc_lanes", self.mhc_lanes, 1..=MAX_LANES),
+            ("kv_window", self.kv_window, 0..=MAX_POSITIONS),
+        ];
+        for (field, value, range) in counts {
+            if !range.contains(&value) {
+                let problem = format!("is {value}; it must be in {}..={}", range.start(), range.end());
+                return Err(ConfigError { field, problem });
+            }
+        }
+        let lists: [(&'static str, &[usize], usize, RangeInclusive<usize>); 2] = [
+            ("engram_orders", &self.engram_orders, MAX_ORDERS, 1..=MAX_ORDER),
+            ("engram_layers", &self.engram_layers, MAX_LAYERS, 0..=MAX_LAYERS - 1),
+        ];
+        for (field, list, most, range) in lists {
+            if list.len() > most {
+                let problem = format!("lists {} entries; it may list at most {most}", list.len());
+                return Err(ConfigError { field, problem });
+            }
+            if let Some((index, value)) = list.iter().enumerate().find(|(_, v)| !range.contains(v)) {
+                let problem =
+                    format!("has {value} at index {index}; each entry must be in {}..={}", range.start(), range.end());
+                return Err(ConfigError { field, problem });
+            }
+        }
+        Ok(())
+    }
+
+    /// The engram tables' layout, as the reference's `engram_geometry` derives it: `engram_heads` hash
+    /// heads per n-gram order (0 means as many 128-wide heads as fit `d_model`), and
+    /// the width left to one table entry. Errors instead of dividing by zero or wrapping.
+    pub fn engram_dims(&self) -> Result<EngramDims, ConfigError> {
+        let orders = self.engram_orders.len();
+        if orders == 0 {
+            return Err(ConfigError {
+                field: "engram_orders",
+                problem: "is empty; engram memory needs at least one n-gram order".into(),
+            });
+        }
+        let heads = match self.engram_heads {
+            0 => orders.checked_mul(ENGRAM_SUB_DIM).and_then(|w| self.d_model.checked_div(w)).unwrap_or(0).max(1),
+            heads => heads,
+        };
+        let tables = orders.checked_mul(heads);
+        let sub_dim = tables.and_then(|t| self.d_model.checked_div(t)).filter(|&w| w > 0);
+        match (tables, sub_dim) {
+            (Some(tables), Some(sub_dim)) => Ok(EngramDims { heads, tables, sub_dim }),
+            _ => Err(ConfigError {
+                field: "engram_heads",
+                problem: format!(
+                    "is {}: {heads} heads × {orders} orders leave no width of d_model {} to a table entry",
+                    self.engram_heads, self.d_model
+                ),
+            }),
+        }
+    }
+
+    /// The width of the attention projections: `attn_dim`, where 0 means `d_model`.
+    pub fn resolved_attn_dim(&self) -> usize {
         if self.attn_dim == 0 {
             self.d_model
         } else {
             self.attn_dim
         }
     }
+}
+
+/// How the engram tables are cut (see [`ModelConfig::engram_dims`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngramDims {
+    /// Hash heads per n-gram order.
+    pub heads: usize,
+    /// Tables per engram site: one per (order, head).
+    pub tables: usize,
+    /// Width of one table entry.
+    pub sub_dim: usize,
 }
 
 #[cfg(test)]
@@ -114,5 +228,52 @@ mod tests {
         assert_eq!(cfg.num_heads, 8);
         assert_eq!(cfg.engram_layers, vec![2, 15]);
         assert_eq!(cfg.rope_theta, 100000.0);
+    }
+
+    #[test]
+    fn the_released_geometry_and_the_defaults_are_valid() {
+        ModelConfig::needle2().validate().unwrap();
+        ModelConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn a_huge_lane_count_is_refused_by_name() {
+        let cfg = ModelConfig { mhc_lanes: 1 << 40, ..ModelConfig::default() };
+        let err = cfg.validate().unwrap_err();
+        assert_eq!(err.to_string(), "`mhc_lanes` is 1099511627776; it must be in 1..=64");
+    }
+
+    #[test]
+    fn zero_counts_and_bad_list_entries_are_refused() {
+        for (cfg, field) in [
+            (ModelConfig { num_heads: 0, ..ModelConfig::default() }, "num_heads"),
+            (ModelConfig { num_layers: 0, ..ModelConfig::default() }, "num_layers"),
+            (ModelConfig { vocab_size: usize::MAX, ..ModelConfig::default() }, "vocab_size"),
+            (ModelConfig { engram_orders: vec![2, 0], ..ModelConfig::default() }, "engram_orders"),
+            (ModelConfig { engram_layers: vec![1 << 20], ..ModelConfig::default() }, "engram_layers"),
+        ] {
+            assert_eq!(cfg.validate().unwrap_err().field, field);
+        }
+        assert_eq!(ModelConfig { num_heads: 0, ..ModelConfig::default() }.head_dim(), 0);
+    }
+
+    #[test]
+    fn engram_heads_that_would_wrap_are_an_error_not_a_division_by_zero() {
+        // 4 orders × 2^62 heads is 2^64, which wraps to 0 in unchecked arithmetic.
+        let cfg = ModelConfig { engram_orders: vec![2, 3, 4, 5], engram_heads: 1 << 62, ..ModelConfig::default() };
+        let err = cfg.engram_dims().unwrap_err();
+        assert_eq!(err.field, "engram_heads");
+        assert!(err.problem.contains("4611686018427387904 heads × 4 orders"), "{err}");
+        assert_eq!(cfg.validate().unwrap_err().field, "engram_heads");
+        let too_many = ModelConfig { engram_heads: 300, ..ModelConfig::default() };
+        assert!(too_many.engram_dims().unwrap_err().problem.contains("leave no width of d_model 512"));
+    }
+
+    #[test]
+    fn automatic_engram_heads_follow_the_reference() {
+        let dims = ModelConfig::needle2().engram_dims().unwrap();
+        assert_eq!(dims, EngramDims { heads: 3, tables: 6, sub_dim: 128 });
+        let narrow = ModelConfig { d_model: 64, ..ModelConfig::default() }.engram_dims().unwrap();
+        assert_eq!(narrow, EngramDims { heads: 1, tables: 2, sub_dim: 32 });
     }
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::writer::check_params;
 use super::{build_cact, merge_lora, write_cact, Bits, BitsChoice, BitsMapError, BuildError, MergeError, WriteError};
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::lora::{load_adapter, AdapterFileError};
@@ -73,6 +74,9 @@ pub fn export(options: &ExportOptions, emit: impl FnMut(ExportEvent)) -> Result<
     let mut progress = Progress { emit, index: 0, of: if options.lora.is_some() { 5 } else { 4 } };
     progress.stage("Loading the checkpoint");
     let mut ckpt = Checkpoint::load(&options.checkpoint)?;
+    // The merge and the quantizer slice and loop over the params' dimensions: those must be the
+    // config's before either runs.
+    check_params(&ckpt)?;
     if let Some(lora) = &options.lora {
         progress.stage("Merging the adapter");
         let adapter = load_adapter(lora)?;
@@ -143,5 +147,31 @@ mod tests {
         assert_eq!(std::fs::metadata(path).unwrap().len(), *bytes);
         assert_eq!(scheme, "W4A8");
         assert_eq!(crate::cact::CactFile::open(path).unwrap().records.len(), *tensors);
+    }
+
+    #[test]
+    fn params_that_disagree_with_the_config_stop_the_export_before_the_merge() {
+        // `make_hostile.py`'s checkpoint whose embedding is half as wide as its config's d_model.
+        let dir = tempfile::tempdir().unwrap();
+        let checkpoint = PathBuf::from(FIXTURES).join("hostile/build-shape-mismatch.pkl");
+        let options = ExportOptions {
+            checkpoint: checkpoint.clone(),
+            lora: Some(PathBuf::from(FIXTURES).join("golden/tiny_f16/adapter.pkl")),
+            tokenizer: PathBuf::from(FIXTURES).join("models/tokenizer.model"),
+            bits: Some(Bits::Four),
+            out: dir.path().join("never.cact"),
+        };
+        let mut events = Vec::new();
+        let err = export(&options, |event| events.push(event)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{}: parameter `embedding/embedding` has shape [512, 32] but the export needs [512, 64]; the params \
+                 do not match the config",
+                checkpoint.display()
+            )
+        );
+        assert_eq!(events.len(), 1, "only the loading stage started: {events:?}");
+        assert!(!options.out.exists());
     }
 }

@@ -1,12 +1,12 @@
 //! The architecture numbers a `.cact` header carries, derived from a [`ModelConfig`] exactly as the
-//! reference's `_geometry`, `_pack_cact` and `effective_kv_window` derive them.
+//! reference's `_geometry`, `_pack_cact` and `effective_kv_window` derive them, and the shape of every
+//! parameter the export reads: the header is written from the config and the tensors from the params,
+//! so the export checks the params against these shapes before it reads them.
 
 use thiserror::Error;
 
-use crate::config::ModelConfig;
+use crate::config::{ConfigError, ModelConfig};
 
-/// Width of one engram sub-table when the config leaves `engram_heads` at 0.
-const ENGRAM_SUB_DIM: usize = 128;
 /// Causal-conv taps of every engram site (fixed by the architecture).
 pub const ENGRAM_CONV_TAPS: usize = 4;
 /// The header has room for this many engram orders and this many engram sites.
@@ -20,8 +20,12 @@ const KV_WINDOW_MIN: usize = 160;
 /// A config the `.cact` format cannot describe.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum GeometryError {
+    #[error("config field {0}")]
+    Config(#[from] ConfigError),
     #[error("config field `{field}` is 0; a Needle 2 model needs at least one (check the checkpoint's config)")]
     Zero { field: &'static str },
+    #[error("config gives `{what}` a size beyond 64 bits (check the checkpoint's config)")]
+    Overflow { what: &'static str },
     #[error("config field `{field}` lists {count} entries but the .cact header holds at most {MAX_HEADER_LIST}")]
     TooMany { field: &'static str, count: usize },
     #[error("config field `{field}` = {value} does not fit the header's u32")]
@@ -37,6 +41,8 @@ pub struct Geometry {
     pub orders: Vec<usize>,
     /// Engram heads per order.
     pub engram_heads: usize,
+    /// Engram hash tables per site: one per (order, head).
+    pub engram_tables: usize,
     pub engram_sub_dim: usize,
     pub sites: Vec<usize>,
     /// Next power of two ≥ d_model: the Hadamard MLP's width.
@@ -45,15 +51,7 @@ pub struct Geometry {
 
 impl Geometry {
     pub fn of(config: &ModelConfig) -> Result<Self, GeometryError> {
-        for (field, value) in [
-            ("num_heads", config.num_heads),
-            ("d_model", config.d_model),
-            ("engram_orders", config.engram_orders.len()),
-        ] {
-            if value == 0 {
-                return Err(GeometryError::Zero { field });
-            }
-        }
+        config.validate()?;
         for (field, count) in
             [("engram_orders", config.engram_orders.len()), ("engram_layers", config.engram_layers.len())]
         {
@@ -64,44 +62,90 @@ impl Geometry {
         if let Some(&site) = config.engram_layers.iter().find(|&&s| s >= config.num_layers) {
             return Err(GeometryError::SiteOutOfRange { site, num_layers: config.num_layers });
         }
-        let attn_dim = if config.attn_dim == 0 { config.d_model } else { config.attn_dim };
-        let n_orders = config.engram_orders.len();
-        let engram_heads = if config.engram_heads == 0 {
-            (config.d_model / (n_orders * ENGRAM_SUB_DIM)).max(1)
-        } else {
-            config.engram_heads
-        };
-        let engram_sub_dim = config.d_model / (n_orders * engram_heads);
-        if engram_sub_dim == 0 {
-            return Err(GeometryError::Zero { field: "d_model / (engram orders × engram_heads)" });
+        let engram = config.engram_dims()?;
+        let head_dim = config.head_dim();
+        if head_dim == 0 {
+            return Err(GeometryError::Zero { field: "head_dim (attn_dim / num_heads)" });
         }
         Ok(Self {
-            head_dim: attn_dim / config.num_heads,
+            head_dim,
             orders: config.engram_orders.clone(),
-            engram_heads,
-            engram_sub_dim,
+            engram_heads: engram.heads,
+            engram_tables: engram.tables,
+            engram_sub_dim: engram.sub_dim,
             sites: config.engram_layers.clone(),
-            hada_n: config.d_model.next_power_of_two(),
+            hada_n: config.d_model.checked_next_power_of_two().ok_or(GeometryError::Overflow { what: "hada_n" })?,
         })
     }
+}
 
-    /// Engram hash tables per site: one per (order, head).
-    pub fn num_engram_tables(&self) -> usize {
-        self.orders.len() * self.engram_heads
+/// Every parameter the export reads, with the shape `config` gives it (the probe heads excluded: they
+/// are optional, and the format fixes only how their parts relate).
+pub fn export_param_shapes(config: &ModelConfig) -> Result<Vec<(String, Vec<usize>)>, GeometryError> {
+    let geo = Geometry::of(config)?;
+    let (d, l, lanes) = (config.d_model, config.num_layers, config.mhc_lanes);
+    let attn = config.resolved_attn_dim();
+    let kv = product("num_kv_heads × head_dim", &[config.num_kv_heads, geo.head_dim])?;
+    let lanes_d = product("mhc_lanes × d_model", &[lanes, d])?;
+    let lanes_sq = product("mhc_lanes²", &[lanes, lanes])?;
+    let engram_width = product("engram tables × sub_dim", &[geo.engram_tables, geo.engram_sub_dim])?;
+    let block = |p: &str| format!("stack/layers/block/{p}");
+    let mut shapes = vec![
+        ("embedding/embedding".to_string(), vec![config.vocab_size, d]),
+        (block("ZCRMSNorm_0/scale"), vec![l, d]),
+        (block("self_attn/q_proj/kernel"), vec![l, d, attn]),
+        (block("self_attn/k_proj/kernel"), vec![l, d, kv]),
+        (block("self_attn/v_proj/kernel"), vec![l, d, kv]),
+        (block("self_attn/q_norm/scale"), vec![l, geo.head_dim]),
+        (block("self_attn/k_norm/scale"), vec![l, geo.head_dim]),
+        (block("self_attn/gate_proj/kernel"), vec![l, d, attn]),
+        (block("self_attn/out_proj/kernel"), vec![l, attn, d]),
+        (block("post_attn_norm/scale"), vec![l, d]),
+        (block("attn_gate"), vec![l]),
+        (block("pre_hada_norm/scale"), vec![l, d]),
+        (block("hadamard_mlp/d1"), vec![l, geo.hada_n]),
+        (block("hadamard_mlp/d2"), vec![l, geo.hada_n]),
+        (block("hadamard_mlp/d3"), vec![l, geo.hada_n]),
+        ("stack/mhc_a_pre".into(), vec![l]),
+        ("stack/mhc_a_post".into(), vec![l]),
+        ("stack/mhc_a_res".into(), vec![l]),
+        ("stack/mhc_b_pre".into(), vec![l, lanes]),
+        ("stack/mhc_b_post".into(), vec![l, lanes]),
+        ("stack/mhc_b_res".into(), vec![l, lanes, lanes]),
+        ("stack/mhc_phi_pre".into(), vec![l, lanes_d, lanes]),
+        ("stack/mhc_phi_post".into(), vec![l, lanes_d, lanes]),
+        ("stack/mhc_phi_res".into(), vec![l, lanes_d, lanes_sq]),
+        ("stack/final_norm/scale".into(), vec![d]),
+    ];
+    for site in 0..geo.sites.len() {
+        let e = |p: &str| format!("engrams_{site}/{p}");
+        shapes.push((e("embedding"), vec![geo.engram_tables, config.engram_slots, geo.engram_sub_dim]));
+        // The projections read the concatenated table entries, which may be narrower than d_model.
+        shapes.push((e("key_proj/kernel"), vec![engram_width, d]));
+        shapes.push((e("value_proj/kernel"), vec![engram_width, d]));
+        shapes.push((e("taps"), vec![ENGRAM_CONV_TAPS, d]));
     }
+    Ok(shapes)
+}
+
+/// The product of `dims`, or an error naming `what` when it does not fit 64 bits.
+fn product(what: &'static str, dims: &[usize]) -> Result<usize, GeometryError> {
+    dims.iter().try_fold(1usize, |acc, &dim| acc.checked_mul(dim)).ok_or(GeometryError::Overflow { what })
 }
 
 /// The reference's `kv_budget_window`: the widest multiple of 32 positions whose KV cache (every
 /// layer's keys and values plus each engram site's row, int8 with a scale per 32) fits the budget.
 pub fn kv_budget_window(config: &ModelConfig) -> Result<usize, GeometryError> {
-    if config.num_heads == 0 {
-        return Err(GeometryError::Zero { field: "num_heads" });
-    }
-    let attn_dim = if config.attn_dim == 0 { config.d_model } else { config.attn_dim };
-    let kv = config.num_kv_heads * (attn_dim / config.num_heads);
+    config.validate()?;
+    let kv = product("num_kv_heads × head_dim", &[config.num_kv_heads, config.head_dim()])?;
     let d = config.d_model;
-    let per_pos =
-        config.num_layers * (2 * kv + 2 * (kv / KV_GROUP) * 4) + config.engram_layers.len() * (d + (d / KV_GROUP) * 4);
+    let per_layer = kv.checked_add(kv / KV_GROUP * 4).and_then(|n| n.checked_mul(2));
+    let per_site = d.checked_add(d / KV_GROUP * 4);
+    let per_pos = per_layer
+        .and_then(|n| n.checked_mul(config.num_layers))
+        .zip(per_site.and_then(|n| n.checked_mul(config.engram_layers.len())))
+        .and_then(|(layers, sites)| layers.checked_add(sites))
+        .ok_or(GeometryError::Overflow { what: "KV bytes per position" })?;
     let window = KV_BUDGET_BYTES
         .checked_div(per_pos)
         .ok_or(GeometryError::Zero { field: "num_layers × num_kv_heads (KV bytes per position)" })?
@@ -135,10 +179,18 @@ mod tests {
     #[test]
     fn impossible_configs_are_errors_not_panics() {
         let zero_heads = ModelConfig { num_heads: 0, ..ModelConfig::default() };
-        assert_eq!(Geometry::of(&zero_heads), Err(GeometryError::Zero { field: "num_heads" }));
+        assert!(matches!(Geometry::of(&zero_heads), Err(GeometryError::Config(e)) if e.field == "num_heads"));
         assert!(kv_budget_window(&zero_heads).is_err());
         let no_kv = ModelConfig { num_layers: 0, engram_layers: vec![], ..ModelConfig::default() };
         assert!(kv_budget_window(&no_kv).is_err());
+        let narrow_heads = ModelConfig { attn_dim: 4, num_heads: 8, ..ModelConfig::needle2() };
+        assert!(matches!(Geometry::of(&narrow_heads), Err(GeometryError::Zero { .. })));
+        let lanes = ModelConfig { mhc_lanes: 1 << 40, ..ModelConfig::default() };
+        assert!(matches!(export_param_shapes(&lanes), Err(GeometryError::Config(e)) if e.field == "mhc_lanes"));
+        // 4 orders × 2^62 heads wraps to 0 tables in unchecked arithmetic; the range check stops it first.
+        let wrap = ModelConfig { engram_orders: vec![2, 3, 4, 5], engram_heads: 1 << 62, ..ModelConfig::default() };
+        let err = Geometry::of(&wrap).unwrap_err();
+        assert!(err.to_string().contains("`engram_heads` is 4611686018427387904"), "{err}");
         let bad_site = ModelConfig { num_layers: 2, engram_layers: vec![5], ..ModelConfig::default() };
         assert!(matches!(Geometry::of(&bad_site), Err(GeometryError::SiteOutOfRange { site: 5, .. })));
     }

@@ -8,47 +8,25 @@ use half::f16;
 use thiserror::Error;
 
 use crate::checkpoint::{Checkpoint, DType, NdArray, PickledAdapter};
+use crate::lora::{check_fit, FactorDims, FitError};
 
-/// An adapter that does not fit the checkpoint; names the adapter file and the weight.
-#[derive(Debug, Error, PartialEq, Eq)]
-#[error("{}: {problem}", adapter.display())]
-pub struct MergeError {
-    pub adapter: PathBuf,
-    pub problem: MergeProblem,
-}
-
-#[derive(Debug, Error, PartialEq, Eq)]
-pub enum MergeProblem {
-    #[error("targets `{path}`, which {} does not have; was the adapter trained on a different base?", checkpoint.display())]
-    MissingTarget { path: String, checkpoint: PathBuf },
-    #[error("`{path}`: weight {weight:?}, A {a:?}, B {b:?} do not compose as W[.., in, out] + A[.., in, r] @ B[.., r, out]; was the adapter trained on a different base?")]
-    ShapeMismatch { path: String, weight: Vec<usize>, a: Vec<usize>, b: Vec<usize> },
-    #[error("`{path}`: {which} is {dtype:?}; merging needs float16 or float32 arrays")]
-    UnsupportedDtype { path: String, which: &'static str, dtype: DType },
-}
-
-/// Leading (batch) dims, `in`, `r`, `out` of a weight/A/B triple, when they compose.
-fn merge_dims(w: &[usize], a: &[usize], b: &[usize]) -> Option<(usize, usize, usize, usize)> {
-    let n = w.len();
-    if n < 2 || a.len() != n || b.len() != n || w[..n - 2] != a[..n - 2] || w[..n - 2] != b[..n - 2] {
-        return None;
-    }
-    let (d_in, d_out, rank) = (w[n - 2], w[n - 1], a[n - 1]);
-    (a[n - 2] == d_in && b[n - 2] == rank && b[n - 1] == d_out)
-        .then(|| (w[..n - 2].iter().product(), d_in, rank, d_out))
+/// An adapter that cannot be merged into the checkpoint; names the adapter file and the weight.
+#[derive(Debug, Error, PartialEq)]
+pub enum MergeError {
+    #[error(transparent)]
+    Fit(#[from] Box<FitError>),
+    #[error("adapter {}: `{path}`: {which} is {dtype:?}; merging needs float16 or float32 arrays", adapter.display())]
+    UnsupportedDtype { adapter: PathBuf, path: String, which: &'static str, dtype: DType },
 }
 
 /// `scale * A @ B` per leading index, in float32 (the scale is rounded to f32 first, as jnp does for
 /// a Python float times an f32 array).
-fn scaled_delta(
-    a: &[f32],
-    b: &[f32],
-    (batch, d_in, rank, d_out): (usize, usize, usize, usize),
-    scale: f64,
-) -> Vec<f32> {
+fn scaled_delta(a: &[f32], b: &[f32], dims: FactorDims, scale: f64) -> Vec<f32> {
+    let FactorDims { layers, d_in, rank, d_out } = dims;
     let scale = scale as f32;
-    let mut delta = vec![0.0f32; batch * d_in * d_out];
-    for n in 0..batch {
+    // The weight's own size: `check_fit` tied every dimension to it before this is allocated.
+    let mut delta = vec![0.0f32; layers * d_in * d_out];
+    for n in 0..layers {
         let a_n = &a[n * d_in * rank..(n + 1) * d_in * rank];
         let b_n = &b[n * rank * d_out..(n + 1) * rank * d_out];
         let out = &mut delta[n * d_in * d_out..(n + 1) * d_in * d_out];
@@ -60,13 +38,6 @@ fn scaled_delta(
         }
     }
     delta
-}
-
-fn check_float(path: &str, which: &'static str, arr: &NdArray) -> Result<(), MergeProblem> {
-    match arr.dtype {
-        DType::F16 | DType::F32 => Ok(()),
-        dtype => Err(MergeProblem::UnsupportedDtype { path: path.into(), which, dtype }),
-    }
 }
 
 /// `W + delta` in W's dtype, returned as W's little-endian bytes.
@@ -82,28 +53,19 @@ fn add_in_dtype(weight: &NdArray, delta: &[f32]) -> Vec<u8> {
     }
 }
 
-/// Adds every adapter pair into the checkpoint's weights in place.
+/// Adds every adapter pair into the checkpoint's weights in place, after checking that every pair
+/// fits its weight (so no product is sized by the adapter alone).
 pub fn merge_lora(ckpt: &mut Checkpoint, adapter: &PickledAdapter) -> Result<(), MergeError> {
-    merge_factors(ckpt, adapter).map_err(|problem| MergeError { adapter: adapter.source.clone(), problem })
-}
-
-fn merge_factors(ckpt: &mut Checkpoint, adapter: &PickledAdapter) -> Result<(), MergeProblem> {
-    for (path, factors) in &adapter.lora {
-        let (a, b) = (&factors.a, &factors.b);
-        let weight = ckpt
-            .params
-            .get_mut(path)
-            .ok_or_else(|| MergeProblem::MissingTarget { path: path.clone(), checkpoint: ckpt.source.clone() })?;
-        check_float(path, "the weight", weight)?;
-        check_float(path, "A", a)?;
-        check_float(path, "B", b)?;
-        let dims = merge_dims(&weight.shape, &a.shape, &b.shape).ok_or_else(|| MergeProblem::ShapeMismatch {
-            path: path.clone(),
-            weight: weight.shape.clone(),
-            a: a.shape.clone(),
-            b: b.shape.clone(),
-        })?;
-        let delta = scaled_delta(&a.to_f32(), &b.to_f32(), dims, adapter.scale);
+    let fits = check_fit(adapter, |path| ckpt.params.get(path).map(|w| w.shape.clone()))?;
+    for (path, weight) in ckpt.params.iter_mut() {
+        let (Some(factors), Some(&dims)) = (adapter.lora.get(path), fits.get(path.as_str())) else { continue };
+        for (which, array) in [("the weight", &*weight), ("A", &factors.a), ("B", &factors.b)] {
+            if !matches!(array.dtype, DType::F16 | DType::F32) {
+                let (adapter, path) = (adapter.source.clone(), path.clone());
+                return Err(MergeError::UnsupportedDtype { adapter, path, which, dtype: array.dtype });
+            }
+        }
+        let delta = scaled_delta(&factors.a.to_f32(), &factors.b.to_f32(), dims, adapter.scale);
         weight.data = add_in_dtype(weight, &delta);
     }
     Ok(())
@@ -114,6 +76,7 @@ mod tests {
     use super::*;
     use crate::checkpoint::LoraFactors;
     use crate::config::ModelConfig;
+    use crate::lora::FitProblem;
 
     fn array(dtype: DType, shape: &[usize], values: &[f32]) -> NdArray {
         let data = match dtype {
@@ -161,17 +124,42 @@ mod tests {
         assert_eq!(ckpt.params["w"].to_f32(), vec![5.0, 10.0, 150.0, 200.0]);
     }
 
+    fn fit_problem(err: MergeError) -> (String, FitProblem) {
+        match err {
+            MergeError::Fit(fit) => (fit.tensor, fit.problem),
+            other => panic!("expected a fit error, got {other}"),
+        }
+    }
+
     #[test]
     fn mismatched_or_missing_targets_are_reported() {
         let mut ckpt = checkpoint(array(DType::F32, &[2, 2], &[0.0; 4]));
         let a = array(DType::F32, &[3, 1], &[0.0; 3]);
         let b = array(DType::F32, &[1, 2], &[0.0; 2]);
-        let err = merge_lora(&mut ckpt, &adapter("w", a.clone(), b.clone(), 1.0)).unwrap_err();
-        assert!(matches!(err.problem, MergeProblem::ShapeMismatch { .. }));
+        let (tensor, problem) =
+            fit_problem(merge_lora(&mut ckpt, &adapter("w", a.clone(), b.clone(), 1.0)).unwrap_err());
+        assert!(tensor == "w/A" && matches!(problem, FitProblem::Shape { .. }), "{tensor}: {problem}");
         let err = merge_lora(&mut ckpt, &adapter("nope", a, b, 1.0)).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "adapter.pkl: targets `nope`, which base.pkl does not have; was the adapter trained on a different base?"
-        );
+        assert!(err.to_string().starts_with("adapter adapter.pkl: `nope` names a weight the base model does not have"));
+        assert_eq!(ckpt.params["w"].to_f32(), vec![0.0; 4], "nothing merged");
+    }
+
+    #[test]
+    fn a_huge_product_is_refused_before_it_is_allocated() {
+        // 800 KB of factors whose product would be 100000 × 100000 f32 (40 GB).
+        let mut ckpt = checkpoint(array(DType::F32, &[2, 2], &[0.0; 4]));
+        let a = array(DType::F32, &[100_000, 1], &vec![1.0; 100_000]);
+        let b = array(DType::F32, &[1, 100_000], &vec![1.0; 100_000]);
+        let (tensor, problem) = fit_problem(merge_lora(&mut ckpt, &adapter("w", a, b, 1.0)).unwrap_err());
+        assert_eq!(tensor, "w/A");
+        assert!(matches!(problem, FitProblem::Shape { expected, .. } if expected == [2, 1]));
+    }
+
+    #[test]
+    fn integer_factors_are_refused() {
+        let mut ckpt = checkpoint(array(DType::F32, &[1, 1], &[0.0]));
+        let a = NdArray { dtype: DType::I32, shape: vec![1, 1], data: vec![0; 4] };
+        let err = merge_lora(&mut ckpt, &adapter("w", a, array(DType::F32, &[1, 1], &[1.0]), 1.0)).unwrap_err();
+        assert!(matches!(err, MergeError::UnsupportedDtype { which: "A", dtype: DType::I32, .. }), "{err}");
     }
 }

@@ -116,9 +116,15 @@ pub fn packed_row_bytes(in_pad: usize, bits: Bits) -> usize {
 }
 
 /// Total blob size of a CQ `[out, in_dim]` matrix: packed indices, then one fp16 norm per group.
-pub fn cq_blob_len(out: usize, in_dim: usize, bits: Bits) -> usize {
+/// `None` when it does not fit a usize: the dimensions may come from a file.
+pub fn cq_blob_len(out: usize, in_dim: usize, bits: Bits) -> Option<usize> {
+    // Below this width the padded row times its at most 4 bits per index cannot wrap, so the row
+    // helpers are exact; only the row count multiplies freely.
+    if in_dim > usize::MAX / 8 {
+        return None;
+    }
     let in_pad = padded_width(in_dim);
-    out * packed_row_bytes(in_pad, bits) + out * (in_pad / GROUP) * 2
+    out.checked_mul(packed_row_bytes(in_pad, bits) + in_pad / GROUP * 2)
 }
 
 /// The normalised Walsh-Hadamard transform of one group, in place: `x @ H / sqrt(128)` with H the
@@ -251,7 +257,8 @@ pub fn cq_encode(weights: &[f32], in_dim: usize, bits: Bits) -> Vec<u8> {
     } else {
         weights.par_chunks(in_dim).map(|row| quantize_row(row, bits, &cb)).collect()
     };
-    let mut blob = Vec::with_capacity(cq_blob_len(rows.len(), in_dim, bits));
+    // Only a capacity hint: the rows exist, so their blob fits.
+    let mut blob = Vec::with_capacity(cq_blob_len(rows.len(), in_dim, bits).unwrap_or(0));
     rows.iter().for_each(|r| blob.extend_from_slice(&r.packed));
     rows.iter().flat_map(|r| &r.norms).for_each(|n| blob.extend_from_slice(&n.to_le_bytes()));
     blob
@@ -260,8 +267,9 @@ pub fn cq_encode(weights: &[f32], in_dim: usize, bits: Bits) -> Vec<u8> {
 /// A CQ blob that cannot be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CqBlobError {
-    #[error("blob is {found} bytes but a [{out}, {in_dim}] matrix at {bits} bits needs {expected}")]
-    Length { found: usize, expected: usize, out: usize, in_dim: usize, bits: Bits },
+    #[error("blob is {found} bytes but a [{out}, {in_dim}] matrix at {bits} bits needs {}",
+            expected.map_or_else(|| "more bytes than a usize counts".to_string(), |n| n.to_string()))]
+    Length { found: usize, expected: Option<usize>, out: usize, in_dim: usize, bits: Bits },
     #[error("ternary crumb at index position {position} is 2, which encodes no level (valid crumbs: 3, 0, 1)")]
     BadCrumb { position: usize },
 }
@@ -275,7 +283,7 @@ pub struct CqParts {
 /// Splits a CQ blob of an `[out, in_dim]` matrix into level indices and norms.
 pub fn cq_split(blob: &[u8], out: usize, in_dim: usize, bits: Bits) -> Result<CqParts, CqBlobError> {
     let expected = cq_blob_len(out, in_dim, bits);
-    if blob.len() != expected {
+    if expected != Some(blob.len()) {
         return Err(CqBlobError::Length { found: blob.len(), expected, out, in_dim, bits });
     }
     let in_pad = padded_width(in_dim);
@@ -410,12 +418,21 @@ mod tests {
         let w = gaussianish(out * in_dim);
         for (bits, limit) in [(Bits::Four, 0.013), (Bits::Three, 0.045), (Bits::Two, 0.15), (Bits::Ternary, 0.25)] {
             let blob = cq_encode(&w, in_dim, bits);
-            assert_eq!(blob.len(), cq_blob_len(out, in_dim, bits));
+            assert_eq!(Some(blob.len()), cq_blob_len(out, in_dim, bits));
             let back = cq_decode(&blob, out, in_dim, bits).unwrap();
             let err: f32 = w.iter().zip(&back).map(|(a, b)| (a - b).powi(2)).sum();
             let energy: f32 = w.iter().map(|a| a * a).sum();
             assert!(err / energy < limit, "{bits}: relative error {}", err / energy);
         }
+    }
+
+    #[test]
+    fn sizes_from_a_file_never_overflow() {
+        assert_eq!(cq_blob_len(usize::MAX, 128, Bits::Four), None);
+        assert_eq!(cq_blob_len(1, usize::MAX, Bits::Two), None);
+        assert_eq!(cq_blob_len(usize::MAX, 0, Bits::Three), Some(0), "no columns, no bytes");
+        let err = cq_split(&[0; 64], usize::MAX, usize::MAX, Bits::Four).err().expect("no such blob");
+        assert!(matches!(err, CqBlobError::Length { expected: None, .. }), "{err}");
     }
 
     #[test]

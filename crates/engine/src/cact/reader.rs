@@ -10,12 +10,11 @@ use thiserror::Error;
 
 use super::layout;
 use super::quant::{self, Bits, CqBlobError, GROUP};
-use super::{TensorKind, ALIGN, HEADER_LEN, MAX_NDIM, RECORD_LEN, TAG, TOKENIZER_HEADER_LEN};
+use super::{TensorKind, ALIGN, HEADER_LEN, MAX_NDIM, RECORD_LEN, TAG};
+use crate::tokenizer;
 
-/// Per piece: f32 score, u8 type, u16 surface length.
-const TOKENIZER_RECORD_LEN: usize = 7;
-/// Piece types are 0 NORMAL … 4 BYTE.
-const MAX_PIECE_TYPE: u8 = 4;
+/// Byte offset of the header's `num_tensors`.
+const NUM_TENSORS_AT: usize = 4;
 
 #[derive(Debug, Error)]
 pub enum ReadError {
@@ -40,6 +39,10 @@ pub enum FormatError {
     Record { index: usize, at: u64, problem: RecordProblem },
     #[error("the directory lists {found} tensors but the header geometry implies {expected}; the file is corrupt")]
     TensorCount { found: u64, expected: String },
+    #[error("the last blob ends at byte {end} but the file has {len} bytes: {} bytes belong to no tensor of the {count} the header's num_tensors lists; the count is wrong or bytes were appended, rebuild it with `needle build`", len.saturating_sub(*end))]
+    TrailingBytes { end: u64, len: u64, count: u32 },
+    #[error("header byte {NUM_TENSORS_AT}: num_tensors is {count}, whose directory would end at byte {needed}, past the end of the {len}-byte file; the count is corrupt or the file truncated, rebuild it with `needle build`")]
+    DirectoryPastEnd { count: u32, needed: u64, len: u64 },
 }
 
 /// A bad directory record.
@@ -51,9 +54,11 @@ pub enum RecordProblem {
     Ndim(u8),
     #[error("blob offset {0} is not {ALIGN}-byte aligned")]
     Misaligned(u64),
-    #[error("blob [{offset}, +{nbytes}) runs past the end of the file ({len} bytes)")]
+    #[error("blob [{offset}, +{nbytes}) runs past the end of the {len}-byte file: the file is truncated or the record corrupt")]
     PastEnd { offset: u64, nbytes: u64, len: u64 },
-    #[error("blob at {offset} starts before the end of the previous blob or the directory ({floor})")]
+    #[error("blob at {offset} starts inside the directory, which the header's num_tensors ({count}) says ends at byte {end}: the count (or this offset) is wrong")]
+    InsideDirectory { offset: u64, end: u64, count: u32 },
+    #[error("blob at {offset} starts before the end of the previous blob ({floor})")]
     Overlap { offset: u64, floor: u64 },
     #[error(
         "CQ record has group {group} and bits {bits}; the format uses group {GROUP} and bits 2, 3, 4 or 5 (ternary)"
@@ -61,8 +66,9 @@ pub enum RecordProblem {
     CqParams { group: u32, bits: u32 },
     #[error("CQ tensor has shape {0:?}; CQ tensors are 2-D [out, in]")]
     CqShape(Vec<u32>),
-    #[error("blob is {nbytes} bytes but a {kind} tensor of shape {shape:?} needs {expected}")]
-    Size { kind: &'static str, shape: Vec<u32>, nbytes: u64, expected: u64 },
+    #[error("blob is {nbytes} bytes but a {kind} tensor of shape {shape:?} needs {}",
+            expected.map_or_else(|| "more bytes than a file can hold".to_string(), |n| n.to_string()))]
+    Size { kind: &'static str, shape: Vec<u32>, nbytes: u64, expected: Option<u64> },
 }
 
 /// The geometry a `.cact` header carries.
@@ -114,8 +120,9 @@ impl Record {
         }
     }
 
-    fn elements(&self) -> u64 {
-        self.shape.iter().map(|&d| u64::from(d)).product()
+    /// The element count; `None` when it overflows a u64 (the record's size check refuses those).
+    fn elements(&self) -> Option<u64> {
+        self.shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(u64::from(d)))
     }
 }
 
@@ -140,11 +147,6 @@ impl<'a> Cursor<'a> {
             needed: at as u64 + len as u64,
             len: self.bytes.len() as u64,
         })
-    }
-
-    fn u32(&self, at: usize, what: &str) -> Result<u32, FormatError> {
-        let b = self.slice(at, 4, what)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 }
 
@@ -190,25 +192,35 @@ fn parse_header(c: &Cursor) -> Result<Header, FormatError> {
     })
 }
 
-/// Bytes a non-RAW tensor's blob must have.
-fn expected_blob_len(kind: TensorKind, shape: &[u32], elements: u64) -> Result<u64, RecordProblem> {
-    match kind {
-        TensorKind::Fp16 => Ok(elements.saturating_mul(2)),
-        TensorKind::Fp32 => Ok(elements.saturating_mul(4)),
+/// Bytes a non-RAW tensor's blob must have; `None` when that overflows (no file holds it).
+fn expected_blob_len(record: &Record) -> Result<Option<u64>, RecordProblem> {
+    let elements = record.elements();
+    match record.kind {
+        TensorKind::Fp16 => Ok(elements.and_then(|n| n.checked_mul(2))),
+        TensorKind::Fp32 => Ok(elements.and_then(|n| n.checked_mul(4))),
         TensorKind::Cq(bits) => {
-            let &[out, in_dim] = shape else {
-                return Err(RecordProblem::CqShape(shape.to_vec()));
+            let &[out, in_dim] = record.shape.as_slice() else {
+                return Err(RecordProblem::CqShape(record.shape.clone()));
             };
-            let in_pad = u64::from(in_dim).div_ceil(GROUP as u64) * GROUP as u64;
-            let row = in_pad * bits.packed_bits() as u64 / 8 + in_pad / GROUP as u64 * 2;
-            Ok(u64::from(out) * row)
+            Ok(quant::cq_blob_len(out as usize, in_dim as usize, bits).map(|n| n as u64))
         }
-        TensorKind::Raw => Ok(0),
+        TensorKind::Raw => Ok(None),
     }
 }
 
-/// One directory record; `floor` is where the previous blob (or the directory) ends.
-fn parse_record(rec: &[u8], file_len: u64, floor: u64) -> Result<Record, RecordProblem> {
+/// Where the previous blob ends, for the next record's overlap check.
+#[derive(Clone, Copy)]
+enum Floor {
+    /// No blob yet: the directory, as long as the header's `num_tensors` makes it, ends here.
+    Directory {
+        end: u64,
+        count: u32,
+    },
+    Blob(u64),
+}
+
+/// One directory record.
+fn parse_record(rec: &[u8], file_len: u64, floor: Floor) -> Result<Record, RecordProblem> {
     let u32_at = |i: usize| u32::from_le_bytes([rec[i], rec[i + 1], rec[i + 2], rec[i + 3]]);
     let u64_at = |i: usize| {
         u64::from_le_bytes([rec[i], rec[i + 1], rec[i + 2], rec[i + 3], rec[i + 4], rec[i + 5], rec[i + 6], rec[i + 7]])
@@ -233,20 +245,21 @@ fn parse_record(rec: &[u8], file_len: u64, floor: u64) -> Result<Record, RecordP
     if offset % ALIGN as u64 != 0 {
         return Err(RecordProblem::Misaligned(offset));
     }
-    if offset < floor {
-        return Err(RecordProblem::Overlap { offset, floor });
+    match floor {
+        Floor::Directory { end, count } if offset < end => {
+            return Err(RecordProblem::InsideDirectory { offset, end, count })
+        }
+        Floor::Blob(floor) if offset < floor => return Err(RecordProblem::Overlap { offset, floor }),
+        _ => {}
     }
     if offset.checked_add(nbytes).is_none_or(|end| end > file_len) {
         return Err(RecordProblem::PastEnd { offset, nbytes, len: file_len });
     }
     let record = Record { name: String::new(), kind, shape, offset, nbytes };
-    // Every dimension is a u32 and there are at most 4, but their product can overflow u64.
-    let elements = record.shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(u64::from(d)));
-    let expected = match elements {
-        Some(n) => expected_blob_len(kind, &record.shape, n)?,
-        None => u64::MAX,
-    };
-    if kind != TensorKind::Raw && expected != nbytes {
+    // Every dimension is a u32 and there are at most 4, but their product can overflow u64; the
+    // shape must account for the blob exactly, so no later read is sized by the shape alone.
+    let expected = expected_blob_len(&record)?;
+    if kind != TensorKind::Raw && expected != Some(nbytes) {
         return Err(RecordProblem::Size { kind: kind.label(), shape: record.shape.clone(), nbytes, expected });
     }
     Ok(record)
@@ -268,11 +281,15 @@ impl CactFile {
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
         let dir_start = HEADER_LEN + cb_len * 4;
-        let n = header.num_tensors as usize;
+        let count = header.num_tensors;
         // Checked against the file size before any allocation sized by the untrusted count.
-        let directory = c.slice(dir_start, n.saturating_mul(RECORD_LEN), "directory")?;
-        let mut records = Vec::with_capacity(n);
-        let mut floor = (dir_start + directory.len()) as u64;
+        let dir_end = u64::from(count) * RECORD_LEN as u64 + dir_start as u64;
+        let directory = usize::try_from(dir_end)
+            .ok()
+            .and_then(|end| bytes.get(dir_start..end))
+            .ok_or(FormatError::DirectoryPastEnd { count, needed: dir_end, len: bytes.len() as u64 })?;
+        let mut records = Vec::with_capacity(directory.len() / RECORD_LEN);
+        let mut floor = Floor::Directory { end: dir_end, count };
         for (index, rec) in directory.chunks_exact(RECORD_LEN).enumerate() {
             let at = dir_start + index * RECORD_LEN;
             let record = parse_record(rec, bytes.len() as u64, floor).map_err(|problem| FormatError::Record {
@@ -280,8 +297,13 @@ impl CactFile {
                 at: at as u64,
                 problem,
             })?;
-            floor = record.offset + record.nbytes;
+            floor = Floor::Blob(record.offset + record.nbytes);
             records.push(record);
+        }
+        // Writers end the file with the last blob; bytes beyond it mean the count left tensors out.
+        let (Floor::Directory { end, .. } | Floor::Blob(end)) = floor;
+        if end != bytes.len() as u64 {
+            return Err(FormatError::TrailingBytes { end, len: bytes.len() as u64, count });
         }
         let mut file = CactFile { header, codebook, records, bytes: Vec::new() };
         file.bytes = bytes;
@@ -330,8 +352,10 @@ impl CactFile {
                 return Err(count_error());
             }
             let heads = ((extra - 1) / 3) as usize;
-            let manifest =
-                self.records.get(core as usize).filter(|r| r.kind == TensorKind::Fp16 && r.elements() == heads as u64);
+            let manifest = self
+                .records
+                .get(core as usize)
+                .filter(|r| r.kind == TensorKind::Fp16 && r.elements() == Some(heads as u64));
             let codes: Vec<u16> = match manifest.and_then(|_| self.blob(core as usize)) {
                 Some(blob) => blob.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32() as u16).collect(),
                 None => return Err(count_error()),
@@ -396,36 +420,15 @@ impl CactFile {
                     }
                     report.max_abs = values.iter().fold(report.max_abs, |m, v| m.max(v.abs()));
                 }
-                None => report.tokenizer_pieces = Some(check_tokenizer_blob(blob).map_err(fail)?),
+                None => {
+                    let pieces = tokenizer::cact_blob_piece_count(blob).map_err(|e| fail(e.to_string()))?;
+                    report.tokenizer_pieces = Some(pieces)
+                }
             }
             report.tensors += 1;
         }
         Ok(report)
     }
-}
-
-/// Walks the RAW tokenizer blob record by record; returns the piece count.
-fn check_tokenizer_blob(blob: &[u8]) -> Result<u32, String> {
-    let c = Cursor { bytes: blob };
-    let err = |e: FormatError| format!("tokenizer blob: {e}");
-    c.slice(0, TOKENIZER_HEADER_LEN, "tokenizer header").map_err(err)?;
-    let n = c.u32(0, "tokenizer header").map_err(err)?;
-    let mut at = TOKENIZER_HEADER_LEN;
-    for piece in 0..n {
-        let rec = c.slice(at, TOKENIZER_RECORD_LEN, &format!("piece {piece} record")).map_err(err)?;
-        let (kind, len) = (rec[4], usize::from(u16::from_le_bytes([rec[5], rec[6]])));
-        if kind > MAX_PIECE_TYPE {
-            return Err(format!("tokenizer blob byte {}: piece {piece} has type {kind} (0..=4)", at + 4));
-        }
-        let surface = c.slice(at + TOKENIZER_RECORD_LEN, len, &format!("piece {piece} surface")).map_err(err)?;
-        std::str::from_utf8(surface)
-            .map_err(|e| format!("tokenizer blob byte {}: piece {piece} is not UTF-8 ({e})", at + 7))?;
-        at += TOKENIZER_RECORD_LEN + len;
-    }
-    if at != blob.len() {
-        return Err(format!("tokenizer blob has {} trailing bytes after its {n} pieces", blob.len() - at));
-    }
-    Ok(n)
 }
 
 /// What `verify` checked.
@@ -435,7 +438,7 @@ pub struct VerifyReport {
     pub cq_groups: usize,
     /// Largest |value| over every decoded tensor.
     pub max_abs: f32,
-    pub tokenizer_pieces: Option<u32>,
+    pub tokenizer_pieces: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -530,11 +533,46 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_huge_tensor_count_is_a_truncation_not_an_allocation() {
+    fn with_num_tensors(count: u32) -> Vec<u8> {
         let mut bytes = IMAGE.clone();
-        bytes[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(matches!(CactFile::parse(bytes), Err(FormatError::Truncated { .. })));
+        bytes[NUM_TENSORS_AT..NUM_TENSORS_AT + 4].copy_from_slice(&count.to_le_bytes());
+        bytes
+    }
+
+    #[test]
+    fn a_huge_tensor_count_is_refused_before_an_allocation() {
+        let err = CactFile::parse(with_num_tensors(u32::MAX)).unwrap_err();
+        let needed = u32::MAX as u64 * RECORD_LEN as u64 + record_at(0) as u64;
+        assert_eq!(err, FormatError::DirectoryPastEnd { count: u32::MAX, needed, len: IMAGE.len() as u64 });
+        assert!(err.to_string().contains("num_tensors is 4294967295"), "{err}");
+    }
+
+    #[test]
+    fn a_count_that_lies_within_the_file_is_caught_by_the_first_blob() {
+        let real = CactFile::parse(IMAGE.clone()).unwrap().records.len() as u32;
+        // More tensors than there are: the directory would swallow the first blobs.
+        let err = CactFile::parse(with_num_tensors(real + 20)).unwrap_err();
+        match &err {
+            FormatError::Record { index: 0, problem: RecordProblem::InsideDirectory { count, .. }, .. } => {
+                assert_eq!(*count, real + 20)
+            }
+            other => panic!("expected the first blob inside the directory, got {other}"),
+        }
+        assert!(err.to_string().contains("starts inside the directory"), "{err}");
+        // Fewer: the blobs left out are bytes no tensor accounts for.
+        for fewer in [0, 1, real - 1] {
+            let err = CactFile::parse(with_num_tensors(fewer)).unwrap_err();
+            assert!(matches!(err, FormatError::TrailingBytes { count, .. } if count == fewer), "{err}");
+        }
+    }
+
+    #[test]
+    fn every_truncation_is_an_error_naming_the_file_length() {
+        for len in (0..IMAGE.len()).step_by(97) {
+            let err = CactFile::parse(IMAGE[..len].to_vec()).expect_err("a cut image");
+            let text = err.to_string();
+            assert!(text.contains(&format!("{len} bytes")) || text.contains(&format!("{len}-byte")), "{len}: {text}");
+        }
     }
 
     #[test]

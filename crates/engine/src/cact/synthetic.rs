@@ -7,53 +7,9 @@ use half::f16;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::geometry::{Geometry, GeometryError, ENGRAM_CONV_TAPS};
+use super::geometry::{export_param_shapes, GeometryError};
 use crate::checkpoint::{Checkpoint, DType, NdArray};
 use crate::config::ModelConfig;
-
-/// Every parameter the export reads, with its shape for `config` (heads excluded: they are optional).
-pub fn export_param_shapes(config: &ModelConfig) -> Result<Vec<(String, Vec<usize>)>, GeometryError> {
-    let geo = Geometry::of(config)?;
-    let (d, l, lanes) = (config.d_model, config.num_layers, config.mhc_lanes);
-    let attn = if config.attn_dim == 0 { d } else { config.attn_dim };
-    let kv = config.num_kv_heads * geo.head_dim;
-    let block = |p: &str| format!("stack/layers/block/{p}");
-    let mut shapes = vec![
-        ("embedding/embedding".to_string(), vec![config.vocab_size, d]),
-        (block("ZCRMSNorm_0/scale"), vec![l, d]),
-        (block("self_attn/q_proj/kernel"), vec![l, d, attn]),
-        (block("self_attn/k_proj/kernel"), vec![l, d, kv]),
-        (block("self_attn/v_proj/kernel"), vec![l, d, kv]),
-        (block("self_attn/q_norm/scale"), vec![l, geo.head_dim]),
-        (block("self_attn/k_norm/scale"), vec![l, geo.head_dim]),
-        (block("self_attn/gate_proj/kernel"), vec![l, d, attn]),
-        (block("self_attn/out_proj/kernel"), vec![l, attn, d]),
-        (block("post_attn_norm/scale"), vec![l, d]),
-        (block("attn_gate"), vec![l]),
-        (block("pre_hada_norm/scale"), vec![l, d]),
-        (block("hadamard_mlp/d1"), vec![l, geo.hada_n]),
-        (block("hadamard_mlp/d2"), vec![l, geo.hada_n]),
-        (block("hadamard_mlp/d3"), vec![l, geo.hada_n]),
-        ("stack/mhc_a_pre".into(), vec![l]),
-        ("stack/mhc_a_post".into(), vec![l]),
-        ("stack/mhc_a_res".into(), vec![l]),
-        ("stack/mhc_b_pre".into(), vec![l, lanes]),
-        ("stack/mhc_b_post".into(), vec![l, lanes]),
-        ("stack/mhc_b_res".into(), vec![l, lanes, lanes]),
-        ("stack/mhc_phi_pre".into(), vec![l, lanes * d, lanes]),
-        ("stack/mhc_phi_post".into(), vec![l, lanes * d, lanes]),
-        ("stack/mhc_phi_res".into(), vec![l, lanes * d, lanes * lanes]),
-        ("stack/final_norm/scale".into(), vec![d]),
-    ];
-    for site in 0..geo.sites.len() {
-        let e = |p: &str| format!("engrams_{site}/{p}");
-        shapes.push((e("embedding"), vec![geo.num_engram_tables(), config.engram_slots, geo.engram_sub_dim]));
-        shapes.push((e("key_proj/kernel"), vec![d, d]));
-        shapes.push((e("value_proj/kernel"), vec![d, d]));
-        shapes.push((e("taps"), vec![ENGRAM_CONV_TAPS, d]));
-    }
-    Ok(shapes)
-}
 
 /// A checkpoint of `config`'s geometry with every parameter uniform in ±0.05, stored as float16
 /// (like released checkpoints) or float32.
@@ -87,4 +43,31 @@ pub fn placeholder_tokenizer_blob(pieces: usize) -> Vec<u8> {
         blob.extend_from_slice(&[0, 0, 0, 0, 0, 1, 0, b'a']);
     }
     blob
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Device, Network};
+
+    #[test]
+    fn the_export_shapes_are_the_shapes_the_model_reads() {
+        // d_model 80 with 3 orders leaves engram tables 26 wide: 78 of the 80 columns, so the engram
+        // projections are [78, 80], not square; the model reads exactly the exported parameters.
+        let config = ModelConfig {
+            vocab_size: 16,
+            d_model: 80,
+            num_heads: 4,
+            num_kv_heads: 2,
+            num_layers: 2,
+            engram_orders: vec![2, 3, 4],
+            engram_slots: 4,
+            engram_layers: vec![0, 1],
+            mhc_lanes: 3,
+            ..ModelConfig::default()
+        };
+        let ckpt = random_checkpoint(&config, false, 7).unwrap();
+        assert_eq!(ckpt.params["engrams_1/key_proj/kernel"].shape, vec![78, 80]);
+        Network::from_checkpoint(&ckpt, &Device::Cpu).unwrap();
+    }
 }

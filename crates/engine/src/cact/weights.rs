@@ -33,7 +33,8 @@ impl CactFile {
         ModelConfig {
             vocab_size: h.vocab_size as usize,
             d_model: h.d_model as usize,
-            attn_dim: (h.num_heads * h.head_dim) as usize,
+            // Two u32s multiply exactly in a u64; a width no usize holds is refused by the config's checks.
+            attn_dim: usize::try_from(u64::from(h.num_heads) * u64::from(h.head_dim)).unwrap_or(usize::MAX),
             num_heads: h.num_heads as usize,
             num_kv_heads: h.num_kv_heads as usize,
             num_layers: h.num_layers as usize,
@@ -97,11 +98,23 @@ impl CactFile {
             let phi = rows.reshape((layers, count / layers.max(1), n_c)).and_then(|t| t.transpose(1, 2));
             params.insert(format!("stack/{name}"), shaped(name, phi)?);
         }
+        // The header's table geometry, checked against each site's tensor before it shapes one: the
+        // product of three u32s can overflow, and a reshape would trust it.
+        let table_shape = [h.num_engram_tables, h.engram_slots, h.engram_sub_dim].map(|d| d as usize);
+        let table_elements = table_shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
         for site in 0..h.engram_layers.len() {
             let name = |t: &str| layout::engram_name(site, t);
-            let slots = h.engram_slots as usize;
             let tables = tensor(&name("tables"))?;
-            let tables = tables.reshape((h.num_engram_tables as usize, slots, h.engram_sub_dim as usize));
+            if table_elements != Some(tables.elem_count()) {
+                return Err(WeightsError::Tensor {
+                    name: name("tables"),
+                    problem: format!(
+                        "holds {} values, but the header's num_engram_tables × engram_slots × engram_sub_dim is {table_shape:?}",
+                        tables.elem_count()
+                    ),
+                });
+            }
+            let tables = tables.reshape(table_shape.as_slice());
             let prefix = format!("engrams_{site}");
             params.insert(format!("{prefix}/embedding"), shaped(&name("tables"), tables)?);
             params.insert(
@@ -135,6 +148,34 @@ mod tests {
 
     fn fixture(relative: &str) -> PathBuf {
         Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).join(relative)
+    }
+
+    /// The tiny golden `.cact` with header fields (u32 index → value) replaced.
+    fn golden_with_header(fields: &[(usize, u32)]) -> CactFile {
+        let mut bytes = std::fs::read(fixture("golden/tiny_f32/w4.cact")).unwrap();
+        for &(field, value) in fields {
+            bytes[4 * field..4 * field + 4].copy_from_slice(&value.to_le_bytes());
+        }
+        CactFile::parse(bytes).expect("these header fields are not read while parsing")
+    }
+
+    #[test]
+    fn a_header_whose_table_geometry_overflows_is_an_error_not_a_reshape() {
+        // engram_slots, engram_sub_dim, num_engram_tables: their product overflows 64 bits.
+        let cact = golden_with_header(&[(14, u32::MAX), (15, u32::MAX), (16, u32::MAX)]);
+        let err = cact.params(&Device::Cpu).unwrap_err();
+        assert!(matches!(&err, WeightsError::Tensor { name, .. } if name == "engram0.tables"), "{err}");
+        assert!(err.to_string().contains("num_engram_tables × engram_slots × engram_sub_dim"), "{err}");
+    }
+
+    #[test]
+    fn a_header_with_absurd_heads_is_refused_by_the_network() {
+        // num_heads and head_dim: their product is far past any width, and must not wrap to a small one.
+        let cact = golden_with_header(&[(7, u32::MAX), (10, u32::MAX)]);
+        let config = cact.model_config();
+        assert_eq!(config.attn_dim as u64, u64::from(u32::MAX) * u64::from(u32::MAX));
+        let params = cact.params(&Device::Cpu).unwrap();
+        assert!(Network::load(&config, &params).is_err());
     }
 
     #[test]

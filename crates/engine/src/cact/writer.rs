@@ -8,7 +8,9 @@ use rayon::prelude::*;
 use thiserror::Error;
 
 use super::bits::BitsChoice;
-use super::geometry::{effective_kv_window, Geometry, GeometryError, ENGRAM_CONV_TAPS, MAX_HEADER_LIST};
+use super::geometry::{
+    effective_kv_window, export_param_shapes, Geometry, GeometryError, ENGRAM_CONV_TAPS, MAX_HEADER_LIST,
+};
 use super::layout::{self, HEAD_CODES, LAYER_TENSORS, MHC_FP16_TENSORS, MHC_PHI_TENSORS};
 use super::quant::{self, Bits, GROUP};
 use super::{align_up, TensorKind, HEADER_LEN, MAX_NDIM, RECORD_LEN, TAG, TOKENIZER_HEADER_LEN};
@@ -78,7 +80,7 @@ impl Param {
     }
 
     fn bad_shape(&self, expected: impl Into<String>) -> BuildProblem {
-        BuildProblem::BadShape { path: self.path.clone(), expected: expected.into(), found: self.shape.clone() }
+        bad_shape(&self.path, &self.shape, expected.into())
     }
 
     /// Element `index` along the leading (stacked-layers) axis.
@@ -216,7 +218,7 @@ fn engram_tensors(
     for site in 0..geo.sites.len() {
         let prefix = format!("engrams_{site}");
         let tables = Param::load(ckpt, &format!("{prefix}/embedding"))?
-            .reshaped(vec![geo.num_engram_tables() * ckpt.config.engram_slots, geo.engram_sub_dim])?;
+            .reshaped(vec![geo.engram_tables * ckpt.config.engram_slots, geo.engram_sub_dim])?;
         let key = Param::load(ckpt, &format!("{prefix}/key_proj/kernel"))?.transposed()?;
         let value = Param::load(ckpt, &format!("{prefix}/value_proj/kernel"))?.transposed()?;
         out.push(cq_tensor(layout::engram_name(site, "tables"), &tables, bits)?);
@@ -230,11 +232,7 @@ fn engram_tensors(
 /// The optional probe heads: a manifest of head codes, then `probes, proj (transposed), bias` per head,
 /// all FP16. A head without a bias gets zeros, as the reference writes.
 fn head_tensors(ckpt: &Checkpoint, out: &mut Vec<Tensor>) -> Result<(), BuildProblem> {
-    let present: Vec<(&str, u16)> = HEAD_CODES
-        .iter()
-        .copied()
-        .filter(|(key, _)| ckpt.params.keys().any(|p| p.starts_with(&format!("{key}/"))))
-        .collect();
+    let present: Vec<(&str, u16)> = HEAD_CODES.iter().copied().filter(|(key, _)| has_head(ckpt, key)).collect();
     if present.is_empty() {
         return Ok(());
     }
@@ -255,6 +253,71 @@ fn head_tensors(ckpt: &Checkpoint, out: &mut Vec<Tensor>) -> Result<(), BuildPro
         out.push(fp16_tensor(format!("{key}.bias"), &bias));
     }
     Ok(())
+}
+
+/// Whether the checkpoint has the probe head `key` (any parameter under `key/`).
+fn has_head(ckpt: &Checkpoint, key: &str) -> bool {
+    let dir = format!("{key}/");
+    ckpt.params.keys().any(|p| p.starts_with(&dir))
+}
+
+/// Checks every parameter the export reads against the shape the config gives it, and each probe
+/// head against the layout the format stores (`probes [P, d_model]`, `proj/kernel [P·d_model, out]`,
+/// `proj/bias [out]`), before anything is sliced, transposed, merged or allocated from a parameter's
+/// dimensions. After it, the header (written from the config) and the tensors (from the params)
+/// agree, and every size the export derives is backed by data in the file.
+pub fn check_params(ckpt: &Checkpoint) -> Result<(), BuildError> {
+    check_shapes(ckpt).map_err(|problem| BuildError { checkpoint: ckpt.source.clone(), problem })
+}
+
+fn check_shapes(ckpt: &Checkpoint) -> Result<(), BuildProblem> {
+    for (path, expected) in export_param_shapes(&ckpt.config)? {
+        expect_shape(ckpt, &path, &expected, || format!("{expected:?}"))?;
+    }
+    let d = ckpt.config.d_model;
+    for (key, _) in HEAD_CODES.iter().filter(|(key, _)| has_head(ckpt, key)) {
+        // The probe count P and the output width are the head's own; d_model is the config's.
+        let probes_path = format!("{key}/probes");
+        let probes = param_shape(ckpt, &probes_path)?;
+        let rows = match *probes {
+            [p, width] if p > 0 && width == d => p.checked_mul(d),
+            _ => None,
+        }
+        .ok_or_else(|| bad_shape(&probes_path, probes, format!("[P ≥ 1, {d}] (d_model {d})")))?;
+        let kernel_path = format!("{key}/proj/kernel");
+        let kernel = param_shape(ckpt, &kernel_path)?;
+        let out = match *kernel {
+            [r, out] if r == rows && out > 0 => out,
+            _ => return Err(bad_shape(&kernel_path, kernel, format!("[{rows}, out ≥ 1] (P × d_model rows)"))),
+        };
+        let bias_path = format!("{key}/proj/bias");
+        if ckpt.params.contains_key(&bias_path) {
+            expect_shape(ckpt, &bias_path, &[out], || format!("[{out}] (proj/kernel's output width)"))?;
+        }
+    }
+    Ok(())
+}
+
+fn param_shape<'c>(ckpt: &'c Checkpoint, path: &str) -> Result<&'c [usize], BuildProblem> {
+    ckpt.params.get(path).map(|a| a.shape.as_slice()).ok_or_else(|| BuildProblem::MissingParam { path: path.into() })
+}
+
+fn expect_shape(
+    ckpt: &Checkpoint,
+    path: &str,
+    expected: &[usize],
+    describe: impl FnOnce() -> String,
+) -> Result<(), BuildProblem> {
+    let found = param_shape(ckpt, path)?;
+    if found == expected {
+        Ok(())
+    } else {
+        Err(bad_shape(path, found, describe()))
+    }
+}
+
+fn bad_shape(path: &str, found: &[usize], expected: String) -> BuildProblem {
+    BuildProblem::BadShape { path: path.into(), expected, found: found.to_vec() }
 }
 
 /// Every tensor of the export in canonical order (the tokenizer is appended by the caller).
@@ -319,7 +382,7 @@ fn header_bytes(
         ("mhc_lanes", cfg.mhc_lanes),
         ("engram_slots", cfg.engram_slots),
         ("engram_sub_dim", geo.engram_sub_dim),
-        ("num_engram_tables", geo.num_engram_tables()),
+        ("num_engram_tables", geo.engram_tables),
         ("engram_conv_taps", ENGRAM_CONV_TAPS),
         ("engram_conv_dilation", max_order),
         ("num_engram_orders", geo.orders.len()),
@@ -379,6 +442,7 @@ pub fn build_cact(ckpt: &Checkpoint, bits: &BitsChoice, tokenizer_blob: &[u8]) -
 
 fn pack(ckpt: &Checkpoint, bits: &BitsChoice, tokenizer_blob: &[u8]) -> Result<BuiltCact, BuildProblem> {
     let geo = Geometry::of(&ckpt.config)?;
+    check_shapes(ckpt)?;
     let mut tensors = canonical_tensors(ckpt, &geo, bits)?;
     tensors.push(tokenizer_tensor(tokenizer_blob, ckpt.config.vocab_size)?);
     let mut bytes = header_bytes(ckpt, &geo, tensors.len(), &quant::header_codebooks())?;
@@ -480,6 +544,54 @@ mod tests {
         k.shape = vec![k.shape.iter().product()];
         let err = build_cact(&ckpt, &BitsChoice::Uniform(Bits::Four), &placeholder_tokenizer_blob(32)).unwrap_err();
         assert!(matches!(err.problem, BuildProblem::BadShape { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_param_that_disagrees_with_the_config_is_refused_before_the_header_is_written() {
+        let mut ckpt = random_checkpoint(&small_config(), false, 1).unwrap();
+        let norm = ckpt.params.get_mut("stack/layers/block/post_attn_norm/scale").unwrap();
+        norm.shape = vec![4, 16];
+        let err = build_cact(&ckpt, &BitsChoice::Uniform(Bits::Four), &placeholder_tokenizer_blob(32)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "<random seed 1>: parameter `stack/layers/block/post_attn_norm/scale` has shape [4, 16] but the export \
+             needs [2, 32]; the params do not match the config"
+        );
+    }
+
+    #[test]
+    fn an_empty_head_kernel_with_huge_dims_is_a_shape_error_not_a_4_tib_bias() {
+        // A checkpoint made in code skips the reader's refusal of empty arrays; the export's own check
+        // still stops the `[2^40, 0]` transposed kernel from sizing a zero bias of 2^40 floats.
+        let mut ckpt = random_checkpoint(&small_config(), false, 1).unwrap();
+        let zeros = |shape: Vec<usize>| {
+            let data = vec![0; shape.iter().product::<usize>() * 4];
+            NdArray { dtype: DType::F32, shape, data }
+        };
+        ckpt.params.insert("confidence_head/probes".into(), zeros(vec![8, 32]));
+        ckpt.params.insert("confidence_head/proj/kernel".into(), zeros(vec![0, 1 << 40]));
+        let err = check_params(&ckpt).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "parameter `confidence_head/proj/kernel` has shape [0, 1099511627776] but the export needs [256, out ≥ 1]"
+            ),
+            "{err}"
+        );
+        ckpt.params.insert("confidence_head/proj/kernel".into(), zeros(vec![256, 1]));
+        ckpt.params.insert("confidence_head/proj/bias".into(), zeros(vec![2]));
+        let err = check_params(&ckpt).unwrap_err();
+        assert!(
+            err.to_string().contains("`confidence_head/proj/bias` has shape [2] but the export needs [1]"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_config_the_header_cannot_hold_is_refused_before_any_tensor() {
+        let mut ckpt = random_checkpoint(&small_config(), false, 1).unwrap();
+        ckpt.config.mhc_lanes = 1 << 40;
+        let err = build_cact(&ckpt, &BitsChoice::Uniform(Bits::Four), &placeholder_tokenizer_blob(32)).unwrap_err();
+        assert!(err.to_string().contains("`mhc_lanes` is 1099511627776; it must be in 1..=64"), "{err}");
     }
 
     #[test]

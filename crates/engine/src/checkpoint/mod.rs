@@ -28,10 +28,11 @@ const ADAPTER_SHAPE: &str =
 /// A checkpoint or adapter that cannot be used; every variant names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
-    #[error("cannot read {}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
-    #[error("{} is not a readable pickle: {source}", path.display())]
-    Pickle { path: PathBuf, source: PickleError },
+    // `error`, not `source`: the message already says it, and a chained source would be printed twice.
+    #[error("cannot read {}: {error}", path.display())]
+    Io { path: PathBuf, error: std::io::Error },
+    #[error("{} is not a readable pickle: {error}", path.display())]
+    Pickle { path: PathBuf, error: PickleError },
     #[error("{} holds a {found} at the top level, not a dict; {expected}", path.display())]
     NotADict { path: PathBuf, found: &'static str, expected: &'static str },
     #[error(
@@ -51,6 +52,12 @@ pub enum CheckpointError {
         path.display()
     )]
     MissingParam { path: PathBuf, name: String, count: usize, example: String },
+    #[error(
+        "{}: parameter `{name}` has shape {shape:?}, which holds no elements; every Needle parameter holds at \
+         least one, so the file is damaged or was not saved from a Needle model",
+        path.display()
+    )]
+    EmptyParam { path: PathBuf, name: String, shape: Vec<usize> },
 }
 
 /// A format-v2 checkpoint: params flattened to `/`-joined paths (`stack/layers/block/self_attn/q_proj/kernel`).
@@ -174,13 +181,13 @@ impl Entries {
 impl FileReader<'_> {
     fn top_dict(&self, expected: &'static str) -> Result<TopDict<'_>, CheckpointError> {
         let bytes =
-            std::fs::read(self.path).map_err(|source| CheckpointError::Io { path: self.path.to_owned(), source })?;
+            std::fs::read(self.path).map_err(|error| CheckpointError::Io { path: self.path.to_owned(), error })?;
         match pickle::parse(&bytes) {
             Ok(PyValue::Dict(pairs)) => Ok(TopDict { file: self, entries: Entries(pairs) }),
             Ok(other) => {
                 Err(CheckpointError::NotADict { path: self.path.to_owned(), found: other.type_name(), expected })
             }
-            Err(source) => Err(CheckpointError::Pickle { path: self.path.to_owned(), source }),
+            Err(error) => Err(CheckpointError::Pickle { path: self.path.to_owned(), error }),
         }
     }
 
@@ -229,6 +236,7 @@ impl FileReader<'_> {
     ) -> Result<(), CheckpointError> {
         match value {
             PyValue::Array(array) => {
+                let array = self.nonempty(&path, array)?;
                 out.insert(path, array);
                 Ok(())
             }
@@ -247,7 +255,19 @@ impl FileReader<'_> {
         }
     }
 
-    /// The config dict through [`ModelConfig`]'s serde defaults, naming the key of any bad value.
+    /// A parameter array with at least one element. An empty one is never a real parameter, and its
+    /// other dimensions are backed by no data: a `[2^40, 0]` array would have the consumers that walk
+    /// its rows (the export's transposes, the merge) loop 2^40 times over nothing.
+    fn nonempty(&self, name: &str, array: NdArray) -> Result<NdArray, CheckpointError> {
+        if array.is_empty() {
+            let (path, name) = (self.path.to_owned(), name.to_owned());
+            return Err(CheckpointError::EmptyParam { path, name, shape: array.shape });
+        }
+        Ok(array)
+    }
+
+    /// The config dict through [`ModelConfig`]'s serde defaults, naming the key of any bad value, and
+    /// every count checked against the range a real model could have ([`ModelConfig::validate`]).
     fn config(&self, value: PyValue) -> Result<ModelConfig, CheckpointError> {
         let PyValue::Dict(pairs) = value else {
             return Err(self.wrong_type(
@@ -278,7 +298,13 @@ impl FileReader<'_> {
                 problem: e.inner().to_string(),
             }
         })?;
-        Ok(config.resolved())
+        let config = config.resolved();
+        config.validate().map_err(|e| CheckpointError::ConfigValue {
+            path: self.path.to_owned(),
+            key: e.field.to_owned(),
+            problem: e.problem,
+        })?;
+        Ok(config)
     }
 
     fn lora_factors(&self, target: &str, group: PyValue) -> Result<LoraFactors, CheckpointError> {
@@ -292,7 +318,7 @@ impl FileReader<'_> {
         };
         let mut entries = Entries(pairs);
         let mut factor = |name: &str| match entries.take(name) {
-            Some(PyValue::Array(array)) => Ok(array),
+            Some(PyValue::Array(array)) => self.nonempty(&format!("{key}/{name}"), array),
             Some(other) => {
                 Err(self.wrong_type(&format!("{key}/{name}"), other.type_name(), "LoRA factors must be numpy arrays"))
             }

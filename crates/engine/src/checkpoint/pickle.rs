@@ -11,6 +11,13 @@
 //! Objects live in an arena and the stack holds references to them, because pickles mutate objects after
 //! memoizing them (`EMPTY_DICT MEMOIZE ... SETITEMS`, a dtype `BUILD` after its `BINPUT`), and later
 //! `BINGET`s must see the mutated object. The arena is turned into a plain [`PyValue`] tree at `STOP`.
+//!
+//! Every opcode makes at most a constant number of values, but a few steps copy an object the file
+//! names only once: the allowed calls (`set(list)`, `_codecs.encode(text)`, an array's BUILD or
+//! `_frombuffer`, any tuple they read) and the tree's copies of memoized objects shared by several
+//! places. Each such copy is counted against one `Budget`, a small multiple of the file's size,
+//! before it is made; so reading takes time and memory linear in the file, and a 1 MB file that asks
+//! for hundreds of GB of copies is refused at the opcode that asks.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -24,9 +31,11 @@ const HIGHEST_PROTOCOL: u8 = 5;
 /// and real checkpoints nest a handful of levels.
 const MAX_DEPTH: usize = 512;
 
-/// Objects shared through the memo are copied into every place that refers to them. This many bytes of
-/// copies (beyond the file's own size) are allowed, so that a small file cannot expand exponentially.
-const SHARING_ALLOWANCE: usize = 1 << 20;
+/// What a read may copy, as a multiple of the file's size, plus a fixed allowance for small files. A real
+/// checkpoint copies each array out of the file once (twice when protocol 2 spells it as latin-1 text for
+/// `_codecs.encode`) and each key once into the tree, so it stays under three times its size.
+const BUDGET_FACTOR: usize = 4;
+const BUDGET_ALLOWANCE: usize = 1 << 20;
 
 /// A Python value as a pickle describes it, with numpy arrays and scalars as [`NdArray`]s.
 #[derive(Debug, Clone, PartialEq)]
@@ -130,10 +139,35 @@ pub enum PickleErrorKind {
     #[error("containers nest deeper than {MAX_DEPTH} levels or contain themselves; save plain, acyclic data")]
     TooDeep,
     #[error(
-        "shared references expand this {file_len}-byte file beyond {limit} bytes; the file is malformed \
-         (a real checkpoint shares almost nothing)"
+        "{what} would take the copies made while reading this {file_len}-byte file past {limit} bytes \
+         ({BUDGET_FACTOR}× its size plus {BUDGET_ALLOWANCE}); the file repeats copies of shared objects far \
+         beyond any real checkpoint, so it is malformed or hostile"
     )]
-    ExpansionLimit { file_len: usize, limit: usize },
+    OverBudget { what: &'static str, file_len: usize, limit: usize },
+}
+
+/// The bytes a read has copied so far, against what the file's size allows.
+#[derive(Debug)]
+struct Budget {
+    file_len: usize,
+    limit: usize,
+    used: usize,
+}
+
+impl Budget {
+    fn new(file_len: usize) -> Self {
+        let limit = file_len.saturating_mul(BUDGET_FACTOR).saturating_add(BUDGET_ALLOWANCE);
+        Budget { file_len, limit, used: 0 }
+    }
+
+    /// Counts `bytes` that `what` is about to copy, refusing before they are allocated.
+    fn charge(&mut self, what: &'static str, bytes: usize) -> Result<(), PickleErrorKind> {
+        self.used = self.used.saturating_add(bytes);
+        if self.used > self.limit {
+            return Err(PickleErrorKind::OverBudget { what, file_len: self.file_len, limit: self.limit });
+        }
+        Ok(())
+    }
 }
 
 /// Reads a whole pickle into a [`PyValue`]. Bytes after the STOP opcode are ignored, as `pickle.load` does.
@@ -361,6 +395,7 @@ struct Machine<'a> {
     marks: Vec<usize>,
     memo: HashMap<u32, Value>,
     objects: Vec<Obj<'a>>,
+    budget: Budget,
 }
 
 impl<'a> Machine<'a> {
@@ -373,11 +408,18 @@ impl<'a> Machine<'a> {
             marks: Vec::new(),
             memo: HashMap::new(),
             objects: Vec::new(),
+            budget: Budget::new(input.len()),
         }
     }
 
     fn error(&self, kind: PickleErrorKind) -> PickleError {
         PickleError { offset: self.at, kind }
+    }
+
+    /// Counts a copy of `count` items of `T` that `what` (the opcode or callable) is about to make.
+    fn charge<T>(&mut self, what: &'static str, count: usize) -> Result<(), PickleError> {
+        let bytes = count.saturating_mul(std::mem::size_of::<T>());
+        self.budget.charge(what, bytes).map_err(|kind| self.error(kind))
     }
 
     /// Runs opcodes until STOP and returns the value it pops.
@@ -551,9 +593,8 @@ impl<'a> Machine<'a> {
             op::STACK_GLOBAL => {
                 let name = self.pop("STACK_GLOBAL")?;
                 let module = self.pop("STACK_GLOBAL")?;
-                let module = self.str_of("STACK_GLOBAL", module)?.to_owned();
-                let name = self.str_of("STACK_GLOBAL", name)?.to_owned();
-                let global = self.allowed_global(&module, &name)?;
+                let global =
+                    self.allowed_global(self.str_of("STACK_GLOBAL", module)?, self.str_of("STACK_GLOBAL", name)?)?;
                 self.stack.push(Value::Global(global));
             }
             op::REDUCE => {
@@ -739,10 +780,18 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn tuple_of(&self, opcode: &'static str, value: Value) -> Result<Vec<Value>, PickleError> {
+    /// A copy of the tuple's items. A memoized tuple can be read by any number of opcodes, so each copy
+    /// counts against the budget.
+    fn tuple_of(&mut self, opcode: &'static str, value: Value) -> Result<Vec<Value>, PickleError> {
+        let len = self.tuple_items(opcode, value)?.len();
+        self.charge::<Value>(opcode, len)?;
+        Ok(self.tuple_items(opcode, value)?.to_vec())
+    }
+
+    fn tuple_items(&self, opcode: &'static str, value: Value) -> Result<&[Value], PickleError> {
         match value {
             Value::Obj(id) => match &self.objects[id] {
-                Obj::Tuple(items) => Ok(items.clone()),
+                Obj::Tuple(items) => Ok(items),
                 _ => Err(self.wrong_type(opcode, "a tuple", value)),
             },
             _ => Err(self.wrong_type(opcode, "a tuple", value)),
@@ -875,7 +924,7 @@ impl<'a> Machine<'a> {
             Global::Scalar => {
                 let [dtype, raw] = self.args(callable, args)?;
                 let dtype = self.dtype_of(callable, dtype)?;
-                let array = self.array_from(dtype, Vec::new(), false, raw)?;
+                let array = self.array_from(callable.name(), dtype, Vec::new(), false, raw)?;
                 Ok(self.alloc(Obj::Array(array)))
             }
             Global::FromBuffer => {
@@ -889,7 +938,7 @@ impl<'a> Machine<'a> {
                         return Err(self.bad_args(callable, format!("memory order {other:?} instead of 'C' or 'F'")))
                     }
                 };
-                let array = self.array_from(dtype, shape, fortran, buffer)?;
+                let array = self.array_from(callable.name(), dtype, shape, fortran, buffer)?;
                 Ok(self.alloc(Obj::Array(array)))
             }
             Global::CodecsEncode => {
@@ -898,6 +947,9 @@ impl<'a> Machine<'a> {
                 if encoding != "latin1" && encoding != "latin-1" {
                     return Err(self.bad_args(callable, format!("encoding {encoding:?}; only latin1 spells bytes")));
                 }
+                // A memoized text can be encoded any number of times; each encoding is a new copy.
+                let len = self.str_of("REDUCE", text)?.len();
+                self.charge::<u8>(callable.name(), len)?;
                 let bytes = latin1_bytes(self.str_of("REDUCE", text)?)
                     .ok_or_else(|| self.bad_args(callable, "text with characters beyond U+00FF"))?;
                 Ok(self.alloc(Obj::Bytes(Cow::Owned(bytes))))
@@ -917,22 +969,27 @@ impl<'a> Machine<'a> {
             }
             Global::Set => {
                 let [items] = self.args(callable, args)?;
-                match items {
-                    Value::Obj(id) => match &self.objects[id] {
-                        Obj::List(items) => {
-                            let items = items.clone();
-                            Ok(self.alloc(Obj::Set(items)))
-                        }
-                        other => Err(self.bad_args(callable, format!("a {} instead of a list", other.type_name()))),
-                    },
-                    other => Err(self.bad_args(callable, format!("a {} instead of a list", self.type_name(other)))),
-                }
+                // A memoized list can be turned into any number of sets; each is a new copy.
+                let len = self.list_items(callable, items)?.len();
+                self.charge::<Value>(callable.name(), len)?;
+                let items = self.list_items(callable, items)?.to_vec();
+                Ok(self.alloc(Obj::Set(items)))
             }
             Global::OrderedDict => {
                 let [] = self.args(callable, args)?;
                 Ok(self.alloc(Obj::Dict(Vec::new())))
             }
             Global::NdArrayClass => Err(self.bad_args(callable, "a direct call (it is only _reconstruct's argument)")),
+        }
+    }
+
+    fn list_items(&self, callable: Global, value: Value) -> Result<&[Value], PickleError> {
+        match value {
+            Value::Obj(id) => match &self.objects[id] {
+                Obj::List(items) => Ok(items),
+                other => Err(self.bad_args(callable, format!("a {} instead of a list", other.type_name()))),
+            },
+            other => Err(self.bad_args(callable, format!("a {} instead of a list", self.type_name(other)))),
         }
     }
 
@@ -968,7 +1025,7 @@ impl<'a> Machine<'a> {
                 let Value::Bool(fortran) = fortran else {
                     return Err(self.wrong_type("BUILD", "is_fortran as a bool", fortran));
                 };
-                let array = self.array_from(dtype, shape, fortran, data)?;
+                let array = self.array_from("BUILD", dtype, shape, fortran, data)?;
                 self.objects[target] = Obj::Array(array);
                 Ok(())
             }
@@ -1007,7 +1064,7 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn shape_of(&self, callable: Global, value: Value) -> Result<Vec<usize>, PickleError> {
+    fn shape_of(&mut self, callable: Global, value: Value) -> Result<Vec<usize>, PickleError> {
         self.tuple_of("REDUCE", value)?
             .into_iter()
             .map(|dim| match dim {
@@ -1019,27 +1076,31 @@ impl<'a> Machine<'a> {
             .collect()
     }
 
+    /// An array copied out of `data`'s bytes. Arrays share nothing: each BUILD, `_frombuffer` or scalar
+    /// call copies its data, so a memoized buffer named by many of them counts once per copy.
     fn array_from(
-        &self,
+        &mut self,
+        what: &'static str,
         dtype: NumpyDType,
         shape: Vec<usize>,
         fortran: bool,
         data: Value,
     ) -> Result<NdArray, PickleError> {
-        let raw: &[u8] = match data {
-            Value::Obj(id) => match &self.objects[id] {
-                Obj::Bytes(bytes) => bytes,
-                Obj::List(_) => return Err(self.error(PickleErrorKind::NotData("an object-dtype numpy array"))),
-                other => {
-                    return Err(self.bad_args(Global::NdArrayClass, format!("a {} as array data", other.type_name())))
-                }
-            },
-            other => {
-                return Err(self.bad_args(Global::NdArrayClass, format!("a {} as array data", self.type_name(other))))
-            }
-        };
+        let len = self.array_data(data)?.len();
+        self.charge::<u8>(what, len)?;
         let layout = RawLayout { big_endian: dtype.big_endian, fortran };
-        NdArray::from_raw(dtype.dtype, shape, layout, raw).map_err(|e| self.error(e.into()))
+        NdArray::from_raw(dtype.dtype, shape, layout, self.array_data(data)?).map_err(|e| self.error(e.into()))
+    }
+
+    fn array_data(&self, data: Value) -> Result<&[u8], PickleError> {
+        match data {
+            Value::Obj(id) => match &self.objects[id] {
+                Obj::Bytes(bytes) => Ok(bytes),
+                Obj::List(_) => Err(self.error(PickleErrorKind::NotData("an object-dtype numpy array"))),
+                other => Err(self.bad_args(Global::NdArrayClass, format!("a {} as array data", other.type_name()))),
+            },
+            other => Err(self.bad_args(Global::NdArrayClass, format!("a {} as array data", self.type_name(other)))),
+        }
     }
 
     // ---- arena → tree ----
@@ -1048,16 +1109,8 @@ impl<'a> Machine<'a> {
     /// only objects that several places share.
     fn into_tree(self, root: Value) -> Result<PyValue, PickleError> {
         let uses = self.count_uses(root);
-        let limit = self.input.len().saturating_add(SHARING_ALLOWANCE);
-        let mut builder = TreeBuilder {
-            file_len: self.input.len(),
-            at: self.at,
-            objects: self.objects,
-            uses,
-            cache: HashMap::new(),
-            copied: 0,
-            limit,
-        };
+        let mut builder =
+            TreeBuilder { at: self.at, objects: self.objects, uses, cache: HashMap::new(), budget: self.budget };
         builder.value(root, 0)
     }
 
@@ -1079,20 +1132,23 @@ impl<'a> Machine<'a> {
 
 /// Builds the result tree; every object is converted once and cached until its last reference takes it.
 struct TreeBuilder<'a> {
-    file_len: usize,
     /// Offset of STOP, the place reported for errors found while building the tree.
     at: usize,
     objects: Vec<Obj<'a>>,
     uses: Vec<usize>,
     /// Converted objects still awaiting further references, with their size in bytes.
     cache: HashMap<ObjId, (PyValue, usize)>,
-    copied: usize,
-    limit: usize,
+    /// The machine's budget, still counting: the tree's copies add to the calls' copies.
+    budget: Budget,
 }
 
 impl TreeBuilder<'_> {
     fn error(&self, kind: PickleErrorKind) -> PickleError {
         PickleError { offset: self.at, kind }
+    }
+
+    fn charge(&mut self, what: &'static str, bytes: usize) -> Result<(), PickleError> {
+        self.budget.charge(what, bytes).map_err(|kind| self.error(kind))
     }
 
     fn value(&mut self, value: Value, depth: usize) -> Result<PyValue, PickleError> {
@@ -1119,10 +1175,7 @@ impl TreeBuilder<'_> {
         if self.uses[id] == 0 {
             return Ok(converted);
         }
-        self.copied = self.copied.saturating_add(converted.1);
-        if self.copied > self.limit {
-            return Err(self.error(PickleErrorKind::ExpansionLimit { file_len: self.file_len, limit: self.limit }));
-        }
+        self.charge("STOP (a memoized object shared by several places)", converted.1)?;
         self.cache.insert(id, converted.clone());
         Ok(converted)
     }
@@ -1132,9 +1185,23 @@ impl TreeBuilder<'_> {
         // reads Taken, and the cache has no entry yet.
         let obj = std::mem::replace(&mut self.objects[id], Obj::Taken);
         const NODE: usize = 16;
+        // Text and bytes still borrowed from the file are copied into the tree once; owned ones move.
+        const COPY: &str = "STOP (text and bytes copied out of the file)";
+        if let Obj::Str(Cow::Borrowed(text)) = &obj {
+            self.charge(COPY, text.len())?;
+        }
+        if let Obj::Bytes(Cow::Borrowed(data)) | Obj::BigInt(data) = &obj {
+            self.charge(COPY, data.len())?;
+        }
         Ok(match obj {
-            Obj::Str(s) => (PyValue::Str(s.to_string()), NODE + s.len()),
-            Obj::Bytes(b) => (PyValue::Bytes(b.to_vec()), NODE + b.len()),
+            Obj::Str(s) => {
+                let size = NODE + s.len();
+                (PyValue::Str(s.into_owned()), size)
+            }
+            Obj::Bytes(b) => {
+                let size = NODE + b.len();
+                (PyValue::Bytes(b.into_owned()), size)
+            }
             Obj::BigInt(b) => (PyValue::BigInt(b.to_vec()), NODE + b.len()),
             Obj::Array(a) => {
                 let size = NODE + a.data.len();
@@ -1256,7 +1323,92 @@ mod tests {
             bytes.extend_from_slice(&[op::MEMOIZE, op::DUP, op::TUPLE2]);
         }
         bytes.push(op::STOP);
-        assert!(matches!(err(&bytes).kind, PickleErrorKind::ExpansionLimit { .. }));
+        assert!(matches!(err(&bytes).kind, PickleErrorKind::OverBudget { what, .. } if what.contains("shared")));
+    }
+
+    /// A pickle that memoizes `setup`'s result, then pushes `call` `count` times into a list: the shape
+    /// of every amplification attack (each call copies the memoized object again).
+    fn repeated(setup: &[u8], call: &[u8], count: usize) -> Vec<u8> {
+        let mut bytes = b"\x80\x02".to_vec();
+        bytes.extend_from_slice(setup);
+        bytes.extend_from_slice(&[op::EMPTY_LIST, op::MARK]);
+        for _ in 0..count {
+            bytes.extend_from_slice(call);
+        }
+        bytes.extend_from_slice(&[op::APPENDS, op::STOP]);
+        bytes
+    }
+
+    /// Asserts the read stops at one of the repeated calls, naming `what` and the limit.
+    fn assert_over_budget(bytes: &[u8], what: &str, opcode: u8) {
+        let e = err(bytes);
+        let PickleErrorKind::OverBudget { what: named, file_len, limit } = e.kind else { panic!("{e}") };
+        assert_eq!((named, file_len), (what, bytes.len()), "{e}");
+        assert_eq!(limit, bytes.len() * BUDGET_FACTOR + BUDGET_ALLOWANCE);
+        assert_eq!(bytes[e.offset], opcode, "{e}");
+        let message = e.to_string();
+        assert!(message.contains(what) && message.contains(&format!("past {limit} bytes")), "{message}");
+    }
+
+    fn text(len: usize) -> Vec<u8> {
+        let mut bytes = vec![op::BINUNICODE];
+        bytes.extend_from_slice(&(len as u32).to_le_bytes());
+        bytes.extend(std::iter::repeat_n(b'a', len));
+        bytes
+    }
+
+    #[test]
+    fn encoding_one_memoized_text_again_and_again_hits_the_budget() {
+        // e = _codecs.encode; args = ('a' * 64 KiB, 'latin1'); [e(*args) for _ in range(1000)]: 64 MB of copies.
+        let mut setup = b"c_codecs\nencode\nq\x00".to_vec();
+        setup.extend(text(64 << 10));
+        setup.extend_from_slice(b"X\x06\x00\x00\x00latin1\x86q\x01");
+        let bytes = repeated(&setup, b"h\x00h\x01R", 1000);
+        assert_over_budget(&bytes, "_codecs.encode", op::REDUCE);
+    }
+
+    #[test]
+    fn turning_one_memoized_list_into_sets_again_and_again_hits_the_budget() {
+        // l = [1] * 10000; [set(l) for _ in range(1000)]: 160 MB of copied items.
+        let mut setup = b"c__builtin__\nset\nq\x00(K\x01".to_vec();
+        setup.extend(std::iter::repeat_n(op::DUP, 9999));
+        setup.extend_from_slice(b"l\x85q\x01");
+        let bytes = repeated(&setup, b"h\x00h\x01R", 1000);
+        assert_over_budget(&bytes, "builtins.set", op::REDUCE);
+    }
+
+    #[test]
+    fn building_arrays_from_one_memoized_buffer_hits_the_budget() {
+        // args = (b'\0' * 64 KiB, dtype('u1'), (65536,), 'C'); [_frombuffer(*args) for _ in range(1000)].
+        let mut setup = b"cnumpy.core.numeric\n_frombuffer\nq\x00(B\x00\x00\x01\x00".to_vec();
+        setup.extend(std::iter::repeat_n(0u8, 64 << 10));
+        setup.extend_from_slice(
+            b"cnumpy\ndtype\nX\x02\x00\x00\x00u1\x89\x88\x87RJ\x00\x00\x01\x00\x85X\x01\x00\x00\x00Ctq\x01",
+        );
+        let bytes = repeated(&setup, b"h\x00h\x01R", 1000);
+        assert_over_budget(&bytes, "numpy.core.numeric._frombuffer", op::REDUCE);
+        // The same buffer built into 1000 reconstructed arrays: each BUILD copies it too.
+        let mut setup = b"B\x00\x00\x01\x00".to_vec();
+        setup.extend(std::iter::repeat_n(0u8, 64 << 10));
+        setup.extend_from_slice(b"q\x00");
+        let call = b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85C\x01b\x87R\
+            (K\x01J\x00\x00\x01\x00\x85cnumpy\ndtype\nX\x02\x00\x00\x00u1\x89\x88\x87R\x89h\x00tb";
+        let bytes = repeated(&setup, call, 1000);
+        assert_over_budget(&bytes, "BUILD", op::BUILD);
+    }
+
+    #[test]
+    fn reading_one_memoized_tuple_again_and_again_hits_the_budget() {
+        // A dtype rebuilt 10000 times from one 20000-item state tuple: nothing is kept, but each BUILD
+        // reads (copies) the whole tuple, 3 GB of work for a 50 KB file.
+        let mut bytes = b"\x80\x02cnumpy\ndtype\nX\x02\x00\x00\x00u1\x89\x88\x87R(NX\x01\x00\x00\x00<".to_vec();
+        bytes.extend(std::iter::repeat_n(op::NONE, 20_000));
+        bytes.extend_from_slice(b"tq\x000");
+        for _ in 0..10_000 {
+            bytes.extend_from_slice(b"h\x00b");
+        }
+        bytes.push(op::STOP);
+        assert_over_budget(&bytes, "BUILD", op::BUILD);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! `tests/fixtures/models/` are checked against their `golden/<stem>/meta.json`; and mutated checkpoints
 //! must give errors, never panics.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
@@ -258,6 +259,60 @@ fn reference_fixture_checkpoints_and_adapters_match_their_meta() {
             assert_eq!(factors.b.shape, [lead, &[adapter.rank, matrix[1]]].concat(), "{stem} {target} B");
         }
     }
+}
+
+/// The checkpoints `make_hostile.py` writes to ask a careless reader for hundreds of GB, a 4 TiB
+/// allocation or a division by zero: each is refused at load, naming the file, the place and the
+/// expectation, with nothing large allocated (the suite passes under `ulimit -v 4000000`).
+#[test]
+fn hostile_checkpoints_are_refused_at_load_with_the_place_and_the_limit() {
+    let hostile = Path::new(FIXTURES).join("hostile");
+    for (name, needles) in [
+        // 150 000 `_codecs.encode` calls on one memoized 768 KiB text: 115 GB of copies.
+        (
+            "pickle-amplification.pkl",
+            &["is not a readable pickle: at byte ", "_codecs.encode would take", "past 7194704 bytes"][..],
+        ),
+        // 40 000 arrays BUILT from one memoized 256 KiB buffer: 10 GB of copies.
+        ("pickle-build-amplification.pkl", &["at byte ", "BUILD would take", "past 3377864 bytes"]),
+        ("config-huge-lanes.pkl", &["config value `mhc_lanes` is 1099511627776; it must be in 1..=64"]),
+        (
+            "config-engram-heads-wrap.pkl",
+            &["config value `engram_heads` is 4611686018427387904; it must be in 0..=1024"],
+        ),
+        (
+            "build-zero-sized-huge-dims.pkl",
+            &["parameter `confidence_head/proj/kernel` has shape [0, 1099511627776], which holds no elements"],
+        ),
+    ] {
+        let path = hostile.join(name);
+        let message = Checkpoint::load(&path).err().unwrap_or_else(|| panic!("{name}: loaded")).to_string();
+        assert!(message.contains(&path.display().to_string()), "{name}: {message}");
+        for needle in needles {
+            assert!(message.contains(needle), "{name}: {message:?} lacks {needle:?}");
+        }
+    }
+}
+
+#[test]
+fn an_empty_lora_factor_is_refused_by_name() {
+    let empty = NdArray { dtype: DType::F32, shape: vec![1 << 40, 0], data: Vec::new() };
+    let b = NdArray { dtype: DType::F32, shape: vec![1, 1], data: vec![0; 4] };
+    let target = "stack/layers/block/self_attn/q_proj/kernel".to_string();
+    let adapter = PickledAdapter {
+        source: PathBuf::new(),
+        lora: BTreeMap::from([(target, LoraFactors { a: empty, b })]),
+        scale: 1.0,
+        base: "base.pkl".into(),
+        rank: 1,
+    };
+    let file = tempfile::NamedTempFile::new().expect("temporary file");
+    std::fs::write(file.path(), writer::adapter_pickle(&adapter)).expect("written");
+    let message = PickledAdapter::load(file.path()).unwrap_err().to_string();
+    assert!(
+        message.contains("parameter `lora/stack/layers/block/self_attn/q_proj/kernel/A` has shape [1099511627776, 0]"),
+        "{message}"
+    );
 }
 
 fn sorted(mut v: Vec<String>) -> Vec<String> {

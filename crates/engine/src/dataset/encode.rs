@@ -53,6 +53,17 @@ impl Tokenized {
         Encoded { ids, mask, truncated: full_len > max_len }
     }
 
+    /// Its training row in a run of sequence length `seq_len`: cut to it but not padded (batches
+    /// pad to their own longest row, [`crate::model::batch_tensors`]).
+    pub fn row(&self, seq_len: usize) -> Encoded {
+        self.encode(self.sequence_len().min(seq_len))
+    }
+
+    /// Positions whose loss counts in [`Self::row`]: the target and EOS that fit.
+    pub fn scored_positions(&self, seq_len: usize) -> usize {
+        self.sequence_len().min(seq_len).saturating_sub(1 + self.prompt_ids.len())
+    }
+
     /// How many target tokens survive in a row of `max_len` positions.
     pub fn target_tokens_kept(&self, max_len: usize) -> usize {
         max_len.saturating_sub(1 + self.prompt_ids.len()).min(self.target_ids.len())

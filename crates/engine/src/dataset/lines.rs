@@ -1,27 +1,50 @@
 //! Splitting a file into lines the way the reference's `for line in open(path)` does.
 
-/// The file's lines as `(1-based number, bytes without the line ending)`.
+use std::collections::VecDeque;
+use std::io::{self, BufRead};
+
+/// The lines of `reader` as `(1-based number, bytes without the line ending)`, read one at a time
+/// so that memory follows the longest line, not the file.
 ///
 /// Python opens text files with universal newlines, so `\n`, `\r\n` and a lone `\r` all end a
 /// line; counting the same way keeps our line numbers equal to the reference's (and to editors').
-pub(super) fn numbered_lines(bytes: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
-    let mut rest = bytes;
+pub(super) fn numbered_lines(mut reader: impl BufRead) -> impl Iterator<Item = io::Result<(usize, Vec<u8>)>> {
     let mut number = 0;
-    std::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
+    // Lines split off a chunk at lone `\r`s, waiting to be handed out.
+    let mut pending: VecDeque<Vec<u8>> = VecDeque::new();
+    std::iter::from_fn(move || loop {
+        if let Some(line) = pending.pop_front() {
+            number += 1;
+            return Some(Ok((number, line)));
         }
-        number += 1;
-        let end = rest.iter().position(|&b| b == b'\n' || b == b'\r').unwrap_or(rest.len());
-        let line = &rest[..end];
-        let ending = match rest.get(end..end + 2) {
-            Some(b"\r\n") => 2,
-            _ if end < rest.len() => 1,
-            _ => 0,
-        };
-        rest = &rest[end + ending..];
-        Some((number, line))
+        let mut chunk = Vec::new();
+        match reader.read_until(b'\n', &mut chunk) {
+            Ok(0) => return None,
+            Ok(_) => pending.extend(split_chunk(chunk)),
+            Err(error) => return Some(Err(error)),
+        }
     })
+}
+
+/// The lines in one `read_until('\n')` chunk: it ends at a `\n` (or at the end of the file) and
+/// may hold lone `\r`s, each of which ends a line too.
+fn split_chunk(mut chunk: Vec<u8>) -> Vec<Vec<u8>> {
+    let ended = chunk.last() == Some(&b'\n');
+    if ended {
+        chunk.pop();
+        if chunk.last() == Some(&b'\r') {
+            chunk.pop();
+        }
+    }
+    if !chunk.contains(&b'\r') {
+        return vec![chunk];
+    }
+    let mut lines: Vec<Vec<u8>> = chunk.split(|&b| b == b'\r').map(<[u8]>::to_vec).collect();
+    // A lone `\r` at the very end of the file ends its line; nothing follows it.
+    if !ended && lines.last().is_some_and(Vec::is_empty) {
+        lines.pop();
+    }
+    lines
 }
 
 /// Python's `str.isspace`: Unicode `White_Space` plus the information separators U+001C..U+001F,
@@ -50,17 +73,25 @@ pub(super) fn char_column(text: &str, byte_column: usize) -> usize {
 mod tests {
     use super::*;
 
+    fn lines(bytes: &[u8]) -> Vec<(usize, Vec<u8>)> {
+        numbered_lines(bytes).map(Result::unwrap).collect()
+    }
+
     #[test]
     fn universal_newlines_number_lines_like_python() {
-        let lines: Vec<_> = numbered_lines(b"a\r\nb\rc\n\nd").collect();
-        let expected: Vec<(usize, &[u8])> = vec![(1, b"a"), (2, b"b"), (3, b"c"), (4, b""), (5, b"d")];
-        assert_eq!(lines, expected);
+        let expected: Vec<(usize, Vec<u8>)> =
+            [(1, "a"), (2, "b"), (3, "c"), (4, ""), (5, "d")].map(|(n, l)| (n, l.as_bytes().to_vec())).to_vec();
+        assert_eq!(lines(b"a\r\nb\rc\n\nd"), expected);
+        // `\r` then `\r\n` is two line endings, as Python reads it.
+        assert_eq!(lines(b"a\r\r\nb"), vec![(1, b"a".to_vec()), (2, Vec::new()), (3, b"b".to_vec())]);
     }
 
     #[test]
     fn final_newline_does_not_add_a_line() {
-        assert_eq!(numbered_lines(b"a\n").count(), 1);
-        assert_eq!(numbered_lines(b"").count(), 0);
+        assert_eq!(lines(b"a\n").len(), 1);
+        assert_eq!(lines(b"a\r").len(), 1);
+        assert_eq!(lines(b"a\r\n").len(), 1);
+        assert_eq!(lines(b"").len(), 0);
     }
 
     #[test]

@@ -13,7 +13,7 @@ mod render;
 mod report;
 
 pub use encode::{fit_max_len, Encoded, Tokenized};
-pub use problem::{Field, Issue, Problem};
+pub use problem::{Field, Issue, Problem, Problems, KEPT_PROBLEMS};
 pub use render::render;
 pub(crate) use render::{THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START};
 pub use report::{DatasetReport, HistogramBin, LengthStats, Sample};
@@ -64,7 +64,7 @@ pub enum DatasetError {
         "no usable example in {path}: {summary}; every example must be one line holding a JSON object \
          with a \"query\" string"
     )]
-    NoUsableExample { path: PathBuf, summary: String, problems: Vec<Problem> },
+    NoUsableExample { path: PathBuf, summary: String, problems: Problems },
     #[error(
         "max_len (--max-len) is {cap}, but a training row needs at least {MIN_CAP} positions \
          (BOS and one trained token); use 128 or more"
@@ -83,7 +83,7 @@ pub struct Dataset {
     pub examples: Vec<Example>,
     /// Problems found while reading, in line order; those that [`Issue::skips_example`] left their
     /// line out of `examples`.
-    pub problems: Vec<Problem>,
+    pub problems: Problems,
 }
 
 /// Everything a training run needs from the dataset, tokenized once.
@@ -97,13 +97,12 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// One training row per example, in file order, cut to `seq_len` but not padded: batches pad
-    /// to their own longest row ([`crate::model::batch_tensors`]), which gives the loss of rows
-    /// padded to `seq_len` (padding comes after every scored token, under a causal mask).
+    /// One training row per example, in file order ([`Tokenized::row`]): the loss of rows padded
+    /// to `seq_len` (padding comes after every scored token, under a causal mask).
     ///
     /// Built on demand: a report alone (`needle data`) never needs them.
     pub fn rows(&self) -> impl ExactSizeIterator<Item = Encoded> + '_ {
-        self.tokenized.iter().map(|t| t.encode(t.sequence_len().min(self.seq_len)))
+        self.tokenized.iter().map(|t| t.row(self.seq_len))
     }
 }
 
@@ -114,26 +113,28 @@ enum LineOutcome {
 }
 
 impl Dataset {
-    /// Reads `path`; an error only when the file cannot be read or holds no usable example.
+    /// Reads `path` a line at a time; an error only when the file cannot be read or holds no usable
+    /// example.
     pub fn load(path: &Path) -> Result<Dataset, DatasetError> {
-        let bytes = std::fs::read(path).map_err(|source| DatasetError::Read { path: path.to_owned(), source })?;
+        let read_error = |source| DatasetError::Read { path: path.to_owned(), source };
+        let file = std::fs::File::open(path).map_err(read_error)?;
         let mut examples = Vec::new();
-        let mut problems = Vec::new();
-        for (line, raw) in lines::numbered_lines(&bytes) {
-            match read_line(line, raw) {
+        let mut problems = Problems::default();
+        for numbered in lines::numbered_lines(std::io::BufReader::new(file)) {
+            let (line, raw) = numbered.map_err(read_error)?;
+            match read_line(line, &raw) {
                 LineOutcome::Blank => {}
                 LineOutcome::Example(example, warnings) => {
-                    problems.extend(warnings.into_iter().map(|issue| Problem { line, issue }));
+                    for issue in warnings {
+                        problems.push(Problem { line, issue });
+                    }
                     examples.push(example);
                 }
                 LineOutcome::Skipped(issue) => problems.push(Problem { line, issue }),
             }
         }
         if examples.is_empty() {
-            let summary = match problems.first() {
-                None => "the file has no non-blank line".to_owned(),
-                Some(first) => format!("{} line(s) have problems, the first: {first}", problems.len()),
-            };
+            let summary = problems.summary();
             return Err(DatasetError::NoUsableExample { path: path.to_owned(), summary, problems });
         }
         Ok(Dataset { path: path.to_owned(), examples, problems })

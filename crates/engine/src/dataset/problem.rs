@@ -6,7 +6,14 @@
 
 use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
+use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::Deref;
+
+/// How many problems are kept word for word; beyond them only their count by kind is kept, so a
+/// file of a million bad lines costs no more than one of a hundred (and the window gets a list it
+/// can show).
+pub const KEPT_PROBLEMS: usize = 100;
 
 /// An example field whose type is checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -86,6 +93,22 @@ impl Issue {
     /// Whether the line is left out of training (otherwise it trains, with this warning).
     pub fn skips_example(&self) -> bool {
         !matches!(self, Issue::RenderedAsJson { .. } | Issue::SystemIgnored { .. } | Issue::Truncated { .. })
+    }
+
+    /// The `kind` it serializes with, to count problems by.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Issue::NotUtf8 { .. } => "not_utf8",
+            Issue::ByteOrderMark => "byte_order_mark",
+            Issue::InvalidJson { .. } => "invalid_json",
+            Issue::NonFiniteNumber { .. } => "non_finite_number",
+            Issue::NotAnObject { .. } => "not_an_object",
+            Issue::MissingQuery => "missing_query",
+            Issue::NotAString { .. } => "not_a_string",
+            Issue::RenderedAsJson { .. } => "rendered_as_json",
+            Issue::SystemIgnored { .. } => "system_ignored",
+            Issue::Truncated { .. } => "truncated",
+        }
     }
 
     fn column(&self) -> Option<usize> {
@@ -173,5 +196,72 @@ impl Serialize for Problem {
         record.serialize_field("skipped", &self.issue.skips_example())?;
         record.serialize_field("message", &self.to_string())?;
         record.end()
+    }
+}
+
+/// The problems of a file: the first [`KEPT_PROBLEMS`] in line order, and how many of each kind
+/// there are in all. Dereferences to the kept ones.
+///
+/// Serialized flat into a report: `problems` (the kept ones), `problem_counts`, `problems_total`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Problems {
+    #[serde(rename = "problems")]
+    kept: Vec<Problem>,
+    /// Every problem, kept or not, by [`Issue::kind`].
+    #[serde(rename = "problem_counts")]
+    pub counts: BTreeMap<&'static str, usize>,
+    #[serde(rename = "problems_total")]
+    pub total: usize,
+    /// Problems that leave their line out of training.
+    #[serde(skip)]
+    pub skipping: usize,
+}
+
+impl Problems {
+    /// Records `problem`; problems must come in line order.
+    pub fn push(&mut self, problem: Problem) {
+        *self.counts.entry(problem.issue.kind()).or_default() += 1;
+        self.total += 1;
+        self.skipping += usize::from(problem.issue.skips_example());
+        if self.kept.len() < KEPT_PROBLEMS {
+            self.kept.push(problem);
+        }
+    }
+
+    /// Both lists together, in line order (a line's problems from `self` ahead of `other`'s).
+    pub fn merged(&self, other: &Problems) -> Problems {
+        let mut kept: Vec<Problem> = self.kept.iter().chain(&other.kept).cloned().collect();
+        kept.sort_by_key(|problem| problem.line);
+        kept.truncate(KEPT_PROBLEMS);
+        let mut counts = self.counts.clone();
+        for (kind, count) in &other.counts {
+            *counts.entry(kind).or_default() += count;
+        }
+        Problems { kept, counts, total: self.total + other.total, skipping: self.skipping + other.skipping }
+    }
+
+    /// One line: how many, and the first.
+    pub fn summary(&self) -> String {
+        match self.kept.first() {
+            None => "the file has no non-blank line".to_owned(),
+            Some(first) => format!("{} line(s) have problems, the first: {first}", self.total),
+        }
+    }
+}
+
+impl Deref for Problems {
+    type Target = [Problem];
+
+    fn deref(&self) -> &[Problem] {
+        &self.kept
+    }
+}
+
+impl<'a> IntoIterator for &'a Problems {
+    type Item = &'a Problem;
+    type IntoIter = std::slice::Iter<'a, Problem>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.kept.iter()
     }
 }

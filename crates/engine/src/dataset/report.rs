@@ -1,11 +1,15 @@
 //! The summary `needle data --json` prints and the app shows before a run.
 
 use super::encode::FIRST_BUCKET;
-use super::{render, Dataset, Issue, Problem, Tokenized};
+use super::{render, Dataset, Issue, Problem, Problems, Tokenized};
 use serde::Serialize;
 
 /// How many rendered examples the report shows.
 const SAMPLE_COUNT: usize = 3;
+
+/// The longest text of a sample the report carries, in characters: enough to read an example and
+/// to try it, while an exported chat log with one 50 MB line still makes a small report.
+const SAMPLE_CHARS: usize = 16_384;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct DatasetReport {
@@ -13,8 +17,9 @@ pub struct DatasetReport {
     pub usable_examples: usize,
     /// Lines left out of training (each has a problem saying why).
     pub skipped_lines: usize,
-    /// Every problem, reading and truncation, in line order.
-    pub problems: Vec<Problem>,
+    /// Problems of reading and truncation: the first ones in line order, and counts of all.
+    #[serde(flatten)]
+    pub problems: Problems,
     /// Row lengths (BOS + prompt + target + EOS) before truncation.
     pub token_lengths: LengthStats,
     pub histogram: Vec<HistogramBin>,
@@ -44,6 +49,7 @@ pub struct HistogramBin {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Sample {
     pub line: usize,
+    /// The texts below are cut at [`SAMPLE_CHARS`] characters, each marked where it was cut.
     pub prompt: String,
     pub target: String,
     pub tokens: usize,
@@ -55,10 +61,7 @@ pub struct Sample {
 impl DatasetReport {
     /// `tokenized` holds `dataset.examples` in order, tokenized; `seq_len` was fitted under `cap`.
     pub(super) fn new(dataset: &Dataset, tokenized: &[Tokenized], cap: usize, seq_len: usize) -> Self {
-        let mut problems = dataset.problems.clone();
-        problems.extend(truncation_problems(tokenized, seq_len));
-        // Stable: a line's reading problems stay ahead of its truncation.
-        problems.sort_by_key(|problem| problem.line);
+        let problems = dataset.problems.merged(&truncation_problems(tokenized, seq_len));
         let lengths: Vec<usize> = tokenized.iter().map(Tokenized::sequence_len).collect();
         let samples = dataset
             .examples
@@ -67,14 +70,15 @@ impl DatasetReport {
             .take(SAMPLE_COUNT)
             .map(|(example, &tokens)| {
                 let (prompt, target) = render(example);
-                let (tools, query) = (example.tools.clone(), example.query.clone());
+                let (prompt, target) = (clipped(&prompt), clipped(&target));
+                let (tools, query) = (clipped(&example.tools), clipped(&example.query));
                 Sample { line: example.line, prompt, target, tokens, tools, query }
             })
             .collect();
         DatasetReport {
             path: dataset.path.display().to_string(),
             usable_examples: dataset.examples.len(),
-            skipped_lines: dataset.problems.iter().filter(|p| p.issue.skips_example()).count(),
+            skipped_lines: dataset.problems.skipping,
             truncated: lengths.iter().filter(|&&len| len > seq_len).count(),
             token_lengths: length_stats(&lengths),
             histogram: histogram(&lengths),
@@ -86,16 +90,29 @@ impl DatasetReport {
     }
 }
 
-fn truncation_problems(tokenized: &[Tokenized], seq_len: usize) -> impl Iterator<Item = Problem> + '_ {
-    tokenized.iter().filter(move |t| t.sequence_len() > seq_len).map(move |t| Problem {
-        line: t.line,
-        issue: Issue::Truncated {
+fn truncation_problems(tokenized: &[Tokenized], seq_len: usize) -> Problems {
+    let mut problems = Problems::default();
+    for t in tokenized.iter().filter(|t| t.sequence_len() > seq_len) {
+        let issue = Issue::Truncated {
             tokens: t.sequence_len(),
             seq_len,
             target_tokens: t.target_ids.len(),
             target_tokens_kept: t.target_tokens_kept(seq_len),
-        },
-    })
+        };
+        problems.push(Problem { line: t.line, issue });
+    }
+    problems
+}
+
+/// `text`, or its first [`SAMPLE_CHARS`] characters and how many more there were.
+fn clipped(text: &str) -> String {
+    match text.char_indices().nth(SAMPLE_CHARS) {
+        None => text.to_owned(),
+        Some((end, _)) => {
+            let more = text[end..].chars().count();
+            format!("{}… ({more} more characters)", &text[..end])
+        }
+    }
 }
 
 /// Min, median (mean of the middle two for an even count) and max; all zero for no rows.

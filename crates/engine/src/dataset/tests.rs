@@ -307,3 +307,38 @@ fn prepare_rejects_a_cap_below_two() {
     let error = dataset.prepare(&fixture_tokenizer(), 1).expect_err("cap 1 cannot train");
     assert!(error.to_string().contains("--max-len"), "{error}");
 }
+
+#[test]
+fn a_file_of_many_bad_lines_keeps_the_first_problems_and_counts_them_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("many.jsonl");
+    let mut text = String::from("{\"query\": \"ok\"}\n");
+    for i in 0..5_000 {
+        text.push_str(if i % 2 == 0 { "{not json\n" } else { "{\"q\": 1}\n" });
+    }
+    std::fs::write(&path, text).unwrap();
+    let dataset = Dataset::load(&path).unwrap();
+    assert_eq!(dataset.problems.len(), KEPT_PROBLEMS);
+    assert_eq!(dataset.problems.total, 5_000);
+    assert_eq!(dataset.problems.counts["invalid_json"], 2_500);
+    assert_eq!(dataset.problems.counts["missing_query"], 2_500);
+    assert_eq!(dataset.problems[0].line, 2);
+    let report = serde_json::to_value(dataset.prepare(&fixture_tokenizer(), 128).unwrap().report).unwrap();
+    assert_eq!(report["skipped_lines"], json!(5_000));
+    assert_eq!(report["problems_total"], json!(5_000));
+    assert_eq!(report["problems"].as_array().unwrap().len(), KEPT_PROBLEMS);
+}
+
+#[test]
+fn a_huge_line_makes_a_small_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("long.jsonl");
+    let query = "word ".repeat(200_000);
+    std::fs::write(&path, format!("{{\"query\": \"{query}\"}}\r")).unwrap();
+    let dataset = Dataset::load(&path).unwrap();
+    let report = dataset.prepare(&fixture_tokenizer(), 128).unwrap().report;
+    let sample = &report.samples[0];
+    assert!(sample.query.chars().count() < 20_000 && sample.query.ends_with("more characters)"));
+    assert!(sample.prompt.chars().count() < 20_000);
+    assert_eq!(report.truncated, 1);
+}

@@ -14,7 +14,9 @@ use rand_distr::{Distribution, StandardNormal};
 use crate::model::{LowRank, ModelError, Params, Result};
 
 pub mod file;
+pub mod fit;
 pub use file::{load_adapter, save_adapter, AdapterFileError, AdapterMeta};
+pub use fit::{check_fit, FactorDims, FitError, FitProblem, MAX_RANK};
 
 /// The projections the reference adapts (`LORA_TARGETS` in `needle/model/finetune.py`).
 pub const TARGETS: [&str; 5] = ["q_proj", "k_proj", "v_proj", "gate_proj", "out_proj"];
@@ -81,9 +83,8 @@ impl Lora {
             .into_iter()
             .map(|path| {
                 let base = base_weight(params, &path)?;
-                let (lead, in_dim, out_dim) = split_kernel_dims(&path, base.dims())?;
-                let a_shape = [lead.as_slice(), &[in_dim, rank]].concat();
-                let b_shape = [lead.as_slice(), &[rank, out_dim]].concat();
+                let (_, [a_shape, b_shape]) =
+                    fit::expected_factors(base.dims(), rank).map_err(|problem| mismatch(&path, problem))?;
                 let count: usize = a_shape.iter().product();
                 let values: Vec<f32> =
                     (0..count).map(|_| StandardNormal.sample(&mut rng)).map(|v: f32| v / rank as f32).collect();
@@ -177,28 +178,14 @@ impl Factor {
     /// Checks `a` `[lead…, in, r]` and `b` `[lead…, r, out]` against the kernel's shape before
     /// anything is multiplied, then splits them per layer.
     fn new(path: String, kernel: &[usize], a: &Tensor, b: &Tensor, rank: usize) -> Result<Self> {
-        let (lead, in_dim, out_dim) = split_kernel_dims(&path, kernel)?;
-        for (side, tensor, want) in [
-            ("A", a, [lead.as_slice(), &[in_dim, rank]].concat()),
-            ("B", b, [lead.as_slice(), &[rank, out_dim]].concat()),
-        ] {
-            if tensor.dims() != want.as_slice() {
-                return Err(ModelError::AdapterMismatch {
-                    path,
-                    reason: format!(
-                        "{side} has shape {:?} but the weight {kernel:?} at rank {rank} needs {want:?}",
-                        tensor.dims()
-                    ),
-                    base: LOADED_BASE.into(),
-                });
-            }
-        }
-        let layers: usize = lead.iter().product();
+        let (lead, ..) = fit::kernel_dims(kernel).map_err(|problem| mismatch(&path, problem))?;
+        let dims = fit::factor_dims(kernel, a.dims(), b.dims(), rank)
+            .map_err(|(side, problem)| mismatch(&path, format!("{side} {problem}")))?;
         let split = |t: &Tensor| -> Result<Vec<Var>> {
-            let per_layer = t.reshape([&[layers], &t.dims()[lead.len()..]].concat())?;
-            (0..layers).map(|l| Ok(Var::from_tensor(&per_layer.get(l)?.contiguous()?)?)).collect()
+            let per_layer = t.reshape([&[dims.layers], &t.dims()[lead.len()..]].concat())?;
+            (0..dims.layers).map(|l| Ok(Var::from_tensor(&per_layer.get(l)?.contiguous()?)?)).collect()
         };
-        Ok(Self { a: split(a)?, b: split(b)?, path, lead })
+        Ok(Self { a: split(a)?, b: split(b)?, lead: lead.to_vec(), path })
     }
 
     /// `A` of every layer as one tensor `[lead…, in, r]`.
@@ -219,23 +206,12 @@ impl Factor {
 }
 
 fn base_weight(params: &Params, path: &str) -> Result<Tensor> {
-    params.get(path).ok_or_else(|| ModelError::AdapterMismatch {
-        path: path.into(),
-        reason: "the base model has no such weight".into(),
-        base: LOADED_BASE.into(),
-    })
+    params.get(path).ok_or_else(|| mismatch(path, FitProblem::MissingWeight))
 }
 
-/// `(leading dims, in, out)` of a kernel shape.
-fn split_kernel_dims(path: &str, dims: &[usize]) -> Result<(Vec<usize>, usize, usize)> {
-    match dims {
-        [lead @ .., in_dim, out_dim] => Ok((lead.to_vec(), *in_dim, *out_dim)),
-        _ => Err(ModelError::AdapterMismatch {
-            path: path.into(),
-            reason: format!("a kernel needs at least two dimensions, this one has shape {dims:?}"),
-            base: LOADED_BASE.into(),
-        }),
-    }
+/// The model's error for factors that do not fit the loaded base weight at `path`.
+fn mismatch(path: &str, reason: impl ToString) -> ModelError {
+    ModelError::AdapterMismatch { path: path.into(), reason: reason.to_string(), base: LOADED_BASE.into() }
 }
 
 #[cfg(test)]

@@ -9,10 +9,8 @@ use super::norm::rms_unit;
 use super::ops::shift_right;
 use super::params::ParamPath;
 use super::{ModelError, Result};
-use crate::config::ModelConfig;
+use crate::config::{ConfigError, ModelConfig};
 
-/// Target width of one table's entries when `engram_heads` is 0 (automatic).
-const SUB_DIM: usize = 128;
 /// Taps of the causal convolution over the value sequence.
 const CONV_TAPS: usize = 4;
 const HASH_SEED: u32 = 0x9E37_79B9;
@@ -31,26 +29,25 @@ pub struct EngramGeometry {
 
 impl EngramGeometry {
     pub fn new(cfg: &ModelConfig) -> Result<Self> {
-        let orders = cfg.engram_orders.clone();
-        if orders.is_empty() || orders.contains(&0) {
+        let dims = cfg.engram_dims()?;
+        // The lookups index the flattened `[tables · slots, sub_dim]` table with u32 ids.
+        if dims.tables.checked_mul(cfg.engram_slots).is_none_or(|rows| rows == 0 || rows > u32::MAX as usize) {
             return Err(ModelError::InvalidConfig {
-                field: "engram_orders",
-                reason: format!("is {orders:?}; it needs at least one n-gram order, each ≥ 1"),
+                field: "engram_slots",
+                reason: format!(
+                    "is {0}: {1} tables × {0} slots must come to between 1 and {2} rows (the lookups' u32 ids)",
+                    cfg.engram_slots,
+                    dims.tables,
+                    u32::MAX
+                ),
             });
         }
-        if cfg.engram_slots == 0 {
-            return Err(ModelError::InvalidConfig { field: "engram_slots", reason: "is 0; it must be ≥ 1".into() });
-        }
-        let heads =
-            if cfg.engram_heads > 0 { cfg.engram_heads } else { (cfg.d_model / (orders.len() * SUB_DIM)).max(1) };
-        let sub_dim = cfg.d_model / (orders.len() * heads);
-        if sub_dim == 0 {
-            return Err(ModelError::InvalidConfig {
-                field: "engram_heads",
-                reason: format!("{heads} heads × {} orders leave no width of d_model {}", orders.len(), cfg.d_model),
-            });
-        }
-        Ok(Self { orders, heads, sub_dim, slots: cfg.engram_slots })
+        Ok(Self {
+            orders: cfg.engram_orders.clone(),
+            heads: dims.heads,
+            sub_dim: dims.sub_dim,
+            slots: cfg.engram_slots,
+        })
     }
 
     /// Number of tables: one per (order, head) pair, order-major.
@@ -152,6 +149,13 @@ impl EngramKv {
     }
 }
 
+/// A config problem is a model config problem, reported by the field's name.
+impl From<ConfigError> for ModelError {
+    fn from(e: ConfigError) -> Self {
+        ModelError::InvalidConfig { field: e.field, reason: e.problem }
+    }
+}
+
 /// One engram site (the reference's `engrams_<i>` module).
 #[derive(Debug, Clone)]
 pub struct Engram {
@@ -222,5 +226,23 @@ mod tests {
         assert_eq!((g.heads, g.sub_dim, g.tables(), g.dilation()), (3, 128, 6, 3));
         let bad = ModelConfig { engram_orders: vec![], ..ModelConfig::default() };
         assert!(matches!(EngramGeometry::new(&bad), Err(ModelError::InvalidConfig { field: "engram_orders", .. })));
+    }
+
+    #[test]
+    fn a_head_count_that_wraps_is_an_error_not_a_division_by_zero() {
+        // 4 orders × 2^62 heads wraps to 0 tables in unchecked arithmetic.
+        let cfg = ModelConfig { engram_orders: vec![2, 3, 4, 5], engram_heads: 1 << 62, ..ModelConfig::default() };
+        let err = EngramGeometry::new(&cfg).unwrap_err();
+        assert!(matches!(err, ModelError::InvalidConfig { field: "engram_heads", .. }), "{err}");
+        // Within the config's ranges, a flattened table too tall for u32 ids is refused too.
+        let tall = ModelConfig {
+            engram_heads: 1024,
+            engram_orders: vec![2; 16],
+            d_model: 1 << 16,
+            engram_slots: 1 << 24,
+            ..ModelConfig::default()
+        };
+        let err = EngramGeometry::new(&tall).unwrap_err();
+        assert!(matches!(err, ModelError::InvalidConfig { field: "engram_slots", .. }), "{err}");
     }
 }

@@ -47,6 +47,9 @@ pub use params::{lora_merged, ParamPath, Params};
 /// What can go wrong building or running the network.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
+    /// An adapter that does not fit the weights it adapts (checked before anything is multiplied).
+    #[error(transparent)]
+    AdapterFit(#[from] Box<crate::lora::FitError>),
     #[error(
         "checkpoint parameter `{path}` is missing (expected shape {expected:?}); the checkpoint does not \
          match its config — check the config's layer/width/engram settings or re-export the checkpoint"

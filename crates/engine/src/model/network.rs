@@ -264,6 +264,7 @@ impl Network {
 
 /// The geometry constraints the reference assumes (it would fail in a reshape or an assert).
 fn validate(cfg: &ModelConfig) -> Result<()> {
+    cfg.validate()?;
     let invalid = |field, reason: String| Err(ModelError::InvalidConfig { field, reason });
     for (field, value) in [
         ("vocab_size", cfg.vocab_size),

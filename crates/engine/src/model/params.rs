@@ -12,6 +12,7 @@ use candle_core::{Device, Tensor};
 use super::linear::Linear;
 use super::{ModelError, Result};
 use crate::checkpoint::{Checkpoint, LoraFactors, NdArray, PickledAdapter};
+use crate::lora::check_fit;
 
 /// Named f32 tensors on one device, with a record of which ones the network consumed.
 #[derive(Debug)]
@@ -71,6 +72,9 @@ impl Params {
     /// adapted path (per layer when the weight is stacked). Returns how many weights changed; on an
     /// error nothing has changed.
     pub fn merge_pickled_adapter(&mut self, adapter: &PickledAdapter) -> Result<usize> {
+        // Shapes first: the product's size comes from the adapter's own shapes, which a hostile
+        // file can make enormous.
+        check_fit(adapter, |path| self.get(path).map(|weight| weight.dims().to_vec()))?;
         let merged = adapter
             .lora
             .iter()

@@ -94,5 +94,5 @@ fn an_adapter_for_another_base_is_refused() {
     let other = Checkpoint::load(&fixture("models/tiny_f16.pkl")).unwrap();
     let mut params = Params::from_checkpoint(&other, &Device::Cpu).unwrap();
     let err = params.merge_pickled_adapter(&adapter).unwrap_err();
-    assert!(err.to_string().contains("trained for another base"), "{err}");
+    assert!(err.to_string().contains("pass the base checkpoint the adapter was trained from"), "{err}");
 }

@@ -5,12 +5,15 @@
 //! `surface_len` UTF-8 bytes.
 use super::error::{BlobField, BlobProblem};
 use super::{
-    Normalization, Piece, PieceKind, Tokenizer, TokenizerError, BOS_ID, CHAT_MARKERS, DEFAULT_UNK_SURFACE, EOS_ID,
-    PAD_ID, UNK_ID,
+    check_piece_count, Normalization, Piece, PieceKind, Tokenizer, TokenizerError, BOS_ID, CHAT_MARKERS,
+    DEFAULT_UNK_SURFACE, EOS_ID, PAD_ID, UNK_ID,
 };
 
 /// `struct.calcsize("<fBH")`: the fixed part of a piece record.
 const RECORD_LEN: usize = 7;
+
+/// The header: `n_pieces`, the four special ids, two flags and the padding.
+const HEADER_LEN: usize = 24;
 
 /// How errors name a blob: it has no file name of its own.
 const ORIGIN: &str = "the .cact tokenizer blob";
@@ -42,7 +45,7 @@ fn kind_from_code(code: u8) -> Option<PieceKind> {
 /// `export._tokenizer_blob`. `Tokenizer::from_parts` guarantees the piece count fits a u32 and every piece
 /// text fits a u16 length, so the narrowing casts below are exact.
 pub(super) fn write(pieces: &[Piece]) -> Vec<u8> {
-    let size = 24 + pieces.iter().map(|p| RECORD_LEN + p.text.len()).sum::<usize>();
+    let size = HEADER_LEN + pieces.iter().map(|p| RECORD_LEN + p.text.len()).sum::<usize>();
     let mut out = Vec::with_capacity(size);
     out.extend_from_slice(&(pieces.len() as u32).to_le_bytes());
     for (_, id) in SPECIAL_IDS {
@@ -112,18 +115,35 @@ pub(super) fn parse(blob: &[u8]) -> Result<Tokenizer, TokenizerError> {
     let add_dummy_prefix = reader.flag("add_dummy_prefix")?;
     let byte_fallback = reader.flag("byte_fallback")?;
     reader.take::<2>(BlobField::Header("padding"))?;
-    // The count comes from the file: reserve no more records than the remaining bytes could hold.
-    let mut pieces = Vec::with_capacity((count as usize).min(reader.remaining() / RECORD_LEN));
-    for id in 0..count as usize {
-        pieces.push(read_piece(&mut reader, id)?);
+    let pieces = read_pieces(&mut reader, count)?;
+    // The blob has no whitespace setting; the reference's RefTokenizer keeps all whitespace.
+    let normalization = Normalization { add_dummy_prefix, remove_extra_whitespaces: false };
+    Tokenizer::from_parts(ORIGIN, pieces, byte_fallback, normalization, DEFAULT_UNK_SURFACE.to_string())
+}
+
+/// The piece count of a blob whose every record reads cleanly to its end, without judging the header's
+/// ids and flags or the vocabulary: the layout a runtime walks (what `needle inspect --verify` checks).
+pub fn piece_count(blob: &[u8]) -> Result<usize, TokenizerError> {
+    let mut reader = Reader { blob, offset: 0 };
+    let count = reader.u32(BlobField::Header("n_pieces"))?;
+    reader.take::<{ HEADER_LEN - 4 }>(BlobField::Header("ids, flags and padding"))?;
+    read_pieces(&mut reader, count).map(|pieces| pieces.len())
+}
+
+/// `count` piece records, which must end the blob. The count comes from the file: it is held to the
+/// budget, and no more records are reserved than the remaining bytes could hold.
+fn read_pieces(reader: &mut Reader, count: u32) -> Result<Vec<Piece>, TokenizerError> {
+    let count = usize::try_from(count).unwrap_or(usize::MAX);
+    check_piece_count(ORIGIN, count)?;
+    let mut pieces = Vec::with_capacity(count.min(reader.remaining() / RECORD_LEN));
+    for id in 0..count {
+        pieces.push(read_piece(reader, id)?);
     }
     if reader.remaining() > 0 {
         let problem = BlobProblem::TrailingBytes(reader.remaining());
         return Err(TokenizerError::Blob { offset: reader.offset, problem });
     }
-    // The blob has no whitespace setting; the reference's RefTokenizer keeps all whitespace.
-    let normalization = Normalization { add_dummy_prefix, remove_extra_whitespaces: false };
-    Tokenizer::from_parts(ORIGIN, pieces, byte_fallback, normalization, DEFAULT_UNK_SURFACE.to_string())
+    Ok(pieces)
 }
 
 fn read_piece(reader: &mut Reader, id: usize) -> Result<Piece, TokenizerError> {
@@ -145,7 +165,7 @@ fn read_piece(reader: &mut Reader, id: usize) -> Result<Piece, TokenizerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokenizer::PieceProblem;
+    use crate::tokenizer::{PieceProblem, VocabularyProblem};
 
     const BASE_BLOB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/tokenizer/variants/base.blob");
 
@@ -180,12 +200,35 @@ mod tests {
     }
 
     #[test]
-    fn a_huge_piece_count_fails_on_the_missing_bytes() {
+    fn a_piece_count_past_the_budget_is_refused_before_any_piece_is_read() {
         let mut blob = base_blob();
         blob[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        match parse(&blob) {
+            Err(TokenizerError::Vocabulary { origin, problem: VocabularyProblem::TooManyPieces(n) }) => {
+                assert_eq!((origin.as_str(), n), (ORIGIN, u32::MAX as usize))
+            }
+            other => panic!("expected the piece budget, got {other:?}"),
+        }
+        assert!(matches!(piece_count(&blob), Err(TokenizerError::Vocabulary { .. })));
+    }
+
+    #[test]
+    fn a_count_within_budget_but_past_the_bytes_is_a_truncation() {
+        let mut blob = base_blob();
+        blob[..4].copy_from_slice(&401u32.to_le_bytes());
         let (offset, problem) = blob_problem(&blob);
         assert_eq!(offset, blob.len());
         assert!(matches!(problem, BlobProblem::Truncated { what: BlobField::Piece { id: 400, .. }, .. }), "{problem}");
+    }
+
+    #[test]
+    fn the_layout_walk_counts_pieces_without_judging_the_vocabulary() {
+        let blob = base_blob();
+        assert_eq!(piece_count(&blob).unwrap(), 400);
+        let mut odd_ids = blob.clone();
+        odd_ids[4] = 7;
+        assert_eq!(piece_count(&odd_ids).unwrap(), 400, "pad_id is the runtime's business, not the layout's");
+        assert!(matches!(piece_count(&blob[..blob.len() - 1]), Err(TokenizerError::Blob { .. })));
     }
 
     #[test]

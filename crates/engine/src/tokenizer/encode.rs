@@ -13,35 +13,23 @@ pub(super) fn encode(tok: &Tokenizer, text: &str) -> Vec<u32> {
     symbol_ids(tok, &normalized, &symbols)
 }
 
-/// Length of the unit the normaliser consumes at the start of `rest` (non-empty): a whole USER_DEFINED piece
-/// when one starts there (so its spaces are never collapsed), else one character.
-fn chunk_len(tok: &Tokenizer, rest: &str) -> usize {
-    tok.user_defined_prefix(rest).unwrap_or_else(|| first_char_len(rest))
-}
-
-fn first_char_len(text: &str) -> usize {
-    text.chars().next().map_or(0, char::len_utf8)
-}
-
 /// sentencepiece's `Normalizer::Normalize` without a character map: optional removal of leading, trailing
 /// and repeated spaces, the dummy-prefix `▁`, and every remaining space spelled `▁`. Only U+0020 counts as
-/// whitespace; tabs and newlines pass through.
+/// whitespace; tabs and newlines pass through. The text is consumed in [`Tokenizer::chunks`], so a
+/// USER_DEFINED piece's own spaces are never collapsed.
 fn normalize(tok: &Tokenizer, text: &str) -> String {
     let remove_extra = tok.normalization.remove_extra_whitespaces;
-    let mut rest = text;
-    while remove_extra && !rest.is_empty() && &rest[..chunk_len(tok, rest)] == " " {
-        rest = &rest[1..];
-    }
-    if rest.is_empty() {
+    let mut chunks = tok.chunks(text).peekable();
+    while remove_extra && chunks.next_if(|&(chunk, _)| chunk == " ").is_some() {}
+    if chunks.peek().is_none() {
         return String::new();
     }
-    let mut out = String::with_capacity(3 * rest.len() + SPACE_SYMBOL.len());
+    let mut out = String::with_capacity(3 * text.len() + SPACE_SYMBOL.len());
     if tok.normalization.add_dummy_prefix {
         out.push_str(SPACE_SYMBOL);
     }
     let mut is_prev_space = remove_extra;
-    while !rest.is_empty() {
-        let (chunk, after) = rest.split_at(chunk_len(tok, rest));
+    for (chunk, _) in chunks {
         let kept = if is_prev_space { chunk.trim_start_matches(' ') } else { chunk };
         if !kept.is_empty() {
             for c in kept.chars() {
@@ -52,7 +40,6 @@ fn normalize(tok: &Tokenizer, text: &str) -> String {
             }
             is_prev_space = remove_extra && kept.ends_with(' ');
         }
-        rest = after;
     }
     if remove_extra {
         while let Some(trimmed) = out.strip_suffix(SPACE_SYMBOL) {
@@ -107,17 +94,14 @@ impl Eq for Candidate {}
 fn initial_symbols(tok: &Tokenizer, normalized: &str) -> Vec<Symbol> {
     let mut symbols: Vec<Symbol> = Vec::with_capacity(normalized.len());
     let mut start = 0;
-    while start < normalized.len() {
-        let rest = &normalized[start..];
-        let user_defined = tok.user_defined_prefix(rest);
-        let len = user_defined.unwrap_or_else(|| first_char_len(rest));
-        let index = symbols.len();
+    for (chunk, user_defined) in tok.chunks(normalized) {
+        let (index, len) = (symbols.len(), chunk.len());
         symbols.push(Symbol {
             start,
             len,
             prev: index.checked_sub(1),
             next: (start + len < normalized.len()).then_some(index + 1),
-            frozen: user_defined.is_some(),
+            frozen: user_defined,
         });
         start += len;
     }
@@ -191,4 +175,67 @@ fn symbol_ids(tok: &Tokenizer, normalized: &str, symbols: &[Symbol]) -> Vec<u32>
         cursor = symbol.next;
     }
     ids
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::tokenizer::Piece;
+
+    const BASE_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/tokenizer/variants/base.model");
+
+    /// The fixture's base model with `extra` appended as USER_DEFINED pieces.
+    fn with_user_pieces(extra: impl IntoIterator<Item = String>) -> Tokenizer {
+        let base = Tokenizer::load(Path::new(BASE_MODEL)).expect("variants/base.model loads");
+        let mut pieces = base.pieces().to_vec();
+        pieces.extend(extra.into_iter().map(|text| Piece { text, score: 0.0, kind: PieceKind::UserDefined }));
+        Tokenizer::from_parts("test", pieces, base.byte_fallback(), base.normalization, base.unk_surface)
+            .expect("extra user-defined pieces are a valid vocabulary")
+    }
+
+    /// sentencepiece's scan, spelled out: at each position the longest piece that starts there, else one
+    /// character.
+    fn greedy_scan<'t>(pieces: &[&str], text: &'t str) -> Vec<(&'t str, bool)> {
+        let mut out = Vec::new();
+        let mut rest = text;
+        while let Some(c) = rest.chars().next() {
+            let longest = pieces.iter().filter(|p| rest.starts_with(**p)).map(|p| p.len()).max();
+            let len = longest.unwrap_or(c.len_utf8());
+            out.push((&rest[..len], longest.is_some()));
+            rest = &rest[len..];
+        }
+        out
+    }
+
+    #[test]
+    fn chunks_are_the_greedy_longest_prefix_scan() {
+        // Letters the fixture's English vocabulary lacks, so the pieces are new; prefixes of each other,
+        // overlapping, and multi-byte.
+        let pieces = ["жз", "жзи", "зий", "з", "<ж>", "ё", "ёж", "▁▁ж"];
+        let tok = with_user_pieces(pieces.iter().map(|p| p.to_string()));
+        for text in ["жзий", "жззийё", "aжзижзий<ж>>", "ёёжё", "▁▁▁ж з", "", "ж", "<ж<ж>", "зийжзи"]
+        {
+            assert_eq!(tok.chunks(text).collect::<Vec<_>>(), greedy_scan(&pieces, text), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn fifty_thousand_user_pieces_encode_long_text_in_linear_time() {
+        // The pieces share their first three bytes, so a per-position scan of the pieces that start with
+        // the text's next byte (the old bucket-by-first-byte match) tried all 50 000 at each of the text's
+        // 100 000 `▁` positions: 5·10⁹ comparisons, minutes. One automaton pass is milliseconds.
+        let tok = with_user_pieces((0..50_000).map(|i| format!("▁~{i:05}")));
+        let text = " ~".repeat(100_000);
+        let started = Instant::now();
+        let ids = tok.encode(&text);
+        let elapsed = started.elapsed();
+        assert!(ids.len() >= 100_000, "every `▁~` pair is at least one token");
+        assert!(elapsed < Duration::from_secs(10), "encoding took {elapsed:?}");
+        let id = |text: &str| tok.piece_to_id(text);
+        assert_eq!(tok.encode(" ~00042 x")[1..2], [id("▁~00042")], "a user piece is one token");
+        assert_eq!(tok.encode(" ~49999"), [id("▁"), id("▁~49999")]);
+    }
 }

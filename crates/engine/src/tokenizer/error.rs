@@ -1,7 +1,7 @@
 //! Everything that can be wrong with a tokenizer file, each naming the file, the place and the fix.
 use std::path::PathBuf;
 
-use super::PieceKind;
+use super::{PieceKind, MAX_PIECES};
 
 /// Fix advice for vocabulary problems: the settings needle's tokenizer is trained with (a `.cact` blob
 /// inherits its vocabulary from such a model, so the same fix applies before re-exporting).
@@ -26,6 +26,10 @@ pub enum TokenizerError {
         #[source]
         source: prost::DecodeError,
     },
+
+    #[error("{}, byte offset {offset}: {problem}; pass the tokenizer.model written by spm_train, copied whole",
+             path.display())]
+    Malformed { path: PathBuf, offset: usize, problem: ProtoProblem },
 
     #[error("{}: {setting} is {found}, but only {supported} is supported; {RETRAIN}", path.display())]
     Unsupported { path: PathBuf, setting: &'static str, found: String, supported: &'static str },
@@ -74,12 +78,27 @@ pub enum PieceProblem {
 pub enum VocabularyProblem {
     #[error("it has {0} pieces, fewer than the 4 special ids needle needs (pad 0, eos 1, bos 2, unk 3)")]
     TooFewPieces(usize),
-    #[error("it has {0} pieces, more than a u32 id can address")]
+    #[error("it has {0} pieces, more than the {MAX_PIECES} a tokenizer may have")]
     TooManyPieces(usize),
     #[error("byte_fallback is on but there is no byte piece <0x{0:02X}> (all 256 are required)")]
     MissingBytePiece(u8),
     #[error("piece id {0} is a second UNKNOWN piece; only id 3 may be")]
     SecondUnknown(usize),
+    #[error("its USER_DEFINED pieces are too many or too long to match ({0})")]
+    UserDefinedTooLarge(String),
+}
+
+/// What is wrong at one offset of a `tokenizer.model`'s protobuf encoding.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ProtoProblem {
+    #[error(
+        "the {what} ends past the end of the file ({needed} bytes needed, {available} left): the file is truncated"
+    )]
+    Truncated { what: String, needed: u64, available: usize },
+    #[error("the {what} is not a valid varint")]
+    BadVarint { what: String },
+    #[error("field {field} has wire type {wire}, which no SentencePiece model uses")]
+    WireType { field: u64, wire: u64 },
 }
 
 /// What is wrong at one offset of a `.cact` tokenizer blob.

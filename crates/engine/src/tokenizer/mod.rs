@@ -19,7 +19,10 @@ mod proto;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-pub use error::{BlobField, BlobProblem, PieceProblem, TokenizerError, VocabularyProblem};
+use aho_corasick::{AhoCorasick, MatchKind};
+
+pub use blob::piece_count as cact_blob_piece_count;
+pub use error::{BlobField, BlobProblem, PieceProblem, ProtoProblem, TokenizerError, VocabularyProblem};
 
 pub const PAD_ID: u32 = 0;
 pub const EOS_ID: u32 = 1;
@@ -71,6 +74,14 @@ struct Normalization {
     remove_extra_whitespaces: bool,
 }
 
+/// The most pieces a tokenizer may have: far above any real vocabulary (Needle 2's has 8192), low
+/// enough that a file claiming more is refused before its pieces are read, which bounds the memory
+/// a hostile file can ask for.
+pub const MAX_PIECES: usize = 1 << 20;
+
+/// The longest piece text, in bytes: a `.cact` stores each piece's length as a u16.
+pub const MAX_PIECE_LEN: usize = u16::MAX as usize;
+
 /// sentencepiece's default `unk_surface`: what `sp.Decode` prints for `<unk>`.
 const DEFAULT_UNK_SURFACE: &str = " \u{2047} ";
 
@@ -82,8 +93,10 @@ pub struct Tokenizer {
     mergeable: HashMap<String, u32>,
     /// CONTROL, UNKNOWN and BYTE pieces, looked up before `mergeable` (sentencepiece's `reserved_id_map_`).
     reserved: HashMap<String, u32>,
-    /// USER_DEFINED pieces grouped by first byte, longest first, for greedy longest-prefix matching.
-    user_defined: Vec<Vec<String>>,
+    /// Every USER_DEFINED piece, matched leftmost-longest: sentencepiece's greedy longest-prefix scan
+    /// in one pass over the text, whatever the number of pieces (a scan of every piece at every
+    /// position would be quadratic).
+    user_defined: AhoCorasick,
     /// Id of the `<0xNN>` piece for every byte value, when byte fallback is on.
     byte_ids: Option<Box<[u32; 256]>>,
     normalization: Normalization,
@@ -164,12 +177,10 @@ impl Tokenizer {
         if pieces.len() <= UNK_ID as usize {
             return Err(vocabulary_error(VocabularyProblem::TooFewPieces(pieces.len())));
         }
-        if u32::try_from(pieces.len()).is_err() {
-            return Err(vocabulary_error(VocabularyProblem::TooManyPieces(pieces.len())));
-        }
+        check_piece_count(origin, pieces.len())?;
         let mut mergeable = HashMap::new();
         let mut reserved = HashMap::new();
-        let mut user_defined = vec![Vec::new(); 256];
+        let mut user_defined = Vec::new();
         let mut byte_ids = [None; 256];
         for (id, piece) in (0u32..).zip(&pieces) {
             let piece_error = |problem| TokenizerError::Piece { origin: origin.to_string(), id: id as usize, problem };
@@ -184,7 +195,7 @@ impl Tokenizer {
             };
             table.insert(piece.text.clone(), id);
             match piece.kind {
-                PieceKind::UserDefined => user_defined[first_byte(&piece.text)].push(piece.text.clone()),
+                PieceKind::UserDefined => user_defined.push(piece.text.as_str()),
                 PieceKind::Byte => byte_ids[usize::from(byte_value(&piece.text).map_err(piece_error)?)] = Some(id),
                 PieceKind::Unknown if id != UNK_ID => {
                     return Err(vocabulary_error(VocabularyProblem::SecondUnknown(id as usize)))
@@ -192,16 +203,30 @@ impl Tokenizer {
                 _ => {}
             }
         }
-        for symbols in &mut user_defined {
-            symbols.sort_by_key(|s| std::cmp::Reverse(s.len()));
-        }
+        let user_defined = AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostLongest)
+            .build(user_defined)
+            .map_err(|e| vocabulary_error(VocabularyProblem::UserDefinedTooLarge(e.to_string())))?;
         let byte_ids = if byte_fallback { Some(all_byte_ids(&byte_ids).map_err(vocabulary_error)?) } else { None };
         Ok(Self { pieces, mergeable, reserved, user_defined, byte_ids, normalization, unk_surface })
     }
 
-    /// Length of the longest USER_DEFINED piece that `text` starts with.
-    fn user_defined_prefix(&self, text: &str) -> Option<usize> {
-        self.user_defined[first_byte(text)].iter().find(|s| text.starts_with(s.as_str())).map(String::len)
+    /// `text` cut as sentencepiece's normaliser and BPE both cut it: each USER_DEFINED piece by greedy
+    /// longest match, every other character on its own; `true` marks a USER_DEFINED piece.
+    ///
+    /// A greedy scan that tries the longest piece at each position, else steps one character, finds
+    /// exactly the leftmost-longest non-overlapping matches: pieces and text are UTF-8, so no piece
+    /// can match from inside a character the scan steps over.
+    fn chunks<'t>(&'t self, text: &'t str) -> impl Iterator<Item = (&'t str, bool)> + 't {
+        let mut matches = self.user_defined.find_iter(text).peekable();
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            let rest = text.get(at..).filter(|rest| !rest.is_empty())?;
+            let piece = matches.next_if(|m| m.start() == at);
+            let len = piece.map_or_else(|| rest.chars().next().map_or(rest.len(), char::len_utf8), |m| m.len());
+            at += len;
+            Some((&rest[..len], piece.is_some()))
+        })
     }
 
     /// sentencepiece's `PieceToId`: reserved pieces first, then mergeable ones, else `<unk>`.
@@ -214,9 +239,14 @@ impl Tokenizer {
     }
 }
 
-/// Bucket of `text` in [`Tokenizer::user_defined`]; the empty string (never a piece) gets bucket 0.
-fn first_byte(text: &str) -> usize {
-    text.as_bytes().first().map_or(0, |&b| usize::from(b))
+/// Refuses a piece count beyond [`MAX_PIECES`]; the readers call it with the count a file claims
+/// before they read any piece.
+fn check_piece_count(origin: &str, count: usize) -> Result<(), TokenizerError> {
+    if count > MAX_PIECES {
+        let problem = VocabularyProblem::TooManyPieces(count);
+        return Err(TokenizerError::Vocabulary { origin: origin.to_string(), problem });
+    }
+    Ok(())
 }
 
 /// The kind needle's fixed special ids must have.
@@ -234,7 +264,7 @@ fn check_piece(id: u32, piece: &Piece, byte_fallback: bool) -> Result<(), PieceP
     if piece.text.is_empty() {
         return Err(PieceProblem::Empty);
     }
-    if piece.text.len() > usize::from(u16::MAX) {
+    if piece.text.len() > MAX_PIECE_LEN {
         return Err(PieceProblem::TooLong(piece.text.len()));
     }
     if piece.score.is_nan() {

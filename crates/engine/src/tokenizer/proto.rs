@@ -1,10 +1,21 @@
 //! The parts of SentencePiece's `ModelProto` (sentencepiece_model.proto, proto2) that decide how a BPE model
 //! encodes, declared by hand for prost; every other field is skipped while decoding.
+//!
+//! Before prost decodes anything, one pass over the top-level fields checks that each lies within the file
+//! and counts the pieces against [`MAX_PIECES`](super::MAX_PIECES): a truncated file is reported at the
+//! offset of the field it cuts, and a file claiming too many pieces is refused before any is allocated.
+//! Decoding then costs a small multiple of the file: each piece is its own bytes plus a fixed overhead.
 use std::path::Path;
 
 use prost::Message;
 
-use super::{Normalization, Piece, PieceKind, Tokenizer, TokenizerError, DEFAULT_UNK_SURFACE};
+use super::{
+    check_piece_count, Normalization, Piece, PieceKind, PieceProblem, ProtoProblem, Tokenizer, TokenizerError,
+    DEFAULT_UNK_SURFACE,
+};
+
+/// `ModelProto.pieces`.
+const PIECES_FIELD: u64 = 1;
 
 #[derive(Clone, PartialEq, Message)]
 pub(super) struct ModelProto {
@@ -81,15 +92,16 @@ fn piece_kind(code: i32) -> Option<PieceKind> {
 }
 
 pub(super) fn parse_model(path: &Path, bytes: &[u8]) -> Result<Tokenizer, TokenizerError> {
+    let origin = path.display().to_string();
+    check_piece_count(&origin, count_pieces(path, bytes)?)?;
     let model =
         ModelProto::decode(bytes).map_err(|source| TokenizerError::NotAModel { path: path.to_path_buf(), source })?;
     let trainer = model.trainer_spec.unwrap_or_default();
     let normalizer = model.normalizer_spec.unwrap_or_default();
     check_supported(path, &trainer, &normalizer, model.denormalizer_spec.as_ref())?;
-    let origin = path.display().to_string();
     let pieces = model
         .pieces
-        .iter()
+        .into_iter()
         .enumerate()
         .map(|(id, piece)| {
             convert_piece(piece).map_err(|problem| TokenizerError::Piece { origin: origin.clone(), id, problem })
@@ -104,10 +116,64 @@ pub(super) fn parse_model(path: &Path, bytes: &[u8]) -> Result<Tokenizer, Tokeni
     Tokenizer::from_parts(&origin, pieces, byte_fallback, normalization, unk_surface)
 }
 
-fn convert_piece(piece: &SentencePiece) -> Result<Piece, super::PieceProblem> {
-    let text = std::str::from_utf8(piece.piece.as_deref().unwrap_or_default()).map_err(super::PieceProblem::BadUtf8)?;
-    let kind = piece_kind(piece.r#type()).ok_or(super::PieceProblem::UnsupportedType(piece.r#type()))?;
-    Ok(Piece { text: text.to_string(), score: piece.score(), kind })
+/// The decoded piece's bytes become its text without a copy.
+fn convert_piece(piece: SentencePiece) -> Result<Piece, PieceProblem> {
+    let (score, code) = (piece.score(), piece.r#type());
+    let text = String::from_utf8(piece.piece.unwrap_or_default()).map_err(|e| PieceProblem::BadUtf8(e.utf8_error()))?;
+    let kind = piece_kind(code).ok_or(PieceProblem::UnsupportedType(code))?;
+    Ok(Piece { text, score, kind })
+}
+
+/// Walks the top-level fields without decoding them and returns how many pieces the file holds; each
+/// field's extent is checked against the file, so a cut file is reported at the field it cuts.
+fn count_pieces(path: &Path, bytes: &[u8]) -> Result<usize, TokenizerError> {
+    let malformed = |offset, problem| TokenizerError::Malformed { path: path.to_path_buf(), offset, problem };
+    let (mut at, mut pieces) = (0, 0);
+    while at < bytes.len() {
+        let start = at;
+        let key = read_varint(bytes, &mut at, || "field key".into()).map_err(|problem| malformed(start, problem))?;
+        let (field, wire) = (key >> 3, key & 7);
+        let what = || match field {
+            PIECES_FIELD => format!("record of piece {pieces}"),
+            other => format!("field {other}"),
+        };
+        // Wire types 0 (varint), 1 (8 bytes), 2 (length-delimited) and 5 (4 bytes); groups are
+        // deprecated and no SentencePiece model has one.
+        let len = match wire {
+            0 => read_varint(bytes, &mut at, what).map(|_| 0),
+            1 => Ok(8),
+            2 => read_varint(bytes, &mut at, || format!("length of the {}", what())),
+            5 => Ok(4),
+            _ => Err(ProtoProblem::WireType { field, wire }),
+        }
+        .map_err(|problem| malformed(start, problem))?;
+        let available = bytes.len() - at;
+        match usize::try_from(len).ok().filter(|&len| len <= available) {
+            Some(len) => at += len,
+            None => return Err(malformed(start, ProtoProblem::Truncated { what: what(), needed: len, available })),
+        }
+        if field == PIECES_FIELD {
+            pieces += 1;
+        }
+    }
+    Ok(pieces)
+}
+
+/// The base-128 varint at `*at`, which then moves past it. `what` names it for the errors: the file
+/// ending inside it (truncated) or a varint longer than the ten bytes a u64 takes.
+fn read_varint(bytes: &[u8], at: &mut usize, what: impl Fn() -> String) -> Result<u64, ProtoProblem> {
+    let mut value = 0u64;
+    for (read, shift) in (0..64).step_by(7).enumerate() {
+        let Some(&byte) = bytes.get(*at) else {
+            return Err(ProtoProblem::Truncated { what: what(), needed: read as u64 + 1, available: read });
+        };
+        *at += 1;
+        value |= u64::from(byte & 0x7F) << shift;
+        if byte < 0x80 {
+            return Ok(value);
+        }
+    }
+    Err(ProtoProblem::BadVarint { what: what() })
 }
 
 /// Refuses the settings this encoder does not implement, rather than encoding differently from sentencepiece.
@@ -148,7 +214,7 @@ fn check_supported(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokenizer::{PieceProblem, VocabularyProblem};
+    use crate::tokenizer::{PieceProblem, VocabularyProblem, MAX_PIECES};
 
     const BASE_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/tokenizer/variants/base.model");
 
@@ -157,8 +223,12 @@ mod tests {
         ModelProto::decode(bytes.as_slice()).expect("base.model decodes")
     }
 
-    fn parse(model: &ModelProto) -> Result<Tokenizer, TokenizerError> {
+    fn parse_mutated(model: &ModelProto) -> Result<Tokenizer, TokenizerError> {
         parse_model(Path::new("mutated.model"), &model.encode_to_vec())
+    }
+
+    fn parse(name: &str, bytes: &[u8]) -> Result<Tokenizer, TokenizerError> {
+        parse_model(Path::new(name), bytes)
     }
 
     /// The error loading the base model with one change; the unchanged model loads (see below), so the change
@@ -166,7 +236,7 @@ mod tests {
     fn refused(change: impl FnOnce(&mut ModelProto)) -> TokenizerError {
         let mut model = base_model();
         change(&mut model);
-        let err = parse(&model).expect_err("the changed model must be refused");
+        let err = parse_mutated(&model).expect_err("the changed model must be refused");
         assert!(err.to_string().contains("mutated.model"), "error must name the file: {err}");
         err
     }
@@ -195,7 +265,7 @@ mod tests {
 
     #[test]
     fn reencoded_base_model_loads() {
-        let tok = parse(&base_model()).expect("round-tripped model loads");
+        let tok = parse_mutated(&base_model()).expect("round-tripped model loads");
         assert_eq!(tok.vocab_size(), 400);
         assert!(tok.byte_fallback() && tok.add_dummy_prefix() && !tok.remove_extra_whitespaces());
     }
@@ -211,7 +281,56 @@ mod tests {
     fn a_cact_blob_is_not_a_model() {
         let blob = std::fs::read(BASE_MODEL.replace(".model", ".blob")).expect("variants/base.blob");
         let err = parse_model(Path::new("tokenizer.blob"), &blob).expect_err("a blob is not a ModelProto");
-        assert!(matches!(err, TokenizerError::NotAModel { .. }), "{err}");
+        assert!(matches!(err, TokenizerError::NotAModel { .. } | TokenizerError::Malformed { .. }), "{err}");
+    }
+
+    #[test]
+    fn every_cut_is_reported_at_the_field_it_cuts() {
+        let bytes = base_model().encode_to_vec();
+        for len in 1..bytes.len() {
+            match parse_model(Path::new("cut.model"), &bytes[..len]) {
+                Err(TokenizerError::Malformed { offset, problem: ProtoProblem::Truncated { .. }, .. }) => {
+                    assert!(offset < len, "offset {offset} of a {len}-byte cut")
+                }
+                // A cut between two fields leaves a well-formed model that lacks the rest.
+                Ok(_) | Err(TokenizerError::Vocabulary { .. } | TokenizerError::Unsupported { .. }) => {}
+                other => panic!("a {len}-byte cut gave {other:?}"),
+            }
+        }
+        let err = parse_model(Path::new("cut.model"), &bytes[..bytes.len() / 2]).unwrap_err();
+        assert!(err.to_string().starts_with("cut.model, byte offset "), "{err}");
+        assert!(err.to_string().contains("record of piece"), "{err}");
+    }
+
+    #[test]
+    fn a_piece_count_past_the_budget_is_refused_before_decoding() {
+        // The smallest piece record there is, `0a 00`, MAX_PIECES + 1 times: 2 MB of file that prost
+        // would turn into a vector of over a million decoded pieces.
+        let bytes = [0x0a, 0x00].repeat(MAX_PIECES + 1);
+        match parse_model(Path::new("many.model"), &bytes) {
+            Err(TokenizerError::Vocabulary { problem: VocabularyProblem::TooManyPieces(n), .. }) => {
+                assert_eq!(n, MAX_PIECES + 1)
+            }
+            other => panic!("expected the piece budget, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn malformed_keys_and_wire_types_are_placed() {
+        let mut bytes = base_model().encode_to_vec();
+        let at = bytes.len();
+        bytes.extend_from_slice(&[0x0b]);
+        assert!(matches!(
+            parse("grouped.model", &bytes),
+            Err(TokenizerError::Malformed { offset, problem: ProtoProblem::WireType { field: 1, wire: 3 }, .. })
+                if offset == at
+        ));
+        bytes.truncate(at);
+        bytes.extend_from_slice(&[0xFF; 11]);
+        assert!(matches!(
+            parse("varint.model", &bytes),
+            Err(TokenizerError::Malformed { problem: ProtoProblem::BadVarint { .. }, .. })
+        ));
     }
 
     #[test]
@@ -286,9 +405,9 @@ mod tests {
     fn only_chat_markers_are_written_user_defined() {
         let mut model = base_model();
         model.pieces[300].r#type = Some(4);
-        let tok = parse(&model).expect("an extra user-defined piece is fine");
+        let tok = parse_mutated(&model).expect("an extra user-defined piece is fine");
         assert_eq!(tok.pieces()[300].kind, PieceKind::UserDefined);
-        let base = parse(&base_model()).expect("base");
+        let base = parse_mutated(&base_model()).expect("base");
         assert_eq!(tok.to_cact_blob(), base.to_cact_blob(), "the reference types USER_DEFINED by marker name only");
     }
 }

@@ -22,8 +22,8 @@ pub const SCORED_EXAMPLES: usize = 64;
 use crate::backend::BackendInfo;
 use crate::calls::{self, CallScores, ModelScore, Weights, WeightsLoadError};
 use crate::checkpoint::{Checkpoint, CheckpointError};
-use crate::dataset::{Dataset, DatasetError, Encoded, Example};
-use crate::lora::{save_adapter, AdapterFileError, AdapterMeta, Lora};
+use crate::dataset::{Dataset, DatasetError, Encoded, Example, Tokenized};
+use crate::lora::{save_adapter, AdapterFileError, AdapterMeta, Lora, MAX_RANK};
 use crate::model::{batch_tensors, evaluate, Device, ModelError, Network, Params};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 
@@ -131,8 +131,10 @@ pub struct Session {
     params: Params,
     network: Network,
     lora: Lora,
-    train_rows: Vec<Encoded>,
-    val_rows: Vec<Encoded>,
+    /// The examples as tokens; each batch's rows are cut from them when it trains, so a large
+    /// dataset is held once, as token ids, and never as padded rows.
+    train: Vec<Tokenized>,
+    val: Vec<Tokenized>,
     /// The held-out examples themselves, to score the calls of the base and tuned models.
     val_examples: Vec<Example>,
     pub plan: Plan,
@@ -152,32 +154,34 @@ impl Session {
         let network = Network::load(&cfg, &params)?;
         network.check_tokenizer_vocab(tokenizer.vocab_size(), &options.tokenizer)?;
         let dataset = Dataset::load(&options.data)?;
-        let prepared = dataset.prepare(&tokenizer, options.max_len)?;
-        let rows: Vec<(Encoded, Example)> = prepared.rows().zip(dataset.examples).collect();
-        let (train, validation) = split(rows, options.val_split, options.seed);
-        let train_rows: Vec<Encoded> = train.into_iter().map(|(row, _)| row).collect();
-        let (val_rows, val_examples): (Vec<Encoded>, Vec<Example>) = validation.into_iter().unzip();
+        // Positions past the model's own length were never trained, and rows that long would only
+        // make attention's memory grow with the square of a cap nobody meant.
+        let prepared = dataset.prepare(&tokenizer, options.max_len.min(cfg.max_seq_len))?;
+        let seq_len = prepared.seq_len;
+        let pairs: Vec<(Tokenized, Example)> = prepared.tokenized.into_iter().zip(dataset.examples).collect();
+        let (train, validation) = split(pairs, options.val_split, options.seed);
+        let train: Vec<Tokenized> = train.into_iter().map(|(tokens, _)| tokens).collect();
+        let (val, val_examples): (Vec<Tokenized>, Vec<Example>) = validation.into_iter().unzip();
         let lora = Lora::init(&params, options.rank, options.alpha, options.seed)?;
         if lora.factors.is_empty() {
             return Err(TrainError::NoTargets { checkpoint: options.checkpoint.clone() });
         }
-        let steps_per_epoch = train_rows.len().div_ceil(options.batch_size);
+        let steps_per_epoch = train.len().div_ceil(options.batch_size);
         let steps = steps_per_epoch * options.epochs;
-        let most_scored =
-            train_rows.iter().chain(&val_rows).map(|r| r.mask.iter().filter(|&&m| m != 0.0).count()).max();
+        let most_scored = train.iter().chain(&val).map(|t| t.scored_positions(seq_len)).max();
         let memory = StepShape {
             config: &cfg,
             parameters: params.parameter_count(),
             trainable: lora.parameter_count(),
-            batch: options.batch_size.min(train_rows.len().max(val_rows.len())),
-            seq_len: prepared.seq_len,
+            batch: options.batch_size.min(train.len().max(val.len())),
+            seq_len,
             scored: options.batch_size * most_scored.unwrap_or(0),
         }
         .plan();
         let plan = Plan {
-            examples: train_rows.len(),
-            validation: val_rows.len(),
-            seq_len: prepared.seq_len,
+            examples: train.len(),
+            validation: val.len(),
+            seq_len,
             steps_per_epoch,
             steps,
             warmup: Schedule::reference(options.lr, steps).warmup,
@@ -189,7 +193,7 @@ impl Session {
             memory_available_bytes: available_memory(),
             seconds_estimate: None,
         };
-        Ok(Self { options, params, network, lora, train_rows, val_rows, val_examples, plan })
+        Ok(Self { options, params, network, lora, train, val, val_examples, plan })
     }
 
     /// Times one training step on the first batch (with fresh factors, so nothing of the run
@@ -201,17 +205,19 @@ impl Session {
         let mut trainer = Trainer::new(self.network.clone(), lora, Schedule::reference(self.options.lr, 2))?;
         trainer.recompute = self.plan.recompute;
         trainer.micro_batch = self.plan.micro_batch;
-        let batch = &self.train_rows[..self.options.batch_size.min(self.train_rows.len())];
-        let (ids, mask) = batch_tensors(batch, self.network.device())?;
+        let seq_len = self.plan.seq_len;
+        let batch = rows(&self.train[..self.options.batch_size.min(self.train.len())], seq_len);
+        let (ids, mask) = batch_tensors(&batch, self.network.device())?;
         let started = Instant::now();
         trainer.step(&ids, &mask)?;
         let per_position = started.elapsed().as_secs_f64() / ids.elem_count() as f64;
-        let padded = |rows: &[Encoded]| -> usize {
-            rows.chunks(self.options.batch_size)
-                .map(|b| b.len() * b.iter().map(|r| r.ids.len()).max().unwrap_or(0))
+        let padded = |examples: &[Tokenized]| -> usize {
+            examples
+                .chunks(self.options.batch_size)
+                .map(|b| b.len() * b.iter().map(|t| t.sequence_len().min(seq_len)).max().unwrap_or(0))
                 .sum()
         };
-        let epoch = padded(&self.train_rows) as f64 + padded(&self.val_rows) as f64 / 3.0;
+        let epoch = padded(&self.train) as f64 + padded(&self.val) as f64 / 3.0;
         let seconds = per_position * epoch * self.options.epochs as f64;
         self.plan.seconds_estimate = Some(seconds);
         Ok(seconds)
@@ -219,7 +225,7 @@ impl Session {
 
     /// Trains to the end or until `cancel` is set (checked between steps), emitting progress.
     pub fn run(self, backend: &BackendInfo, cancel: &AtomicBool, mut emit: impl FnMut(Event)) -> Result<Outcome> {
-        let Session { options, params, network, lora, train_rows, val_rows, val_examples, plan } = self;
+        let Session { options, params, network, lora, train, val, val_examples, plan } = self;
         let schedule = Schedule::reference(options.lr, plan.steps);
         let key = RunKey {
             rank: options.rank,
@@ -270,7 +276,7 @@ impl Session {
             Ok(())
         };
         for epoch in first_step / plan.steps_per_epoch.max(1)..options.epochs {
-            let order = epoch_order(train_rows.len(), options.seed, epoch);
+            let order = epoch_order(train.len(), options.seed, epoch);
             let done_in_epoch = trainer.optimizer.count - epoch * plan.steps_per_epoch;
             let mut last = 0f32;
             for batch in order.chunks(options.batch_size).skip(done_in_epoch) {
@@ -280,7 +286,7 @@ impl Session {
                     emit(Event::Finished { adapter: options.out.clone(), seconds, partial: true, accuracy: None });
                     return Ok(Outcome { adapter: options.out, partial: true, epochs });
                 }
-                let rows: Vec<Encoded> = batch.iter().map(|&i| train_rows[i].clone()).collect();
+                let rows: Vec<Encoded> = batch.iter().map(|&i| train[i].row(plan.seq_len)).collect();
                 let (ids, mask) = batch_tensors(&rows, &device)?;
                 let outcome = trainer.step(&ids, &mask)?;
                 positions += ids.elem_count();
@@ -297,7 +303,7 @@ impl Session {
                     eta_s: per_step * (plan.steps - step) as f64,
                 });
             }
-            let val = validation_loss(&trainer, &val_rows, options.batch_size, &device)?;
+            let val = validation_loss(&trainer, &val, plan.seq_len, options.batch_size, &device)?;
             emit(Event::Epoch { epoch: epoch + 1, loss: last, val });
             epochs.push((last, val));
             save(&trainer, false, &mut emit)?;
@@ -309,8 +315,8 @@ impl Session {
             None
         } else {
             emit(Event::Scoring { examples: scored.len() });
-            let rows = &val_rows[..scored.len()];
-            match score_calls(&options, trainer.network(), scored, rows, plan.seq_len, cancel) {
+            let held_out = &val[..scored.len()];
+            match score_calls(&options, trainer.network(), scored, held_out, plan.seq_len, cancel) {
                 Ok(scores) => scores,
                 Err(error) => {
                     emit(Event::Unscored { message: error.to_string() });
@@ -324,13 +330,19 @@ impl Session {
 }
 
 /// The reference's per-epoch validation number: the mean of per-batch mean losses.
-fn validation_loss(trainer: &Trainer, rows: &[Encoded], batch_size: usize, device: &Device) -> Result<Option<f32>> {
-    if rows.is_empty() {
+fn validation_loss(
+    trainer: &Trainer,
+    val: &[Tokenized],
+    seq_len: usize,
+    batch_size: usize,
+    device: &Device,
+) -> Result<Option<f32>> {
+    if val.is_empty() {
         return Ok(None);
     }
     let mut losses = Vec::new();
-    for batch in rows.chunks(batch_size) {
-        let (ids, mask) = batch_tensors(batch, device)?;
+    for batch in val.chunks(batch_size) {
+        let (ids, mask) = batch_tensors(&rows(batch, seq_len), device)?;
         losses.push(trainer.loss(&ids, &mask)?);
     }
     Ok(Some(losses.iter().sum::<f32>() / losses.len() as f32))
@@ -343,7 +355,7 @@ fn score_calls(
     options: &FinetuneOptions,
     base: &Network,
     examples: &[Example],
-    rows: &[Encoded],
+    tokenized: &[Tokenized],
     seq_len: usize,
     cancel: &AtomicBool,
 ) -> Result<Option<CallScores>> {
@@ -351,11 +363,17 @@ fn score_calls(
     let weights = Weights::Checkpoint { checkpoint: options.checkpoint.clone(), lora: Some(options.out.clone()) };
     let tuned = weights.load(base.device())?.network;
     let score = |network: &Network| -> Result<ModelScore> {
-        let loss = evaluate(network, rows.iter().cloned(), seq_len, options.batch_size, |_, _| {})?.loss;
+        let rows = tokenized.iter().map(|t| t.row(seq_len));
+        let loss = evaluate(network, rows, seq_len, options.batch_size, |_, _| {})?.loss;
         Ok(ModelScore { loss, calls: calls::accuracy(network, &tokenizer, examples, cancel, |_, _| {})? })
     };
     let scores = CallScores { base: score(base)?, tuned: score(&tuned)? };
     Ok((!cancel.load(Ordering::Relaxed)).then_some(scores))
+}
+
+/// The training rows of `examples` in a run of sequence length `seq_len`.
+fn rows(examples: &[Tokenized], seq_len: usize) -> Vec<Encoded> {
+    examples.iter().map(|t| t.row(seq_len)).collect()
 }
 
 /// `(train, validation)`: `min(int(n·split), n − 1)` items held out after a seeded shuffle.
@@ -402,7 +420,7 @@ pub fn out_of_range(o: &FinetuneOptions) -> Vec<OutOfRange> {
             o.lr.is_finite() && o.lr > 0.0 && o.lr <= 1.0,
             "use a learning rate in (0, 1], e.g. 1e-4",
         ),
-        ("lora-rank", o.rank.to_string(), (1..=4096).contains(&o.rank), "use 1 to 4096"),
+        ("lora-rank", o.rank.to_string(), (1..=MAX_RANK).contains(&o.rank), "use 1 to 4096"),
         (
             "lora-alpha",
             o.alpha.to_string(),
@@ -410,7 +428,12 @@ pub fn out_of_range(o: &FinetuneOptions) -> Vec<OutOfRange> {
             "use a positive number, e.g. 2 × rank",
         ),
         ("val-split", o.val_split.to_string(), (0.0..1.0).contains(&o.val_split), "use a fraction in [0, 1)"),
-        ("max-len", o.max_len.to_string(), o.max_len >= 2, "use at least 2 (a token and its successor)"),
+        (
+            "max-len",
+            o.max_len.to_string(),
+            (2..=MAX_LEN_LIMIT).contains(&o.max_len),
+            "use 2 (a token and its successor) to 1048576; a run never uses more than the model's max_seq_len",
+        ),
     ];
     checks
         .into_iter()
@@ -418,6 +441,9 @@ pub fn out_of_range(o: &FinetuneOptions) -> Vec<OutOfRange> {
         .map(|(flag, value, _, expected)| OutOfRange { flag, value, expected })
         .collect()
 }
+
+/// The largest `--max-len` accepted; a run's cap is also never more than the model's `max_seq_len`.
+const MAX_LEN_LIMIT: usize = 1 << 20;
 
 /// Creates the adapter's directory and proves it writable with a throwaway file.
 fn check_writable(out: &Path) -> Result<()> {
