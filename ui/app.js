@@ -569,7 +569,9 @@ function renderEntryStatus(entry, message) {
 const startRun = () => runInWorker('start_run', { run: runRequest(readSettings().settings) }, true);
 
 /** Continues a run that ended early from its saved state; its chart goes on where it stopped. */
-function resumeRun(id) {
+async function resumeRun(id) {
+  await openRun(id); // the run's own chart and status, which the resumed steps carry on
+  $('log-lines').textContent = '';
   showTab('train');
   return runInWorker('resume_run', { id }, false);
 }

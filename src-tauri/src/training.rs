@@ -86,7 +86,6 @@ pub fn resume(studio: &Studio, id: &str, channel: Channel<RunMessage>, notify: N
     let args = request.finetune_args(&studio.runs().adapter_path(id), &["--resume"]);
     record.entry.status = Status::Running;
     record.entry.message = None;
-    record.entry.seconds = None;
     launch(studio, active, record, args, channel, notify)
 }
 
@@ -96,13 +95,14 @@ const ALREADY_GOING: &str = "a run is already going: cancel it or wait for it to
 fn launch(
     studio: &Studio,
     mut active: MutexGuard<'_, Option<Active>>,
-    record: RunRecord,
+    mut record: RunRecord,
     args: Vec<OsString>,
     channel: Channel<RunMessage>,
     notify: Notify,
 ) -> Result<HistoryEntry, String> {
-    studio.runs().save(&record)?;
+    let saved = record.clone();
     let entry = record.entry.clone();
+    let earlier_seconds = record.entry.seconds.take().unwrap_or(0.0);
     let watcher = RunWatcher {
         record,
         history: studio.runs().clone(),
@@ -110,10 +110,14 @@ fn launch(
         notify,
         active: Arc::clone(studio.active()),
         started: Instant::now(),
+        earlier_seconds,
         last_chart: None,
     };
     let job = studio.worker().spawn(args, watcher)?;
     *active = Some(Active { id: entry.id.clone(), job, stopping: false, closing: false });
+    // Only once the worker runs: a resume that could not start leaves the record as it was. Its
+    // watcher saves it again at every epoch and at the end, so a failure here loses nothing.
+    let _ = studio.runs().save(&saved);
     Ok(entry)
 }
 
@@ -124,6 +128,8 @@ struct RunWatcher {
     notify: Notify,
     active: Arc<Mutex<Option<Active>>>,
     started: Instant,
+    /// Time spent in the invocations before this one (a resumed run).
+    earlier_seconds: f64,
     last_chart: Option<Instant>,
 }
 
@@ -142,14 +148,13 @@ impl Watcher for RunWatcher {
         let id = self.record.entry.id.clone();
         let closing = lock(&self.active).as_ref().is_some_and(|run| run.id == id && run.closing);
         let entry = &mut self.record.entry;
-        if closing && entry.status != Status::Finished {
+        if closing && matches!(entry.status, Status::Running | Status::Stopped) {
             // Asked to stop, or killed, because the app is closing: whatever the worker managed to
             // save is kept, and Resume goes on from there.
             entry.status = Status::Interrupted;
-            entry.message = Some(format!(
-                "cut short at step {} of {} when the app closed; Resume continues from the last save",
-                entry.steps_done, entry.steps
-            ));
+            let resume = if entry.adapter.is_some() { "; Resume continues from the last save" } else { "" };
+            entry.message =
+                Some(format!("cut short at step {} of {} when the app closed{resume}", entry.steps_done, entry.steps));
         } else if entry.status == Status::Running {
             // The worker ended without `finished` or `failed`: killed by Cancel, or it crashed.
             if exit.killed {
@@ -164,7 +169,7 @@ impl Watcher for RunWatcher {
             }
         }
         let elapsed = self.started.elapsed();
-        entry.seconds.get_or_insert(elapsed.as_secs_f64());
+        entry.seconds.get_or_insert(self.earlier_seconds + elapsed.as_secs_f64());
         // The final record and the freed slot appear together: whoever sees the run ended in the
         // history can start the next one, and a listing never sees a running record with no worker.
         let mut active = lock(&self.active);
@@ -199,6 +204,9 @@ impl RunWatcher {
                 entry.backend = Some(format!("{backend} ({device})"));
                 entry.steps = *steps;
                 entry.steps_done = *first_step;
+                // A resumed run replays the steps after its last save: their old losses go.
+                self.record.curve.train.retain(|&(step, _)| step <= *first_step);
+                self.record.curve.val.retain(|&(step, _)| step <= *first_step);
             }
             Event::Step { step, loss, .. } => {
                 entry.steps_done = *step;
@@ -233,7 +241,7 @@ impl RunWatcher {
             Event::Finished { adapter, seconds, partial, accuracy } => {
                 entry.adapter = Some(adapter.clone());
                 entry.scores = accuracy.clone();
-                entry.seconds = Some(*seconds);
+                entry.seconds = Some(self.earlier_seconds + seconds);
                 entry.status = if *partial { Status::Stopped } else { Status::Finished };
                 if *partial {
                     entry.message = Some(format!(

@@ -113,10 +113,13 @@ impl Worker {
         args: impl IntoIterator<Item = I>,
     ) -> Result<String, String> {
         let (done, ended) = mpsc::channel();
+        // Spawned under the slot's lock, so the job that ends up there is the latest request's.
+        let mut current = lock(slot);
         let job = self.spawn(args, Collect { stdout: String::new(), done })?;
-        if let Some(older) = lock(slot).replace(job) {
+        if let Some(older) = current.replace(job) {
             older.kill();
         }
+        drop(current);
         let (stdout, exit) = ended.recv().map_err(|_| "the worker's watcher stopped unexpectedly".to_string())?;
         match exit.status {
             Ok(status) if status.success() => Ok(stdout),
@@ -257,7 +260,13 @@ fn forward(
     kind: fn(String) -> Line,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+        let mut reader = BufReader::new(pipe);
+        let mut bytes = Vec::new();
+        // Lossy: a line that is not UTF-8 must not stop the reading, or the worker would block on
+        // a full pipe.
+        while reader.read_until(b'\n', &mut bytes).is_ok_and(|read| read > 0) {
+            let line = String::from_utf8_lossy(&bytes).trim_end_matches(['\n', '\r']).to_string();
+            bytes.clear();
             if lines.send(kind(line)).is_err() {
                 return;
             }

@@ -2,6 +2,9 @@
 //! under a memory limit and a time limit: each file is refused with an error that names the problem,
 //! never a panic, an abort on a huge allocation, or a hang. Files that are valid but huge are made at
 //! test time and must be handled within the same limits.
+//!
+//! Linux only: the memory limit is `ulimit -v`, which macOS refuses and Windows has no shell for.
+#![cfg(target_os = "linux")]
 
 use std::io::Read;
 use std::path::Path;

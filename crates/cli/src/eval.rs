@@ -60,11 +60,11 @@ struct Printed {
 
 pub fn run(args: Args) -> Result<()> {
     let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
-    eprintln!("  {:<9} {}  {}", "backend", selected.info.backend, selected.info.device);
+    noteln!("  {:<9} {}  {}", "backend", selected.info.backend, selected.info.device);
     let model = args.weights.load(&selected.device)?;
     let dataset = Dataset::load(&args.data)?;
     for problem in &dataset.problems {
-        eprintln!("  {:<9} {}: {problem}", "warning", args.data.display());
+        noteln!("  {:<9} {}: {problem}", "warning", args.data.display());
     }
     let prepared = dataset.prepare(&model.tokenizer, args.max_len)?;
     let mut pairs: Vec<(Encoded, Example)> = prepared.rows().zip(dataset.examples).collect();
@@ -79,12 +79,12 @@ pub fn run(args: Args) -> Result<()> {
         report_progress("eval", done, total)
     })
     .with_context(|| format!("evaluating {}", model.label))?;
-    eprintln!();
+    noteln!();
     let accuracy = if args.accuracy {
         let score = accuracy(&model.network, &model.tokenizer, &examples, &AtomicBool::new(false), |done, total| {
             report_progress("answer", done, total)
         })?;
-        eprintln!();
+        noteln!();
         Some(score)
     } else {
         None
@@ -93,7 +93,7 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 fn report_progress(what: &str, done: usize, total: usize) {
-    eprint!("\r  {what:<9} {done}/{total} examples");
+    note!("\r  {what:<9} {done}/{total} examples");
     // Progress is best-effort: a closed stderr must not fail the evaluation.
     let _ = std::io::stderr().flush();
 }

@@ -11,6 +11,14 @@ macro_rules! outln {
     }};
 }
 
+/// `eprint!` for progress on the side: a closed stderr loses it, never panics the command.
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 /// `eprintln!` for notes on the side: a closed stderr loses the note, never panics the command.
 macro_rules! noteln {
     ($($arg:tt)*) => {{

@@ -8,8 +8,8 @@ use std::path::Path;
 /// Missing folders on the way are created, as a save dialog's "new folder" would have.
 ///
 /// The temporary file (`.<name>.<random>.partial`) is locked while it is written. A process killed
-/// mid-write cannot delete it, so the next write of the same target removes every such file whose
-/// lock is free: its writer is gone.
+/// mid-write cannot delete it, so a later write of the same target removes every such file that is
+/// a minute old and whose lock is free: its writer is gone.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
@@ -22,7 +22,8 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     };
     remove_abandoned(dir, &prefix);
     let mut file = tempfile::Builder::new().prefix(&prefix).suffix(PARTIAL).tempfile_in(dir)?;
-    file.as_file().lock()?;
+    // Best effort: a file system without locks only loses the cleanup's certainty, not the write.
+    let _ = file.as_file().lock();
     file.write_all(bytes)?;
     // Temporary files are created private (0600); the result is an ordinary user file.
     #[cfg(unix)]
@@ -37,6 +38,9 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
 
 const PARTIAL: &str = ".partial";
 
+/// A partial file younger than this may be a writer's between its creation and its lock.
+const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Deletes the partial files of a target (`prefix…PARTIAL` in `dir`) that no live writer holds.
 fn remove_abandoned(dir: &Path, prefix: &str) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
@@ -46,8 +50,12 @@ fn remove_abandoned(dir: &Path, prefix: &str) {
         if !(name.starts_with(prefix) && name.ends_with(PARTIAL)) {
             continue;
         }
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|at| at.elapsed().is_ok_and(|age| age >= ABANDONED_AFTER));
         // A file we cannot open or lock is someone's write in progress; leave it be.
-        if std::fs::File::open(entry.path()).is_ok_and(|file| file.try_lock().is_ok()) {
+        if old && std::fs::File::open(entry.path()).is_ok_and(|file| file.try_lock().is_ok()) {
             let _ = std::fs::remove_file(entry.path());
         }
     }
@@ -79,15 +87,21 @@ mod tests {
         // A writer that died mid-write: its partial file is there and unlocked.
         let abandoned = dir.path().join(".adapter.pkl.abc123.partial");
         std::fs::write(&abandoned, b"half").unwrap();
-        // A writer still at work holds its lock.
+        // A writer still at work holds its lock; another may have just created its file.
         let live = dir.path().join(".adapter.pkl.def456.partial");
         std::fs::write(&live, b"busy").unwrap();
+        let fresh = dir.path().join(".adapter.pkl.ghi789.partial");
+        std::fs::write(&fresh, b"new").unwrap();
+        let long_ago = std::time::SystemTime::now() - 2 * ABANDONED_AFTER;
+        for old in [&abandoned, &live] {
+            std::fs::File::options().write(true).open(old).unwrap().set_modified(long_ago).unwrap();
+        }
         let held = std::fs::File::open(&live).unwrap();
         held.lock().unwrap();
         let other = dir.path().join(".other.pkl.abc123.partial");
         std::fs::write(&other, b"another target's").unwrap();
         write_atomically(&path, b"whole").unwrap();
-        assert!(!abandoned.exists() && live.exists() && other.exists());
+        assert!(!abandoned.exists() && live.exists() && fresh.exists() && other.exists());
         assert_eq!(std::fs::read(&path).unwrap(), b"whole");
     }
 }
