@@ -8,10 +8,25 @@ use super::{PieceKind, Tokenizer};
 pub(super) const SPACE_SYMBOL: &str = "\u{2581}";
 
 pub(super) fn encode(tok: &Tokenizer, text: &str) -> Vec<u32> {
+    // Positions are u32, which keeps the merge at about 45 bytes per character of a huge input;
+    // a text whose normalised form could pass 4 GiB (a space becomes three bytes) is encoded in
+    // parts, each cut at a character boundary.
+    if text.len() > MAX_PART {
+        let mut cut = MAX_PART;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let mut ids = encode(tok, &text[..cut]);
+        ids.extend(encode(tok, &text[cut..]));
+        return ids;
+    }
     let normalized = normalize(tok, text);
     let symbols = merge(tok, &normalized);
     symbol_ids(tok, &normalized, &symbols)
 }
+
+/// The longest text encoded in one part: its normalised form stays under `u32::MAX` bytes.
+const MAX_PART: usize = (u32::MAX as usize - SPACE_SYMBOL.len()) / 3;
 
 /// sentencepiece's `Normalizer::Normalize` without a character map: optional removal of leading, trailing
 /// and repeated spaces, the dummy-prefix `▁`, and every remaining space spelled `▁`. Only U+0020 counts as
@@ -51,10 +66,10 @@ fn normalize(tok: &Tokenizer, text: &str) -> String {
 
 /// A span of the normalised text in a doubly linked list; `len == 0` once merged into its left neighbour.
 struct Symbol {
-    start: usize,
-    len: usize,
-    prev: Option<usize>,
-    next: Option<usize>,
+    start: u32,
+    len: u32,
+    prev: Option<u32>,
+    next: Option<u32>,
     /// USER_DEFINED pieces never take part in merges.
     frozen: bool,
 }
@@ -62,9 +77,9 @@ struct Symbol {
 /// A merge of two adjacent symbols that was possible when queued; stale once either side changed length.
 struct Candidate {
     score: f32,
-    left: usize,
-    right: usize,
-    len: usize,
+    left: u32,
+    right: u32,
+    len: u32,
 }
 
 /// Highest score first, ties to the leftmost pair: sentencepiece's `SymbolPairComparator`. Scores are never
@@ -92,15 +107,17 @@ impl Eq for Candidate {}
 
 /// One symbol per character, or per USER_DEFINED piece starting there.
 fn initial_symbols(tok: &Tokenizer, normalized: &str) -> Vec<Symbol> {
-    let mut symbols: Vec<Symbol> = Vec::with_capacity(normalized.len());
+    let mut symbols: Vec<Symbol> = Vec::new();
     let mut start = 0;
+    // `encode` keeps the text under u32::MAX bytes, and there are at most as many symbols.
+    let at = |n: usize| n as u32;
     for (chunk, user_defined) in tok.chunks(normalized) {
         let (index, len) = (symbols.len(), chunk.len());
         symbols.push(Symbol {
-            start,
-            len,
-            prev: index.checked_sub(1),
-            next: (start + len < normalized.len()).then_some(index + 1),
+            start: at(start),
+            len: at(len),
+            prev: index.checked_sub(1).map(at),
+            next: (start + len < normalized.len()).then_some(at(index + 1)),
             frozen: user_defined,
         });
         start += len;
@@ -114,15 +131,15 @@ fn push_candidate(
     normalized: &str,
     symbols: &[Symbol],
     agenda: &mut BinaryHeap<Candidate>,
-    left: usize,
-    right: usize,
+    left: u32,
+    right: u32,
 ) {
-    let (l, r) = (&symbols[left], &symbols[right]);
+    let (l, r) = (&symbols[left as usize], &symbols[right as usize]);
     if l.frozen || r.frozen {
         return;
     }
     let len = l.len + r.len;
-    if let Some(&id) = tok.mergeable.get(&normalized[l.start..l.start + len]) {
+    if let Some(&id) = tok.mergeable.get(span(normalized, l.start, len)) {
         agenda.push(Candidate { score: tok.pieces[id as usize].score, left, right, len });
     }
 }
@@ -132,27 +149,34 @@ fn push_candidate(
 fn merge(tok: &Tokenizer, normalized: &str) -> Vec<Symbol> {
     let mut symbols = initial_symbols(tok, normalized);
     let mut agenda = BinaryHeap::new();
-    for right in 1..symbols.len() {
+    for right in 1..symbols.len() as u32 {
         push_candidate(tok, normalized, &symbols, &mut agenda, right - 1, right);
     }
     while let Some(top) = agenda.pop() {
-        let (l, r) = (&symbols[top.left], &symbols[top.right]);
+        let (left, right) = (top.left as usize, top.right as usize);
+        let (l, r) = (&symbols[left], &symbols[right]);
         if l.len == 0 || r.len == 0 || l.len + r.len != top.len {
             continue;
         }
         let next = r.next;
-        symbols[top.left].len = top.len;
-        symbols[top.left].next = next;
-        symbols[top.right].len = 0;
+        symbols[left].len = top.len;
+        symbols[left].next = next;
+        symbols[right].len = 0;
         if let Some(next) = next {
-            symbols[next].prev = Some(top.left);
+            symbols[next as usize].prev = Some(top.left);
             push_candidate(tok, normalized, &symbols, &mut agenda, top.left, next);
         }
-        if let Some(prev) = symbols[top.left].prev {
+        if let Some(prev) = symbols[left].prev {
             push_candidate(tok, normalized, &symbols, &mut agenda, prev, top.left);
         }
     }
     symbols
+}
+
+/// The `len` bytes of `text` from `start`.
+fn span(text: &str, start: u32, len: u32) -> &str {
+    let start = start as usize;
+    &text[start..start + len as usize]
 }
 
 /// Ids of the surviving symbols in order. Symbols the vocabulary lacks become their UTF-8 bytes when byte
@@ -162,8 +186,8 @@ fn symbol_ids(tok: &Tokenizer, normalized: &str, symbols: &[Symbol]) -> Vec<u32>
     let mut prev_unknown = false;
     let mut cursor = (!symbols.is_empty()).then_some(0);
     while let Some(index) = cursor {
-        let symbol = &symbols[index];
-        let text = &normalized[symbol.start..symbol.start + symbol.len];
+        let symbol = &symbols[index as usize];
+        let text = span(normalized, symbol.start, symbol.len);
         let id = tok.piece_to_id(text);
         let unknown = tok.kind(id) == Some(PieceKind::Unknown);
         match (&tok.byte_ids, unknown) {
