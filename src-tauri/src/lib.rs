@@ -16,6 +16,7 @@ mod training;
 mod tryout;
 mod worker;
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -56,7 +57,8 @@ pub fn run(launch: Launch) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("needle-studio: {error}");
+            // Written, not `eprintln!`'d: a closed stderr must not turn a clean failure into a panic.
+            let _ = writeln!(std::io::stderr(), "needle-studio: {error}");
             ExitCode::FAILURE
         }
     }
