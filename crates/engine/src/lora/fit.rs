@@ -10,8 +10,9 @@ use std::path::PathBuf;
 
 use crate::checkpoint::PickledAdapter;
 
-/// The largest LoRA rank an adapter may have: the recipe's own bound on `--lora-rank`, so every adapter
-/// `needle finetune` writes fits it.
+/// The largest LoRA rank an adapter may have, and the bound `needle finetune` puts on `--lora-rank`
+/// (the reference sets none; 4096 is far past any useful rank for Needle's widths), so every adapter
+/// it writes fits.
 pub const MAX_RANK: usize = 4096;
 
 /// The sizes of one adapted kernel `W [lead…, in, out]` with `A [lead…, in, rank]` and
