@@ -1,10 +1,19 @@
 //! The Needle Studio engine: everything between a dataset file and a `.cact`, with no GUI dependency.
 //!
 //! The data path, one module per stage:
-//! file → examples ([`dataset`]) → tokens ([`tokenizer`]); model weights come from [`checkpoint`]
-//! (format-v2 pickles, read without executing anything) described by [`config`]; the base model itself
-//! comes from the Hugging Face hub or its cache ([`hub`]) when no checkpoint is given. [`calls`] tries
-//! a model (checkpoint, adapter or built `.cact`) on prompts and scores its tool calls.
+//! file → examples ([`dataset`]) → tokens ([`tokenizer`]) → batches ([`model::batch_tensors`]) → the
+//! network ([`model`], on the device [`backend`] picked) → adapter ([`lora`], trained by [`train`]) →
+//! `.cact` ([`cact`]). Model weights come from [`checkpoint`] (format-v2 pickles, read without
+//! executing anything) described by [`config`]; the base model itself comes from the Hugging Face hub
+//! or its cache ([`hub`]) when no checkpoint is given. [`calls`] tries a model (checkpoint, adapter or
+//! built `.cact`) on prompts and scores its tool calls. [`atomic`] writes every output whole or not at
+//! all; [`pyjson`] prints JSON as Python's `json.dumps` does, which the chat template depends on.
+//!
+//! One boundary splits the crate. Training and evaluation are tensor code (candle): [`model`],
+//! [`lora`], [`train`], [`calls`], entered through [`model::Params::from_checkpoint`]. Export is byte
+//! code: [`cact`] merges the adapter into the checkpoint's own arrays, quantizes and writes them with
+//! no tensor library, so the file matches the reference's bytes; [`cact::weights`] is the one way back,
+//! dequantizing a built file into tensors so that what is scored is what ships.
 
 pub mod atomic;
 pub mod backend;

@@ -5,7 +5,7 @@
 //! a 120-byte header (29 × u32 then `rope_theta` as f32), `codebook_len` f32 (cb2|cb3|cb4), a nameless
 //! directory of 44-byte records (`u8 dtype, u8 ndim, u16 pad, u32 shape[4], u64 offset, u64 nbytes,
 //! u32 group, u32 bits`), then 64-byte aligned blobs. Tensors are positional, in [`writer`]'s canonical
-//! order; [`reader::tensor_names`] recovers their names from the header geometry.
+//! order; [`layout::core_names`] and [`layout::head_names`] recover their names from the header geometry.
 
 pub mod bits;
 pub mod export;

@@ -49,7 +49,7 @@ pub struct HistogramBin {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Sample {
     pub line: usize,
-    /// The texts below are cut at [`SAMPLE_CHARS`] characters, each marked where it was cut.
+    /// The texts below are cut at `SAMPLE_CHARS` characters, each marked where it was cut.
     pub prompt: String,
     pub target: String,
     pub tokens: usize,

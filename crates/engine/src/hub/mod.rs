@@ -5,7 +5,7 @@
 //! `Cactus-Compute/needle2` when no checkpoint is given; so does [`resolve_base_model`], into the
 //! cache `huggingface_hub` uses ([`cache`]), with progress as [`HubEvent`]s, resume after a cut,
 //! and the size and content hash the hub announces checked before the file takes its place
-//! ([`transfer`]). The environment is read as `huggingface_hub` reads it: `HF_ENDPOINT`, `HF_TOKEN`,
+//! (`transfer`). The environment is read as `huggingface_hub` reads it: `HF_ENDPOINT`, `HF_TOKEN`,
 //! `HF_HUB_OFFLINE`, `HF_HOME`, `HF_HUB_CACHE`.
 
 pub mod cache;
