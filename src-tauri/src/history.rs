@@ -252,11 +252,6 @@ mod tests {
         let history = History::new(PathBuf::from("/tmp/needle-history-test"));
         assert_eq!(history.load("../settings").unwrap_err(), "no run \"../settings\"");
     }
-}
-
-#[cfg(test)]
-mod limits {
-    use super::*;
 
     #[test]
     fn a_file_over_its_limit_is_refused_before_it_is_read() {

@@ -24,31 +24,26 @@ const DATASET: &str = "data/tool_calls.jsonl";
 
 /// Runs `needle args…` under the limits; the process's output, or a failed test for a hang.
 fn limited(args: &[&str]) -> Output {
-    let program = needle().get_program().to_owned();
+    let needle = needle();
     let mut command = Command::new("sh");
     command
         .arg("-c")
         .arg(format!("ulimit -v {MEMORY_LIMIT_KIB} && exec \"$0\" \"$@\""))
-        .arg(program)
+        .arg(needle.get_program())
         .args(args)
-        .env_remove("NEEDLE_DEVICE")
-        .env("HF_HUB_OFFLINE", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // The environment every test's `needle` runs with (offline, no device override).
+    for (key, value) in needle.get_envs() {
+        match value {
+            Some(value) => command.env(key, value),
+            None => command.env_remove(key),
+        };
+    }
     let mut child = command.spawn().expect("sh starts");
-    // Drained while the command runs: a full pipe would stop it, and look like a hang.
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut bytes);
-            }
-            bytes
-        })
-    };
-    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stdout = drain(child.stdout.take().expect("stdout is piped"));
+    let stderr = drain(child.stderr.take().expect("stderr is piped"));
     let started = Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().expect("the command can be waited for") {
@@ -61,6 +56,16 @@ fn limited(args: &[&str]) -> Output {
         std::thread::sleep(Duration::from_millis(50));
     };
     Output { status, stdout: stdout.join().expect("stdout read"), stderr: stderr.join().expect("stderr read") }
+}
+
+/// Reads `pipe` to its end on a thread of its own, while the command runs: a full pipe would stop
+/// the command, and look like a hang.
+fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        bytes
+    })
 }
 
 /// `needle args…` must fail cleanly, saying `expected`.
