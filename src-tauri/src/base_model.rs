@@ -9,7 +9,8 @@ use needle_engine::hub::{self, BaseModel, Hub, HubError, HubEvent, RepoFile};
 use serde::Serialize;
 use tauri::ipc::Channel;
 
-use crate::studio::{lock, Studio};
+use crate::lock;
+use crate::studio::Studio;
 
 /// What the Base model panel shows.
 #[derive(Debug, Clone, Serialize)]

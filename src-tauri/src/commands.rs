@@ -12,6 +12,7 @@ use tauri_plugin_notification::NotificationExt;
 use crate::base_model::{BaseModelStatus, CancelDownload, DownloadMessage};
 use crate::building::BuildMessage;
 use crate::run_request::RunDraft;
+use crate::run_slot::CancelRun;
 use crate::history::HistoryEntry;
 use crate::preferences::Preferences;
 use crate::studio::{Opened, Startup, Studio};
@@ -106,8 +107,8 @@ fn notifier<R: Runtime>(app: AppHandle<R>) -> Notify {
 }
 
 #[tauri::command]
-pub fn cancel_run(studio: State<'_, Studio>) -> &'static str {
-    studio.cancel()
+pub fn cancel_run(studio: State<'_, Studio>) -> CancelRun {
+    studio.run_slot().cancel()
 }
 
 #[tauri::command]

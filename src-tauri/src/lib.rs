@@ -3,6 +3,12 @@
 //! State lives here, in Rust ([`studio::Studio`]); the web UI in `ui/` only calls [`commands`] and
 //! renders what their channels send. Training and building run in a worker process ([`worker`]) that
 //! speaks `--events jsonl`, so a crash, an out-of-memory kill or a cancel never takes the window down.
+//!
+//! The rooms: [`run_request`] (a run as the Run panel asks for it, and the presets), [`run_slot`] (the
+//! one run in progress: start, cancel, close), [`training`] and [`building`] (the worker jobs that
+//! train and build a `.cact`, and what the window hears of them), [`tryout`] (Try), [`base_model`]
+//! (the hub download), [`history`] (past runs on disk), [`preferences`] (what the app remembers
+//! between launches), [`chart`] (the loss chart).
 
 mod base_model;
 mod building;
@@ -11,6 +17,7 @@ mod commands;
 mod history;
 mod preferences;
 mod run_request;
+mod run_slot;
 mod studio;
 mod training;
 mod tryout;
@@ -19,6 +26,7 @@ mod worker;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tauri::{AppHandle, Manager, RunEvent, Runtime};
 
@@ -72,6 +80,11 @@ pub fn on_run_event<R: Runtime>(app: &AppHandle<R>, event: RunEvent) {
             studio.shutdown();
         }
     }
+}
+
+/// A poisoned lock only means a thread panicked mid-update; the state itself is still whole.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The plugins and commands; the command tests build their mock app with the same.

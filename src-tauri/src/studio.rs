@@ -3,8 +3,7 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
 
 use needle_engine::backend::BackendInfo;
 use needle_engine::hub::{BaseModel, Hub};
@@ -16,8 +15,9 @@ use crate::base_model::Downloads;
 use crate::run_request::{presets, Preset, RunDraft, RunRequest};
 use crate::history::{History, HistoryEntry};
 use crate::preferences::Preferences;
-use crate::worker::{Job, Slot, Worker};
-use crate::{chart, Launch};
+use crate::run_slot::RunSlot;
+use crate::worker::{Slot, Worker};
+use crate::{chart, lock, Launch};
 
 /// Shared by every command and by the threads that follow workers; cloning is cheap.
 #[derive(Clone)]
@@ -32,26 +32,11 @@ struct Inner {
     downloads: Downloads,
     history: History,
     settings: Mutex<Preferences>,
-    active: Arc<Mutex<Option<Active>>>,
+    run: RunSlot,
     /// The dataset report being computed: a newer request (another file, max length or tokenizer)
     /// ends it.
     report: Slot,
 }
-
-/// The training run in progress.
-pub struct Active {
-    pub id: String,
-    pub job: Arc<Job>,
-    /// Cancel was pressed once: the worker was asked to stop after its step.
-    pub stopping: bool,
-    /// The app is closing: the run ends cut short, to be resumed.
-    pub closing: bool,
-}
-
-/// How long a closing app waits for its training worker to save what it learned after being asked
-/// to stop (a step of the full model on a CPU can take seconds), and then after killing it.
-const STOP_GRACE: Duration = Duration::from_secs(15);
-const KILL_GRACE: Duration = Duration::from_secs(3);
 
 /// Everything the window shows when it opens.
 #[derive(Debug, Serialize)]
@@ -116,7 +101,7 @@ impl Studio {
             downloads: Downloads::default(),
             history: History::new(data_dir.join("runs")),
             settings: Mutex::new(settings),
-            active: Arc::new(Mutex::new(None)),
+            run: RunSlot::default(),
             report: Slot::default(),
         })))
     }
@@ -196,65 +181,21 @@ impl Studio {
     }
 
     pub fn history(&self) -> Vec<HistoryEntry> {
-        let active = lock(&self.0.active).as_ref().map(|run| run.id.clone());
-        self.0.history.list(active.as_deref())
+        self.0.history.list(self.0.run.running().as_deref())
     }
 
     pub fn open_run(&self, id: &str) -> Result<Opened, String> {
         let record = self.0.history.load(id)?;
-        let active = lock(&self.0.active).as_ref().map(|run| run.id.clone());
-        let entry = self.0.history.listed(record.entry, active.as_deref());
+        let entry = self.0.history.listed(record.entry, self.0.run.running().as_deref());
         let chart = (!record.curve.train.is_empty()).then(|| chart::loss_chart(&record.curve, entry.steps));
         Ok(Opened { entry, chart })
     }
 
-    /// First press: ask the worker to stop after its step. Second press: end it now.
-    pub fn cancel(&self) -> &'static str {
-        match lock(&self.0.active).as_mut() {
-            None => "idle",
-            Some(run) if !run.stopping => {
-                run.stopping = true;
-                run.job.ask_to_stop();
-                "stopping"
-            }
-            Some(run) => {
-                run.job.kill();
-                "killed"
-            }
-        }
-    }
-
-    /// The app is closing: the training run is asked to stop and save what it learned, and killed
-    /// if it has not within [`STOP_GRACE`]; every other worker is ended at once. Returns when the
-    /// run's record is saved (or the graces have passed).
+    /// The app is closing: the training run saves what it learned (or is killed after a grace),
+    /// then every other worker ends at once.
     pub fn shutdown(&self) {
-        let asked = match lock(&self.0.active).as_mut() {
-            Some(run) => {
-                run.closing = true;
-                run.job.ask_to_stop();
-                true
-            }
-            None => false,
-        };
-        if asked && !self.wait_idle(STOP_GRACE) {
-            if let Some(run) = lock(&self.0.active).as_ref() {
-                run.job.kill();
-            }
-            self.wait_idle(KILL_GRACE);
-        }
+        self.0.run.close();
         self.0.worker.kill_all();
-    }
-
-    /// Waits until no run is active (its watcher saved the record and freed the slot).
-    fn wait_idle(&self, grace: Duration) -> bool {
-        let deadline = Instant::now() + grace;
-        while lock(&self.0.active).is_some() {
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        true
     }
 
     pub(crate) fn settings(&self) -> &Mutex<Preferences> {
@@ -277,12 +218,7 @@ impl Studio {
         &self.0.history
     }
 
-    pub(crate) fn active(&self) -> &Arc<Mutex<Option<Active>>> {
-        &self.0.active
+    pub(crate) fn run_slot(&self) -> &RunSlot {
+        &self.0.run
     }
-}
-
-/// A poisoned lock only means a thread panicked mid-update; the state itself is still whole.
-pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

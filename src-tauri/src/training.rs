@@ -2,7 +2,6 @@
 //! messages for the window (progress, the loss chart, the log) and into the run's history record.
 
 use std::ffi::OsString;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use needle_engine::train::Event;
@@ -12,7 +11,8 @@ use tauri::ipc::Channel;
 use crate::chart::loss_chart;
 use crate::run_request::RunRequest;
 use crate::history::{History, HistoryEntry, RunRecord, Status};
-use crate::studio::{lock, Active, Studio};
+use crate::run_slot::{Claim, RunSlot};
+use crate::studio::Studio;
 use crate::worker::{Exit, Line, Watcher};
 
 /// What the window hears about a run.
@@ -52,21 +52,15 @@ pub fn start(
     channel: Channel<RunMessage>,
     notify: Notify,
 ) -> Result<HistoryEntry, String> {
-    let active = lock(studio.active());
-    if active.is_some() {
-        return Err(ALREADY_GOING.into());
-    }
+    let claim = studio.run_slot().begin()?;
     let (record, adapter) = studio.runs().create(request)?;
-    launch(studio, active, record, request.finetune_args(&adapter, &[]), channel, notify)
+    launch(studio, claim, record, request.finetune_args(&adapter, &[]), channel, notify)
 }
 
 /// Continues run `id`, which ended early, from the state it saved: same settings, same folder,
 /// same record, its loss curve carried on.
 pub fn resume(studio: &Studio, id: &str, channel: Channel<RunMessage>, notify: Notify) -> Result<HistoryEntry, String> {
-    let active = lock(studio.active());
-    if active.is_some() {
-        return Err(ALREADY_GOING.into());
-    }
+    let claim = studio.run_slot().begin()?;
     let mut record = studio.runs().load(id)?;
     let entry = studio.runs().listed(record.entry.clone(), None);
     if !entry.resumable {
@@ -86,15 +80,13 @@ pub fn resume(studio: &Studio, id: &str, channel: Channel<RunMessage>, notify: N
     let args = request.finetune_args(&studio.runs().adapter_path(id), &["--resume"]);
     record.entry.status = Status::Running;
     record.entry.message = None;
-    launch(studio, active, record, args, channel, notify)
+    launch(studio, claim, record, args, channel, notify)
 }
 
-const ALREADY_GOING: &str = "a run is already going: cancel it or wait for it to finish";
-
-/// Runs `args` in the worker for `record`, holding the free run slot `active` until it is filled.
+/// Runs `args` in the worker for `record`, in the run slot `claim` holds.
 fn launch(
     studio: &Studio,
-    mut active: MutexGuard<'_, Option<Active>>,
+    claim: Claim<'_>,
     mut record: RunRecord,
     args: Vec<OsString>,
     channel: Channel<RunMessage>,
@@ -108,13 +100,13 @@ fn launch(
         history: studio.runs().clone(),
         channel,
         notify,
-        active: Arc::clone(studio.active()),
+        slot: studio.run_slot().clone(),
         started: Instant::now(),
         earlier_seconds,
         last_chart: None,
     };
     let job = studio.worker().spawn(args, watcher)?;
-    *active = Some(Active { id: entry.id.clone(), job, stopping: false, closing: false });
+    claim.fill(entry.id.clone(), job);
     // Only once the worker runs: a resume that could not start leaves the record as it was. Its
     // watcher saves it again at every epoch and at the end, so a failure here loses nothing.
     let _ = studio.runs().save(&saved);
@@ -126,7 +118,7 @@ struct RunWatcher {
     history: History,
     channel: Channel<RunMessage>,
     notify: Notify,
-    active: Arc<Mutex<Option<Active>>>,
+    slot: RunSlot,
     started: Instant,
     /// Time spent in the invocations before this one (a resumed run).
     earlier_seconds: f64,
@@ -146,7 +138,7 @@ impl Watcher for RunWatcher {
 
     fn exit(mut self, exit: Exit) {
         let id = self.record.entry.id.clone();
-        let closing = lock(&self.active).as_ref().is_some_and(|run| run.id == id && run.closing);
+        let closing = self.slot.is_closing(&id);
         let entry = &mut self.record.entry;
         if closing && matches!(entry.status, Status::Running | Status::Stopped) {
             // Asked to stop, or killed, because the app is closing: whatever the worker managed to
@@ -170,15 +162,7 @@ impl Watcher for RunWatcher {
         }
         let elapsed = self.started.elapsed();
         entry.seconds.get_or_insert(self.earlier_seconds + elapsed.as_secs_f64());
-        // The final record and the freed slot appear together: whoever sees the run ended in the
-        // history can start the next one, and a listing never sees a running record with no worker.
-        let mut active = lock(&self.active);
-        let saved = self.history.save(&self.record);
-        if active.as_ref().is_some_and(|run| run.id == self.record.entry.id) {
-            *active = None;
-        }
-        drop(active);
-        if let Err(error) = saved {
+        if let Err(error) = self.slot.finish(&id, || self.history.save(&self.record)) {
             self.log(error);
         }
         self.send(RunMessage::Chart { svg: self.chart() });

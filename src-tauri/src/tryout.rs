@@ -6,7 +6,8 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::studio::{lock, Studio};
+use crate::lock;
+use crate::studio::Studio;
 
 /// What the window asks.
 #[derive(Debug, Clone, Deserialize)]

@@ -14,7 +14,7 @@ use std::sync::{mpsc, Arc, Mutex, Weak};
 
 use needle_engine::backend::{self, BackendInfo};
 
-use crate::studio::lock;
+use crate::lock;
 
 /// The first argument that puts the app's binary in worker mode.
 pub const WORKER_ARG: &str = "worker";

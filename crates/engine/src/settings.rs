@@ -318,7 +318,7 @@ pub fn build_width(bits: u8) -> Result<Bits, String> {
     match bits {
         2 => Ok(Bits::Two),
         4 => Ok(Bits::Four),
-        other => Err(format!("{other}-bit is not a .cact width a build offers; use 4 or 2")),
+        other => Err(format!("{other}-bit is not a .cact width; choose 4 or 2")),
     }
 }
 
