@@ -3,16 +3,17 @@
 
 use std::path::PathBuf;
 
+use needle_engine::settings::FieldErrors;
 use needle_engine::train::Plan;
 use tauri::ipc::Channel;
 use tauri::{AppHandle, Runtime, State};
 use tauri_plugin_notification::NotificationExt;
 
 use crate::base_model::{BaseModelStatus, CancelDownload, DownloadMessage};
-use crate::cact::BuildMessage;
-use crate::config::{FieldErrors, RunDraft};
+use crate::building::BuildMessage;
+use crate::run_request::RunDraft;
 use crate::history::HistoryEntry;
-use crate::settings::Settings;
+use crate::preferences::Preferences;
 use crate::studio::{Opened, Startup, Studio};
 use crate::training::{Notify, RunMessage};
 use crate::tryout::{Answers, Question};
@@ -31,7 +32,7 @@ pub async fn startup(studio: State<'_, Studio>) -> Result<Startup> {
 }
 
 #[tauri::command]
-pub async fn save_settings(studio: State<'_, Studio>, settings: Settings) -> Result<()> {
+pub async fn save_settings(studio: State<'_, Studio>, settings: Preferences) -> Result<()> {
     let studio = studio.inner().clone();
     blocking(move || studio.save_settings(settings)).await
 }
@@ -117,7 +118,7 @@ pub async fn build_cact(
     out: PathBuf,
     on_event: Channel<BuildMessage>,
 ) -> Result<()> {
-    crate::cact::start(&studio, &run_id, bits, out, on_event)
+    crate::building::start(&studio, &run_id, bits, out, on_event)
 }
 
 #[tauri::command]

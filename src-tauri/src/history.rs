@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use needle_engine::calls::{CallScores, ModelScore};
+use needle_engine::settings::TrainSettings;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{RunRequest, RunSettings};
+use crate::run_request::RunRequest;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -50,7 +51,7 @@ pub struct HistoryEntry {
     pub device: String,
     /// The backend and device the worker reported, e.g. `cpu (AMD EPYC)`.
     pub backend: Option<String>,
-    pub settings: RunSettings,
+    pub settings: TrainSettings,
     pub status: Status,
     pub seconds: Option<f64>,
     pub steps_done: usize,
@@ -116,7 +117,7 @@ impl History {
             tokenizer: request.tokenizer.clone(),
             device: request.device.clone(),
             backend: None,
-            settings: request.settings.clone(),
+            settings: request.settings,
             status: Status::Running,
             seconds: None,
             steps_done: 0,
@@ -207,7 +208,7 @@ pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::presets;
+    use crate::run_request::presets;
 
     fn request() -> RunRequest {
         RunRequest {
@@ -215,7 +216,7 @@ mod tests {
             checkpoint: "/m/base.pkl".into(),
             tokenizer: "/m/tokenizer.model".into(),
             device: "auto".into(),
-            settings: presets()[0].settings.clone(),
+            settings: presets()[0].settings,
         }
     }
 

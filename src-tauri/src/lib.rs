@@ -5,12 +5,12 @@
 //! speaks `--events jsonl`, so a crash, an out-of-memory kill or a cancel never takes the window down.
 
 mod base_model;
-mod cact;
+mod building;
 mod chart;
 mod commands;
-mod config;
 mod history;
-mod settings;
+mod preferences;
+mod run_request;
 mod studio;
 mod training;
 mod tryout;

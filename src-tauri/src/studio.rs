@@ -8,13 +8,14 @@ use std::time::{Duration, Instant};
 
 use needle_engine::backend::BackendInfo;
 use needle_engine::hub::{BaseModel, Hub};
+use needle_engine::settings::{form_fields, BuildWidth, FormField, BUILD_WIDTHS};
 use needle_engine::train::Plan;
 use serde::Serialize;
 
 use crate::base_model::Downloads;
-use crate::config::{presets, Preset, RunDraft, RunRequest};
+use crate::run_request::{presets, Preset, RunDraft, RunRequest};
 use crate::history::{History, HistoryEntry};
-use crate::settings::Settings;
+use crate::preferences::Preferences;
 use crate::worker::{Job, Slot, Worker};
 use crate::{chart, Launch};
 
@@ -30,7 +31,7 @@ struct Inner {
     hub: Hub,
     downloads: Downloads,
     history: History,
-    settings: Mutex<Settings>,
+    settings: Mutex<Preferences>,
     active: Arc<Mutex<Option<Active>>>,
     /// The dataset report being computed: a newer request (another file, max length or tokenizer)
     /// ends it.
@@ -57,9 +58,13 @@ const KILL_GRACE: Duration = Duration::from_secs(3);
 pub struct Startup {
     pub hardware: BackendInfo,
     pub devices: Vec<String>,
-    pub settings: Settings,
+    pub settings: Preferences,
     pub dataset: Option<PathBuf>,
     pub presets: Vec<Preset>,
+    /// The Run panel's fields: names, labels, ranges and the reference's defaults.
+    pub run_fields: Vec<FormField>,
+    /// The widths Build offers.
+    pub build_widths: &'static [BuildWidth],
     pub history: Vec<HistoryEntry>,
 }
 
@@ -82,7 +87,7 @@ impl Studio {
     ) -> std::io::Result<Self> {
         std::fs::create_dir_all(&data_dir)?;
         let settings_path = data_dir.join("settings.json");
-        let mut settings = Settings::load(&settings_path);
+        let mut settings = Preferences::load(&settings_path);
         // Relative paths from the command line mean the directory the app was started in.
         let absolute = |path: PathBuf| std::path::absolute(&path).unwrap_or(path);
         if let Some(checkpoint) = launch.checkpoint.map(absolute) {
@@ -123,6 +128,8 @@ impl Studio {
             settings: lock(&self.0.settings).clone(),
             dataset: self.0.launch_dataset.clone(),
             presets: presets(),
+            run_fields: form_fields(),
+            build_widths: &BUILD_WIDTHS,
             history: self.history(),
         }
     }
@@ -132,7 +139,7 @@ impl Studio {
         std::iter::once("auto".to_string()).chain(self.0.hardware.compiled.iter().map(ToString::to_string)).collect()
     }
 
-    pub fn save_settings(&self, settings: Settings) -> Result<(), String> {
+    pub fn save_settings(&self, settings: Preferences) -> Result<(), String> {
         settings.save(&self.0.settings_path)?;
         *lock(&self.0.settings) = settings;
         Ok(())
@@ -250,7 +257,7 @@ impl Studio {
         true
     }
 
-    pub(crate) fn settings(&self) -> &Mutex<Settings> {
+    pub(crate) fn settings(&self) -> &Mutex<Preferences> {
         &self.0.settings
     }
 

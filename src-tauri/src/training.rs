@@ -10,7 +10,7 @@ use serde::Serialize;
 use tauri::ipc::Channel;
 
 use crate::chart::loss_chart;
-use crate::config::RunRequest;
+use crate::run_request::RunRequest;
 use crate::history::{History, HistoryEntry, RunRecord, Status};
 use crate::studio::{lock, Active, Studio};
 use crate::worker::{Exit, Line, Watcher};

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use needle_engine::cact::{export, Bits, ExportEvent, ExportOptions};
+use needle_engine::settings::build_width;
 
 use crate::events::{print_json, EventFormat};
 
@@ -30,13 +31,10 @@ pub struct Args {
     pub events: Option<EventFormat>,
 }
 
-/// `--bits` takes the reference's choices, 2 or 4.
+/// `--bits` takes the widths a build offers (the reference's choices, 2 or 4).
 fn parse_bits(value: &str) -> Result<Bits, String> {
-    match value {
-        "2" => Ok(Bits::Two),
-        "4" => Ok(Bits::Four),
-        other => Err(format!("{other:?} is not a supported width; use 2 or 4")),
-    }
+    let bits = value.parse().map_err(|_| format!("{value:?} is not a width; use 4 or 2"))?;
+    build_width(bits)
 }
 
 /// The reference's default: the checkpoint's file stem + `.cact`, in the current directory.

@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use needle_engine::backend::{self, DeviceRequest};
 use needle_engine::hub::BaseModel;
+use needle_engine::settings::{TrainSettings, TRAIN_FIELDS};
 use needle_engine::train::state::state_path;
 use needle_engine::train::{Event, FinetuneOptions, Plan, Session};
 
@@ -18,25 +19,8 @@ use needle_engine::train::{Event, FinetuneOptions, Plan, Session};
 pub struct Args {
     #[command(flatten)]
     pub inputs: ModelInputs,
-    #[arg(long, default_value_t = 3)]
-    pub epochs: usize,
-    #[arg(long, default_value_t = 16)]
-    pub batch_size: usize,
-    #[arg(long, default_value_t = 1e-4)]
-    pub lr: f64,
-    #[arg(long, default_value_t = 16)]
-    pub lora_rank: usize,
-    #[arg(long, default_value_t = 32.0)]
-    pub lora_alpha: f64,
-    /// Longest sequence length; rows use the reference's fit_max_len bucket under it
-    #[arg(long, default_value_t = 1024)]
-    pub max_len: usize,
-    /// Fraction of examples held out for the per-epoch validation loss
-    #[arg(long, default_value_t = 0.1)]
-    pub val_split: f64,
-    /// Seeds the validation split, the per-epoch shuffles and the LoRA initialisation
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    #[command(flatten)]
+    pub settings: Settings,
     /// Directory of the default adapter path
     #[arg(long, default_value = "checkpoints")]
     pub checkpoint_dir: PathBuf,
@@ -117,6 +101,48 @@ pub fn run(args: Args) -> Result<()> {
     }
 }
 
+/// The run's hyper-parameters as flags, one per entry of the engine's [`TRAIN_FIELDS`] (so names,
+/// defaults and help are the ones the app shows); a value that is not a number, or not a whole one
+/// where a count is asked for, is refused here, and ranges by the engine when the run is prepared.
+#[derive(Debug, Clone)]
+pub struct Settings(pub TrainSettings);
+
+impl clap::Args for Settings {
+    fn augment_args(command: clap::Command) -> clap::Command {
+        TrainSettings::default().written().fold(command, |command, (field, default)| {
+            command.arg(
+                clap::Arg::new(field.name)
+                    .long(field.flag)
+                    .help(field.help)
+                    .value_name(field.flag.to_uppercase().replace('-', "_"))
+                    .default_value(default)
+                    .value_parser(|text: &str| field.parse(text)),
+            )
+        })
+    }
+
+    fn augment_args_for_update(command: clap::Command) -> clap::Command {
+        Self::augment_args(command)
+    }
+}
+
+impl clap::FromArgMatches for Settings {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let values = TRAIN_FIELDS
+            .iter()
+            .filter_map(|field| Some((field.name.to_string(), matches.get_one::<serde_json::Value>(field.name)?.clone())))
+            .collect();
+        serde_json::from_value(serde_json::Value::Object(values))
+            .map(Self)
+            .map_err(|e| clap::Error::raw(clap::error::ErrorKind::ValueValidation, e))
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
 /// The adapter to write. `--out` when given; else the default name, but never over an earlier run's
 /// adapter: a run cancelled in its first seconds saves what it has, and that must not replace the
 /// last finished one. `--resume` without `--out` continues the newest default adapter.
@@ -143,14 +169,7 @@ fn options(args: &Args, base: BaseModel, out: PathBuf) -> FinetuneOptions {
         data: args.inputs.data.clone(),
         checkpoint: base.checkpoint,
         tokenizer: base.tokenizer,
-        epochs: args.epochs,
-        batch_size: args.batch_size,
-        lr: args.lr,
-        rank: args.lora_rank,
-        alpha: args.lora_alpha,
-        max_len: args.max_len,
-        val_split: args.val_split,
-        seed: args.seed,
+        settings: args.settings.0,
         out,
         resume: args.resume,
     }
@@ -167,13 +186,13 @@ fn print_plan(plan: &Plan, options: &FinetuneOptions, json: bool) -> Result<()> 
         plan.examples,
         plan.validation,
         plan.seq_len,
-        options.max_len
+        options.settings.max_len
     )?;
     outln!(
         "  {:<9} rank {}  alpha {}  {} weight groups  {} parameters",
         "lora",
-        options.rank,
-        options.alpha,
+        options.settings.rank,
+        options.settings.alpha,
         plan.adapted_weights,
         plan.trainable_parameters
     )?;

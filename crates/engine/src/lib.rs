@@ -8,6 +8,8 @@
 //! or its cache ([`hub`]) when no checkpoint is given. [`calls`] tries a model (checkpoint, adapter or
 //! built `.cact`) on prompts and scores its tool calls. [`atomic`] writes every output whole or not at
 //! all; [`pyjson`] prints JSON as Python's `json.dumps` does, which the chat template depends on.
+//! [`settings`] is the one list of what a user chooses for a run and a build — defaults, ranges and
+//! messages — that the CLI, the app and its UI all read.
 //!
 //! One boundary splits the crate. Training and evaluation are tensor code (candle): [`model`],
 //! [`lora`], [`train`], [`calls`], entered through [`model::Params::from_checkpoint`]. Export is byte
@@ -26,5 +28,6 @@ pub mod hub;
 pub mod lora;
 pub mod model;
 pub mod pyjson;
+pub mod settings;
 pub mod tokenizer;
 pub mod train;

@@ -13,6 +13,6 @@ pub mod trainer;
 
 pub use adamw::{AdamW, AdamWConfig};
 pub use events::Event;
-pub use run::{out_of_range, FinetuneOptions, OutOfRange, Outcome, Plan, Session, TrainError};
+pub use run::{FinetuneOptions, Outcome, Plan, Session, TrainError};
 pub use schedule::Schedule;
 pub use trainer::{StepOutcome, Trainer};

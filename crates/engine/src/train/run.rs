@@ -23,24 +23,18 @@ use crate::backend::BackendInfo;
 use crate::calls::{self, CallScores, ModelScore, Weights, WeightsLoadError};
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::dataset::{Dataset, DatasetError, Encoded, Example, Tokenized};
-use crate::lora::{save_adapter, AdapterFileError, AdapterMeta, Lora, MAX_RANK};
+use crate::lora::{save_adapter, AdapterFileError, AdapterMeta, Lora};
+use crate::settings::{OutOfRange, TrainSettings};
 use crate::model::{batch_tensors, evaluate, Device, ModelError, Network, Params};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 
-/// Everything `needle finetune` is asked to do (the reference's flags and defaults live in the CLI).
+/// Everything `needle finetune` is asked to do.
 #[derive(Debug, Clone)]
 pub struct FinetuneOptions {
     pub data: PathBuf,
     pub checkpoint: PathBuf,
     pub tokenizer: PathBuf,
-    pub epochs: usize,
-    pub batch_size: usize,
-    pub lr: f64,
-    pub rank: usize,
-    pub alpha: f64,
-    pub max_len: usize,
-    pub val_split: f64,
-    pub seed: u64,
+    pub settings: TrainSettings,
     /// The adapter file (`.pkl` or `.safetensors`).
     pub out: PathBuf,
     /// Continue from the state saved next to `out`.
@@ -73,15 +67,6 @@ pub enum TrainError {
 }
 
 pub type Result<T> = std::result::Result<T, TrainError>;
-
-/// A setting outside what a run accepts; `flag` is the CLI flag's name without the dashes.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("--{flag} {value} is out of range: {expected}")]
-pub struct OutOfRange {
-    pub flag: &'static str,
-    pub value: String,
-    pub expected: &'static str,
-}
 
 /// What a run will do, known before it starts (`--dry-run` prints it).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -143,7 +128,8 @@ pub struct Session {
 impl Session {
     /// Checks every input and builds the plan; nothing is trained and nothing is written.
     pub fn prepare(options: FinetuneOptions, device: &Device) -> Result<Self> {
-        check_ranges(&options)?;
+        let s = options.settings;
+        check_ranges(&s)?;
         check_writable(&options.out)?;
         let checkpoint = Checkpoint::load(&options.checkpoint)?;
         let params = Params::from_checkpoint(&checkpoint, device)?;
@@ -156,26 +142,26 @@ impl Session {
         let dataset = Dataset::load(&options.data)?;
         // Positions past the model's own length were never trained, and rows that long would only
         // make attention's memory grow with the square of a cap nobody meant.
-        let prepared = dataset.prepare(&tokenizer, options.max_len.min(cfg.max_seq_len))?;
+        let prepared = dataset.prepare(&tokenizer, s.max_len.min(cfg.max_seq_len))?;
         let seq_len = prepared.seq_len;
         let pairs: Vec<(Tokenized, Example)> = prepared.tokenized.into_iter().zip(dataset.examples).collect();
-        let (train, validation) = split(pairs, options.val_split, options.seed);
+        let (train, validation) = split(pairs, s.val_split, s.seed);
         let train: Vec<Tokenized> = train.into_iter().map(|(tokens, _)| tokens).collect();
         let (val, val_examples): (Vec<Tokenized>, Vec<Example>) = validation.into_iter().unzip();
-        let lora = Lora::init(&params, options.rank, options.alpha, options.seed)?;
+        let lora = Lora::init(&params, s.rank, s.alpha, s.seed)?;
         if lora.factors.is_empty() {
             return Err(TrainError::NoTargets { checkpoint: options.checkpoint.clone() });
         }
-        let steps_per_epoch = train.len().div_ceil(options.batch_size);
-        let steps = steps_per_epoch * options.epochs;
+        let steps_per_epoch = train.len().div_ceil(s.batch_size);
+        let steps = steps_per_epoch * s.epochs;
         let most_scored = train.iter().chain(&val).map(|t| t.scored_positions(seq_len)).max();
         let memory = StepShape {
             config: &cfg,
             parameters: params.parameter_count(),
             trainable: lora.parameter_count(),
-            batch: options.batch_size.min(train.len().max(val.len())),
+            batch: s.batch_size.min(train.len().max(val.len())),
             seq_len,
-            scored: options.batch_size * most_scored.unwrap_or(0),
+            scored: s.batch_size * most_scored.unwrap_or(0),
         }
         .plan();
         let plan = Plan {
@@ -184,7 +170,7 @@ impl Session {
             seq_len,
             steps_per_epoch,
             steps,
-            warmup: Schedule::reference(options.lr, steps).warmup,
+            warmup: Schedule::reference(s.lr, steps).warmup,
             adapted_weights: lora.factors.len(),
             trainable_parameters: lora.parameter_count(),
             memory_estimate_bytes: memory.peak_bytes,
@@ -201,24 +187,25 @@ impl Session {
     /// longest row, plus a forward pass over the validation rows per epoch (a third of a step's
     /// work per position). Fills [`Plan::seconds_estimate`].
     pub fn time_run(&mut self) -> Result<f64> {
-        let lora = Lora::init(&self.params, self.options.rank, self.options.alpha, self.options.seed)?;
-        let mut trainer = Trainer::new(self.network.clone(), lora, Schedule::reference(self.options.lr, 2))?;
+        let s = self.options.settings;
+        let lora = Lora::init(&self.params, s.rank, s.alpha, s.seed)?;
+        let mut trainer = Trainer::new(self.network.clone(), lora, Schedule::reference(s.lr, 2))?;
         trainer.recompute = self.plan.recompute;
         trainer.micro_batch = self.plan.micro_batch;
         let seq_len = self.plan.seq_len;
-        let batch = rows(&self.train[..self.options.batch_size.min(self.train.len())], seq_len);
+        let batch = rows(&self.train[..s.batch_size.min(self.train.len())], seq_len);
         let (ids, mask) = batch_tensors(&batch, self.network.device())?;
         let started = Instant::now();
         trainer.step(&ids, &mask)?;
         let per_position = started.elapsed().as_secs_f64() / ids.elem_count() as f64;
         let padded = |examples: &[Tokenized]| -> usize {
             examples
-                .chunks(self.options.batch_size)
+                .chunks(s.batch_size)
                 .map(|b| b.len() * b.iter().map(|t| t.sequence_len().min(seq_len)).max().unwrap_or(0))
                 .sum()
         };
         let epoch = padded(&self.train) as f64 + padded(&self.val) as f64 / 3.0;
-        let seconds = per_position * epoch * self.options.epochs as f64;
+        let seconds = per_position * epoch * s.epochs as f64;
         self.plan.seconds_estimate = Some(seconds);
         Ok(seconds)
     }
@@ -226,12 +213,13 @@ impl Session {
     /// Trains to the end or until `cancel` is set (checked between steps), emitting progress.
     pub fn run(self, backend: &BackendInfo, cancel: &AtomicBool, mut emit: impl FnMut(Event)) -> Result<Outcome> {
         let Session { options, params, network, lora, train, val, val_examples, plan } = self;
-        let schedule = Schedule::reference(options.lr, plan.steps);
+        let s = options.settings;
+        let schedule = Schedule::reference(s.lr, plan.steps);
         let key = RunKey {
-            rank: options.rank,
-            alpha: options.alpha,
+            rank: s.rank,
+            alpha: s.alpha,
             steps: plan.steps,
-            seed: options.seed,
+            seed: s.seed,
             base: options.checkpoint.display().to_string(),
         };
         let state = state_path(&options.out);
@@ -275,11 +263,11 @@ impl Session {
             emit(Event::Saved { path: options.out.clone() });
             Ok(())
         };
-        for epoch in first_step / plan.steps_per_epoch.max(1)..options.epochs {
-            let order = epoch_order(train.len(), options.seed, epoch);
+        for epoch in first_step / plan.steps_per_epoch.max(1)..s.epochs {
+            let order = epoch_order(train.len(), s.seed, epoch);
             let done_in_epoch = trainer.optimizer.count - epoch * plan.steps_per_epoch;
             let mut last = 0f32;
-            for batch in order.chunks(options.batch_size).skip(done_in_epoch) {
+            for batch in order.chunks(s.batch_size).skip(done_in_epoch) {
                 if cancel.load(Ordering::Relaxed) {
                     save(&trainer, true, &mut emit)?;
                     let seconds = started.elapsed().as_secs_f64();
@@ -303,7 +291,7 @@ impl Session {
                     eta_s: per_step * (plan.steps - step) as f64,
                 });
             }
-            let val = validation_loss(&trainer, &val, plan.seq_len, options.batch_size, &device)?;
+            let val = validation_loss(&trainer, &val, plan.seq_len, s.batch_size, &device)?;
             emit(Event::Epoch { epoch: epoch + 1, loss: last, val });
             epochs.push((last, val));
             save(&trainer, false, &mut emit)?;
@@ -364,7 +352,7 @@ fn score_calls(
     let tuned = weights.load(base.device())?.network;
     let score = |network: &Network| -> Result<ModelScore> {
         let rows = tokenized.iter().map(|t| t.row(seq_len));
-        let loss = evaluate(network, rows, seq_len, options.batch_size, |_, _| {})?.loss;
+        let loss = evaluate(network, rows, seq_len, options.settings.batch_size, |_, _| {})?.loss;
         Ok(ModelScore { loss, calls: calls::accuracy(network, &tokenizer, examples, cancel, |_, _| {})? })
     };
     let scores = CallScores { base: score(base)?, tuned: score(&tuned)? };
@@ -401,49 +389,12 @@ fn epoch_order(count: usize, seed: u64, epoch: usize) -> Vec<usize> {
     order
 }
 
-fn check_ranges(o: &FinetuneOptions) -> Result<()> {
-    match out_of_range(o).into_iter().next() {
+fn check_ranges(settings: &TrainSettings) -> Result<()> {
+    match settings.out_of_range().into_iter().next() {
         Some(problem) => Err(problem.into()),
         None => Ok(()),
     }
 }
-
-/// Every setting outside what a run accepts, in flag order: the CLI stops at the first, the app
-/// marks them all before Start.
-pub fn out_of_range(o: &FinetuneOptions) -> Vec<OutOfRange> {
-    let checks: [(&'static str, String, bool, &'static str); 7] = [
-        ("epochs", o.epochs.to_string(), (1..=100_000).contains(&o.epochs), "use 1 to 100000"),
-        ("batch-size", o.batch_size.to_string(), (1..=65_536).contains(&o.batch_size), "use 1 to 65536"),
-        (
-            "lr",
-            o.lr.to_string(),
-            o.lr.is_finite() && o.lr > 0.0 && o.lr <= 1.0,
-            "use a learning rate in (0, 1], e.g. 1e-4",
-        ),
-        ("lora-rank", o.rank.to_string(), (1..=MAX_RANK).contains(&o.rank), "use 1 to 4096"),
-        (
-            "lora-alpha",
-            o.alpha.to_string(),
-            o.alpha.is_finite() && o.alpha > 0.0,
-            "use a positive number, e.g. 2 × rank",
-        ),
-        ("val-split", o.val_split.to_string(), (0.0..1.0).contains(&o.val_split), "use a fraction in [0, 1)"),
-        (
-            "max-len",
-            o.max_len.to_string(),
-            (2..=MAX_LEN_LIMIT).contains(&o.max_len),
-            "use 2 (a token and its successor) to 1048576; a run never uses more than the model's max_seq_len",
-        ),
-    ];
-    checks
-        .into_iter()
-        .filter(|(_, _, ok, _)| !ok)
-        .map(|(flag, value, _, expected)| OutOfRange { flag, value, expected })
-        .collect()
-}
-
-/// The largest `--max-len` accepted; a run's cap is also never more than the model's `max_seq_len`.
-const MAX_LEN_LIMIT: usize = 1 << 20;
 
 /// Creates the adapter's directory and proves it writable with a throwaway file.
 fn check_writable(out: &Path) -> Result<()> {
@@ -494,14 +445,16 @@ mod tests {
             data: fixture("data/tool_calls.jsonl"),
             checkpoint: fixture("models/tiny_f32.pkl"),
             tokenizer: fixture("models/tokenizer.model"),
-            epochs: 1,
-            batch_size: 32,
-            lr: 1e-3,
-            rank: 4,
-            alpha: 8.0,
-            max_len: 64,
-            val_split: 0.1,
-            seed: 0,
+            settings: TrainSettings {
+                epochs: 1,
+                batch_size: 32,
+                lr: 1e-3,
+                rank: 4,
+                alpha: 8.0,
+                max_len: 64,
+                val_split: 0.1,
+                seed: 0,
+            },
             out: out.into(),
             resume,
         }

@@ -40,9 +40,7 @@ pub fn start(
     out: PathBuf,
     channel: Channel<BuildMessage>,
 ) -> Result<(), String> {
-    if !matches!(bits, 2 | 4) {
-        return Err(format!("{bits}-bit is not a .cact width; choose 4 or 2"));
-    }
+    needle_engine::settings::build_width(bits)?;
     if out.as_os_str().is_empty() {
         return Err("choose where to save the .cact".into());
     }

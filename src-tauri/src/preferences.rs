@@ -9,7 +9,7 @@ const SETTINGS_LIMIT: u64 = 1 << 20;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Settings {
+pub struct Preferences {
     pub checkpoint: Option<PathBuf>,
     pub tokenizer: Option<PathBuf>,
     /// `auto`, or a backend forced by the user.
@@ -17,13 +17,13 @@ pub struct Settings {
     pub preset: String,
 }
 
-impl Default for Settings {
+impl Default for Preferences {
     fn default() -> Self {
         Self { checkpoint: None, tokenizer: None, device: "auto".into(), preset: "balanced".into() }
     }
 }
 
-impl Settings {
+impl Preferences {
     /// The saved settings (a few paths and names); the defaults when there are none or the file is unreadable (it is only a
     /// convenience, and the next save replaces it).
     pub fn load(path: &Path) -> Self {
@@ -46,11 +46,11 @@ mod tests {
     fn round_trips_and_falls_back_to_defaults() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("settings.json");
-        assert_eq!(Settings::load(&path), Settings::default());
-        let settings = Settings { checkpoint: Some("/m/base.pkl".into()), device: "cpu".into(), ..Settings::default() };
+        assert_eq!(Preferences::load(&path), Preferences::default());
+        let settings = Preferences { checkpoint: Some("/m/base.pkl".into()), device: "cpu".into(), ..Preferences::default() };
         settings.save(&path).unwrap();
-        assert_eq!(Settings::load(&path), settings);
+        assert_eq!(Preferences::load(&path), settings);
         std::fs::write(&path, "{not json").unwrap();
-        assert_eq!(Settings::load(&path), Settings::default());
+        assert_eq!(Preferences::load(&path), Preferences::default());
     }
 }

@@ -1,0 +1,191 @@
+//! A training run as the app asks for it: the draft the Run panel sends while the user types, the
+//! checked request, and the presets that fill the settings. What each setting means, its range and
+//! its messages are the engine's ([`needle_engine::settings`]).
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use needle_engine::settings::{FieldErrors, TrainSettings};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Preset {
+    pub name: &'static str,
+    pub label: &'static str,
+    pub description: &'static str,
+    pub settings: TrainSettings,
+}
+
+/// Quick, Balanced (the reference's recipe) and Thorough.
+pub fn presets() -> Vec<Preset> {
+    let balanced = TrainSettings::default();
+    vec![
+        Preset {
+            name: "quick",
+            label: "Quick",
+            description: "Short passes at a high learning rate with a small adapter: a first look in minutes.",
+            settings: TrainSettings {
+                epochs: 6,
+                lr: 2e-3,
+                rank: 8,
+                alpha: 16.0,
+                batch_size: 4,
+                max_len: 512,
+                val_split: 0.2,
+                ..balanced
+            },
+        },
+        Preset {
+            name: "balanced",
+            label: "Balanced",
+            description: "The recipe of the reference's `needle finetune`: three epochs, rank 16.",
+            settings: balanced,
+        },
+        Preset {
+            name: "thorough",
+            label: "Thorough",
+            description: "More epochs at a gentler rate with a larger adapter and validation split.",
+            settings: TrainSettings { epochs: 6, lr: 5e-5, rank: 32, alpha: 64.0, val_split: 0.15, ..balanced },
+        },
+    ]
+}
+
+/// A run as the UI sends it: each setting as typed (text, or a number), possibly missing or wrong.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RunDraft {
+    pub dataset: Option<String>,
+    pub checkpoint: Option<String>,
+    pub tokenizer: Option<String>,
+    pub device: Option<String>,
+    #[serde(default)]
+    pub settings: BTreeMap<String, serde_json::Value>,
+}
+
+/// A checked run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRequest {
+    pub dataset: PathBuf,
+    pub checkpoint: PathBuf,
+    pub tokenizer: PathBuf,
+    pub device: String,
+    pub settings: TrainSettings,
+}
+
+impl RunDraft {
+    /// The run, or every field that is wrong. `devices` are the choices the hardware offers.
+    pub fn check(&self, devices: &[String]) -> Result<RunRequest, FieldErrors> {
+        let mut errors = FieldErrors::new();
+        let dataset = existing_file(&mut errors, "dataset", self.dataset.as_deref(), "choose a dataset (.jsonl)");
+        let checkpoint =
+            existing_file(&mut errors, "checkpoint", self.checkpoint.as_deref(), "choose a base checkpoint (.pkl)");
+        let tokenizer =
+            existing_file(&mut errors, "tokenizer", self.tokenizer.as_deref(), "choose the tokenizer (.model)");
+        let device = self.device.clone().unwrap_or_else(|| "auto".into());
+        if !devices.contains(&device) {
+            errors.insert("device", format!("choose one of {}", devices.join(", ")));
+        }
+        let settings = TrainSettings::from_text(&self.settings).map_err(|problems| errors.extend(problems)).ok();
+        match (dataset, checkpoint, tokenizer, settings) {
+            (Some(dataset), Some(checkpoint), Some(tokenizer), Some(settings)) if errors.is_empty() => {
+                Ok(RunRequest { dataset, checkpoint, tokenizer, device, settings })
+            }
+            _ => Err(errors),
+        }
+    }
+}
+
+impl RunRequest {
+    /// `needle finetune …` for this run, writing its adapter to `out`, with progress as JSON lines
+    /// and the flags in `mode` (`--dry-run`, `--resume`). The dataset comes last, after `--`, so
+    /// that no file name is ever read as a flag.
+    pub fn finetune_args(&self, out: &Path, mode: &[&str]) -> Vec<OsString> {
+        let mut args: Vec<OsString> = vec!["finetune".into(), "--checkpoint".into(), self.checkpoint.clone().into()];
+        args.extend(["--tokenizer".into(), self.tokenizer.clone().into(), "--out".into(), out.into()]);
+        args.extend(self.settings.flags().into_iter().map(OsString::from));
+        args.extend(["--device".into(), self.device.clone().into(), "--events".into(), "jsonl".into()]);
+        args.extend(mode.iter().map(OsString::from));
+        args.extend(["--".into(), self.dataset.clone().into()]);
+        args
+    }
+}
+
+fn existing_file(errors: &mut FieldErrors, field: &'static str, path: Option<&str>, missing: &str) -> Option<PathBuf> {
+    match path.map(str::trim).filter(|path| !path.is_empty()) {
+        None => {
+            errors.insert(field, missing.to_string());
+            None
+        }
+        Some(path) if Path::new(path).is_file() => Some(PathBuf::from(path)),
+        Some(path) => {
+            errors.insert(field, format!("no file at {path}"));
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn draft(settings: serde_json::Value) -> RunDraft {
+        let file = env!("CARGO_MANIFEST_PATH");
+        RunDraft {
+            dataset: Some(file.into()),
+            checkpoint: Some(file.into()),
+            tokenizer: Some(file.into()),
+            device: Some("cpu".into()),
+            settings: serde_json::from_value(settings).unwrap(),
+        }
+    }
+
+    fn devices() -> Vec<String> {
+        vec!["auto".into(), "cpu".into()]
+    }
+
+    #[test]
+    fn every_preset_is_a_valid_run() {
+        for preset in presets() {
+            let value = serde_json::to_value(preset.settings).unwrap();
+            let request = draft(value).check(&devices()).unwrap_or_else(|e| panic!("{}: {e:?}", preset.name));
+            assert_eq!(request.settings, preset.settings);
+        }
+    }
+
+    #[test]
+    fn marks_every_bad_field_at_once_with_the_engines_messages() {
+        let mut settings = serde_json::to_value(presets()[1].settings).unwrap();
+        settings["epochs"] = "0".into();
+        settings["lr"] = "fast".into();
+        settings["rank"] = 2.5.into();
+        let mut run = draft(settings);
+        run.checkpoint = Some("/no/such/base.pkl".into());
+        run.device = Some("tpu".into());
+        let errors = run.check(&devices()).unwrap_err();
+        assert_eq!(errors["epochs"], "use 1 to 100000");
+        assert_eq!(errors["lr"], "enter a number");
+        assert_eq!(errors["rank"], "use a whole number");
+        assert_eq!(errors["checkpoint"], "no file at /no/such/base.pkl");
+        assert_eq!(errors["device"], "choose one of auto, cpu");
+        assert_eq!(errors.len(), 5);
+    }
+
+    #[test]
+    fn finetune_arguments_carry_every_setting() {
+        let request = draft(serde_json::to_value(presets()[0].settings).unwrap()).check(&devices()).unwrap();
+        let args: Vec<String> = request
+            .finetune_args(Path::new("/runs/a.pkl"), &["--resume"])
+            .iter()
+            .map(|a| a.to_string_lossy().into())
+            .collect();
+        let joined = args.join(" ");
+        for expected in
+            ["--epochs 6", "--lr 0.002", "--lora-rank 8", "--lora-alpha 16", "--batch-size 4", "--val-split 0.2"]
+        {
+            assert!(joined.contains(expected), "{expected} missing from {joined}");
+        }
+        assert!(joined.contains("--out /runs/a.pkl --epochs"), "{joined}");
+        assert!(joined.contains("--lr 0.002 --lora-rank 8"), "{joined}");
+        assert!(joined.ends_with(&format!("--device cpu --events jsonl --resume -- {}", request.dataset.display())));
+    }
+}
