@@ -13,10 +13,10 @@
 /** @typedef {import('./types.js').HistoryEntry} HistoryEntry */
 /** @typedef {import('./types.js').Opened} Opened */
 /** @typedef {import('./types.js').Plan} Plan */
+/** @typedef {import('./types.js').Preferences} Preferences */
 /** @typedef {import('./types.js').Question} Question */
 /** @typedef {import('./types.js').RunDraft} RunDraft */
 /** @typedef {import('./types.js').RunMessage} RunMessage */
-/** @typedef {import('./types.js').Settings} Settings */
 /** @typedef {import('./types.js').Startup} Startup */
 
 /**
@@ -61,7 +61,7 @@ function channel(onMessage) {
 /** @returns {Promise<Startup>} */
 export const startup = () => invoke('startup');
 
-/** @param {Settings} settings @returns {Promise<void>} */
+/** @param {Preferences} settings @returns {Promise<void>} */
 export const saveSettings = (settings) => invoke('save_settings', { settings });
 
 /** @returns {Promise<BaseModelStatus>} */

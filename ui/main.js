@@ -12,9 +12,8 @@ import { renderHardware, wireHardware } from './hardware.js';
 import { renderHistory } from './history.js';
 import { refreshHub, showModelPaths, wireModel } from './model.js';
 import { wireProgress } from './progress.js';
-import { wireResult } from './result.js';
-import { fillFields, runInputsChanged, wireRun } from './run.js';
-import { state } from './state.js';
+import { showBuildWidths, wireResult } from './result.js';
+import { runInputsChanged, showRunSettings, wireRun } from './run.js';
 import { showTab, wireSteps } from './steps.js';
 
 async function init() {
@@ -32,14 +31,12 @@ async function init() {
   wireSteps();
   try {
     const startup = await api.startup();
-    state.presets = startup.presets;
-    state.preset = startup.settings.preset;
+    showRunSettings(startup);
+    showBuildWidths(startup.build_widths);
     renderHardware(startup.hardware, startup.devices, startup.settings.device);
     showModelPaths(startup.settings);
     // A first start has no base model yet: that is the first step. Otherwise start with the data.
     showTab(startup.settings.checkpoint ? 'data' : 'model');
-    const preset = startup.presets.find((p) => p.name === state.preset) ?? startup.presets[0];
-    if (preset) fillFields(preset.settings);
     runInputsChanged();
     renderHistory(startup.history);
     if (startup.dataset) loadDataset(startup.dataset);

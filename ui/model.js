@@ -7,11 +7,13 @@ import { $, basename, formatBytes, setMessage, setStatus } from './dom.js';
 import { scheduleDatasetReload } from './dataset.js';
 import { pickPath } from './files.js';
 import { pathValue, runInputsChanged, saveSettings } from './run.js';
-import { state } from './state.js';
 
 /** @typedef {import('./types.js').BaseModel} BaseModel */
 /** @typedef {import('./types.js').BaseModelStatus} BaseModelStatus */
 /** @typedef {import('./types.js').DownloadMessage} DownloadMessage */
+
+/** The base model's status, as `base_model` last said. @type {BaseModelStatus|null} */
+let hub = null;
 
 /**
  * A model file's field and its Choose… button.
@@ -22,7 +24,7 @@ function wireModelPath(name, label, ext) {
   const commit = () => {
     saveSettings();
     runInputsChanged();
-    if (state.hub) renderHub(state.hub);
+    if (hub) renderHub(hub);
     if (name === 'tokenizer') scheduleDatasetReload();
   };
   input.addEventListener('input', runInputsChanged);
@@ -40,7 +42,7 @@ function wireModelPath(name, label, ext) {
  * @param {BaseModelStatus} status
  */
 function renderHub(status) {
-  state.hub = status;
+  hub = status;
   const { cached, download } = status;
   const running = download.state === 'running';
   $('hub-download').hidden = Boolean(cached) || running;
@@ -112,7 +114,7 @@ function handleDownloadEvent(message) {
 
 async function downloadBaseModel() {
   setMessage($('hub-error'), null);
-  if (state.hub) renderHub({ ...state.hub, download: { state: 'running', file: '', bytes: 0, total: 0 } });
+  if (hub) renderHub({ ...hub, download: { state: 'running', file: '', bytes: 0, total: 0 } });
   try {
     await api.downloadBaseModel(handleDownloadEvent);
   } catch (error) {
@@ -140,5 +142,5 @@ export function wireModel() {
   wireModelPath('tokenizer', 'SentencePiece tokenizer', 'model');
   $('hub-download').addEventListener('click', downloadBaseModel);
   $('hub-cancel').addEventListener('click', cancelDownload);
-  $('hub-use').addEventListener('click', () => state.hub?.cached && useBaseModel(state.hub.cached));
+  $('hub-use').addEventListener('click', () => hub?.cached && useBaseModel(hub.cached));
 }

@@ -2,7 +2,7 @@
 // The Export panel: the run's adapter, and its build into a .cact at the chosen width.
 
 import * as api from './api.js';
-import { $, basename, errorText, formatBytes, setMessage, setStatus } from './dom.js';
+import { $, basename, errorText, formatBytes, h, setMessage, setStatus } from './dom.js';
 import { renderEvaluation } from './evaluate.js';
 import { pickPath, reveal } from './files.js';
 import { refreshHistory } from './history.js';
@@ -10,6 +10,7 @@ import { state } from './state.js';
 import { badgeTab, updateButtons } from './steps.js';
 
 /** @typedef {import('./types.js').BuildMessage} BuildMessage */
+/** @typedef {import('./types.js').BuildWidth} BuildWidth */
 /** @typedef {import('./types.js').CactInfo} CactInfo */
 /** @typedef {import('./types.js').HistoryEntry} HistoryEntry */
 
@@ -100,6 +101,18 @@ function handleBuildEvent(runId, message) {
       setBuildStatus('failed', message.message);
       break;
   }
+}
+
+/**
+ * The widths Build offers, as the app lists them, its default chosen.
+ * @param {BuildWidth[]} widths
+ */
+export function showBuildWidths(widths) {
+  $('build-widths').append(...widths.map(({ bits, label, default: chosen }) => {
+    const input = h('input', { type: 'radio', name: 'bits', id: `bits-${bits}`, value: String(bits),
+      ...(chosen ? { checked: '' } : {}) });
+    return h('label', {}, input, ` ${label}`);
+  }));
 }
 
 export function wireResult() {

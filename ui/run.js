@@ -1,6 +1,7 @@
 // @ts-check
-// The Run panel: the run's settings, the presets that fill them, their validation (by the app) and
-// the plan (a dry run in the worker). Also what a run request is made of, which other panels edit.
+// The Run panel: the run's settings (fields as the app describes them), the presets that fill
+// them, their validation (by the app: every message is its own) and the plan (a dry run in the
+// worker). Also what a run request is made of, which other panels edit.
 
 import * as api from './api.js';
 import { $, debounce, errorText, formatBytes, formatClock, formatCount, h, setMessage } from './dom.js';
@@ -9,42 +10,48 @@ import { state } from './state.js';
 import { updateButtons } from './steps.js';
 
 /** @typedef {import('./types.js').FieldErrors} FieldErrors */
+/** @typedef {import('./types.js').FormField} FormField */
 /** @typedef {import('./types.js').Plan} Plan */
+/** @typedef {import('./types.js').Preset} Preset */
 /** @typedef {import('./types.js').RunDraft} RunDraft */
-/** @typedef {import('./types.js').RunField} RunField */
-/** @typedef {import('./types.js').RunSettings} RunSettings */
-
-/** @type {RunField[]} */
-const FIELDS = ['epochs', 'lr', 'rank', 'alpha', 'batch_size', 'max_len', 'val_split', 'seed'];
+/** @typedef {import('./types.js').Startup} Startup */
+/** @typedef {import('./types.js').TrainField} TrainField */
+/** @typedef {import('./types.js').TrainSettings} TrainSettings */
 /** @typedef {'dataset'|'checkpoint'|'tokenizer'} PathField */
+
 /** @type {PathField[]} */
 const PATH_FIELDS = ['dataset', 'checkpoint', 'tokenizer'];
+
+/** The settings' fields, in display order. @type {FormField[]} */
+let fields = [];
+/** @type {Preset[]} */
+let presets = [];
+/** The last preset chosen (saved in the preferences). */
+let chosenPreset = '';
+
 /** The fields that show their own message; the app's other messages go beside Start. */
-const VALIDATED = [...FIELDS, ...PATH_FIELDS, 'device'];
+const validated = () => [...fields.map((field) => field.name), ...PATH_FIELDS, 'device'];
 
 /**
- * Reads the run fields: numbers for the valid ones, a message for the rest.
- * @returns {{settings: Partial<RunSettings>, errors: FieldErrors}}
+ * What is typed into each setting's field, as typed: the app reads and checks it.
+ * @returns {Partial<Record<TrainField, string>>}
  */
-export function readSettings() {
-  /** @type {Partial<RunSettings>} */
-  const settings = {};
-  /** @type {FieldErrors} */
-  const errors = {};
-  for (const field of FIELDS) {
-    const input = $(`field-${field}`);
-    const raw = input.value.trim();
-    const value = Number(raw);
-    if (raw === '' || !Number.isFinite(value)) errors[field] = 'Enter a number.';
-    else if (input.dataset.kind === 'int' && !Number.isInteger(value)) errors[field] = 'Enter a whole number.';
-    else settings[field] = value;
-  }
-  return { settings, errors };
+function typedSettings() {
+  return Object.fromEntries(fields.map(({ name }) => [name, $(`field-${name}`).value]));
 }
 
-/** @param {RunSettings} settings */
+/**
+ * The field's number, for comparing with a preset's; NaN when it holds none.
+ * @param {TrainField} name
+ */
+function typedNumber(name) {
+  const text = $(`field-${name}`).value.trim();
+  return text === '' ? NaN : Number(text);
+}
+
+/** @param {TrainSettings} settings */
 export function fillFields(settings) {
-  for (const field of FIELDS) $(`field-${field}`).value = String(settings[field]);
+  for (const { name } of fields) $(`field-${name}`).value = String(settings[name]);
 }
 
 /**
@@ -57,22 +64,28 @@ export function pathValue(field) {
 }
 
 /**
- * The run as the fields describe it, for validation, planning and Start.
- * @param {Partial<RunSettings>} settings
+ * The run the fields describe now, for validation, planning and Start.
  * @returns {RunDraft}
  */
-function runRequest(settings) {
+export function currentRun() {
   return {
     dataset: pathValue('dataset'),
     checkpoint: pathValue('checkpoint'),
     tokenizer: pathValue('tokenizer'),
     device: $('device-select').value,
-    settings,
+    settings: typedSettings(),
   };
 }
 
-/** The run the fields describe now. */
-export const currentRun = () => runRequest(readSettings().settings);
+/**
+ * The max length typed, once the app finds it valid; null when it does not.
+ * @returns {Promise<number|null>}
+ */
+export async function checkedMaxLen() {
+  const run = currentRun();
+  const errors = await api.validateRun(run);
+  return errors.max_len ? null : Number(run.settings.max_len);
+}
 
 /** Remembers the base model, the device and the preset for the next launch. */
 export async function saveSettings() {
@@ -80,7 +93,7 @@ export async function saveSettings() {
     checkpoint: pathValue('checkpoint') || null,
     tokenizer: pathValue('tokenizer') || null,
     device: $('device-select').value,
-    preset: state.preset,
+    preset: chosenPreset,
   };
   try {
     await api.saveSettings(settings);
@@ -93,18 +106,14 @@ export async function saveSettings() {
 let validateSeq = 0;
 async function validate() {
   const seq = ++validateSeq;
-  const { settings, errors } = readSettings();
   /** @type {FieldErrors} */
-  let serverErrors = {};
-  if (Object.keys(errors).length === 0) {
-    try {
-      serverErrors = await api.validateRun(runRequest(settings));
-    } catch (error) {
-      serverErrors = { request: errorText(error) };
-    }
-    if (seq !== validateSeq) return; // a newer check is under way
+  let errors;
+  try {
+    errors = await api.validateRun(currentRun());
+  } catch (error) {
+    errors = { request: errorText(error) };
   }
-  renderValidation({ ...serverErrors, ...errors });
+  if (seq === validateSeq) renderValidation(errors); // else a newer check is under way
 }
 const scheduleValidate = debounce(validate, 150);
 
@@ -117,7 +126,8 @@ export function runInputsChanged() {
 
 /** @param {FieldErrors} errors */
 function renderValidation(errors) {
-  for (const field of VALIDATED) {
+  const own = validated();
+  for (const field of own) {
     const message = errors[field] ?? '';
     const errorEl = $(`error-${field}`);
     // An empty path is a to-do rather than a mistake: say so quietly, without a red outline.
@@ -128,7 +138,7 @@ function renderValidation(errors) {
     if (message && !isTodo) input?.setAttribute('aria-invalid', 'true');
     else input?.removeAttribute('aria-invalid');
   }
-  const others = Object.entries(errors).filter(([field]) => !VALIDATED.includes(field));
+  const others = Object.entries(errors).filter(([field]) => !own.includes(field));
   state.invalid = Object.keys(errors).length > 0;
   $('start-hint').textContent = others.length
     ? others.map(([, message]) => message).join(' ')
@@ -136,32 +146,68 @@ function renderValidation(errors) {
   updateButtons();
 }
 
+/**
+ * One setting's number input, its id and bounds as the app describes the field.
+ * @param {FormField} field
+ */
+function fieldInput({ name, label, whole, min, max, step }) {
+  /** @type {Record<string, string>} */
+  const bounds = {};
+  if (min != null) bounds.min = String(min);
+  if (max != null) bounds.max = String(max);
+  const input = h('input', { type: 'number', id: `field-${name}`, 'data-kind': whole ? 'int' : 'float', ...bounds,
+    step, 'aria-describedby': `error-${name}` });
+  input.addEventListener('input', () => {
+    runInputsChanged();
+    if (name === 'max_len') scheduleDatasetReload();
+  });
+  return h('div', { class: 'field' }, h('label', { for: `field-${name}` }, label), input,
+    h('p', { id: `error-${name}`, class: 'field-error', 'aria-live': 'polite' }));
+}
+
 // ---------- presets ----------
 
-/** Marks the preset the fields match, if any, and says what it is for. */
+/** @param {Preset} preset */
+function presetButton(preset) {
+  const button = h('button', { type: 'button', id: `preset-${preset.name}`, class: 'preset',
+    'data-preset': preset.name, 'aria-pressed': 'false', title: preset.description }, preset.label);
+  button.addEventListener('click', () => applyPreset(preset));
+  return button;
+}
+
+/** Marks the preset the fields match by value, if any, and says what it is for. */
 function renderPresets() {
-  const { settings } = readSettings();
-  const active = state.presets.find((preset) => FIELDS.every((f) => preset.settings[f] === settings[f]));
-  for (const preset of state.presets) {
-    const button = $(`preset-${preset.name}`);
-    if (!button) continue;
-    button.textContent = preset.label;
-    button.title = preset.description;
-    button.setAttribute('aria-pressed', String(preset === active));
+  const active = presets.find((preset) => fields.every(({ name }) => typedNumber(name) === preset.settings[name]));
+  for (const preset of presets) {
+    $(`preset-${preset.name}`).setAttribute('aria-pressed', String(preset === active));
   }
   $('preset-description').textContent = active ? active.description : 'Custom settings';
 }
 
-/** @param {string} name */
-function applyPreset(name) {
-  const preset = state.presets.find((p) => p.name === name);
-  if (!preset) return;
-  const oldMaxLen = readSettings().settings.max_len;
-  state.preset = name;
+/** @param {Preset} preset */
+function applyPreset(preset) {
+  const oldMaxLen = typedNumber('max_len');
+  chosenPreset = preset.name;
   fillFields(preset.settings);
   saveSettings();
   runInputsChanged();
   if (preset.settings.max_len !== oldMaxLen) scheduleDatasetReload();
+}
+
+/**
+ * Lays out the settings' fields and the presets as the app describes them, filled with the
+ * remembered preset (else the first, else the fields' defaults).
+ * @param {Pick<Startup, 'run_fields'|'presets'|'settings'>} startup
+ */
+export function showRunSettings({ run_fields, presets: offered, settings }) {
+  fields = run_fields;
+  presets = offered;
+  chosenPreset = settings.preset;
+  $('run-fields').replaceChildren(...fields.map(fieldInput));
+  $('preset-description').before(...presets.map(presetButton));
+  const preset = presets.find((p) => p.name === chosenPreset) ?? presets[0];
+  fillFields(preset?.settings ?? /** @type {TrainSettings} */ (Object.fromEntries(
+    fields.map((field) => [field.name, field.default]))));
 }
 
 // ---------- plan ----------
@@ -201,14 +247,5 @@ function renderPlan(plan) {
 }
 
 export function wireRun() {
-  for (const button of document.querySelectorAll('.preset')) {
-    button.addEventListener('click', () => applyPreset(/** @type {HTMLElement} */ (button).dataset.preset ?? ''));
-  }
-  for (const field of FIELDS) {
-    $(`field-${field}`).addEventListener('input', () => {
-      runInputsChanged();
-      if (field === 'max_len') scheduleDatasetReload();
-    });
-  }
   $('plan-button').addEventListener('click', checkPlan);
 }

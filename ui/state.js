@@ -2,15 +2,9 @@
 // The window's shared state: what more than one panel reads or changes. Everything else the app
 // knows lives in Rust; each panel asks for it.
 
-/** @typedef {import('./types.js').BaseModelStatus} BaseModelStatus */
 /** @typedef {import('./types.js').HistoryEntry} HistoryEntry */
-/** @typedef {import('./types.js').Preset} Preset */
 
 export const state = {
-  /** @type {Preset[]} */
-  presets: [],
-  /** The last preset chosen (saved in settings). @type {string} */
-  preset: '',
   /** The chosen dataset's path, even if it failed to load. @type {string|null} */
   dataset: null,
   /** Whether a field of the run is missing or wrong. */
@@ -24,6 +18,4 @@ export const state = {
   statusEntry: null,
   /** The run highlighted in the history. @type {string|null} */
   viewedId: null,
-  /** The base model's status, as `base_model` last said. @type {BaseModelStatus|null} */
-  hub: null,
 };

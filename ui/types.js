@@ -18,8 +18,8 @@
  */
 
 /**
- * What the app remembers between launches (`settings::Settings`).
- * @typedef {object} Settings
+ * What the app remembers between launches (`preferences::Preferences`).
+ * @typedef {object} Preferences
  * @property {string|null} checkpoint
  * @property {string|null} tokenizer
  * @property {string} device `auto`, or a backend forced by the user.
@@ -27,8 +27,8 @@
  */
 
 /**
- * The Run panel's fields (`config::RunSettings`).
- * @typedef {object} RunSettings
+ * A run's hyper-parameters (`needle_engine::settings::TrainSettings`).
+ * @typedef {object} TrainSettings
  * @property {number} epochs
  * @property {number} lr
  * @property {number} rank
@@ -39,14 +39,34 @@
  * @property {number} seed
  */
 
-/** @typedef {keyof RunSettings} RunField */
+/** @typedef {keyof TrainSettings} TrainField */
 
 /**
- * @typedef {object} Preset `config::Preset`
+ * One of the Run panel's fields as the app describes it (`needle_engine::settings::FormField`).
+ * @typedef {object} FormField
+ * @property {TrainField} name
+ * @property {string} label
+ * @property {boolean} whole Only whole, non-negative numbers.
+ * @property {number|null} min null: unbounded.
+ * @property {number|null} max null: unbounded.
+ * @property {'1'|'any'} step
+ * @property {number} default The reference's recipe.
+ */
+
+/**
+ * A `.cact` width Build offers (`needle_engine::settings::BuildWidth`).
+ * @typedef {object} BuildWidth
+ * @property {number} bits
+ * @property {string} label
+ * @property {boolean} default The width chosen unless the user picks another.
+ */
+
+/**
+ * @typedef {object} Preset `run_request::Preset`
  * @property {string} name
  * @property {string} label
  * @property {string} description
- * @property {RunSettings} settings
+ * @property {TrainSettings} settings
  */
 
 /**
@@ -54,9 +74,11 @@
  * @typedef {object} Startup
  * @property {BackendInfo} hardware
  * @property {string[]} devices The device selector's choices: `auto`, then the compiled backends.
- * @property {Settings} settings
+ * @property {Preferences} settings
  * @property {string|null} dataset The dataset given at launch.
  * @property {Preset[]} presets
+ * @property {FormField[]} run_fields The Run panel's fields, in display order.
+ * @property {BuildWidth[]} build_widths
  * @property {HistoryEntry[]} history
  */
 
@@ -146,13 +168,13 @@
 // ---------- runs ----------
 
 /**
- * A run as the window sends it (`config::RunDraft`): fields may be missing while the user types.
+ * A run as the window sends it (`run_request::RunDraft`): each setting as typed, checked by the app.
  * @typedef {object} RunDraft
  * @property {string} dataset
  * @property {string} checkpoint
  * @property {string} tokenizer
  * @property {string} device
- * @property {Partial<RunSettings>} settings
+ * @property {Partial<Record<TrainField, string>>} settings
  */
 
 /** @typedef {Record<string, string>} FieldErrors Field name → what is wrong and how to fix it. */
@@ -214,7 +236,7 @@
  * @property {string} tokenizer
  * @property {string} device
  * @property {string|null} backend
- * @property {RunSettings} settings
+ * @property {TrainSettings} settings
  * @property {RunStatus} status
  * @property {number|null} seconds
  * @property {number} steps_done
@@ -263,7 +285,7 @@
  */
 
 /**
- * The build channel (`cact::BuildMessage`).
+ * The build channel (`building::BuildMessage`).
  * @typedef {({kind: 'progress'} & ExportEvent)
  *   | {kind: 'scoring'}
  *   | {kind: 'built', cact: CactInfo, entry: HistoryEntry}
