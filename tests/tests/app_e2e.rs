@@ -61,7 +61,10 @@ async fn drive(client: &Client, hub: &FakeHub, scratch: &Path, shots: &Path) -> 
     let ui = Ui { client, shots };
 
     // Hardware: the badge names the backend the engine picked (CPU on a machine without a GPU).
-    ui.wait("the hardware panel", "return document.getElementById('backend-badge').textContent.trim()").await?;
+    // The badge reads "…" until the app's start-up answer arrives.
+    let filled =
+        "const text = document.getElementById('backend-badge').textContent.trim(); return text !== '…' && text";
+    ui.wait("the hardware panel", filled).await?;
     let badge = ui.text("backend-badge").await?;
     if !["CPU", "CUDA", "Metal"].contains(&badge.as_str()) {
         return Err(format!("the backend badge says {badge:?}"));

@@ -1,0 +1,141 @@
+// @ts-check
+// The app's commands, channels and window services (dialogs, drag and drop): the one module that
+// knows their names. One function per command (src-tauri/src/commands.rs), typed with types.js.
+
+/** @typedef {import('./types.js').Answers} Answers */
+/** @typedef {import('./types.js').BaseModelStatus} BaseModelStatus */
+/** @typedef {import('./types.js').BuildMessage} BuildMessage */
+/** @typedef {import('./types.js').CancelDownload} CancelDownload */
+/** @typedef {import('./types.js').CancelRun} CancelRun */
+/** @typedef {import('./types.js').DatasetReport} DatasetReport */
+/** @typedef {import('./types.js').DownloadMessage} DownloadMessage */
+/** @typedef {import('./types.js').FieldErrors} FieldErrors */
+/** @typedef {import('./types.js').HistoryEntry} HistoryEntry */
+/** @typedef {import('./types.js').Opened} Opened */
+/** @typedef {import('./types.js').Plan} Plan */
+/** @typedef {import('./types.js').Preferences} Preferences */
+/** @typedef {import('./types.js').Question} Question */
+/** @typedef {import('./types.js').RunDraft} RunDraft */
+/** @typedef {import('./types.js').RunMessage} RunMessage */
+/** @typedef {import('./types.js').Startup} Startup */
+
+/**
+ * What a file dropped on (or dragged over) the window says.
+ * @typedef {{type: 'enter'|'over'|'drop'|'leave', paths?: string[]}} DragDrop
+ */
+
+/**
+ * The part of Tauri's global API (`withGlobalTauri`) the window uses.
+ * @typedef {object} TauriGlobal
+ * @property {{invoke: (command: string, args?: object) => Promise<any>,
+ *   Channel: new () => {onmessage: (message: any) => void}}} core
+ * @property {{open: (options: object) => Promise<string|string[]|null>,
+ *   save: (options: object) => Promise<string|null>}} dialog
+ * @property {{getCurrentWebview: () => {
+ *   onDragDropEvent: (handler: (event: {payload: DragDrop}) => void) => Promise<() => void>}}} webview
+ */
+
+const tauri = /** @type {{__TAURI__?: TauriGlobal}} */ (/** @type {unknown} */ (window)).__TAURI__;
+
+/** Whether the page runs inside the desktop app (every other function needs it). */
+export const hasRuntime = () => tauri != null;
+
+/**
+ * @param {string} command
+ * @param {object} [args]
+ * @returns {Promise<any>}
+ */
+const invoke = (command, args) => /** @type {TauriGlobal} */ (tauri).core.invoke(command, args);
+
+/**
+ * A channel that hands each message to `onMessage`.
+ * @template T
+ * @param {(message: T) => void} onMessage
+ */
+function channel(onMessage) {
+  const created = new (/** @type {TauriGlobal} */ (tauri).core.Channel)();
+  created.onmessage = onMessage;
+  return created;
+}
+
+/** @returns {Promise<Startup>} */
+export const startup = () => invoke('startup');
+
+/** @param {Preferences} settings @returns {Promise<void>} */
+export const saveSettings = (settings) => invoke('save_settings', { settings });
+
+/** @returns {Promise<BaseModelStatus>} */
+export const baseModel = () => invoke('base_model');
+
+/** @param {(message: DownloadMessage) => void} onEvent @returns {Promise<void>} */
+export const downloadBaseModel = (onEvent) => invoke('download_base_model', { onEvent: channel(onEvent) });
+
+/** @returns {Promise<CancelDownload>} */
+export const cancelDownload = () => invoke('cancel_download');
+
+/**
+ * The report `needle data --json` prints for `path`, its token lengths counted with `tokenizer`.
+ * @param {string} path @param {string|null} tokenizer @param {number} maxLen
+ * @returns {Promise<DatasetReport>}
+ */
+export const loadDataset = (path, tokenizer, maxLen) => invoke('load_dataset', { path, tokenizer, maxLen });
+
+/** @param {RunDraft} run @returns {Promise<FieldErrors>} empty when the run can start */
+export const validateRun = (run) => invoke('validate_run', { run });
+
+/** @param {RunDraft} run @returns {Promise<Plan>} */
+export const planRun = (run) => invoke('plan_run', { run });
+
+/**
+ * @param {RunDraft} run @param {(message: RunMessage) => void} onEvent
+ * @returns {Promise<HistoryEntry>} the run's record as it starts
+ */
+export const startRun = (run, onEvent) => invoke('start_run', { run, onEvent: channel(onEvent) });
+
+/**
+ * @param {string} id @param {(message: RunMessage) => void} onEvent
+ * @returns {Promise<HistoryEntry>}
+ */
+export const resumeRun = (id, onEvent) => invoke('resume_run', { id, onEvent: channel(onEvent) });
+
+/** @returns {Promise<CancelRun>} */
+export const cancelRun = () => invoke('cancel_run');
+
+/**
+ * @param {string} runId @param {number} bits @param {string} out @param {(message: BuildMessage) => void} onEvent
+ * @returns {Promise<void>}
+ */
+export const buildCact = (runId, bits, out, onEvent) =>
+  invoke('build_cact', { runId, bits, out, onEvent: channel(onEvent) });
+
+/** @param {Question} question @returns {Promise<Answers>} */
+export const tryModel = (question) => invoke('try_model', { question });
+
+/** @returns {Promise<HistoryEntry[]>} */
+export const history = () => invoke('history');
+
+/** @param {string} id @returns {Promise<Opened>} */
+export const openRun = (id) => invoke('open_run', { id });
+
+/** @param {string} path @returns {Promise<void>} */
+export const reveal = (path) => invoke('reveal', { path });
+
+/**
+ * The file dialog (or the save dialog) for one extension; the chosen path or null.
+ * @param {{name: string, ext: string, current?: string|null, save?: boolean}} options
+ * @returns {Promise<string|null>}
+ */
+export async function choosePath({ name, ext, current, save = false }) {
+  const { dialog } = /** @type {TauriGlobal} */ (tauri);
+  const options = { filters: [{ name, extensions: [ext] }], ...(current ? { defaultPath: current } : {}) };
+  const path = save ? await dialog.save(options) : await dialog.open({ ...options, multiple: false });
+  return typeof path === 'string' ? path : null;
+}
+
+/**
+ * Calls `handler` for each file dragged over or dropped on the window.
+ * @param {(event: DragDrop) => void} handler
+ * @returns {Promise<unknown>}
+ */
+export const onDragDrop = (handler) =>
+  /** @type {TauriGlobal} */ (tauri).webview.getCurrentWebview().onDragDropEvent(({ payload }) => handler(payload));

@@ -1,0 +1,125 @@
+// @ts-check
+// The Dataset panel: choose or drop a .jsonl file, and show the report the worker makes of it.
+
+import * as api from './api.js';
+import { $, debounce, errorText, formatCount, h, setMessage } from './dom.js';
+import { prefillTry } from './evaluate.js';
+import { pickPath } from './files.js';
+import { checkedMaxLen, pathValue, runInputsChanged } from './run.js';
+import { state } from './state.js';
+
+/** @typedef {import('./api.js').DragDrop} DragDrop */
+/** @typedef {import('./types.js').DatasetReport} DatasetReport */
+/** @typedef {import('./types.js').Sample} Sample */
+
+let datasetSeq = 0;
+/** @param {string} path */
+export async function loadDataset(path) {
+  const seq = ++datasetSeq;
+  state.dataset = path;
+  $('dataset-path').textContent = path;
+  $('dataset-path').classList.remove('muted');
+  setMessage($('dataset-error'), null);
+  runInputsChanged();
+  try {
+    const maxLen = await checkedMaxLen();
+    if (seq !== datasetSeq) return;
+    if (maxLen == null) {
+      $('dataset-report').hidden = true;
+      setMessage($('dataset-error'), 'Enter a valid max length to read the dataset.');
+      return;
+    }
+    const report = await api.loadDataset(path, pathValue('tokenizer') || null, maxLen);
+    if (seq === datasetSeq) renderReport(report);
+  } catch (error) {
+    if (seq !== datasetSeq) return;
+    $('dataset-report').hidden = true;
+    setMessage($('dataset-error'), error);
+  }
+}
+
+/** Reads the chosen dataset again (its report depends on the tokenizer and the max length). */
+export const scheduleDatasetReload = debounce(() => state.dataset && loadDataset(state.dataset), 300);
+
+async function chooseDataset() {
+  const errorEl = $('dataset-error');
+  const path = await pickPath({ name: 'JSONL dataset', ext: 'jsonl', current: state.dataset, errorEl });
+  if (path) loadDataset(path);
+}
+
+/** @param {DragDrop} payload */
+function handleDragDrop(payload) {
+  $('drop-zone').classList.toggle('dragging', payload.type === 'enter' || payload.type === 'over');
+  if (payload.type !== 'drop') return;
+  const path = (payload.paths ?? []).find((p) => p.toLowerCase().endsWith('.jsonl'));
+  if (path) loadDataset(path);
+  else setMessage($('dataset-error'), 'That is not a .jsonl file: drop a file with one JSON example per line.');
+}
+
+/** @param {DatasetReport} report */
+function renderReport(report) {
+  $('dataset-report').hidden = false;
+  prefillTry(report.samples[0]);
+  $('report-examples').textContent = String(report.usable_examples); // plain numbers where tests read them
+  $('report-skipped').textContent = String(report.skipped_lines);
+  const lengths = report.token_lengths;
+  $('report-lengths').textContent = `${lengths.min} / ${lengths.median} / ${lengths.max}`;
+  $('report-seq-len').textContent = `${report.seq_len} (cap ${report.cap})`;
+  setMessage(
+    $('report-truncation'),
+    report.truncated > 0 &&
+      `${formatCount(report.truncated)} example(s) are longer than the sequence length (${report.seq_len} tokens) ` +
+        'and will be truncated. Raise Max length to keep them whole.',
+  );
+  renderHistogram(report.histogram);
+  renderProblems(report);
+  renderSamples(report.samples.slice(0, 3));
+}
+
+/** @param {DatasetReport['histogram']} bins */
+function renderHistogram(bins) {
+  const most = Math.max(1, ...bins.map((bin) => bin.count));
+  $('report-histogram').replaceChildren(
+    ...bins.map((bin) => {
+      const bar = h('span', { class: 'bar', 'aria-hidden': 'true' });
+      bar.style.width = `${(100 * bin.count) / most}%`;
+      return h('li', {}, h('span', { class: 'bin' }, `≤${bin.up_to}`), h('span', {}, bar),
+        h('span', { class: 'count' }, formatCount(bin.count)));
+    }),
+  );
+}
+
+/**
+ * The first problems word for word (the report keeps at most a hundred), then counts of the rest.
+ * @param {DatasetReport} report
+ */
+function renderProblems(report) {
+  const { problems, problems_total: total, problem_counts: counts } = report;
+  $('report-problems-box').hidden = total === 0;
+  const items = problems.map((problem) =>
+    h('li', {}, problem.message, h('span', { class: 'tag' }, problem.skipped ? 'skipped' : 'kept')));
+  if (total > problems.length) {
+    const byKind = Object.entries(counts).map(([kind, n]) => `${formatCount(n)} ${kind.replaceAll('_', ' ')}`);
+    items.push(h('li', { class: 'muted' },
+      `… and ${formatCount(total - problems.length)} more (${byKind.join(', ')}); \`needle data\` lists the same.`));
+  }
+  $('report-problems').replaceChildren(...items);
+}
+
+/** @param {Sample[]} samples */
+function renderSamples(samples) {
+  $('report-samples').replaceChildren(
+    ...samples.map((sample) =>
+      h('div', { class: 'sample' },
+        h('div', { class: 'muted small' }, `Line ${sample.line} · ${formatCount(sample.tokens)} tokens`),
+        h('div', { class: 'label' }, 'Prompt'), h('pre', {}, sample.prompt),
+        h('div', { class: 'label' }, 'Target'), h('pre', {}, sample.target))),
+  );
+}
+
+export function wireDataset() {
+  $('drop-zone').addEventListener('click', chooseDataset);
+  $('dataset-choose').addEventListener('click', chooseDataset);
+  api.onDragDrop(handleDragDrop)
+    .catch((error) => setMessage($('dataset-error'), `Drag and drop is unavailable: ${errorText(error)}`));
+}

@@ -1,0 +1,114 @@
+// @ts-check
+// The Evaluate panel: the held-out scores of the run shown, and Try (one question to the base and
+// the tuned model, side by side).
+
+import * as api from './api.js';
+import { $, formatLoss, h, percent, setMessage } from './dom.js';
+import { state } from './state.js';
+
+/** @typedef {import('./types.js').HistoryEntry} HistoryEntry */
+/** @typedef {import('./types.js').ModelScore} ModelScore */
+/** @typedef {import('./types.js').Sample} Sample */
+/** @typedef {import('./types.js').TryAnswer} TryAnswer */
+
+/**
+ * The held-out scores of a run: base, tuned and (once built) the .cact, with a warning when the
+ * file answers markedly worse than the tuned model it was built from.
+ * @param {HistoryEntry|null} entry
+ */
+export function renderEvaluation(entry) {
+  const scores = entry?.scores;
+  const cact = entry?.cact?.scores;
+  $('evaluation-table').hidden = !scores;
+  $('evaluation-empty').hidden = Boolean(scores);
+  /** @type {[string, ModelScore][]} */
+  const rows = scores ? [['Base', scores.base], ['Tuned', scores.tuned]] : [];
+  if (scores && cact) rows.push([`.cact (${entry?.cact?.scheme})`, cact]);
+  $('evaluation-rows').replaceChildren(...rows.map(([name, score]) => h('tr', {},
+    h('th', { scope: 'row' }, name),
+    h('td', {}, formatLoss(score.loss)),
+    h('td', {}, `${score.calls.exact} / ${score.calls.examples} (${percent(score.calls.exact_rate)})`),
+    h('td', {}, percent(score.calls.parse_rate)))));
+  const worse = scores && cact &&
+    (cact.calls.exact_rate < scores.tuned.calls.exact_rate - 0.1 || cact.loss > scores.tuned.loss * 1.1);
+  setMessage($('evaluation-warning'), worse &&
+    `The .cact answers markedly worse than the tuned model (${percent(cact.calls.exact_rate)} exact calls against ` +
+    `${percent(scores.tuned.calls.exact_rate)}, loss ${formatLoss(cact.loss)} against ${formatLoss(scores.tuned.loss)}): ` +
+    'quantization costs this model accuracy. Build it at 4 bits rather than 2, or check it with Try before shipping.');
+  $('evaluation-note').textContent = scores && entry ? evaluationNote(entry, scores.base.calls.examples) : '';
+}
+
+/**
+ * How the scores were made, and what is missing from them.
+ * @param {HistoryEntry} entry @param {number} examples
+ */
+function evaluationNote(entry, examples) {
+  const cact = entry.cact;
+  return `${examples} held-out example(s), answered by greedy decoding; a call counts when it equals the expected one exactly.` +
+    (cact && !cact.scores ? ` The .cact was not scored${cact.scores_error ? `: ${cact.scores_error}` : ''}.` : '') +
+    (!cact ? ' Build the .cact (Export) to score it too.' : '');
+}
+
+/**
+ * Prefills the Try panel from a dataset sample (once: the user's own edits are kept).
+ * @param {Sample|undefined} sample
+ */
+export function prefillTry(sample) {
+  if (!sample || $('try-tools').value.trim()) return;
+  let tools = sample.tools;
+  try {
+    tools = JSON.stringify(JSON.parse(sample.tools), null, 1);
+  } catch {
+    // Shown as written: asking will say what is wrong with it.
+  }
+  $('try-tools').value = tools;
+  $('try-query').value = sample.query;
+}
+
+/** What a cut answer says about why it was cut. */
+const CUT = {
+  max_length: "The answer was cut: the prompt and answer filled the model's context (max_seq_len).",
+  max_new_tokens: 'The answer was cut at the most new tokens a try may take.',
+};
+
+/** @param {string} id the answer's box @param {TryAnswer|null} answer */
+function renderAnswer(id, answer) {
+  const body = $(id).querySelector('.answer-body');
+  if (!answer) {
+    body.replaceChildren('No tuned model yet: train a run or open one from History.');
+    return;
+  }
+  const calls = answer.calls == null ? h('p', { class: 'verdict', 'data-ok': 'false' }, 'No parseable call')
+    : h('pre', {}, answer.calls.length ? answer.calls.map((c) => JSON.stringify(c)).join('\n') : '(no call)');
+  body.className = 'answer-body';
+  // The whole answer is open when no call could be read from it: that is what to look at.
+  /** @type {Record<string, string>} */
+  const open = answer.calls == null ? { open: '' } : {};
+  const cut = answer.stop === 'max_length' || answer.stop === 'max_new_tokens' ? CUT[answer.stop] : null;
+  body.replaceChildren(calls, h('details', open, h('summary', { class: 'small muted' }, 'Full answer'), h('pre', {}, answer.text)),
+    ...(cut ? [h('p', { class: 'warning small' }, cut)] : []),
+    h('div', { class: 'small muted' }, `${answer.tokens_per_s.toFixed(0)} tokens/s`));
+}
+
+async function askModels() {
+  const entry = state.entry?.adapter ? state.entry : null;
+  const question = { run_id: entry?.id ?? null, tools: $('try-tools').value, query: $('try-query').value };
+  $('try-button').disabled = true;
+  $('try-status').textContent = entry ? 'The base and the tuned model are answering…' : 'The base model is answering…';
+  setMessage($('try-error'), null);
+  try {
+    const answers = await api.tryModel(question);
+    renderAnswer('try-base', answers.base);
+    renderAnswer('try-tuned', answers.tuned);
+    $('try-status').textContent = '';
+  } catch (error) {
+    setMessage($('try-error'), error);
+    $('try-status').textContent = '';
+  } finally {
+    $('try-button').disabled = false;
+  }
+}
+
+export function wireEvaluate() {
+  $('try-button').addEventListener('click', askModels);
+}

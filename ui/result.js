@@ -1,0 +1,128 @@
+// @ts-check
+// The Export panel: the run's adapter, and its build into a .cact at the chosen width.
+
+import * as api from './api.js';
+import { $, basename, errorText, formatBytes, h, setMessage, setStatus } from './dom.js';
+import { renderEvaluation } from './evaluate.js';
+import { pickPath, reveal } from './files.js';
+import { refreshHistory } from './history.js';
+import { state } from './state.js';
+import { badgeTab, updateButtons } from './steps.js';
+
+/** @typedef {import('./types.js').BuildMessage} BuildMessage */
+/** @typedef {import('./types.js').BuildWidth} BuildWidth */
+/** @typedef {import('./types.js').CactInfo} CactInfo */
+/** @typedef {import('./types.js').HistoryEntry} HistoryEntry */
+
+/**
+ * Shows `entry` in the Export and Evaluate panels (or that there is no run to show).
+ * @param {HistoryEntry|null} entry
+ */
+export function showResult(entry) {
+  state.entry = entry;
+  $('result').hidden = !entry?.adapter;
+  $('result-empty').hidden = Boolean(entry?.adapter);
+  renderEvaluation(entry);
+  if (!entry?.adapter) return;
+  $('adapter-path').textContent = entry.adapter;
+  $('cact-path').value = entry.suggested_cact;
+  $('build-progress').value = 0;
+  setBuildStatus('idle', '');
+  setMessage($('result-error'), null);
+  renderBuilt(entry.cact);
+}
+
+/** @param {CactInfo|null} cact */
+function renderBuilt(cact) {
+  $('build-result').hidden = !cact;
+  if (!cact) return;
+  $('cact-size').textContent = formatBytes(cact.bytes);
+  $('cact-tensors').textContent = String(cact.tensors);
+  $('cact-scheme').textContent = cact.scheme;
+}
+
+/** @param {'idle'|'building'|'built'|'failed'} status @param {string} text */
+const setBuildStatus = (status, text) => setStatus($('build-status'), status, text);
+
+/** @param {boolean} building */
+function setBuilding(building) {
+  state.building = building;
+  updateButtons();
+}
+
+async function buildCact() {
+  const entry = state.entry;
+  if (!entry) return;
+  const out = $('cact-path').value.trim();
+  if (!out) {
+    setBuildStatus('failed', 'Choose where to save the .cact file.');
+    return;
+  }
+  const checked = /** @type {HTMLInputElement} */ (document.querySelector('input[name="bits"]:checked'));
+  setBuilding(true);
+  setBuildStatus('building', 'Starting the build…');
+  $('build-progress').value = 0;
+  renderBuilt(null);
+  try {
+    await api.buildCact(entry.id, Number(checked.value), out, (message) => handleBuildEvent(entry.id, message));
+  } catch (error) {
+    setBuilding(false);
+    setBuildStatus('failed', errorText(error));
+  }
+}
+
+/** @param {string} runId the run being built @param {BuildMessage} message */
+function handleBuildEvent(runId, message) {
+  if (message.kind === 'built' || message.kind === 'failed') setBuilding(false);
+  if (message.kind === 'built') refreshHistory();
+  if (state.entry?.id !== runId) return; // the panel now shows another run
+  switch (message.kind) {
+    case 'progress':
+      if (message.event === 'stage') {
+        $('build-progress').max = message.of;
+        $('build-progress').value = message.index;
+        setBuildStatus('building', `${message.label} (${message.index}/${message.of})`);
+      } else {
+        setBuildStatus('building', `Merged the adapter into ${message.groups} weight groups`);
+      }
+      break;
+    case 'scoring':
+      setBuildStatus('building', 'Answering the held-out examples with the built file…');
+      break;
+    case 'built':
+      state.entry = { ...message.entry, cact: message.cact };
+      $('build-progress').value = $('build-progress').max;
+      setBuildStatus('built', `Built ${basename(message.cact.path)}`);
+      renderBuilt(message.cact);
+      renderEvaluation(state.entry);
+      badgeTab('evaluate', message.cact.scores ? '•' : null);
+      break;
+    case 'failed':
+      setBuildStatus('failed', message.message);
+      break;
+  }
+}
+
+/**
+ * The widths Build offers, as the app lists them, its default chosen.
+ * @param {BuildWidth[]} widths
+ */
+export function showBuildWidths(widths) {
+  $('build-widths').append(...widths.map(({ bits, label, default: chosen }) => {
+    const input = h('input', { type: 'radio', name: 'bits', id: `bits-${bits}`, value: String(bits),
+      ...(chosen ? { checked: '' } : {}) });
+    return h('label', {}, input, ` ${label}`);
+  }));
+}
+
+export function wireResult() {
+  const errorEl = $('result-error');
+  $('adapter-reveal').addEventListener('click', () => state.entry?.adapter && reveal(state.entry.adapter, errorEl));
+  $('reveal-button').addEventListener('click', () => state.entry?.cact && reveal(state.entry.cact.path, errorEl));
+  $('cact-choose').addEventListener('click', async () => {
+    const current = $('cact-path').value.trim();
+    const path = await pickPath({ name: 'Needle model', ext: 'cact', current, errorEl, save: true });
+    if (path) $('cact-path').value = path;
+  });
+  $('build-button').addEventListener('click', buildCact);
+}
