@@ -273,7 +273,7 @@
  *   | {kind: 'failed', message: string, entry: HistoryEntry}} RunMessage
  */
 
-/** @typedef {'stopping'|'killed'|'idle'} CancelRun The answer to Cancel (`Studio::cancel`). */
+/** @typedef {'stopping'|'killed'|'idle'} CancelRun The answer to Cancel (`run_slot::CancelRun`). */
 
 // ---------- build ----------
 
