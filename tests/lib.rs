@@ -3,9 +3,9 @@
 
 pub mod fake_hub;
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
 /// A path under `tests/fixtures/`.
 pub fn fixture(relative: &str) -> PathBuf {
@@ -32,33 +32,20 @@ pub fn jsonl(relative: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// A command running the `needle` CLI, built once per test binary in the profile the tests use.
-pub fn needle() -> Command {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    let mut command = Command::new(BIN.get_or_init(|| binary("needle-cli", "needle")));
+/// A command running the `needle` CLI that cargo built for the calling test: the test must be a target
+/// of `needle-cli`, the package that owns the binary, so that cargo sets `CARGO_BIN_EXE_needle` for it.
+#[macro_export]
+macro_rules! needle {
+    () => {
+        $crate::needle_at(env!("CARGO_BIN_EXE_needle"))
+    };
+}
+
+/// A command running the `needle` binary at `bin`, as every test runs it ([`needle!`]).
+pub fn needle_at(bin: impl AsRef<OsStr>) -> Command {
+    let mut command = Command::new(bin);
     // Tests must not depend on the caller's backend choice, and never touch the internet: a test that
     // wants a hub starts one on loopback (`fake_hub`) and says so.
     command.env_remove("NEEDLE_DEVICE").env("HF_HUB_OFFLINE", "1");
     command
-}
-
-/// The desktop app's binary (`needle-studio`), built in the profile the tests use.
-pub fn needle_studio() -> PathBuf {
-    binary("needle-studio", "needle-studio")
-}
-
-/// Builds `bin` of workspace package `package` and says where it is.
-///
-/// The binary belongs to another package of the workspace, so cargo does not hand its path to these
-/// tests; escargot asks cargo to build it (a no-op when it is fresh) and says where it is. No `--target`:
-/// that would move the build to another directory and rebuild every dependency.
-fn binary(package: &str, bin: &str) -> PathBuf {
-    let build = escargot::CargoBuild::new()
-        .package(package)
-        .bin(bin)
-        .manifest_path(Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml"))
-        .current_release()
-        .run()
-        .unwrap_or_else(|e| panic!("cannot build the {bin} binary: {e}"));
-    build.path().to_path_buf()
 }

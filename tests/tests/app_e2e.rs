@@ -19,7 +19,7 @@ use needle_engine::cact::CactFile;
 use needle_engine::dataset::Dataset;
 use needle_engine::tokenizer::Tokenizer;
 use needle_tests::fake_hub::{self, FakeHub, Faults};
-use needle_tests::{fixture, needle_studio, read};
+use needle_tests::{fixture, read};
 use serde_json::{json, Value};
 
 const CHECKPOINT: &str = "models/pretrained.pkl";
@@ -33,7 +33,7 @@ const UI_TIMEOUT: Duration = Duration::from_secs(60);
 #[test]
 fn drop_a_dataset_train_and_build_a_cact_in_the_real_app() {
     let tools = Tools::find();
-    let app = needle_studio();
+    let app = PathBuf::from(env!("CARGO_BIN_EXE_needle-studio"));
     let scratch = tempfile::tempdir().expect("temp dir");
     let shots = screenshot_dir();
     let display = Xvfb::start(&tools.xvfb);

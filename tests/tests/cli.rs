@@ -7,7 +7,7 @@ use needle_tests::{fixture, json, jsonl, needle, read};
 use serde_json::Value;
 
 fn run(args: &[&str]) -> Output {
-    needle().args(args).output().expect("needle runs")
+    needle!().args(args).output().expect("needle runs")
 }
 
 fn stdout(output: &Output) -> String {
@@ -122,7 +122,7 @@ fn backend_json_describes_the_cpu_here() {
 
 #[test]
 fn a_forced_backend_this_build_lacks_is_an_error_not_a_cpu_run() {
-    let output = needle().env("NEEDLE_DEVICE", "cuda").args(["backend"]).output().unwrap();
+    let output = needle!().env("NEEDLE_DEVICE", "cuda").args(["backend"]).output().unwrap();
     assert!(!output.status.success(), "must not fall back to the CPU");
     let err = stderr(&output);
     assert!(err.contains("CUDA") && err.contains("NEEDLE_DEVICE=cpu"), "{err}");
@@ -130,7 +130,7 @@ fn a_forced_backend_this_build_lacks_is_an_error_not_a_cpu_run() {
 
 #[test]
 fn an_unknown_backend_lists_the_choices() {
-    let output = needle().env("NEEDLE_DEVICE", "tpu").args(["backend"]).output().unwrap();
+    let output = needle!().env("NEEDLE_DEVICE", "tpu").args(["backend"]).output().unwrap();
     assert!(!output.status.success());
     let err = stderr(&output);
     assert!(err.contains("'tpu'") && err.contains("auto, cpu, cuda, metal"), "{err}");

@@ -8,7 +8,7 @@ use needle_tests::{fixture, needle};
 use serde_json::Value;
 
 fn finetune(stem: &str, out: &Path, extra: &[&str]) -> Output {
-    needle()
+    needle!()
         .arg("finetune")
         .arg(fixture("data/tool_calls.jsonl"))
         .arg("--checkpoint")
@@ -34,7 +34,7 @@ fn kinds(events: &[Value]) -> Vec<&str> {
 }
 
 fn eval_loss(stem: &str, adapter: Option<&Path>) -> f64 {
-    let mut command = needle();
+    let mut command = needle!();
     command
         .arg("eval")
         .arg(fixture("data/tool_calls.jsonl"))
@@ -138,7 +138,7 @@ fn a_worker_whose_reader_goes_away_saves_what_it_learned_and_exits_cleanly() {
 
     let dir = tempfile::tempdir().unwrap();
     let adapter = dir.path().join("orphan.safetensors");
-    let mut child = needle()
+    let mut child = needle!()
         .arg("finetune")
         .arg(fixture("data/tool_calls.jsonl"))
         .arg("--checkpoint")
@@ -167,7 +167,7 @@ fn data_into_a_closed_pipe_is_not_a_panic() {
     use std::io::Read;
     use std::process::Stdio;
 
-    let mut child = needle()
+    let mut child = needle!()
         .arg("data")
         .arg(fixture("data/tool_calls.jsonl"))
         .arg("--tokenizer")

@@ -24,7 +24,7 @@ const DATASET: &str = "data/tool_calls.jsonl";
 
 /// Runs `needle args…` under the limits; the process's output, or a failed test for a hang.
 fn limited(args: &[&str]) -> Output {
-    let needle = needle();
+    let needle = needle!();
     let mut command = Command::new("sh");
     command
         .arg("-c")

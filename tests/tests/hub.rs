@@ -92,7 +92,7 @@ fn a_cut_download_resumes_from_its_partial_file_with_a_range_request() {
     let path = resumed.unwrap();
     assert_eq!(std::fs::read(path).unwrap(), read("models/pretrained.pkl"));
     assert!(events.contains(&HubEvent::Started { file: checkpoint().name(), total, resumed_from: half }), "{events:?}");
-    let range = fake.seen().into_iter().filter_map(|seen| seen.range).last();
+    let range = fake.seen().into_iter().filter_map(|seen| seen.range).next_back();
     assert_eq!(range, Some(format!("bytes={half}-")), "the second try asks only for the rest");
     assert!(blobs(cache.path()).iter().all(|name| !name.ends_with(".incomplete")));
 }
@@ -189,7 +189,7 @@ fn a_given_checkpoint_is_used_as_is_and_finds_its_tokenizer_beside_it() {
 
 /// `needle` with the hub at `fake` and its cache under `home`, as a user's environment would say.
 fn needle_at(fake: &FakeHub, home: &Path) -> Command {
-    let mut command = needle();
+    let mut command = needle!();
     command
         .env("HF_ENDPOINT", fake.endpoint())
         .env("HF_HOME", home)
