@@ -299,97 +299,124 @@ impl Obj<'_> {
     }
 }
 
-/// Opcode bytes, named as in CPython's `pickletools` (the writer emits a subset of them).
+/// Every opcode of protocols 0–5, named as in CPython's `pickletools`: the ones the machine interprets
+/// (the writer emits a subset of them), then the ones [`refusal`](op::refusal) explains.
 pub(crate) mod op {
-    pub const MARK: u8 = b'(';
-    pub const STOP: u8 = b'.';
-    pub const POP: u8 = b'0';
-    pub const POP_MARK: u8 = b'1';
-    pub const DUP: u8 = b'2';
-    pub const BININT: u8 = b'J';
-    pub const BININT1: u8 = b'K';
-    pub const BININT2: u8 = b'M';
-    pub const NONE: u8 = b'N';
-    pub const REDUCE: u8 = b'R';
-    pub const BINUNICODE: u8 = b'X';
-    pub const APPEND: u8 = b'a';
-    pub const BUILD: u8 = b'b';
-    pub const GLOBAL: u8 = b'c';
-    pub const DICT: u8 = b'd';
-    pub const EMPTY_DICT: u8 = b'}';
-    pub const APPENDS: u8 = b'e';
-    pub const BINGET: u8 = b'h';
-    pub const LONG_BINGET: u8 = b'j';
-    pub const LIST: u8 = b'l';
-    pub const EMPTY_LIST: u8 = b']';
-    pub const BINPUT: u8 = b'q';
-    pub const LONG_BINPUT: u8 = b'r';
-    pub const SETITEM: u8 = b's';
-    pub const TUPLE: u8 = b't';
-    pub const EMPTY_TUPLE: u8 = b')';
-    pub const SETITEMS: u8 = b'u';
-    pub const BINFLOAT: u8 = b'G';
-    pub const PROTO: u8 = 0x80;
-    pub const NEWOBJ: u8 = 0x81;
-    pub const TUPLE1: u8 = 0x85;
-    pub const TUPLE2: u8 = 0x86;
-    pub const TUPLE3: u8 = 0x87;
-    pub const NEWTRUE: u8 = 0x88;
-    pub const NEWFALSE: u8 = 0x89;
-    pub const LONG1: u8 = 0x8a;
-    pub const LONG4: u8 = 0x8b;
-    pub const BINBYTES: u8 = b'B';
-    pub const SHORT_BINBYTES: u8 = b'C';
-    pub const SHORT_BINUNICODE: u8 = 0x8c;
-    pub const BINUNICODE8: u8 = 0x8d;
-    pub const BINBYTES8: u8 = 0x8e;
-    pub const EMPTY_SET: u8 = 0x8f;
-    pub const ADDITEMS: u8 = 0x90;
-    pub const FROZENSET: u8 = 0x91;
-    pub const NEWOBJ_EX: u8 = 0x92;
-    pub const STACK_GLOBAL: u8 = 0x93;
-    pub const MEMOIZE: u8 = 0x94;
-    pub const FRAME: u8 = 0x95;
-    pub const BYTEARRAY8: u8 = 0x96;
-}
+    /// Defines one `u8` constant per opcode and `name`, its `pickletools` spelling for messages, from one table.
+    macro_rules! opcodes {
+        ($($name:ident = $byte:expr,)*) => {
+            $(pub const $name: u8 = $byte;)*
 
-/// Opcodes that exist but are refused, with the reason given to the user.
-fn refused_opcode(byte: u8) -> Option<(&'static str, &'static str)> {
-    const TEXT: &str = "it belongs to text protocols 0/1; save with pickle protocol 2 or newer";
-    const PY2: &str = "it is a Python 2 byte string; save the file again under Python 3";
-    const PERSID: &str = "persistent ids need the saver's own loader (torch.save and the like); \
-                          save the arrays with plain pickle.dump";
-    const EXT: &str = "copyreg extension codes name code to run; save without copyreg extensions";
-    const BUFFER: &str = "out-of-band buffers live outside the file; save without a buffer_callback";
-    Some(match byte {
-        b'I' => ("INT", TEXT),
-        b'L' => ("LONG", TEXT),
-        b'F' => ("FLOAT", TEXT),
-        b'S' => ("STRING", TEXT),
-        b'V' => ("UNICODE", TEXT),
-        b'g' => ("GET", TEXT),
-        b'p' => ("PUT", TEXT),
-        b'i' => ("INST", TEXT),
-        b'o' => ("OBJ", TEXT),
-        b'T' => ("BINSTRING", PY2),
-        b'U' => ("SHORT_BINSTRING", PY2),
-        b'P' => ("PERSID", PERSID),
-        b'Q' => ("BINPERSID", PERSID),
-        0x82 => ("EXT1", EXT),
-        0x83 => ("EXT2", EXT),
-        0x84 => ("EXT4", EXT),
-        0x97 => ("NEXT_BUFFER", BUFFER),
-        0x98 => ("READONLY_BUFFER", BUFFER),
-        _ => return None,
-    })
+            /// The `pickletools` name of an opcode byte.
+            pub fn name(byte: u8) -> &'static str {
+                match byte {
+                    $($name => stringify!($name),)*
+                    _ => "an undefined opcode",
+                }
+            }
+        };
+    }
+
+    opcodes! {
+        MARK = b'(',
+        STOP = b'.',
+        POP = b'0',
+        POP_MARK = b'1',
+        DUP = b'2',
+        BININT = b'J',
+        BININT1 = b'K',
+        BININT2 = b'M',
+        NONE = b'N',
+        REDUCE = b'R',
+        BINUNICODE = b'X',
+        APPEND = b'a',
+        BUILD = b'b',
+        GLOBAL = b'c',
+        DICT = b'd',
+        EMPTY_DICT = b'}',
+        APPENDS = b'e',
+        BINGET = b'h',
+        LONG_BINGET = b'j',
+        LIST = b'l',
+        EMPTY_LIST = b']',
+        BINPUT = b'q',
+        LONG_BINPUT = b'r',
+        SETITEM = b's',
+        TUPLE = b't',
+        EMPTY_TUPLE = b')',
+        SETITEMS = b'u',
+        BINFLOAT = b'G',
+        PROTO = 0x80,
+        NEWOBJ = 0x81,
+        TUPLE1 = 0x85,
+        TUPLE2 = 0x86,
+        TUPLE3 = 0x87,
+        NEWTRUE = 0x88,
+        NEWFALSE = 0x89,
+        LONG1 = 0x8a,
+        LONG4 = 0x8b,
+        BINBYTES = b'B',
+        SHORT_BINBYTES = b'C',
+        SHORT_BINUNICODE = 0x8c,
+        BINUNICODE8 = 0x8d,
+        BINBYTES8 = 0x8e,
+        EMPTY_SET = 0x8f,
+        ADDITEMS = 0x90,
+        FROZENSET = 0x91,
+        NEWOBJ_EX = 0x92,
+        STACK_GLOBAL = 0x93,
+        MEMOIZE = 0x94,
+        FRAME = 0x95,
+        BYTEARRAY8 = 0x96,
+
+        INT = b'I',
+        LONG = b'L',
+        FLOAT = b'F',
+        STRING = b'S',
+        UNICODE = b'V',
+        GET = b'g',
+        PUT = b'p',
+        INST = b'i',
+        OBJ = b'o',
+        BINSTRING = b'T',
+        SHORT_BINSTRING = b'U',
+        PERSID = b'P',
+        BINPERSID = b'Q',
+        EXT1 = 0x82,
+        EXT2 = 0x83,
+        EXT4 = 0x84,
+        NEXT_BUFFER = 0x97,
+        READONLY_BUFFER = 0x98,
+    }
+
+    /// Why an opcode that exists is refused, given to the user; None for the ones the machine interprets
+    /// and for bytes that are no opcode.
+    pub fn refusal(byte: u8) -> Option<&'static str> {
+        Some(match byte {
+            INT | LONG | FLOAT | STRING | UNICODE | GET | PUT | INST | OBJ => {
+                "it belongs to text protocols 0/1; save with pickle protocol 2 or newer"
+            }
+            BINSTRING | SHORT_BINSTRING => "it is a Python 2 byte string; save the file again under Python 3",
+            PERSID | BINPERSID => {
+                "persistent ids need the saver's own loader (torch.save and the like); \
+                 save the arrays with plain pickle.dump"
+            }
+            EXT1 | EXT2 | EXT4 => "copyreg extension codes name code to run; save without copyreg extensions",
+            NEXT_BUFFER | READONLY_BUFFER => {
+                "out-of-band buffers live outside the file; save without a buffer_callback"
+            }
+            _ => return None,
+        })
+    }
 }
 
 /// The pickle virtual machine: input cursor, stack, mark positions, memo and object arena.
 struct Machine<'a> {
     input: &'a [u8],
     pos: usize,
-    /// Offset of the opcode being executed, for errors.
+    /// Offset and name of the opcode being executed: every error names them.
     at: usize,
+    opcode: &'static str,
     stack: Vec<Value>,
     /// Stack heights at each MARK; values below the innermost mark are out of reach, as in CPython.
     marks: Vec<usize>,
@@ -404,6 +431,7 @@ impl<'a> Machine<'a> {
             input,
             pos: 0,
             at: 0,
+            opcode: "",
             stack: Vec::new(),
             marks: Vec::new(),
             memo: HashMap::new(),
@@ -414,6 +442,10 @@ impl<'a> Machine<'a> {
 
     fn error(&self, kind: PickleErrorKind) -> PickleError {
         PickleError { offset: self.at, kind }
+    }
+
+    fn underflow(&self) -> PickleError {
+        self.error(PickleErrorKind::StackUnderflow { opcode: self.opcode })
     }
 
     /// Counts a copy of `count` items of `T` that `what` (the opcode or callable) is about to make.
@@ -430,8 +462,9 @@ impl<'a> Machine<'a> {
                 return Err(self.error(PickleErrorKind::MissingStop));
             };
             self.pos += 1;
+            self.opcode = op::name(opcode);
             if opcode == op::STOP {
-                return self.pop("STOP");
+                return self.pop();
             }
             self.step(opcode)?;
         }
@@ -440,212 +473,201 @@ impl<'a> Machine<'a> {
     fn step(&mut self, opcode: u8) -> Result<(), PickleError> {
         match opcode {
             op::PROTO => {
-                let version = self.read_u8("PROTO")?;
+                let version = self.read_u8()?;
                 if version > HIGHEST_PROTOCOL {
                     return Err(self.error(PickleErrorKind::UnsupportedProtocol(version)));
                 }
             }
             // Frames only group opcodes for buffered reading; the whole file is already in memory.
             op::FRAME => {
-                self.read_u64("FRAME")?;
+                self.read_u64()?;
             }
             op::MARK => self.marks.push(self.stack.len()),
             op::POP => {
-                self.pop("POP")?;
+                self.pop()?;
             }
             op::POP_MARK => {
-                self.pop_mark("POP_MARK")?;
+                self.pop_mark()?;
             }
             op::DUP => {
-                let top = self.peek("DUP")?;
+                let top = self.peek()?;
                 self.stack.push(top);
             }
             op::NONE => self.stack.push(Value::None),
             op::NEWTRUE => self.stack.push(Value::Bool(true)),
             op::NEWFALSE => self.stack.push(Value::Bool(false)),
             op::BININT => {
-                let v = i32::from_le_bytes(self.read_array("BININT")?);
+                let v = i32::from_le_bytes(self.read_array()?);
                 self.stack.push(Value::Int(v.into()));
             }
             op::BININT1 => {
-                let v = self.read_u8("BININT1")?;
+                let v = self.read_u8()?;
                 self.stack.push(Value::Int(v.into()));
             }
             op::BININT2 => {
-                let v = u16::from_le_bytes(self.read_array("BININT2")?);
+                let v = u16::from_le_bytes(self.read_array()?);
                 self.stack.push(Value::Int(v.into()));
             }
             op::LONG1 => {
-                let len = self.read_u8("LONG1")?;
-                self.push_long("LONG1", len.into())?;
+                let len = self.read_u8()?;
+                self.push_long(len.into())?;
             }
             op::LONG4 => {
-                let len = i32::from_le_bytes(self.read_array("LONG4")?);
-                let len = u64::try_from(len).map_err(|_| {
-                    self.error(PickleErrorKind::WrongType {
-                        opcode: "LONG4",
-                        expected: "a byte count",
-                        found: "a negative count",
-                    })
-                })?;
-                self.push_long("LONG4", len)?;
+                let len = i32::from_le_bytes(self.read_array()?);
+                let len = u64::try_from(len).map_err(|_| self.wrong_type("a byte count", "a negative count"))?;
+                self.push_long(len)?;
             }
             op::BINFLOAT => {
                 // The only big-endian number in the format.
-                let v = f64::from_be_bytes(self.read_array("BINFLOAT")?);
+                let v = f64::from_be_bytes(self.read_array()?);
                 self.stack.push(Value::Float(v));
             }
             op::SHORT_BINUNICODE => {
-                let len = self.read_u8("SHORT_BINUNICODE")?;
-                self.push_str("SHORT_BINUNICODE", len.into())?;
+                let len = self.read_u8()?;
+                self.push_str(len.into())?;
             }
             op::BINUNICODE => {
-                let len = self.read_u32("BINUNICODE")?;
-                self.push_str("BINUNICODE", len.into())?;
+                let len = self.read_u32()?;
+                self.push_str(len.into())?;
             }
             op::BINUNICODE8 => {
-                let len = self.read_u64("BINUNICODE8")?;
-                self.push_str("BINUNICODE8", len)?;
+                let len = self.read_u64()?;
+                self.push_str(len)?;
             }
             op::SHORT_BINBYTES => {
-                let len = self.read_u8("SHORT_BINBYTES")?;
-                self.push_bytes("SHORT_BINBYTES", len.into())?;
+                let len = self.read_u8()?;
+                self.push_bytes(len.into())?;
             }
             op::BINBYTES => {
-                let len = self.read_u32("BINBYTES")?;
-                self.push_bytes("BINBYTES", len.into())?;
+                let len = self.read_u32()?;
+                self.push_bytes(len.into())?;
             }
             op::BINBYTES8 => {
-                let len = self.read_u64("BINBYTES8")?;
-                self.push_bytes("BINBYTES8", len)?;
+                let len = self.read_u64()?;
+                self.push_bytes(len)?;
             }
             op::BYTEARRAY8 => {
-                let len = self.read_u64("BYTEARRAY8")?;
-                self.push_bytes("BYTEARRAY8", len)?;
+                let len = self.read_u64()?;
+                self.push_bytes(len)?;
             }
             op::EMPTY_TUPLE => self.push_obj(Obj::Tuple(Vec::new())),
             op::TUPLE1 | op::TUPLE2 | op::TUPLE3 => {
-                let (name, count) = match opcode {
-                    op::TUPLE1 => ("TUPLE1", 1),
-                    op::TUPLE2 => ("TUPLE2", 2),
-                    _ => ("TUPLE3", 3),
+                let count = match opcode {
+                    op::TUPLE1 => 1,
+                    op::TUPLE2 => 2,
+                    _ => 3,
                 };
-                let items = self.pop_n(name, count)?;
+                let items = self.pop_n(count)?;
                 self.push_obj(Obj::Tuple(items));
             }
             op::TUPLE => {
-                let items = self.pop_mark("TUPLE")?;
+                let items = self.pop_mark()?;
                 self.push_obj(Obj::Tuple(items));
             }
             op::EMPTY_LIST => self.push_obj(Obj::List(Vec::new())),
             op::LIST => {
-                let items = self.pop_mark("LIST")?;
+                let items = self.pop_mark()?;
                 self.push_obj(Obj::List(items));
             }
             op::APPEND => {
-                let item = self.pop("APPEND")?;
-                self.extend_list("APPEND", vec![item])?;
+                let item = self.pop()?;
+                self.extend_list(vec![item])?;
             }
             op::APPENDS => {
-                let items = self.pop_mark("APPENDS")?;
-                self.extend_list("APPENDS", items)?;
+                let items = self.pop_mark()?;
+                self.extend_list(items)?;
             }
             op::EMPTY_DICT => self.push_obj(Obj::Dict(Vec::new())),
             op::DICT => {
-                let items = self.pop_mark("DICT")?;
-                let pairs = self.pairs("DICT", items)?;
+                let items = self.pop_mark()?;
+                let pairs = self.pairs(items)?;
                 self.push_obj(Obj::Dict(pairs));
             }
             op::SETITEM => {
-                let items = self.pop_n("SETITEM", 2)?;
-                self.extend_dict("SETITEM", items)?;
+                let items = self.pop_n(2)?;
+                self.extend_dict(items)?;
             }
             op::SETITEMS => {
-                let items = self.pop_mark("SETITEMS")?;
-                self.extend_dict("SETITEMS", items)?;
+                let items = self.pop_mark()?;
+                self.extend_dict(items)?;
             }
             op::EMPTY_SET => self.push_obj(Obj::Set(Vec::new())),
             op::ADDITEMS => {
-                let items = self.pop_mark("ADDITEMS")?;
-                let id = self.top_obj("ADDITEMS")?;
+                let items = self.pop_mark()?;
+                let id = self.top_obj()?;
                 match &mut self.objects[id] {
                     Obj::Set(set) => set.extend(items),
                     other => {
                         let found = other.type_name();
-                        return Err(self.error(PickleErrorKind::WrongType {
-                            opcode: "ADDITEMS",
-                            expected: "a set",
-                            found,
-                        }));
+                        return Err(self.wrong_type("a set", found));
                     }
                 }
             }
             op::FROZENSET => {
-                let items = self.pop_mark("FROZENSET")?;
+                let items = self.pop_mark()?;
                 self.push_obj(Obj::Set(items));
             }
             op::GLOBAL => {
-                let module = self.read_line("GLOBAL")?;
-                let name = self.read_line("GLOBAL")?;
+                let module = self.read_line()?;
+                let name = self.read_line()?;
                 let global = self.allowed_global(module, name)?;
                 self.stack.push(Value::Global(global));
             }
             op::STACK_GLOBAL => {
-                let name = self.pop("STACK_GLOBAL")?;
-                let module = self.pop("STACK_GLOBAL")?;
-                let global =
-                    self.allowed_global(self.str_of("STACK_GLOBAL", module)?, self.str_of("STACK_GLOBAL", name)?)?;
+                let name = self.pop()?;
+                let module = self.pop()?;
+                let global = self.allowed_global(self.str_of(module)?, self.str_of(name)?)?;
                 self.stack.push(Value::Global(global));
             }
             op::REDUCE => {
-                let args = self.pop("REDUCE")?;
-                let callable = self.pop("REDUCE")?;
-                let callable = self.global_of("REDUCE", callable)?;
-                let args = self.tuple_of("REDUCE", args)?;
+                let args = self.pop()?;
+                let callable = self.pop()?;
+                let callable = self.global_of(callable)?;
+                let args = self.tuple_of(args)?;
                 let result = self.call(callable, &args)?;
                 self.stack.push(result);
             }
             op::NEWOBJ => {
-                let _args = self.pop("NEWOBJ")?;
-                let class = self.pop("NEWOBJ")?;
-                self.new_object("NEWOBJ", class)?;
+                let _args = self.pop()?;
+                let class = self.pop()?;
+                self.new_object(class)?;
             }
             op::NEWOBJ_EX => {
-                let _kwargs = self.pop("NEWOBJ_EX")?;
-                let _args = self.pop("NEWOBJ_EX")?;
-                let class = self.pop("NEWOBJ_EX")?;
-                self.new_object("NEWOBJ_EX", class)?;
+                let _kwargs = self.pop()?;
+                let _args = self.pop()?;
+                let class = self.pop()?;
+                self.new_object(class)?;
             }
             op::BUILD => {
-                let state = self.pop("BUILD")?;
-                let target = self.top_obj("BUILD")?;
+                let state = self.pop()?;
+                let target = self.top_obj()?;
                 self.build(target, state)?;
             }
             op::MEMOIZE => {
-                let top = self.peek("MEMOIZE")?;
+                let top = self.peek()?;
                 // CPython stores at len(memo); more than u32::MAX entries would need more opcodes than that.
                 let index = u32::try_from(self.memo.len()).unwrap_or(u32::MAX);
                 self.memo.insert(index, top);
             }
             op::BINPUT => {
-                let index = self.read_u8("BINPUT")?;
-                self.put("BINPUT", index.into())?;
+                let index = self.read_u8()?;
+                self.put(index.into())?;
             }
             op::LONG_BINPUT => {
-                let index = self.read_u32("LONG_BINPUT")?;
-                self.put("LONG_BINPUT", index)?;
+                let index = self.read_u32()?;
+                self.put(index)?;
             }
             op::BINGET => {
-                let index = self.read_u8("BINGET")?;
-                self.get("BINGET", index.into())?;
+                let index = self.read_u8()?;
+                self.get(index.into())?;
             }
             op::LONG_BINGET => {
-                let index = self.read_u32("LONG_BINGET")?;
-                self.get("LONG_BINGET", index)?;
+                let index = self.read_u32()?;
+                self.get(index)?;
             }
             other => {
-                return Err(self.error(match refused_opcode(other) {
-                    Some((opcode, why)) => PickleErrorKind::UnsupportedOpcode { opcode, why },
+                return Err(self.error(match op::refusal(other) {
+                    Some(why) => PickleErrorKind::UnsupportedOpcode { opcode: self.opcode, why },
                     None => PickleErrorKind::UnknownOpcode(other),
                 }));
             }
@@ -656,7 +678,7 @@ impl<'a> Machine<'a> {
     // ---- input ----
 
     /// Takes `len` bytes of operand, refusing before allocating anything when the file is shorter.
-    fn take(&mut self, opcode: &'static str, len: u64) -> Result<&'a [u8], PickleError> {
+    fn take(&mut self, len: u64) -> Result<&'a [u8], PickleError> {
         let available = self.input.len() - self.pos;
         match usize::try_from(len) {
             Ok(n) if n <= available => {
@@ -664,41 +686,41 @@ impl<'a> Machine<'a> {
                 self.pos += n;
                 Ok(bytes)
             }
-            _ => Err(self.error(PickleErrorKind::Truncated { opcode, needed: len, available })),
+            _ => Err(self.error(PickleErrorKind::Truncated { opcode: self.opcode, needed: len, available })),
         }
     }
 
-    fn read_array<const N: usize>(&mut self, opcode: &'static str) -> Result<[u8; N], PickleError> {
-        let bytes = self.take(opcode, N as u64)?;
+    fn read_array<const N: usize>(&mut self) -> Result<[u8; N], PickleError> {
+        let bytes = self.take(N as u64)?;
         let mut out = [0u8; N];
         out.copy_from_slice(bytes);
         Ok(out)
     }
 
-    fn read_u8(&mut self, opcode: &'static str) -> Result<u8, PickleError> {
-        Ok(self.read_array::<1>(opcode)?[0])
+    fn read_u8(&mut self) -> Result<u8, PickleError> {
+        Ok(self.read_array::<1>()?[0])
     }
 
-    fn read_u32(&mut self, opcode: &'static str) -> Result<u32, PickleError> {
-        Ok(u32::from_le_bytes(self.read_array(opcode)?))
+    fn read_u32(&mut self) -> Result<u32, PickleError> {
+        Ok(u32::from_le_bytes(self.read_array()?))
     }
 
-    fn read_u64(&mut self, opcode: &'static str) -> Result<u64, PickleError> {
-        Ok(u64::from_le_bytes(self.read_array(opcode)?))
+    fn read_u64(&mut self) -> Result<u64, PickleError> {
+        Ok(u64::from_le_bytes(self.read_array()?))
     }
 
     /// A newline-terminated UTF-8 operand of GLOBAL.
-    fn read_line(&mut self, opcode: &'static str) -> Result<&'a str, PickleError> {
+    fn read_line(&mut self) -> Result<&'a str, PickleError> {
         let rest = &self.input[self.pos..];
         let Some(len) = rest.iter().position(|&b| b == b'\n') else {
             return Err(self.error(PickleErrorKind::Truncated {
-                opcode,
+                opcode: self.opcode,
                 needed: rest.len() as u64 + 1,
                 available: rest.len(),
             }));
         };
         self.pos += len + 1;
-        std::str::from_utf8(&rest[..len]).map_err(|_| self.error(PickleErrorKind::InvalidUtf8 { opcode }))
+        std::str::from_utf8(&rest[..len]).map_err(|_| self.error(PickleErrorKind::InvalidUtf8 { opcode: self.opcode }))
     }
 
     // ---- stack ----
@@ -718,38 +740,38 @@ impl<'a> Machine<'a> {
         self.marks.last().copied().unwrap_or(0)
     }
 
-    fn pop(&mut self, opcode: &'static str) -> Result<Value, PickleError> {
+    fn pop(&mut self) -> Result<Value, PickleError> {
         if self.stack.len() <= self.floor() {
-            return Err(self.error(PickleErrorKind::StackUnderflow { opcode }));
+            return Err(self.underflow());
         }
-        self.stack.pop().ok_or_else(|| self.error(PickleErrorKind::StackUnderflow { opcode }))
+        self.stack.pop().ok_or_else(|| self.underflow())
     }
 
-    fn pop_n(&mut self, opcode: &'static str, n: usize) -> Result<Vec<Value>, PickleError> {
+    fn pop_n(&mut self, n: usize) -> Result<Vec<Value>, PickleError> {
         if self.stack.len() < self.floor() + n {
-            return Err(self.error(PickleErrorKind::StackUnderflow { opcode }));
+            return Err(self.underflow());
         }
         Ok(self.stack.split_off(self.stack.len() - n))
     }
 
-    fn peek(&self, opcode: &'static str) -> Result<Value, PickleError> {
+    fn peek(&self) -> Result<Value, PickleError> {
         match self.stack.last() {
             Some(&top) if self.stack.len() > self.floor() => Ok(top),
-            _ => Err(self.error(PickleErrorKind::StackUnderflow { opcode })),
+            _ => Err(self.underflow()),
         }
     }
 
     /// Pops everything above the innermost MARK, and the mark.
-    fn pop_mark(&mut self, opcode: &'static str) -> Result<Vec<Value>, PickleError> {
-        let mark = self.marks.pop().ok_or_else(|| self.error(PickleErrorKind::MissingMark { opcode }))?;
+    fn pop_mark(&mut self) -> Result<Vec<Value>, PickleError> {
+        let mark = self.marks.pop().ok_or_else(|| self.error(PickleErrorKind::MissingMark { opcode: self.opcode }))?;
         Ok(self.stack.split_off(mark))
     }
 
     /// The arena object on top of the stack (the target of APPENDS, SETITEMS, BUILD ...).
-    fn top_obj(&self, opcode: &'static str) -> Result<ObjId, PickleError> {
-        match self.peek(opcode)? {
+    fn top_obj(&self) -> Result<ObjId, PickleError> {
+        match self.peek()? {
             Value::Obj(id) => Ok(id),
-            other => Err(self.wrong_type(opcode, "an object", other)),
+            other => Err(self.wrong_type("an object", self.type_name(other))),
         }
     }
 
@@ -766,47 +788,47 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn wrong_type(&self, opcode: &'static str, expected: &'static str, found: Value) -> PickleError {
-        self.error(PickleErrorKind::WrongType { opcode, expected, found: self.type_name(found) })
+    fn wrong_type(&self, expected: &'static str, found: &'static str) -> PickleError {
+        self.error(PickleErrorKind::WrongType { opcode: self.opcode, expected, found })
     }
 
-    fn str_of(&self, opcode: &'static str, value: Value) -> Result<&str, PickleError> {
+    fn str_of(&self, value: Value) -> Result<&str, PickleError> {
         match value {
             Value::Obj(id) => match &self.objects[id] {
                 Obj::Str(s) => Ok(s),
-                _ => Err(self.wrong_type(opcode, "a str", value)),
+                _ => Err(self.wrong_type("a str", self.type_name(value))),
             },
-            _ => Err(self.wrong_type(opcode, "a str", value)),
+            _ => Err(self.wrong_type("a str", self.type_name(value))),
         }
     }
 
     /// A copy of the tuple's items. A memoized tuple can be read by any number of opcodes, so each copy
     /// counts against the budget.
-    fn tuple_of(&mut self, opcode: &'static str, value: Value) -> Result<Vec<Value>, PickleError> {
-        let len = self.tuple_items(opcode, value)?.len();
-        self.charge::<Value>(opcode, len)?;
-        Ok(self.tuple_items(opcode, value)?.to_vec())
+    fn tuple_of(&mut self, value: Value) -> Result<Vec<Value>, PickleError> {
+        let len = self.tuple_items(value)?.len();
+        self.charge::<Value>(self.opcode, len)?;
+        Ok(self.tuple_items(value)?.to_vec())
     }
 
-    fn tuple_items(&self, opcode: &'static str, value: Value) -> Result<&[Value], PickleError> {
+    fn tuple_items(&self, value: Value) -> Result<&[Value], PickleError> {
         match value {
             Value::Obj(id) => match &self.objects[id] {
                 Obj::Tuple(items) => Ok(items),
-                _ => Err(self.wrong_type(opcode, "a tuple", value)),
+                _ => Err(self.wrong_type("a tuple", self.type_name(value))),
             },
-            _ => Err(self.wrong_type(opcode, "a tuple", value)),
+            _ => Err(self.wrong_type("a tuple", self.type_name(value))),
         }
     }
 
-    fn global_of(&self, opcode: &'static str, value: Value) -> Result<Global, PickleError> {
+    fn global_of(&self, value: Value) -> Result<Global, PickleError> {
         match value {
             Value::Global(global) => Ok(global),
-            _ => Err(self.wrong_type(opcode, "a global callable", value)),
+            _ => Err(self.wrong_type("a global callable", self.type_name(value))),
         }
     }
 
-    fn push_long(&mut self, opcode: &'static str, len: u64) -> Result<(), PickleError> {
-        let bytes = self.take(opcode, len)?;
+    fn push_long(&mut self, len: u64) -> Result<(), PickleError> {
+        let bytes = self.take(len)?;
         match decode_long(bytes) {
             Some(v) => self.stack.push(Value::Int(v)),
             None => self.push_obj(Obj::BigInt(bytes)),
@@ -814,21 +836,22 @@ impl<'a> Machine<'a> {
         Ok(())
     }
 
-    fn push_str(&mut self, opcode: &'static str, len: u64) -> Result<(), PickleError> {
-        let bytes = self.take(opcode, len)?;
-        let text = std::str::from_utf8(bytes).map_err(|_| self.error(PickleErrorKind::InvalidUtf8 { opcode }))?;
+    fn push_str(&mut self, len: u64) -> Result<(), PickleError> {
+        let bytes = self.take(len)?;
+        let text =
+            std::str::from_utf8(bytes).map_err(|_| self.error(PickleErrorKind::InvalidUtf8 { opcode: self.opcode }))?;
         self.push_obj(Obj::Str(Cow::Borrowed(text)));
         Ok(())
     }
 
-    fn push_bytes(&mut self, opcode: &'static str, len: u64) -> Result<(), PickleError> {
-        let bytes = self.take(opcode, len)?;
+    fn push_bytes(&mut self, len: u64) -> Result<(), PickleError> {
+        let bytes = self.take(len)?;
         self.push_obj(Obj::Bytes(Cow::Borrowed(bytes)));
         Ok(())
     }
 
-    fn extend_list(&mut self, opcode: &'static str, items: Vec<Value>) -> Result<(), PickleError> {
-        let id = self.top_obj(opcode)?;
+    fn extend_list(&mut self, items: Vec<Value>) -> Result<(), PickleError> {
+        let id = self.top_obj()?;
         match &mut self.objects[id] {
             Obj::List(list) => {
                 list.extend(items);
@@ -836,14 +859,14 @@ impl<'a> Machine<'a> {
             }
             other => {
                 let found = other.type_name();
-                Err(self.error(PickleErrorKind::WrongType { opcode, expected: "a list", found }))
+                Err(self.wrong_type("a list", found))
             }
         }
     }
 
-    fn extend_dict(&mut self, opcode: &'static str, items: Vec<Value>) -> Result<(), PickleError> {
-        let pairs = self.pairs(opcode, items)?;
-        let id = self.top_obj(opcode)?;
+    fn extend_dict(&mut self, items: Vec<Value>) -> Result<(), PickleError> {
+        let pairs = self.pairs(items)?;
+        let id = self.top_obj()?;
         match &mut self.objects[id] {
             Obj::Dict(dict) => {
                 dict.extend(pairs);
@@ -851,31 +874,30 @@ impl<'a> Machine<'a> {
             }
             other => {
                 let found = other.type_name();
-                Err(self.error(PickleErrorKind::WrongType { opcode, expected: "a dict", found }))
+                Err(self.wrong_type("a dict", found))
             }
         }
     }
 
     /// Pairs up alternating keys and values.
-    fn pairs(&self, opcode: &'static str, items: Vec<Value>) -> Result<Vec<(Value, Value)>, PickleError> {
+    fn pairs(&self, items: Vec<Value>) -> Result<Vec<(Value, Value)>, PickleError> {
         if items.len() % 2 == 1 {
-            return Err(self.error(PickleErrorKind::WrongType {
-                opcode,
-                expected: "key/value pairs",
-                found: "an odd count",
-            }));
+            return Err(self.wrong_type("key/value pairs", "an odd count"));
         }
         Ok(items.chunks_exact(2).map(|pair| (pair[0], pair[1])).collect())
     }
 
-    fn put(&mut self, opcode: &'static str, index: u32) -> Result<(), PickleError> {
-        let top = self.peek(opcode)?;
+    fn put(&mut self, index: u32) -> Result<(), PickleError> {
+        let top = self.peek()?;
         self.memo.insert(index, top);
         Ok(())
     }
 
-    fn get(&mut self, opcode: &'static str, index: u32) -> Result<(), PickleError> {
-        let value = *self.memo.get(&index).ok_or_else(|| self.error(PickleErrorKind::MemoMiss { opcode, index }))?;
+    fn get(&mut self, index: u32) -> Result<(), PickleError> {
+        let value = *self
+            .memo
+            .get(&index)
+            .ok_or_else(|| self.error(PickleErrorKind::MemoMiss { opcode: self.opcode, index }))?;
         self.stack.push(value);
         Ok(())
     }
@@ -915,7 +937,7 @@ impl<'a> Machine<'a> {
             }
             Global::DType => {
                 let code = args.first().copied().ok_or_else(|| self.bad_args(callable, "no type code"))?;
-                let code = self.str_of("REDUCE", code)?;
+                let code = self.str_of(code)?;
                 let dtype = DType::from_numpy_code(code)
                     .ok_or_else(|| self.error(PickleErrorKind::UnsupportedDType(code.to_owned())))?;
                 // numpy writes the byte order in the BUILD state that follows; single-byte types have none.
@@ -931,7 +953,7 @@ impl<'a> Machine<'a> {
                 let [buffer, dtype, shape, order] = self.args(callable, args)?;
                 let dtype = self.dtype_of(callable, dtype)?;
                 let shape = self.shape_of(callable, shape)?;
-                let fortran = match self.str_of("REDUCE", order)? {
+                let fortran = match self.str_of(order)? {
                     "C" => false,
                     "F" => true,
                     other => {
@@ -943,14 +965,14 @@ impl<'a> Machine<'a> {
             }
             Global::CodecsEncode => {
                 let [text, encoding] = self.args(callable, args)?;
-                let encoding = self.str_of("REDUCE", encoding)?;
+                let encoding = self.str_of(encoding)?;
                 if encoding != "latin1" && encoding != "latin-1" {
                     return Err(self.bad_args(callable, format!("encoding {encoding:?}; only latin1 spells bytes")));
                 }
                 // A memoized text can be encoded any number of times; each encoding is a new copy.
-                let len = self.str_of("REDUCE", text)?.len();
+                let len = self.str_of(text)?.len();
                 self.charge::<u8>(callable.name(), len)?;
-                let bytes = latin1_bytes(self.str_of("REDUCE", text)?)
+                let bytes = latin1_bytes(self.str_of(text)?)
                     .ok_or_else(|| self.bad_args(callable, "text with characters beyond U+00FF"))?;
                 Ok(self.alloc(Obj::Bytes(Cow::Owned(bytes))))
             }
@@ -994,13 +1016,13 @@ impl<'a> Machine<'a> {
     }
 
     /// NEWOBJ / NEWOBJ_EX: `cls.__new__(cls, ...)`, which for the one container class is an empty dict.
-    fn new_object(&mut self, opcode: &'static str, class: Value) -> Result<(), PickleError> {
-        match self.global_of(opcode, class)? {
+    fn new_object(&mut self, class: Value) -> Result<(), PickleError> {
+        match self.global_of(class)? {
             Global::OrderedDict => {
                 self.push_obj(Obj::Dict(Vec::new()));
                 Ok(())
             }
-            other => Err(self.bad_args(other, format!("{opcode}, which only builds collections.OrderedDict"))),
+            other => Err(self.bad_args(other, format!("{}, which only builds collections.OrderedDict", self.opcode))),
         }
     }
 
@@ -1008,13 +1030,13 @@ impl<'a> Machine<'a> {
     fn build(&mut self, target: ObjId, state: Value) -> Result<(), PickleError> {
         match self.objects[target] {
             Obj::DType(dtype) => {
-                let state = self.tuple_of("BUILD", state)?;
+                let state = self.tuple_of(state)?;
                 let built = self.dtype_state(dtype, &state)?;
                 self.objects[target] = Obj::DType(built);
                 Ok(())
             }
             Obj::ArrayShell => {
-                let state = self.tuple_of("BUILD", state)?;
+                let state = self.tuple_of(state)?;
                 // numpy writes (version, shape, dtype, is_fortran, data); very old numpy left the version out.
                 let fields = if state.len() == 5 { &state[1..] } else { &state[..] };
                 let [shape, dtype, fortran, data] = <[Value; 4]>::try_from(fields).map_err(|_| {
@@ -1023,17 +1045,13 @@ impl<'a> Machine<'a> {
                 let shape = self.shape_of(Global::NdArrayClass, shape)?;
                 let dtype = self.dtype_of(Global::NdArrayClass, dtype)?;
                 let Value::Bool(fortran) = fortran else {
-                    return Err(self.wrong_type("BUILD", "is_fortran as a bool", fortran));
+                    return Err(self.wrong_type("is_fortran as a bool", self.type_name(fortran)));
                 };
-                let array = self.array_from("BUILD", dtype, shape, fortran, data)?;
+                let array = self.array_from(self.opcode, dtype, shape, fortran, data)?;
                 self.objects[target] = Obj::Array(array);
                 Ok(())
             }
-            ref other => Err(self.error(PickleErrorKind::WrongType {
-                opcode: "BUILD",
-                expected: "a numpy dtype or array",
-                found: other.type_name(),
-            })),
+            ref other => Err(self.wrong_type("a numpy dtype or array", other.type_name())),
         }
     }
 
@@ -1041,7 +1059,7 @@ impl<'a> Machine<'a> {
     fn dtype_state(&self, dtype: NumpyDType, state: &[Value]) -> Result<NumpyDType, PickleError> {
         let order =
             state.get(1).copied().ok_or_else(|| self.bad_args(Global::DType, "a BUILD state without a byte order"))?;
-        let big_endian = match self.str_of("BUILD", order)? {
+        let big_endian = match self.str_of(order)? {
             "<" | "|" => false,
             ">" => true,
             other => return Err(self.bad_args(Global::DType, format!("byte order {other:?}"))),
@@ -1065,7 +1083,7 @@ impl<'a> Machine<'a> {
     }
 
     fn shape_of(&mut self, callable: Global, value: Value) -> Result<Vec<usize>, PickleError> {
-        self.tuple_of("REDUCE", value)?
+        self.tuple_of(value)?
             .into_iter()
             .map(|dim| match dim {
                 Value::Int(n) => {
