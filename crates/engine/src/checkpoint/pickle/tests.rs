@@ -131,6 +131,17 @@ fn reading_one_memoized_tuple_again_and_again_hits_the_budget() {
 }
 
 #[test]
+fn a_helper_reports_the_opcode_that_called_it() {
+    // An array whose BUILD state gives the shape as the int 5: the shape is read by the same helper
+    // REDUCE's calls use, and the error must still name BUILD and its offset.
+    let bytes = b"\x80\x02cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85C\x01b\x87R\
+        (K\x01K\x05cnumpy\ndtype\nX\x02\x00\x00\x00u1\x89\x88\x87R\x89C\x00tb.";
+    let e = err(bytes);
+    let expected = PickleErrorKind::WrongType { opcode: "BUILD", expected: "a tuple", found: "int" };
+    assert_eq!((bytes[e.offset], e.kind), (op::BUILD, expected));
+}
+
+#[test]
 fn pop_cannot_reach_below_a_mark() {
     let e = err(b"\x80\x02K\x01(0.");
     assert_eq!((e.offset, e.kind), (5, PickleErrorKind::StackUnderflow { opcode: "POP" }));
