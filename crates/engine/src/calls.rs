@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::cact::{CactFile, ReadError, WeightsError};
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::dataset::{render, Example, THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START};
-use crate::lora::{load_adapter, AdapterFileError};
+use crate::lora::{load_adapter, AdapterFileError, MergeError};
 use crate::model::{Generation, ModelError, Network, Params};
 use crate::tokenizer::{Tokenizer, TokenizerError, BOS_ID};
 
@@ -36,6 +36,9 @@ pub enum WeightsLoadError {
     Checkpoint(#[from] CheckpointError),
     #[error(transparent)]
     Adapter(#[from] AdapterFileError),
+    /// Names the adapter file and the weight.
+    #[error(transparent)]
+    Merge(#[from] MergeError),
     #[error(transparent)]
     Cact(#[from] ReadError),
     #[error("{}: {source}", path.display())]
@@ -71,11 +74,7 @@ impl Weights {
                 let mut params = Params::from_checkpoint(&loaded, device).map_err(model(checkpoint))?;
                 if let Some(lora) = lora {
                     let adapter = load_adapter(lora)?;
-                    params.merge_pickled_adapter(&adapter).map_err(|error| match error {
-                        // Already names the adapter file and the tensor.
-                        ModelError::AdapterFit(fit) => AdapterFileError::from(fit).into(),
-                        other => model(lora)(other),
-                    })?;
+                    params.merge_pickled_adapter(&adapter)?;
                 }
                 let network = Network::load(&loaded.config, &params).map_err(model(checkpoint))?;
                 Ok(Loaded { network, tokenizer: None })
@@ -298,7 +297,7 @@ mod tests {
             std::fs::write(&lora, bytes).unwrap();
             let weights = Weights::Checkpoint { checkpoint: checkpoint.into(), lora: Some(lora.clone()) };
             match weights.load(&Device::Cpu) {
-                Err(WeightsLoadError::Adapter(AdapterFileError::Fit(fit))) => {
+                Err(WeightsLoadError::Merge(MergeError::Fit(fit))) => {
                     assert_eq!((&fit.adapter, &fit.tensor), (&lora, &format!("{q_proj}/{wrong}")));
                     assert!(matches!(fit.problem, FitProblem::Shape { .. }), "{fit}");
                 }

@@ -6,6 +6,9 @@
 //! A config comes from a file, so [`ModelConfig::validate`] bounds every count the engine sizes
 //! something from before anything is sized from it, and the sizes derived from several fields
 //! ([`ModelConfig::head_dim`], [`ModelConfig::engram_dims`]) are computed with checked arithmetic.
+//!
+//! Every architecture rule that turns config fields into a width lives here, once: the network
+//! ([`crate::model`]) and the `.cact` header ([`crate::cact::geometry`]) both ask these methods.
 
 use std::ops::RangeInclusive;
 
@@ -13,6 +16,10 @@ use serde::{Deserialize, Serialize};
 
 /// Target width of one engram table entry when `engram_heads` is 0 (the reference's `ENGRAM_SUB_DIM`).
 const ENGRAM_SUB_DIM: usize = 128;
+
+/// Taps of every engram site's causal convolution over its values (fixed by the architecture; the
+/// `.cact` header records it for the runtime).
+pub const ENGRAM_CONV_TAPS: usize = 4;
 
 // The largest value each count may take: generous bounds on what a real model could have (Needle 2 has
 // a vocabulary of 8192, d_model 768, 12 heads, 27 layers, 4 lanes, 8192 engram slots), low enough that
@@ -122,6 +129,18 @@ impl ModelConfig {
         self.resolved_attn_dim().checked_div(self.num_heads).unwrap_or(0)
     }
 
+    /// Width of the key and value projections: `num_kv_heads` heads of [`Self::head_dim`]
+    /// (saturating on counts [`Self::validate`] refuses).
+    pub fn kv_dim(&self) -> usize {
+        self.num_kv_heads.saturating_mul(self.head_dim())
+    }
+
+    /// Width of the Hadamard MLP: `d_model` padded to the next power of two (the Walsh transform's
+    /// size); 0 for a `d_model` past any power of two, which [`Self::validate`] refuses.
+    pub fn hadamard_width(&self) -> usize {
+        self.d_model.checked_next_power_of_two().unwrap_or(0)
+    }
+
     /// Checks every count against the range a real model could have, so that nothing sized from the
     /// config can overflow or ask for an absurd allocation. Relations between fields (heads dividing
     /// the width, engram sites within the layers) are checked by the model and the export, which
@@ -166,16 +185,17 @@ impl ModelConfig {
     }
 
     /// The engram tables' layout, as the reference's `engram_geometry` derives it: `engram_heads` hash
-    /// heads per n-gram order (0 means as many 128-wide heads as fit `d_model`), and
-    /// the width left to one table entry. Errors instead of dividing by zero or wrapping.
+    /// heads per n-gram order (0 means as many 128-wide heads as fit `d_model`), the width left to one
+    /// table entry, and the value convolution's dilation (the longest order). Errors instead of
+    /// dividing by zero or wrapping.
     pub fn engram_dims(&self) -> Result<EngramDims, ConfigError> {
         let orders = self.engram_orders.len();
-        if orders == 0 {
+        let Some(&dilation) = self.engram_orders.iter().max() else {
             return Err(ConfigError {
                 field: "engram_orders",
                 problem: "is empty; engram memory needs at least one n-gram order".into(),
             });
-        }
+        };
         let heads = match self.engram_heads {
             0 => orders.checked_mul(ENGRAM_SUB_DIM).and_then(|w| self.d_model.checked_div(w)).unwrap_or(0).max(1),
             heads => heads,
@@ -183,7 +203,7 @@ impl ModelConfig {
         let tables = orders.checked_mul(heads);
         let sub_dim = tables.and_then(|t| self.d_model.checked_div(t)).filter(|&w| w > 0);
         match (tables, sub_dim) {
-            (Some(tables), Some(sub_dim)) => Ok(EngramDims { heads, tables, sub_dim }),
+            (Some(tables), Some(sub_dim)) => Ok(EngramDims { heads, tables, sub_dim, dilation }),
             _ => Err(ConfigError {
                 field: "engram_heads",
                 problem: format!(
@@ -213,6 +233,16 @@ pub struct EngramDims {
     pub tables: usize,
     /// Width of one table entry.
     pub sub_dim: usize,
+    /// Spacing of the value convolution's taps: the longest n-gram order.
+    pub dilation: usize,
+}
+
+impl EngramDims {
+    /// Width of a position's concatenated table entries, which the key and value projections read:
+    /// `tables × sub_dim`, at most `d_model` (so it cannot overflow).
+    pub fn width(&self) -> usize {
+        self.tables * self.sub_dim
+    }
 }
 
 #[cfg(test)]
@@ -272,8 +302,9 @@ mod tests {
     #[test]
     fn automatic_engram_heads_follow_the_reference() {
         let dims = ModelConfig::needle2().engram_dims().unwrap();
-        assert_eq!(dims, EngramDims { heads: 3, tables: 6, sub_dim: 128 });
+        assert_eq!(dims, EngramDims { heads: 3, tables: 6, sub_dim: 128, dilation: 3 });
+        assert_eq!(dims.width(), 768);
         let narrow = ModelConfig { d_model: 64, ..ModelConfig::default() }.engram_dims().unwrap();
-        assert_eq!(narrow, EngramDims { heads: 1, tables: 2, sub_dim: 32 });
+        assert_eq!(narrow, EngramDims { heads: 1, tables: 2, sub_dim: 32, dilation: 3 });
     }
 }

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::writer::check_params;
-use super::{build_cact, merge_lora, write_cact, Bits, BitsChoice, BitsMapError, BuildError, MergeError, WriteError};
+use super::{build_cact, write_cact, Bits, BitsChoice, BitsMapError, BuildError, WriteError};
 use crate::checkpoint::{Checkpoint, CheckpointError};
-use crate::lora::{load_adapter, AdapterFileError};
+use crate::lora::{load_adapter, merge_into_checkpoint, AdapterFileError, MergeError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 
 /// What to export, and where.
@@ -80,7 +80,7 @@ pub fn export(options: &ExportOptions, emit: impl FnMut(ExportEvent)) -> Result<
     if let Some(lora) = &options.lora {
         progress.stage("Merging the adapter");
         let adapter = load_adapter(lora)?;
-        merge_lora(&mut ckpt, &adapter)?;
+        merge_into_checkpoint(&mut ckpt, &adapter)?;
         (progress.emit)(ExportEvent::Merged { adapter: lora.clone(), groups: adapter.lora.len() });
     }
     progress.stage("Loading the tokenizer");

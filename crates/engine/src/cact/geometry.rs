@@ -1,14 +1,12 @@
-//! The architecture numbers a `.cact` header carries, derived from a [`ModelConfig`] exactly as the
-//! reference's `_geometry`, `_pack_cact` and `effective_kv_window` derive them, and the shape of every
-//! parameter the export reads: the header is written from the config and the tensors from the params,
-//! so the export checks the params against these shapes before it reads them.
+//! The architecture numbers a `.cact` header carries, derived from a [`ModelConfig`] as the
+//! reference's `_geometry`, `_pack_cact` and `effective_kv_window` derive them. Every width comes
+//! from the config's own methods (the network asks the same ones); what is here is what the format
+//! adds: its list limits and the KV window.
 
 use thiserror::Error;
 
-use crate::config::{ConfigError, ModelConfig};
+use crate::config::{ConfigError, EngramDims, ModelConfig};
 
-/// Causal-conv taps of every engram site (fixed by the architecture).
-pub const ENGRAM_CONV_TAPS: usize = 4;
 /// The header has room for this many engram orders and this many engram sites.
 pub const MAX_HEADER_LIST: usize = 4;
 
@@ -28,8 +26,6 @@ pub enum GeometryError {
     Overflow { what: &'static str },
     #[error("config field `{field}` lists {count} entries but the .cact header holds at most {MAX_HEADER_LIST}")]
     TooMany { field: &'static str, count: usize },
-    #[error("config field `{field}` = {value} does not fit the header's u32")]
-    TooLarge { field: &'static str, value: usize },
     #[error("config gives engram site {site} but the model has only {num_layers} layers")]
     SiteOutOfRange { site: usize, num_layers: usize },
 }
@@ -39,13 +35,9 @@ pub enum GeometryError {
 pub struct Geometry {
     pub head_dim: usize,
     pub orders: Vec<usize>,
-    /// Engram heads per order.
-    pub engram_heads: usize,
-    /// Engram hash tables per site: one per (order, head).
-    pub engram_tables: usize,
-    pub engram_sub_dim: usize,
+    pub engram: EngramDims,
     pub sites: Vec<usize>,
-    /// Next power of two ≥ d_model: the Hadamard MLP's width.
+    /// The Hadamard MLP's width ([`ModelConfig::hadamard_width`]).
     pub hada_n: usize,
 }
 
@@ -70,75 +62,18 @@ impl Geometry {
         Ok(Self {
             head_dim,
             orders: config.engram_orders.clone(),
-            engram_heads: engram.heads,
-            engram_tables: engram.tables,
-            engram_sub_dim: engram.sub_dim,
+            engram,
             sites: config.engram_layers.clone(),
-            hada_n: config.d_model.checked_next_power_of_two().ok_or(GeometryError::Overflow { what: "hada_n" })?,
+            hada_n: config.hadamard_width(),
         })
     }
-}
-
-/// Every parameter the export reads, with the shape `config` gives it (the probe heads excluded: they
-/// are optional, and the format fixes only how their parts relate).
-pub fn export_param_shapes(config: &ModelConfig) -> Result<Vec<(String, Vec<usize>)>, GeometryError> {
-    let geo = Geometry::of(config)?;
-    let (d, l, lanes) = (config.d_model, config.num_layers, config.mhc_lanes);
-    let attn = config.resolved_attn_dim();
-    let kv = product("num_kv_heads × head_dim", &[config.num_kv_heads, geo.head_dim])?;
-    let lanes_d = product("mhc_lanes × d_model", &[lanes, d])?;
-    let lanes_sq = product("mhc_lanes²", &[lanes, lanes])?;
-    let engram_width = product("engram tables × sub_dim", &[geo.engram_tables, geo.engram_sub_dim])?;
-    let block = |p: &str| format!("stack/layers/block/{p}");
-    let mut shapes = vec![
-        ("embedding/embedding".to_string(), vec![config.vocab_size, d]),
-        (block("ZCRMSNorm_0/scale"), vec![l, d]),
-        (block("self_attn/q_proj/kernel"), vec![l, d, attn]),
-        (block("self_attn/k_proj/kernel"), vec![l, d, kv]),
-        (block("self_attn/v_proj/kernel"), vec![l, d, kv]),
-        (block("self_attn/q_norm/scale"), vec![l, geo.head_dim]),
-        (block("self_attn/k_norm/scale"), vec![l, geo.head_dim]),
-        (block("self_attn/gate_proj/kernel"), vec![l, d, attn]),
-        (block("self_attn/out_proj/kernel"), vec![l, attn, d]),
-        (block("post_attn_norm/scale"), vec![l, d]),
-        (block("attn_gate"), vec![l]),
-        (block("pre_hada_norm/scale"), vec![l, d]),
-        (block("hadamard_mlp/d1"), vec![l, geo.hada_n]),
-        (block("hadamard_mlp/d2"), vec![l, geo.hada_n]),
-        (block("hadamard_mlp/d3"), vec![l, geo.hada_n]),
-        ("stack/mhc_a_pre".into(), vec![l]),
-        ("stack/mhc_a_post".into(), vec![l]),
-        ("stack/mhc_a_res".into(), vec![l]),
-        ("stack/mhc_b_pre".into(), vec![l, lanes]),
-        ("stack/mhc_b_post".into(), vec![l, lanes]),
-        ("stack/mhc_b_res".into(), vec![l, lanes, lanes]),
-        ("stack/mhc_phi_pre".into(), vec![l, lanes_d, lanes]),
-        ("stack/mhc_phi_post".into(), vec![l, lanes_d, lanes]),
-        ("stack/mhc_phi_res".into(), vec![l, lanes_d, lanes_sq]),
-        ("stack/final_norm/scale".into(), vec![d]),
-    ];
-    for site in 0..geo.sites.len() {
-        let e = |p: &str| format!("engrams_{site}/{p}");
-        shapes.push((e("embedding"), vec![geo.engram_tables, config.engram_slots, geo.engram_sub_dim]));
-        // The projections read the concatenated table entries, which may be narrower than d_model.
-        shapes.push((e("key_proj/kernel"), vec![engram_width, d]));
-        shapes.push((e("value_proj/kernel"), vec![engram_width, d]));
-        shapes.push((e("taps"), vec![ENGRAM_CONV_TAPS, d]));
-    }
-    Ok(shapes)
-}
-
-/// The product of `dims`, or an error naming `what` when it does not fit 64 bits.
-fn product(what: &'static str, dims: &[usize]) -> Result<usize, GeometryError> {
-    dims.iter().try_fold(1usize, |acc, &dim| acc.checked_mul(dim)).ok_or(GeometryError::Overflow { what })
 }
 
 /// The reference's `kv_budget_window`: the widest multiple of 32 positions whose KV cache (every
 /// layer's keys and values plus each engram site's row, int8 with a scale per 32) fits the budget.
 pub fn kv_budget_window(config: &ModelConfig) -> Result<usize, GeometryError> {
     config.validate()?;
-    let kv = product("num_kv_heads × head_dim", &[config.num_kv_heads, config.head_dim()])?;
-    let d = config.d_model;
+    let (kv, d) = (config.kv_dim(), config.d_model);
     let per_layer = kv.checked_add(kv / KV_GROUP * 4).and_then(|n| n.checked_mul(2));
     let per_site = d.checked_add(d / KV_GROUP * 4);
     let per_pos = per_layer
@@ -169,7 +104,7 @@ mod tests {
         let cfg =
             ModelConfig { d_model: 768, num_layers: 27, num_heads: 12, num_kv_heads: 6, ..ModelConfig::default() };
         let g = Geometry::of(&cfg).unwrap();
-        assert_eq!((g.head_dim, g.engram_heads, g.engram_sub_dim, g.hada_n), (64, 3, 128, 1024));
+        assert_eq!((g.head_dim, g.engram.heads, g.engram.sub_dim, g.hada_n), (64, 3, 128, 1024));
         // per position: 27 * (2*384 + 2*12*4) + 2 * (768 + 24*4) = 25056 bytes -> 480 positions.
         assert_eq!(kv_budget_window(&cfg).unwrap(), 480);
         assert_eq!(effective_kv_window(&ModelConfig { kv_window: 256, ..cfg.clone() }).unwrap(), 256);
@@ -186,7 +121,7 @@ mod tests {
         let narrow_heads = ModelConfig { attn_dim: 4, num_heads: 8, ..ModelConfig::needle2() };
         assert!(matches!(Geometry::of(&narrow_heads), Err(GeometryError::Zero { .. })));
         let lanes = ModelConfig { mhc_lanes: 1 << 40, ..ModelConfig::default() };
-        assert!(matches!(export_param_shapes(&lanes), Err(GeometryError::Config(e)) if e.field == "mhc_lanes"));
+        assert!(matches!(Geometry::of(&lanes), Err(GeometryError::Config(e)) if e.field == "mhc_lanes"));
         // 4 orders × 2^62 heads wraps to 0 tables in unchecked arithmetic; the range check stops it first.
         let wrap = ModelConfig { engram_orders: vec![2, 3, 4, 5], engram_heads: 1 << 62, ..ModelConfig::default() };
         let err = Geometry::of(&wrap).unwrap_err();

@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 use half::f16;
 
 use super::quant::{cq_split, header_codebooks};
-use super::{build_cact, merge_lora, Bits, BitsChoice, CactFile, TensorKind, HEADER_LEN};
+use super::{build_cact, Bits, BitsChoice, CactFile, TensorKind, HEADER_LEN};
 use crate::checkpoint::{Checkpoint, PickledAdapter};
+use crate::lora::merge_into_checkpoint;
 use crate::tokenizer::Tokenizer;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
@@ -53,7 +54,8 @@ fn assert_agrees(ours: &CactFile, gold: &CactFile, label: &str) {
 fn check_fixture(stem: &str) {
     let base = Checkpoint::load(&fixture(&format!("models/{stem}.pkl"))).unwrap();
     let mut merged = base.clone();
-    merge_lora(&mut merged, &PickledAdapter::load(&fixture(&format!("golden/{stem}/adapter.pkl"))).unwrap()).unwrap();
+    merge_into_checkpoint(&mut merged, &PickledAdapter::load(&fixture(&format!("golden/{stem}/adapter.pkl"))).unwrap())
+        .unwrap();
     let tokenizer = Tokenizer::load(&fixture("models/tokenizer.model")).unwrap().to_cact_blob();
     for (golden, ckpt, bits) in [
         ("w4", &base, Bits::Four),

@@ -60,6 +60,14 @@ pub fn engram_name(site: usize, tensor: &str) -> String {
     format!("engram{site}.{tensor}")
 }
 
+/// How many tensors [`core_names`] names, counted without naming them (a header's layer count
+/// comes from the file; two u32 counts cannot overflow the u64 arithmetic).
+pub fn core_count(num_layers: u32, num_sites: u32) -> u64 {
+    let per_layer = LAYER_TENSORS.len() as u64 * u64::from(num_layers);
+    let mhc = (MHC_FP16_TENSORS.len() + MHC_PHI_TENSORS.len()) as u64;
+    1 + per_layer + mhc + ENGRAM_TENSORS.len() as u64 * u64::from(num_sites) + 1
+}
+
 /// Names of every tensor from the embedding through `final_norm`.
 pub fn core_names(num_layers: usize, num_sites: usize) -> Vec<String> {
     let mut names = vec!["embedding".to_string()];
@@ -82,4 +90,16 @@ pub fn head_names(codes: &[u16]) -> Vec<String> {
         names.extend(HEAD_TENSORS.iter().map(|t| format!("{key}.{t}")));
     }
     names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_core_count_is_the_number_of_core_names() {
+        for (layers, sites) in [(0, 0), (3, 1), (27, 4)] {
+            assert_eq!(core_count(layers, sites), core_names(layers as usize, sites as usize).len() as u64);
+        }
+    }
 }

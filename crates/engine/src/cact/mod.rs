@@ -11,7 +11,6 @@ pub mod bits;
 pub mod export;
 pub mod geometry;
 pub mod layout;
-pub mod merge;
 pub mod quant;
 pub mod reader;
 pub mod synthetic;
@@ -20,7 +19,6 @@ pub mod writer;
 
 pub use bits::{BitsChoice, BitsMap, BitsMapError};
 pub use export::{export, ExportError, ExportEvent, ExportOptions};
-pub use merge::{merge_lora, MergeError};
 pub use quant::Bits;
 pub use reader::{CactFile, ReadError};
 pub use weights::WeightsError;
@@ -34,8 +32,6 @@ pub const ALIGN: usize = 64;
 pub const HEADER_LEN: usize = 30 * 4;
 /// One directory record.
 pub const RECORD_LEN: usize = 44;
-/// The RAW tokenizer blob's header: u32 piece count, pad/eos/bos/unk ids, two u8 flags, u16 padding.
-pub const TOKENIZER_HEADER_LEN: usize = 24;
 /// Most dimensions a directory record can describe.
 pub const MAX_NDIM: usize = 4;
 

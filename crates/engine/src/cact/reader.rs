@@ -339,7 +339,7 @@ impl CactFile {
     fn positional_names(&self) -> Result<Vec<String>, FormatError> {
         let h = &self.header;
         let found = self.records.len() as u64;
-        let core = 1 + 14 * u64::from(h.num_layers) + 9 + 4 * h.engram_layers.len() as u64 + 1;
+        let core = layout::core_count(h.num_layers, h.engram_layers.len() as u32);
         let tokenizer = u64::from(self.tokenizer_index().is_some());
         let count_error = || FormatError::TensorCount {
             found,
@@ -387,10 +387,9 @@ impl CactFile {
         }
     }
 
-    /// Piece count of the tokenizer blob, if the file carries one.
+    /// Piece count the tokenizer blob's header states, if the file carries a blob with a whole header.
     pub fn tokenizer_pieces(&self) -> Option<u32> {
-        let blob = self.blob(self.tokenizer_index()?)?;
-        blob.first_chunk::<4>().map(|b| u32::from_le_bytes(*b))
+        tokenizer::cact_blob_stated_pieces(self.blob(self.tokenizer_index()?)?).ok()
     }
 
     /// Decodes every tensor and checks what a runtime relies on: the header codebooks are the

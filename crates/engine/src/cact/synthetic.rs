@@ -1,5 +1,6 @@
-//! Random-init checkpoints with the reference's parameter tree, for benchmarks and for tests that
-//! need a `.cact` without a fixture file. Deterministic for a given seed.
+//! Random-init checkpoints with the network's own parameter tree ([`Network::param_shapes`]), for
+//! benchmarks and for tests that need a `.cact` without a fixture file. Deterministic for a given
+//! seed.
 
 use std::collections::BTreeMap;
 
@@ -7,16 +8,17 @@ use half::f16;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::geometry::{export_param_shapes, GeometryError};
 use crate::checkpoint::{Checkpoint, DType, NdArray};
 use crate::config::ModelConfig;
+use crate::model::{ModelError, Network};
+use crate::tokenizer::{self, Piece, PieceKind};
 
 /// A checkpoint of `config`'s geometry with every parameter uniform in ±0.05, stored as float16
 /// (like released checkpoints) or float32.
-pub fn random_checkpoint(config: &ModelConfig, float16: bool, seed: u64) -> Result<Checkpoint, GeometryError> {
+pub fn random_checkpoint(config: &ModelConfig, float16: bool, seed: u64) -> Result<Checkpoint, ModelError> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut params = BTreeMap::new();
-    for (path, shape) in export_param_shapes(config)? {
+    for (path, shape) in Network::param_shapes(config)? {
         let n: usize = shape.iter().product();
         let values: Vec<f32> = (0..n).map(|_| rng.random_range(-0.05..0.05)).collect();
         let array = if float16 {
@@ -34,26 +36,22 @@ pub fn random_checkpoint(config: &ModelConfig, float16: bool, seed: u64) -> Resu
 }
 
 /// A RAW tokenizer blob with `pieces` one-letter NORMAL pieces: enough for a build, which only
-/// checks the piece count against `vocab_size`, and for the reader's blob walk.
+/// checks the piece count against `vocab_size`, and for the reader's blob walk (not a vocabulary
+/// a tokenizer would load: its pieces repeat).
 pub fn placeholder_tokenizer_blob(pieces: usize) -> Vec<u8> {
-    let mut blob = (pieces as u32).to_le_bytes().to_vec();
-    blob.resize(super::TOKENIZER_HEADER_LEN, 0);
-    for _ in 0..pieces {
-        // score 0.0, type NORMAL, surface length 1, "a"
-        blob.extend_from_slice(&[0, 0, 0, 0, 0, 1, 0, b'a']);
-    }
-    blob
+    let piece = Piece { text: "a".into(), score: 0.0, kind: PieceKind::Normal };
+    tokenizer::write_cact_blob(&vec![piece; pieces])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Device, Network};
+    use crate::model::Device;
 
     #[test]
-    fn the_export_shapes_are_the_shapes_the_model_reads() {
+    fn the_synthetic_params_are_the_params_the_model_reads() {
         // d_model 80 with 3 orders leaves engram tables 26 wide: 78 of the 80 columns, so the engram
-        // projections are [78, 80], not square; the model reads exactly the exported parameters.
+        // projections are [78, 80], not square; the model reads exactly the synthetic parameters.
         let config = ModelConfig {
             vocab_size: 16,
             d_model: 80,

@@ -8,13 +8,14 @@ use rayon::prelude::*;
 use thiserror::Error;
 
 use super::bits::BitsChoice;
-use super::geometry::{
-    effective_kv_window, export_param_shapes, Geometry, GeometryError, ENGRAM_CONV_TAPS, MAX_HEADER_LIST,
-};
+use super::geometry::{effective_kv_window, Geometry, GeometryError, MAX_HEADER_LIST};
 use super::layout::{self, HEAD_CODES, LAYER_TENSORS, MHC_FP16_TENSORS, MHC_PHI_TENSORS};
 use super::quant::{self, Bits, GROUP};
-use super::{align_up, TensorKind, HEADER_LEN, MAX_NDIM, RECORD_LEN, TAG, TOKENIZER_HEADER_LEN};
+use super::{align_up, TensorKind, HEADER_LEN, MAX_NDIM, RECORD_LEN, TAG};
 use crate::checkpoint::{Checkpoint, DType, NdArray};
+use crate::config::ENGRAM_CONV_TAPS;
+use crate::model::{ModelError, Network};
+use crate::tokenizer::{self, TokenizerError};
 
 /// Why a checkpoint could not be turned into a `.cact`; names the checkpoint file.
 #[derive(Debug, Error)]
@@ -36,10 +37,13 @@ pub enum BuildProblem {
     UnsupportedDtype { path: String, dtype: DType },
     #[error("config: {0}")]
     Geometry(#[from] GeometryError),
+    /// A config the network cannot have, so its parameter tree is unknown (boxed: it is large).
+    #[error("{0}")]
+    Model(Box<ModelError>),
     #[error("the tokenizer has {tokenizer} pieces but the config's vocab_size is {config}; pass the tokenizer the model was trained with (--tokenizer)")]
     TokenizerVocab { tokenizer: usize, config: usize },
-    #[error("tokenizer blob is {len} bytes, shorter than its {TOKENIZER_HEADER_LEN}-byte header; the tokenizer did not serialise")]
-    TokenizerBlob { len: usize },
+    #[error("{0}; the tokenizer did not serialise")]
+    TokenizerBlob(TokenizerError),
     #[error("tensor `{name}` has {ndim} dimensions; a .cact directory record holds at most {MAX_NDIM}")]
     TooManyDims { name: String, ndim: usize },
     #[error("{what} = {value} does not fit the .cact header's u32 field")]
@@ -218,7 +222,7 @@ fn engram_tensors(
     for site in 0..geo.sites.len() {
         let prefix = format!("engrams_{site}");
         let tables = Param::load(ckpt, &format!("{prefix}/embedding"))?
-            .reshaped(vec![geo.engram_tables * ckpt.config.engram_slots, geo.engram_sub_dim])?;
+            .reshaped(vec![geo.engram.tables * ckpt.config.engram_slots, geo.engram.sub_dim])?;
         let key = Param::load(ckpt, &format!("{prefix}/key_proj/kernel"))?.transposed()?;
         let value = Param::load(ckpt, &format!("{prefix}/value_proj/kernel"))?.transposed()?;
         out.push(cq_tensor(layout::engram_name(site, "tables"), &tables, bits)?);
@@ -261,17 +265,20 @@ fn has_head(ckpt: &Checkpoint, key: &str) -> bool {
     ckpt.params.keys().any(|p| p.starts_with(&dir))
 }
 
-/// Checks every parameter the export reads against the shape the config gives it, and each probe
-/// head against the layout the format stores (`probes [P, d_model]`, `proj/kernel [P·d_model, out]`,
-/// `proj/bias [out]`), before anything is sliced, transposed, merged or allocated from a parameter's
-/// dimensions. After it, the header (written from the config) and the tensors (from the params)
-/// agree, and every size the export derives is backed by data in the file.
+/// Checks every parameter the export reads against the shape a network of the config reads
+/// ([`Network::param_shapes`], the one parameter tree), and each probe head against the layout the
+/// format stores (`probes [P, d_model]`, `proj/kernel [P·d_model, out]`, `proj/bias [out]`), before
+/// anything is sliced, transposed, merged or allocated from a parameter's dimensions. After it, the
+/// header (written from the config) and the tensors (from the params) agree, and every size the
+/// export derives is backed by data in the file.
 pub fn check_params(ckpt: &Checkpoint) -> Result<(), BuildError> {
     check_shapes(ckpt).map_err(|problem| BuildError { checkpoint: ckpt.source.clone(), problem })
 }
 
 fn check_shapes(ckpt: &Checkpoint) -> Result<(), BuildProblem> {
-    for (path, expected) in export_param_shapes(&ckpt.config)? {
+    Geometry::of(&ckpt.config)?;
+    let tree = Network::param_shapes(&ckpt.config).map_err(|e| BuildProblem::Model(Box::new(e)))?;
+    for (path, expected) in tree {
         expect_shape(ckpt, &path, &expected, || format!("{expected:?}"))?;
     }
     let d = ckpt.config.d_model;
@@ -333,11 +340,7 @@ fn canonical_tensors(ckpt: &Checkpoint, geo: &Geometry, bits: &BitsChoice) -> Re
 }
 
 fn tokenizer_tensor(blob: &[u8], vocab_size: usize) -> Result<Tensor, BuildProblem> {
-    let pieces = blob
-        .first_chunk::<4>()
-        .map(|b| u32::from_le_bytes(*b) as usize)
-        .filter(|_| blob.len() >= TOKENIZER_HEADER_LEN)
-        .ok_or(BuildProblem::TokenizerBlob { len: blob.len() })?;
+    let pieces = tokenizer::cact_blob_stated_pieces(blob).map_err(BuildProblem::TokenizerBlob)? as usize;
     if pieces != vocab_size {
         return Err(BuildProblem::TokenizerVocab { tokenizer: pieces, config: vocab_size });
     }
@@ -365,7 +368,6 @@ fn header_bytes(
 ) -> Result<Vec<u8>, BuildProblem> {
     let cfg = &ckpt.config;
     let kv_bits = if cfg.kv_bits == 0 { 8 } else { cfg.kv_bits };
-    let max_order = geo.orders.iter().copied().max().unwrap_or(0);
     let fields: Vec<u32> = [
         ("num_tensors", num_tensors),
         ("codebook_len", codebooks.len()),
@@ -381,10 +383,10 @@ fn header_bytes(
         ("hada_n", geo.hada_n),
         ("mhc_lanes", cfg.mhc_lanes),
         ("engram_slots", cfg.engram_slots),
-        ("engram_sub_dim", geo.engram_sub_dim),
-        ("num_engram_tables", geo.engram_tables),
+        ("engram_sub_dim", geo.engram.sub_dim),
+        ("num_engram_tables", geo.engram.tables),
         ("engram_conv_taps", ENGRAM_CONV_TAPS),
-        ("engram_conv_dilation", max_order),
+        ("engram_conv_dilation", geo.engram.dilation),
         ("num_engram_orders", geo.orders.len()),
     ]
     .iter()

@@ -28,8 +28,6 @@ pub enum AdapterFileError {
     #[error("adapter {}: unknown extension; use `.safetensors` or `.pkl`", path.display())]
     Extension { path: PathBuf },
     #[error(transparent)]
-    Fit(#[from] Box<super::FitError>),
-    #[error(transparent)]
     Pickle(#[from] CheckpointError),
     #[error("adapter tensor could not be copied off the device: {0}")]
     Candle(#[from] candle_core::Error),

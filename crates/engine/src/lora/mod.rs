@@ -15,8 +15,10 @@ use crate::model::{LowRank, ModelError, Params, Result};
 
 pub mod file;
 pub mod fit;
+pub mod merge;
 pub use file::{load_adapter, save_adapter, AdapterFileError, AdapterMeta};
 pub use fit::{check_fit, FactorDims, FitError, FitProblem, MAX_RANK};
+pub use merge::{merge_adapter, merge_into_checkpoint, MergeError};
 
 /// The projections the reference adapts (`LORA_TARGETS` in `needle/model/finetune.py`).
 pub const TARGETS: [&str; 5] = ["q_proj", "k_proj", "v_proj", "gate_proj", "out_proj"];

@@ -107,8 +107,7 @@ pub struct Attention {
 
 impl Attention {
     pub fn new(cfg: &ModelConfig, vb: ParamPath) -> Result<Self> {
-        let (d, attn_dim, head_dim) = (cfg.d_model, cfg.num_heads * cfg.head_dim(), cfg.head_dim());
-        let kv_dim = cfg.num_kv_heads * head_dim;
+        let (d, attn_dim, kv_dim, head_dim) = (cfg.d_model, cfg.resolved_attn_dim(), cfg.kv_dim(), cfg.head_dim());
         Ok(Self {
             q_proj: vb.pp("q_proj").linear(d, attn_dim, "kernel")?,
             k_proj: vb.pp("k_proj").linear(d, kv_dim, "kernel")?,

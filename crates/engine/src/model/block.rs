@@ -33,7 +33,7 @@ impl Block {
             post_attn_norm: ZcRmsNorm::new(d, vb.pp("post_attn_norm"))?,
             attn_gate: sigmoid(&vb.get(&[], "attn_gate")?)?,
             pre_hada_norm: ZcRmsNorm::new(d, vb.pp("pre_hada_norm"))?,
-            hadamard_mlp: HadamardMlp::new(d, vb.pp("hadamard_mlp"))?,
+            hadamard_mlp: HadamardMlp::new(cfg, vb.pp("hadamard_mlp"))?,
         })
     }
 

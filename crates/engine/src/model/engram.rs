@@ -9,21 +9,17 @@ use super::norm::rms_unit;
 use super::ops::shift_right;
 use super::params::ParamPath;
 use super::{ModelError, Result};
-use crate::config::{ConfigError, ModelConfig};
+use crate::config::{ConfigError, EngramDims, ModelConfig, ENGRAM_CONV_TAPS};
 
-/// Taps of the causal convolution over the value sequence.
-const CONV_TAPS: usize = 4;
 const HASH_SEED: u32 = 0x9E37_79B9;
 const HASH_PRIME: u32 = 0x0100_0193;
 
-/// How the engram tables are laid out (the reference's `engram_geometry`).
+/// How the engram tables are laid out (the reference's `engram_geometry`, see
+/// [`ModelConfig::engram_dims`]) and how many slots each has.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngramGeometry {
     pub orders: Vec<usize>,
-    /// Hash heads (tables) per n-gram order.
-    pub heads: usize,
-    /// Width of one table entry.
-    pub sub_dim: usize,
+    pub dims: EngramDims,
     pub slots: usize,
 }
 
@@ -42,28 +38,13 @@ impl EngramGeometry {
                 ),
             });
         }
-        Ok(Self {
-            orders: cfg.engram_orders.clone(),
-            heads: dims.heads,
-            sub_dim: dims.sub_dim,
-            slots: cfg.engram_slots,
-        })
-    }
-
-    /// Number of tables: one per (order, head) pair, order-major.
-    pub fn tables(&self) -> usize {
-        self.orders.len() * self.heads
-    }
-
-    /// Dilation of the value convolution: the longest n-gram.
-    fn dilation(&self) -> usize {
-        self.orders.iter().copied().max().unwrap_or(1)
+        Ok(Self { orders: cfg.engram_orders.clone(), dims, slots: cfg.engram_slots })
     }
 
     /// Earlier tokens one position's memory reads: the convolution's reach back plus its n-gram's,
     /// so a decoding step recomputes memories from this many tokens of history only.
     pub fn window(&self) -> usize {
-        CONV_TAPS * self.dilation()
+        ENGRAM_CONV_TAPS * self.dims.dilation
     }
 }
 
@@ -71,13 +52,13 @@ impl EngramGeometry {
 /// reference's `engram_indices`: an FNV-style hash over the last `order` tokens in u32 arithmetic
 /// with wrap-around, tokens before the sequence start reading as 0.
 pub fn engram_indices(ids: &[Vec<u32>], geometry: &EngramGeometry) -> Vec<u32> {
-    let tables = geometry.tables();
+    let (tables, heads) = (geometry.dims.tables, geometry.dims.heads);
     let mut out = Vec::with_capacity(ids.iter().map(Vec::len).sum::<usize>() * tables);
     for row in ids {
         for t in 0..row.len() {
             for (oi, &order) in geometry.orders.iter().enumerate() {
-                for h in 0..geometry.heads {
-                    let seed = HASH_SEED.wrapping_mul((oi * geometry.heads + h + 1) as u32);
+                for h in 0..heads {
+                    let seed = HASH_SEED.wrapping_mul((oi * heads + h + 1) as u32);
                     let acc = (0..order).fold(seed, |acc, j| {
                         let token = t.checked_sub(j).map_or(0, |p| row[p]);
                         (acc ^ token).wrapping_mul(HASH_PRIME)
@@ -104,7 +85,7 @@ pub struct EngramLookup {
 
 impl EngramLookup {
     pub fn new(ids: &[Vec<u32>], geometry: &EngramGeometry, device: &Device) -> Result<Self> {
-        let (batch, seq_len, tables) = (ids.len(), ids.first().map_or(0, Vec::len), geometry.tables());
+        let (batch, seq_len, tables) = (ids.len(), ids.first().map_or(0, Vec::len), geometry.dims.tables);
         let flat: Vec<u32> = engram_indices(ids, geometry)
             .into_iter()
             .enumerate()
@@ -112,10 +93,9 @@ impl EngramLookup {
             .collect();
         let ok: Vec<f32> = (0..seq_len)
             .flat_map(|t| {
-                geometry
-                    .orders
-                    .iter()
-                    .flat_map(move |&order| std::iter::repeat_n(if t + 1 >= order { 1.0 } else { 0.0 }, geometry.heads))
+                geometry.orders.iter().flat_map(move |&order| {
+                    std::iter::repeat_n(if t + 1 >= order { 1.0 } else { 0.0 }, geometry.dims.heads)
+                })
             })
             .collect();
         Ok(Self {
@@ -159,7 +139,7 @@ impl From<ConfigError> for ModelError {
 /// One engram site (the reference's `engrams_<i>` module).
 #[derive(Debug, Clone)]
 pub struct Engram {
-    /// `[tables · slots, sub_dim]`: the `[tables, slots, sub_dim]` parameter with tables flattened.
+    /// `[tables, slots, sub_dim]`, looked up with tables and slots flattened.
     embedding: Tensor,
     key_proj: Tensor,
     value_proj: Tensor,
@@ -169,21 +149,23 @@ pub struct Engram {
 
 impl Engram {
     pub fn new(cfg: &ModelConfig, geometry: &EngramGeometry, vb: ParamPath) -> Result<Self> {
-        let (tables, width, d) = (geometry.tables(), geometry.tables() * geometry.sub_dim, cfg.d_model);
-        let embedding = vb.get(&[tables, geometry.slots, geometry.sub_dim], "embedding")?;
+        let (dims, d) = (&geometry.dims, cfg.d_model);
         Ok(Self {
-            embedding: embedding.reshape((tables * geometry.slots, geometry.sub_dim))?,
-            key_proj: vb.pp("key_proj").get(&[width, d], "kernel")?,
-            value_proj: vb.pp("value_proj").get(&[width, d], "kernel")?,
-            taps: vb.get(&[CONV_TAPS, d], "taps")?,
+            embedding: vb.get(&[dims.tables, geometry.slots, dims.sub_dim], "embedding")?,
+            // The projections read the concatenated table entries, which may be narrower than d_model.
+            key_proj: vb.pp("key_proj").get(&[dims.width(), d], "kernel")?,
+            value_proj: vb.pp("value_proj").get(&[dims.width(), d], "kernel")?,
+            taps: vb.get(&[ENGRAM_CONV_TAPS, d], "taps")?,
             geometry: geometry.clone(),
         })
     }
 
     pub fn forward(&self, lookup: &EngramLookup) -> Result<EngramKv> {
         let (b, t, g) = (lookup.batch, lookup.seq_len, &self.geometry);
-        let fetched = self.embedding.index_select(&lookup.flat_slots, 0)?.reshape((b, t, g.tables(), g.sub_dim))?;
-        let e = fetched.broadcast_mul(&lookup.ngram_ok)?.reshape((b, t, g.tables() * g.sub_dim))?;
+        let (tables, sub_dim) = (g.dims.tables, g.dims.sub_dim);
+        let rows = self.embedding.reshape((tables * g.slots, sub_dim))?;
+        let fetched = rows.index_select(&lookup.flat_slots, 0)?.reshape((b, t, tables, sub_dim))?;
+        let e = fetched.broadcast_mul(&lookup.ngram_ok)?.reshape((b, t, g.dims.width()))?;
         let key = e.broadcast_matmul(&self.key_proj)?;
         let value = self.causal_conv(&e.broadcast_matmul(&self.value_proj)?)?;
         Ok(EngramKv { key, value })
@@ -193,9 +175,9 @@ impl Engram {
     /// `_mask_diag(causal, j·dilation)`, which under a causal mask is exactly the zero padding of
     /// the shift, so it is not repeated here.
     fn causal_conv(&self, v: &Tensor) -> Result<Tensor> {
-        let dilation = self.geometry.dilation();
+        let dilation = self.geometry.dims.dilation;
         let mut out = v.zeros_like()?;
-        for j in 0..CONV_TAPS {
+        for j in 0..ENGRAM_CONV_TAPS {
             let tap = self.taps.get(j)?;
             out = (out + shift_right(v, j * dilation)?.broadcast_mul(&tap)?)?;
         }
@@ -208,7 +190,8 @@ mod tests {
     use super::*;
 
     fn geometry(orders: Vec<usize>, heads: usize, slots: usize) -> EngramGeometry {
-        EngramGeometry { orders, heads, sub_dim: 1, slots }
+        let (tables, dilation) = (orders.len() * heads, orders.iter().copied().max().unwrap_or(1));
+        EngramGeometry { orders, dims: EngramDims { heads, tables, sub_dim: 1, dilation }, slots }
     }
 
     #[test]
@@ -223,7 +206,7 @@ mod tests {
     fn geometry_defaults_to_128_wide_tables_per_order() {
         let cfg = ModelConfig { d_model: 768, ..ModelConfig::default() };
         let g = EngramGeometry::new(&cfg).unwrap();
-        assert_eq!((g.heads, g.sub_dim, g.tables(), g.dilation()), (3, 128, 6, 3));
+        assert_eq!((g.dims.heads, g.dims.sub_dim, g.dims.tables, g.window()), (3, 128, 6, 12));
         let bad = ModelConfig { engram_orders: vec![], ..ModelConfig::default() };
         assert!(matches!(EngramGeometry::new(&bad), Err(ModelError::InvalidConfig { field: "engram_orders", .. })));
     }

@@ -6,6 +6,7 @@ use candle_core::{Device, Tensor};
 use super::kernels::hadamard_mlp;
 use super::params::ParamPath;
 use super::Result;
+use crate::config::ModelConfig;
 
 /// The reference's `hadamard_mlp` module.
 #[derive(Debug, Clone)]
@@ -18,8 +19,8 @@ pub struct HadamardMlp {
 }
 
 impl HadamardMlp {
-    pub fn new(d_model: usize, vb: ParamPath) -> Result<Self> {
-        let n = d_model.next_power_of_two();
+    pub fn new(cfg: &ModelConfig, vb: ParamPath) -> Result<Self> {
+        let n = cfg.hadamard_width();
         Ok(Self {
             d1: vb.get(&[n], "d1")?,
             d2: vb.get(&[n], "d2")?,

@@ -42,14 +42,11 @@ pub use eval::{batch_tensors, evaluate, EvalSummary};
 pub use linear::LowRank;
 pub use loss::{masked_ce_sum, masked_loss};
 pub use network::Network;
-pub use params::{lora_merged, ParamPath, Params};
+pub use params::{ParamPath, Params};
 
 /// What can go wrong building or running the network.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
-    /// An adapter that does not fit the weights it adapts (checked before anything is multiplied).
-    #[error(transparent)]
-    AdapterFit(#[from] Box<crate::lora::FitError>),
     #[error(
         "checkpoint parameter `{path}` is missing (expected shape {expected:?}); the checkpoint does not \
          match its config — check the config's layer/width/engram settings or re-export the checkpoint"

@@ -87,6 +87,17 @@ impl Network {
         Ok(network)
     }
 
+    /// Every parameter a network of `cfg` reads, with its full (stacked) shape, in path order: the
+    /// one list of the parameter tree, read off the layers' own constructors. The export checks a
+    /// checkpoint against it ([`crate::cact::writer::check_params`]) and synthetic checkpoints are
+    /// made from it ([`crate::cact::synthetic`]). The optional parts (the MTP block and the probe
+    /// heads) are not in it.
+    pub fn param_shapes(cfg: &ModelConfig) -> Result<Vec<(String, Vec<usize>)>> {
+        let params = Params::placeholders();
+        Self::load(cfg, &params)?;
+        Ok(params.shapes())
+    }
+
     /// The checkpoint's params (widened to f32) on `device`, shaped by its config.
     pub fn from_checkpoint(checkpoint: &Checkpoint, device: &Device) -> Result<Self> {
         Self::load(&checkpoint.config, &Params::from_checkpoint(checkpoint, device)?)
@@ -401,6 +412,30 @@ mod tests {
         let three_layers = ModelConfig { num_layers: 3, ..tiny_config() };
         let err = load(&|_| {}, &three_layers);
         assert!(matches!(&err, ModelError::ParamShape { expected, .. } if expected[0] == 3), "{err}");
+    }
+
+    #[test]
+    fn the_parameter_tree_is_listed_without_allocating_the_parameters() {
+        // Every count at its bound: the embedding alone would be 2^40 floats.
+        let cfg = ModelConfig {
+            vocab_size: 1 << 24,
+            d_model: 1 << 16,
+            num_heads: 1 << 10,
+            num_kv_heads: 1 << 10,
+            num_layers: 1 << 10,
+            engram_slots: 1 << 20,
+            engram_layers: vec![0, 1023],
+            mhc_lanes: 64,
+            ..ModelConfig::default()
+        };
+        let shapes: BTreeMap<String, Vec<usize>> = Network::param_shapes(&cfg).unwrap().into_iter().collect();
+        assert_eq!(shapes["embedding/embedding"], [1 << 24, 1 << 16]);
+        assert_eq!(shapes["stack/mhc_phi_res"], [1 << 10, 64 << 16, 64 * 64]);
+        assert_eq!(shapes["engrams_1/embedding"], [512, 1 << 20, 128]);
+        // The tiny network's tree is the set of parameters a random-init load creates.
+        let tiny = tiny_config();
+        let listed: Vec<String> = Network::param_shapes(&tiny).unwrap().into_iter().map(|(path, _)| path).collect();
+        assert_eq!(listed, random_params(&tiny).into_keys().collect::<Vec<_>>());
     }
 
     #[test]

@@ -14,16 +14,17 @@ pub fn rms_unit(x: &Tensor) -> candle_core::Result<Tensor> {
 /// The reference's `ZCRMSNorm` (parameter `scale`, one per feature).
 #[derive(Debug, Clone)]
 pub struct ZcRmsNorm {
-    /// `1 + scale`, precomputed.
-    gain: Tensor,
+    scale: Tensor,
 }
 
 impl ZcRmsNorm {
     pub fn new(width: usize, vb: ParamPath) -> Result<Self> {
-        Ok(Self { gain: (vb.get(&[width], "scale")? + 1.0)? })
+        Ok(Self { scale: vb.get(&[width], "scale")? })
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(rms_norm(x, Some(&self.gain))?)
+        // The gain `1 + scale` is formed per call, not when loading: a network built only to list
+        // its parameters (`Network::param_shapes`) then allocates nothing per layer.
+        Ok(rms_norm(x, Some(&(&self.scale + 1.0)?))?)
     }
 }

@@ -11,8 +11,8 @@ use candle_core::{Device, Tensor};
 
 use super::linear::Linear;
 use super::{ModelError, Result};
-use crate::checkpoint::{Checkpoint, LoraFactors, NdArray, PickledAdapter};
-use crate::lora::check_fit;
+use crate::checkpoint::{Checkpoint, PickledAdapter};
+use crate::lora::{merge_adapter, MergeError};
 
 /// Named f32 tensors on one device, with a record of which ones the network consumed.
 #[derive(Debug)]
@@ -20,9 +20,19 @@ pub struct Params {
     tensors: RefCell<BTreeMap<String, Tensor>>,
     used: RefCell<BTreeSet<String>>,
     device: Device,
-    /// When set, a missing parameter is created as N(0, 0.02) noise instead of being an error:
-    /// a random-init network of any geometry, for benchmarks and tests.
-    random_init: bool,
+    missing: Missing,
+}
+
+/// What a parameter the network asks for but the source lacks becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Missing {
+    /// An error naming it: a checkpoint must hold every parameter.
+    Refused,
+    /// N(0, 0.02) noise: a random-init network of any geometry, for benchmarks and tests.
+    Random,
+    /// Zeros that take no memory (one value broadcast to the shape): enough to build a network
+    /// and so learn its parameter tree ([`Params::shapes`]).
+    Placeholder,
 }
 
 impl Params {
@@ -32,7 +42,7 @@ impl Params {
             .into_iter()
             .map(|(path, t)| Ok((path, t.to_dtype(candle_core::DType::F32)?.to_device(device)?)))
             .collect::<Result<_>>()?;
-        Ok(Self::with(tensors, device, false))
+        Ok(Self::with(tensors, device, Missing::Refused))
     }
 
     /// Every checkpoint param widened to f32 (float16 storage included) on `device`.
@@ -42,21 +52,27 @@ impl Params {
             .iter()
             .map(|(path, array)| Ok((path.clone(), Tensor::from_vec(array.to_f32(), array.shape.as_slice(), device)?)))
             .collect::<Result<_>>()?;
-        Ok(Self::with(tensors, device, false))
+        Ok(Self::with(tensors, device, Missing::Refused))
     }
 
     /// A source that invents any parameter asked for (normal noise, std 0.02).
     pub fn random_init(device: &Device) -> Self {
-        Self::with(BTreeMap::new(), device, true)
+        Self::with(BTreeMap::new(), device, Missing::Random)
     }
 
-    fn with(tensors: BTreeMap<String, Tensor>, device: &Device, random_init: bool) -> Self {
-        Self {
-            tensors: RefCell::new(tensors),
-            used: RefCell::new(BTreeSet::new()),
-            device: device.clone(),
-            random_init,
-        }
+    /// A source that hands out a memoryless placeholder for any parameter asked for: a network
+    /// built on it records its parameter tree without holding any weights.
+    pub fn placeholders() -> Self {
+        Self::with(BTreeMap::new(), &Device::Cpu, Missing::Placeholder)
+    }
+
+    fn with(tensors: BTreeMap<String, Tensor>, device: &Device, missing: Missing) -> Self {
+        Self { tensors: RefCell::new(tensors), used: RefCell::new(BTreeSet::new()), device: device.clone(), missing }
+    }
+
+    /// Every parameter path with its (stacked) shape, in path order.
+    pub fn shapes(&self) -> Vec<(String, Vec<usize>)> {
+        self.tensors.borrow().iter().map(|(path, t)| (path.clone(), t.dims().to_vec())).collect()
     }
 
     pub fn device(&self) -> &Device {
@@ -68,34 +84,14 @@ impl Params {
         self.tensors.borrow().get(path).cloned()
     }
 
-    /// Merges the reference's `.pkl` LoRA adapter into the weights: `W ← W + scale · A·B` for each
-    /// adapted path (per layer when the weight is stacked). Returns how many weights changed; on an
-    /// error nothing has changed.
-    pub fn merge_pickled_adapter(&mut self, adapter: &PickledAdapter) -> Result<usize> {
-        // Shapes first: the product's size comes from the adapter's own shapes, which a hostile
-        // file can make enormous.
-        check_fit(adapter, |path| self.get(path).map(|weight| weight.dims().to_vec()))?;
-        let merged = adapter
-            .lora
-            .iter()
-            .map(|(path, factors)| Ok((path.clone(), self.merged_weight(adapter, path, factors)?)))
-            .collect::<Result<Vec<_>>>()?;
+    /// Merges an adapter into the weights (widened to f32, so the merge is in f32 as the
+    /// reference's `finetune` does it; see [`crate::lora::merge`]). Returns how many weights
+    /// changed; on an error nothing has changed.
+    pub fn merge_pickled_adapter(&mut self, adapter: &PickledAdapter) -> std::result::Result<usize, MergeError> {
+        let merged = merge_adapter(adapter, |path| self.get(path))?;
         let count = merged.len();
         self.tensors.get_mut().extend(merged);
         Ok(count)
-    }
-
-    fn merged_weight(&self, adapter: &PickledAdapter, path: &str, factors: &LoraFactors) -> Result<Tensor> {
-        let mismatch =
-            |reason: String| ModelError::AdapterMismatch { path: path.into(), reason, base: adapter.base.clone() };
-        let weight = self.get(path).ok_or_else(|| mismatch("the base model has no such weight".into()))?;
-        let a = self.array_tensor(&factors.a)?;
-        let b = self.array_tensor(&factors.b)?;
-        lora_merged(&weight, &a, &b, adapter.scale).map_err(mismatch)
-    }
-
-    fn array_tensor(&self, array: &NdArray) -> Result<Tensor> {
-        Ok(Tensor::from_vec(array.to_f32(), array.shape.as_slice(), &self.device)?)
     }
 
     /// Whether any parameter lives under `prefix/`.
@@ -131,18 +127,26 @@ impl Params {
         }
     }
 
+    /// Stores an invented parameter, so that every layer of a stack reads the same one.
+    fn invent(&self, path: &str, tensor: Tensor) -> Tensor {
+        self.tensors.borrow_mut().insert(path.to_string(), tensor.clone());
+        tensor
+    }
+
     /// The full tensor at `path`, checked against `expected`.
     fn fetch(&self, path: &str, expected: &[usize]) -> Result<Tensor> {
         self.used.borrow_mut().insert(path.to_string());
         let found = self.tensors.borrow().get(path).cloned();
-        let tensor = match found {
-            Some(t) => t,
-            None if self.random_init => {
-                let t = Tensor::randn(0f32, 0.02, expected, &self.device)?;
-                self.tensors.borrow_mut().insert(path.to_string(), t.clone());
-                t
+        let tensor = match (found, self.missing) {
+            (Some(t), _) => t,
+            (None, Missing::Refused) => {
+                return Err(ModelError::MissingParam { path: path.into(), expected: expected.into() })
             }
-            None => return Err(ModelError::MissingParam { path: path.into(), expected: expected.into() }),
+            (None, Missing::Random) => self.invent(path, Tensor::randn(0f32, 0.02, expected, &self.device)?),
+            (None, Missing::Placeholder) => {
+                let zero = Tensor::zeros((), candle_core::DType::F32, &self.device)?;
+                self.invent(path, zero.broadcast_as(expected)?)
+            }
         };
         if tensor.dims() != expected {
             return Err(ModelError::ParamShape {
@@ -153,17 +157,6 @@ impl Params {
         }
         Ok(tensor)
     }
-}
-
-/// `W + scale · A·B` (per layer when the factors carry a leading layer axis). Built from
-/// differentiable ops, so training merges its `Var` factors with the same code that merges a saved
-/// adapter. The error is the reason the factors do not fit the weight.
-pub fn lora_merged(weight: &Tensor, a: &Tensor, b: &Tensor, scale: f64) -> std::result::Result<Tensor, String> {
-    let delta = a.matmul(b).map_err(|e| format!("A {:?} · B {:?} failed: {e}", a.dims(), b.dims()))?;
-    if delta.dims() != weight.dims() {
-        return Err(format!("A·B has shape {:?} but the weight is {:?}", delta.dims(), weight.dims()));
-    }
-    (delta * scale).and_then(|scaled| weight + scaled).map_err(|e| format!("adding the scaled update failed: {e}"))
 }
 
 /// A position in the parameter tree, optionally restricted to one layer of a stacked group.

@@ -42,9 +42,9 @@ fn kind_from_code(code: u8) -> Option<PieceKind> {
     }
 }
 
-/// `export._tokenizer_blob`. `Tokenizer::from_parts` guarantees the piece count fits a u32 and every piece
-/// text fits a u16 length, so the narrowing casts below are exact.
-pub(super) fn write(pieces: &[Piece]) -> Vec<u8> {
+/// `export._tokenizer_blob`. The piece count must fit a u32 and every piece text a u16 length (as
+/// `Tokenizer::from_parts` guarantees of a tokenizer's pieces), so the narrowing casts below are exact.
+pub(crate) fn write(pieces: &[Piece]) -> Vec<u8> {
     let size = HEADER_LEN + pieces.iter().map(|p| RECORD_LEN + p.text.len()).sum::<usize>();
     let mut out = Vec::with_capacity(size);
     out.extend_from_slice(&(pieces.len() as u32).to_le_bytes());
@@ -125,9 +125,21 @@ pub(super) fn parse(blob: &[u8]) -> Result<Tokenizer, TokenizerError> {
 /// ids and flags or the vocabulary: the layout a runtime walks (what `needle inspect --verify` checks).
 pub fn piece_count(blob: &[u8]) -> Result<usize, TokenizerError> {
     let mut reader = Reader { blob, offset: 0 };
+    let count = stated_count(&mut reader)?;
+    read_pieces(&mut reader, count).map(|pieces| pieces.len())
+}
+
+/// The piece count a blob's header states; the header must be whole, the records are not read
+/// (what a build checks against the model's vocabulary, and `needle inspect` shows).
+pub fn stated_piece_count(blob: &[u8]) -> Result<u32, TokenizerError> {
+    stated_count(&mut Reader { blob, offset: 0 })
+}
+
+/// Reads the whole header, returning its piece count, without judging its ids and flags.
+fn stated_count(reader: &mut Reader) -> Result<u32, TokenizerError> {
     let count = reader.u32(BlobField::Header("n_pieces"))?;
     reader.take::<{ HEADER_LEN - 4 }>(BlobField::Header("ids, flags and padding"))?;
-    read_pieces(&mut reader, count).map(|pieces| pieces.len())
+    Ok(count)
 }
 
 /// `count` piece records, which must end the blob. The count comes from the file: it is held to the

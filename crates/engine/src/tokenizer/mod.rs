@@ -21,7 +21,8 @@ use std::path::{Path, PathBuf};
 
 use aho_corasick::{AhoCorasick, MatchKind};
 
-pub use blob::piece_count as cact_blob_piece_count;
+pub(crate) use blob::write as write_cact_blob;
+pub use blob::{piece_count as cact_blob_piece_count, stated_piece_count as cact_blob_stated_pieces};
 pub use error::{BlobField, BlobProblem, PieceProblem, ProtoProblem, TokenizerError, VocabularyProblem};
 
 pub const PAD_ID: u32 = 0;
