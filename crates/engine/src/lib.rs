@@ -13,8 +13,9 @@
 //!
 //! One boundary splits the crate. Training and evaluation are tensor code (candle): [`model`],
 //! [`lora`], [`train`], [`calls`], entered through [`model::Params::from_checkpoint`]. Export is byte
-//! code: [`cact`] merges the adapter into the checkpoint's own arrays, quantizes and writes them with
-//! no tensor library, so the file matches the reference's bytes; [`cact::weights`] is the one way back,
+//! code: [`cact`] quantizes the checkpoint's own arrays (an adapter first merged into them, in their
+//! stored dtype, by [`lora::merge`], the one merge evaluation uses too) and writes them with no tensor
+//! library, so the file matches the reference's bytes; [`cact::weights`] is the one way back,
 //! dequantizing a built file into tensors so that what is scored is what ships.
 
 pub mod atomic;

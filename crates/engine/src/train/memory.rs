@@ -61,7 +61,7 @@ impl StepShape<'_> {
         let d = cfg.d_model as f64;
         let per_token = LANE_WIDE * (cfg.mhc_lanes * cfg.d_model) as f64
             + MODEL_WIDE * d
-            + MLP_WIDE * cfg.d_model.next_power_of_two() as f64
+            + MLP_WIDE * cfg.hadamard_width() as f64
             + ATTENTION_ROWS * (cfg.num_heads * self.seq_len) as f64;
         4.0 * tokens * per_token
     }
