@@ -11,10 +11,10 @@ use tauri_plugin_notification::NotificationExt;
 
 use crate::base_model::{BaseModelStatus, CancelDownload, DownloadMessage};
 use crate::building::BuildMessage;
-use crate::run_request::RunDraft;
-use crate::run_slot::CancelRun;
 use crate::history::HistoryEntry;
 use crate::preferences::Preferences;
+use crate::run_request::RunDraft;
+use crate::run_slot::CancelRun;
 use crate::studio::{Opened, Startup, Studio};
 use crate::training::{Notify, RunMessage};
 use crate::tryout::{Answers, Question};

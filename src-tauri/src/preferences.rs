@@ -47,7 +47,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("settings.json");
         assert_eq!(Preferences::load(&path), Preferences::default());
-        let settings = Preferences { checkpoint: Some("/m/base.pkl".into()), device: "cpu".into(), ..Preferences::default() };
+        let settings =
+            Preferences { checkpoint: Some("/m/base.pkl".into()), device: "cpu".into(), ..Preferences::default() };
         settings.save(&path).unwrap();
         assert_eq!(Preferences::load(&path), settings);
         std::fs::write(&path, "{not json").unwrap();

@@ -12,9 +12,9 @@ use needle_engine::train::Plan;
 use serde::Serialize;
 
 use crate::base_model::Downloads;
-use crate::run_request::{presets, Preset, RunDraft, RunRequest};
 use crate::history::{History, HistoryEntry};
 use crate::preferences::Preferences;
+use crate::run_request::{presets, Preset, RunDraft, RunRequest};
 use crate::run_slot::RunSlot;
 use crate::worker::{Slot, Worker};
 use crate::{chart, lock, Launch};

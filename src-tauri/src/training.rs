@@ -9,8 +9,8 @@ use serde::Serialize;
 use tauri::ipc::Channel;
 
 use crate::chart::loss_chart;
-use crate::run_request::RunRequest;
 use crate::history::{History, HistoryEntry, RunRecord, Status};
+use crate::run_request::RunRequest;
 use crate::run_slot::{Claim, RunSlot};
 use crate::studio::Studio;
 use crate::worker::{Exit, Line, Watcher};
@@ -75,7 +75,7 @@ pub fn resume(studio: &Studio, id: &str, channel: Channel<RunMessage>, notify: N
         checkpoint: e.checkpoint.clone(),
         tokenizer: e.tokenizer.clone(),
         device: e.device.clone(),
-        settings: e.settings.clone(),
+        settings: e.settings,
     };
     let args = request.finetune_args(&studio.runs().adapter_path(id), &["--resume"]);
     record.entry.status = Status::Running;

@@ -130,7 +130,9 @@ impl clap::FromArgMatches for Settings {
     fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
         let values = TRAIN_FIELDS
             .iter()
-            .filter_map(|field| Some((field.name.to_string(), matches.get_one::<serde_json::Value>(field.name)?.clone())))
+            .filter_map(|field| {
+                Some((field.name.to_string(), matches.get_one::<serde_json::Value>(field.name)?.clone()))
+            })
             .collect();
         serde_json::from_value(serde_json::Value::Object(values))
             .map(Self)

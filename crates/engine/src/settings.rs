@@ -346,7 +346,8 @@ mod tests {
 
     #[test]
     fn typed_text_and_numbers_read_the_same() {
-        let from_text = typed(&[("epochs", "6".into()), ("lr", " 2e-3 ".into()), ("seed", "18446744073709551615".into())]);
+        let from_text =
+            typed(&[("epochs", "6".into()), ("lr", " 2e-3 ".into()), ("seed", "18446744073709551615".into())]);
         let from_numbers = typed(&[("epochs", 6.0.into()), ("lr", 0.002.into()), ("seed", u64::MAX.into())]);
         let a = TrainSettings::from_text(&from_text).unwrap();
         assert_eq!(a, TrainSettings::from_text(&from_numbers).unwrap());
@@ -377,7 +378,13 @@ mod tests {
     fn out_of_range_names_the_flag() {
         let settings = TrainSettings { rank: 0, val_split: -0.5, ..TrainSettings::default() };
         let problems: Vec<String> = settings.out_of_range().iter().map(ToString::to_string).collect();
-        assert_eq!(problems, ["--lora-rank 0 is out of range: use 1 to 4096", "--val-split -0.5 is out of range: use a fraction in [0, 1)"]);
+        assert_eq!(
+            problems,
+            [
+                "--lora-rank 0 is out of range: use 1 to 4096",
+                "--val-split -0.5 is out of range: use a fraction in [0, 1)"
+            ]
+        );
     }
 
     #[test]

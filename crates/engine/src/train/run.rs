@@ -24,8 +24,8 @@ use crate::calls::{self, CallScores, ModelScore, Weights, WeightsLoadError};
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::dataset::{Dataset, DatasetError, Encoded, Example, Tokenized};
 use crate::lora::{save_adapter, AdapterFileError, AdapterMeta, Lora};
-use crate::settings::{OutOfRange, TrainSettings};
 use crate::model::{batch_tensors, evaluate, Device, ModelError, Network, Params};
+use crate::settings::{OutOfRange, TrainSettings};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 
 /// Everything `needle finetune` is asked to do.
