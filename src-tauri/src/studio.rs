@@ -31,7 +31,7 @@ struct Inner {
     hub: Hub,
     downloads: Downloads,
     history: History,
-    settings: Mutex<Preferences>,
+    preferences: Mutex<Preferences>,
     run: RunSlot,
     /// The dataset report being computed: a newer request (another file, max length or tokenizer)
     /// ends it.
@@ -100,7 +100,7 @@ impl Studio {
             hub,
             downloads: Downloads::default(),
             history: History::new(data_dir.join("runs")),
-            settings: Mutex::new(settings),
+            preferences: Mutex::new(settings),
             run: RunSlot::default(),
             report: Slot::default(),
         })))
@@ -110,7 +110,7 @@ impl Studio {
         Startup {
             hardware: self.0.hardware.clone(),
             devices: self.devices(),
-            settings: lock(&self.0.settings).clone(),
+            settings: lock(&self.0.preferences).clone(),
             dataset: self.0.launch_dataset.clone(),
             presets: presets(),
             run_fields: form_fields(),
@@ -126,13 +126,13 @@ impl Studio {
 
     pub fn save_settings(&self, settings: Preferences) -> Result<(), String> {
         settings.save(&self.0.settings_path)?;
-        *lock(&self.0.settings) = settings;
+        *lock(&self.0.preferences) = settings;
         Ok(())
     }
 
     /// Makes `base` the remembered base model (after a download).
     pub fn use_base_model(&self, base: &BaseModel) -> Result<(), String> {
-        let mut settings = lock(&self.0.settings).clone();
+        let mut settings = lock(&self.0.preferences).clone();
         settings.checkpoint = Some(base.checkpoint.clone());
         settings.tokenizer = Some(base.tokenizer.clone());
         self.save_settings(settings)
@@ -198,8 +198,8 @@ impl Studio {
         self.0.worker.kill_all();
     }
 
-    pub(crate) fn settings(&self) -> &Mutex<Preferences> {
-        &self.0.settings
+    pub(crate) fn preferences(&self) -> &Mutex<Preferences> {
+        &self.0.preferences
     }
 
     pub(crate) fn hub(&self) -> &Hub {

@@ -53,7 +53,7 @@ pub fn ask(studio: &Studio, question: &Question) -> Result<Answers, String> {
             (entry.checkpoint, entry.tokenizer, Some(adapter))
         }
         None => {
-            let settings = lock(studio.settings()).clone();
+            let settings = lock(studio.preferences()).clone();
             let checkpoint = settings.checkpoint.ok_or("choose or download a base model first")?;
             let tokenizer = settings.tokenizer.ok_or("choose the base model's tokenizer first")?;
             (checkpoint, tokenizer, None)
