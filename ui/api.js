@@ -75,7 +75,7 @@ export const cancelDownload = () => invoke('cancel_download');
 
 /**
  * The report `needle data --json` prints for `path`, its token lengths counted with `tokenizer`.
- * @param {string} path @param {string|null} tokenizer @param {number} maxLen
+ * @param {string} path @param {string|null} tokenizer @param {string} maxLen as typed
  * @returns {Promise<DatasetReport>}
  */
 export const loadDataset = (path, tokenizer, maxLen) => invoke('load_dataset', { path, tokenizer, maxLen });

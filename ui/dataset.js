@@ -5,7 +5,7 @@ import * as api from './api.js';
 import { $, debounce, errorText, formatCount, h, setMessage } from './dom.js';
 import { prefillTry } from './evaluate.js';
 import { pickPath } from './files.js';
-import { checkedMaxLen, pathValue, runInputsChanged } from './run.js';
+import { currentRun, pathValue, runInputsChanged } from './run.js';
 import { state } from './state.js';
 
 /** @typedef {import('./api.js').DragDrop} DragDrop */
@@ -22,13 +22,7 @@ export async function loadDataset(path) {
   setMessage($('dataset-error'), null);
   runInputsChanged();
   try {
-    const maxLen = await checkedMaxLen();
-    if (seq !== datasetSeq) return;
-    if (maxLen == null) {
-      $('dataset-report').hidden = true;
-      setMessage($('dataset-error'), 'Enter a valid max length to read the dataset.');
-      return;
-    }
+    const maxLen = currentRun().settings.max_len ?? '';
     const report = await api.loadDataset(path, pathValue('tokenizer') || null, maxLen);
     if (seq === datasetSeq) renderReport(report);
   } catch (error) {

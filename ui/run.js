@@ -77,16 +77,6 @@ export function currentRun() {
   };
 }
 
-/**
- * The max length typed, once the app finds it valid; null when it does not.
- * @returns {Promise<number|null>}
- */
-export async function checkedMaxLen() {
-  const run = currentRun();
-  const errors = await api.validateRun(run);
-  return errors.max_len ? null : Number(run.settings.max_len);
-}
-
 /** Remembers the base model, the device and the preset for the next launch. */
 export async function saveSettings() {
   const settings = {

@@ -54,16 +54,16 @@ pub fn cancel_download(studio: State<'_, Studio>) -> CancelDownload {
     studio.downloads().cancel()
 }
 
-/// The report `needle data --json` prints, as it printed it.
+/// The report `needle data --json` prints, as it printed it; `max_len` as typed in the Run panel.
 #[tauri::command]
 pub async fn load_dataset(
     studio: State<'_, Studio>,
     path: PathBuf,
     tokenizer: Option<PathBuf>,
-    max_len: usize,
+    max_len: serde_json::Value,
 ) -> Result<serde_json::Value> {
     let studio = studio.inner().clone();
-    blocking(move || studio.dataset_report(&path, tokenizer.as_deref(), max_len)).await
+    blocking(move || studio.dataset_report(&path, tokenizer.as_deref(), &max_len)).await
 }
 
 #[tauri::command]

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use needle_engine::backend::BackendInfo;
 use needle_engine::hub::{BaseModel, Hub};
-use needle_engine::settings::{form_fields, BuildWidth, FormField, BUILD_WIDTHS};
+use needle_engine::settings::{form_fields, BuildWidth, Field, FormField, BUILD_WIDTHS};
 use needle_engine::train::Plan;
 use serde::Serialize;
 
@@ -159,12 +159,15 @@ impl Studio {
 
     /// The dataset report (`needle data --json`) for the Dataset panel, computed in the worker: a
     /// huge or hostile file costs that process, never the window's. A newer request ends this one.
+    /// `max_len` is as typed in the Run panel, read by the run's own max-length field.
     pub fn dataset_report(
         &self,
         path: &Path,
         tokenizer: Option<&Path>,
-        max_len: usize,
+        max_len: &serde_json::Value,
     ) -> Result<serde_json::Value, String> {
+        let field = Field::named("max_len").ok_or("the run settings have no max length")?;
+        let max_len = field.read(Some(max_len)).map_err(|problem| format!("{}: {problem}", field.label))?;
         let tokenizer = tokenizer.ok_or("choose the base model's tokenizer (.model) to see token lengths")?;
         let args: Vec<OsString> = vec![
             "data".into(),

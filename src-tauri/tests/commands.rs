@@ -416,7 +416,7 @@ fn a_newer_dataset_report_ends_the_older_one_in_its_worker() {
     let studio = app.studio();
     let older = {
         let (huge, tokenizer) = (huge.clone(), tokenizer.clone());
-        std::thread::spawn(move || studio.dataset_report(&huge, Some(&tokenizer), 512))
+        std::thread::spawn(move || studio.dataset_report(&huge, Some(&tokenizer), &json!(512)))
     };
     std::thread::sleep(Duration::from_millis(500));
     let report = app.ok(

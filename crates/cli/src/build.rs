@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use needle_engine::cact::{export, Bits, ExportEvent, ExportOptions};
-use needle_engine::settings::build_width;
+use needle_engine::settings::parse_build_width;
 
 use crate::events::{print_json, EventFormat};
 
@@ -21,7 +21,7 @@ pub struct Args {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Uniform CQ width [default: the checkpoint's weight_bits map, else 4]
-    #[arg(long, value_parser = parse_bits)]
+    #[arg(long, value_parser = parse_build_width)]
     pub bits: Option<Bits>,
     /// SentencePiece model [default: tokenizer.model beside the checkpoint, else Needle 2's]
     #[arg(long)]
@@ -29,12 +29,6 @@ pub struct Args {
     /// Print each stage as one JSON event per line on stdout
     #[arg(long, value_enum)]
     pub events: Option<EventFormat>,
-}
-
-/// `--bits` takes the widths a build offers (the reference's choices, 2 or 4).
-fn parse_bits(value: &str) -> Result<Bits, String> {
-    let bits = value.parse().map_err(|_| format!("{value:?} is not a width; use 4 or 2"))?;
-    build_width(bits)
 }
 
 /// The reference's default: the checkpoint's file stem + `.cact`, in the current directory.
@@ -127,9 +121,9 @@ mod tests {
 
     #[test]
     fn bits_accepts_only_the_reference_choices() {
-        assert_eq!(parse_bits("2"), Ok(Bits::Two));
-        assert_eq!(parse_bits("4"), Ok(Bits::Four));
-        assert!(parse_bits("3").is_err());
+        assert_eq!(parse_build_width("2"), Ok(Bits::Two));
+        assert_eq!(parse_build_width("4"), Ok(Bits::Four));
+        assert!(parse_build_width("3").is_err());
     }
 
     #[test]

@@ -180,6 +180,26 @@ impl Field {
         }
     }
 
+    /// What was typed into this field (text, or a number; missing reads as empty), parsed and held
+    /// to the range: the value, or what to do instead.
+    pub fn read(&self, typed: Option<&Value>) -> Result<Value, &'static str> {
+        let text = match typed {
+            Some(Value::String(text)) => text.clone(),
+            Some(number @ Value::Number(_)) => as_typed(number),
+            _ => String::new(),
+        };
+        let value = self.parse(&text)?;
+        match value.as_f64().is_some_and(|v| self.admits(v)) {
+            true => Ok(value),
+            false => Err(self.expected),
+        }
+    }
+
+    /// The field named `name`.
+    pub fn named(name: &str) -> Option<&'static Field> {
+        TRAIN_FIELDS.iter().find(|field| field.name == name)
+    }
+
     /// Whether `value` is within the field's range.
     pub fn admits(&self, value: f64) -> bool {
         let above = match self.min {
@@ -268,17 +288,9 @@ impl TrainSettings {
         let mut errors = FieldErrors::new();
         let mut values = Map::new();
         for field in &TRAIN_FIELDS {
-            let text = match typed.get(field.name) {
-                Some(Value::String(text)) => text.clone(),
-                Some(number @ Value::Number(_)) => as_typed(number),
-                _ => String::new(),
-            };
-            match field.parse(&text) {
-                Ok(value) if value.as_f64().is_some_and(|v| field.admits(v)) => {
+            match field.read(typed.get(field.name)) {
+                Ok(value) => {
                     values.insert(field.name.into(), value);
-                }
-                Ok(_) => {
-                    errors.insert(field.name, field.expected.into());
                 }
                 Err(problem) => {
                     errors.insert(field.name, problem.into());
@@ -315,11 +327,21 @@ pub const BUILD_WIDTHS: [BuildWidth; 2] = [
 
 /// The width `bits` names, if a build offers it.
 pub fn build_width(bits: u8) -> Result<Bits, String> {
-    match bits {
-        2 => Ok(Bits::Two),
-        4 => Ok(Bits::Four),
-        other => Err(format!("{other}-bit is not a .cact width; choose 4 or 2")),
-    }
+    BUILD_WIDTHS
+        .iter()
+        .find(|width| width.bits == bits)
+        .and_then(|width| Bits::from_record_bits(width.bits.into()))
+        .ok_or_else(|| not_offered(bits))
+}
+
+/// The width typed as `text` (`needle build --bits`), if a build offers it.
+pub fn parse_build_width(text: &str) -> Result<Bits, String> {
+    text.trim().parse().map_err(|_| not_offered(text)).and_then(build_width)
+}
+
+fn not_offered(bits: impl std::fmt::Display) -> String {
+    let offered: Vec<String> = BUILD_WIDTHS.iter().map(|width| width.bits.to_string()).collect();
+    format!("{bits}-bit is not a .cact width; choose {}", offered.join(" or "))
 }
 
 #[cfg(test)]
