@@ -4,11 +4,15 @@
 # random-init checkpoint, dataset and settings; then both adapters are scored with the
 # reference's masked answer loss on a held-out test set neither run saw.
 #
-#   bench/finetune_side_by_side.sh [--examples 160] [--test-examples 40] [--epochs 1]
+#   bench/finetune_side_by_side.sh [--kind own-tools|apps|one-app] [--examples 160] [--test-examples 40] [--epochs 1]
 #       [--batch-size 16] [--max-len 1024] [--rank 16] [--alpha 32] [--lr 1e-4] [--val-split 0.1]
 #       [--device cpu] [--timeout 900] [--mem-limit-gb N] [--only ours|ref] [--score-train]
 #       [--workdir DIR] [--reuse-inputs] [--needle PATH] [-- MAKE_INPUTS_ARGS...]
 #
+# --kind picks one of the three kinds of data the speed targets name (later options override it):
+#   own-tools  160 rows, each with a tool set of its own (nothing shared but the template's start)
+#   apps       160 rows over 8 apps' tool sets, shuffled (the generator's default)
+#   one-app    27 rows of one app (one tools prompt shared by every row), 6 epochs
 # Inputs come from bench/finetune/make_inputs.py (defaults: d_model 256, 6 layers, 4 heads / 2 kv,
 # 4 mHC lanes, engram layer 2, a 2048-piece tokenizer trained on the data, 8 shared tool prompts of
 # ~400-900 tokens); anything after `--` is passed to it (e.g. `-- --layers 4 --vocab 0`).
@@ -35,8 +39,17 @@ here=bench/finetune
 examples=160 test_examples=40 epochs=1 batch=16 max_len=1024 rank=16 alpha=32 lr=1e-4 val_split=0.1
 device=cpu timeout_s=900 mem_gb="" only="" score_train=0 reuse=0 workdir="" needle="${NEEDLE:-}"
 extra=()
+kind_inputs=()
 while [ $# -gt 0 ]; do
   case "$1" in
+    --kind)
+      case "$2" in
+        own-tools) kind_inputs=(--tools-per-row) ;;
+        apps) kind_inputs=(--tool-sets 8) ;;
+        one-app) examples=27; epochs=6; kind_inputs=(--tool-sets 1) ;;
+        *) echo "unknown --kind $2 (own-tools, apps or one-app)" >&2; exit 2 ;;
+      esac
+      shift 2 ;;
     --examples) examples=$2; shift 2 ;;
     --test-examples) test_examples=$2; shift 2 ;;
     --epochs) epochs=$2; shift 2 ;;
@@ -84,7 +97,8 @@ if [ "$reuse" = 1 ] && [ -f "$workdir/base.pkl" ] && [ -f "$workdir/train.jsonl"
   log "reusing the inputs in $workdir"
 else
   log "inputs -> $workdir"
-  python3 $here/make_inputs.py "$workdir" --examples "$examples" --test-examples "$test_examples" "${extra[@]}" \
+  python3 $here/make_inputs.py "$workdir" --examples "$examples" --test-examples "$test_examples" \
+    ${kind_inputs[@]+"${kind_inputs[@]}"} ${extra[@]+"${extra[@]}"} \
     || { echo "make_inputs failed" >&2; exit 1; }
 fi
 
@@ -92,7 +106,7 @@ python3 - "$workdir/settings.json" <<EOF
 import json, sys
 json.dump({"examples": $examples, "test_examples": $test_examples, "epochs": $epochs, "batch_size": $batch,
            "max_len": $max_len, "rank": $rank, "alpha": $alpha, "lr": $lr, "val_split": $val_split,
-           "device_ours": "$device", "make_inputs_extra": "${extra[*]:-}",
+           "device_ours": "$device", "make_inputs_extra": "${kind_inputs[*]:-} ${extra[*]:-}",
            "needle": "$needle", "needle_built": "$( [ -n "$needle" ] && date -r "$needle" '+%F %T' )"},
           open(sys.argv[1], "w"))
 EOF

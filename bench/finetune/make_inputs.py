@@ -1,7 +1,7 @@
 """Inputs for the fine-tuning side-by-side benchmark (bench/finetune_side_by_side.sh).
 
     python3 bench/finetune/make_inputs.py OUTDIR [--examples 160] [--test-examples 40]
-        [--tool-sets 8] [--d-model 256] [--layers 6] [--heads 4] [--kv-heads 2] [--mhc-lanes 4]
+        [--tool-sets 8 | --tools-per-row] [--d-model 256] [--layers 6] [--heads 4] [--kv-heads 2] [--mhc-lanes 4]
         [--engram-layers 2] [--engram-slots 2048] [--max-seq-len 2048] [--vocab 2048] [--seed 0]
 
 Writes into OUTDIR:
@@ -24,7 +24,10 @@ Writes into OUTDIR:
                    fixtures do (so no LoRA target is all-zero), float32, vocab = the tokenizer's
   inputs.json      what was made: sizes, token-length statistics, tool-prompt sharing
 
-The data is built around SHARED tool prompts: --tool-sets tool sets (3-8 tools each, long
+With --tools-per-row every row gets a tool set of its own instead (a fresh draw of domain, tools,
+order and descriptions), so no two rows share more than the chat template's first tokens.
+
+Otherwise the data is built around SHARED tool prompts: --tool-sets tool sets (3-8 tools each, long
 descriptions and parameter schemas, sized by a character budget so a rendered prompt is roughly
 400-900 tokens with the default tokenizer) and many queries per set, so rows in one batch often share the same
 tool-prompt prefix. Queries vary in length (0-3 sentences of context before the request), ~10 %
@@ -365,6 +368,12 @@ def make_rows(rng, tool_sets, n):
     return [dict(make_example(rng, tool_sets[i]), _set=i) for i in picks]
 
 
+def make_rows_own_tools(rng, n):
+    """Rows that each carry a tool set of their own (a fresh draw of domain, tools, their order and
+    descriptions), as a dataset gathered from many apps: no two rows share a tools prompt."""
+    return [dict(make_example(rng, make_tool_sets(rng, 1)[0]), _set=-1) for _ in range(n)]
+
+
 def write_jsonl(path, rows):
     with open(path, "w", encoding="utf-8") as f:
         for r in rows:
@@ -455,6 +464,8 @@ def main():
     ap.add_argument("--examples", type=int, default=160, help="rows of train.jsonl")
     ap.add_argument("--test-examples", type=int, default=40, help="rows of test.jsonl")
     ap.add_argument("--tool-sets", type=int, default=8, help=f"distinct tool prompts (1-{len(DOMAINS)})")
+    ap.add_argument("--tools-per-row", action="store_true",
+                    help="every row carries its own tool set (ignores --tool-sets): nothing shared")
     ap.add_argument("--d-model", type=int, default=256)
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--heads", type=int, default=4)
@@ -475,15 +486,23 @@ def main():
 
     os.makedirs(args.outdir, exist_ok=True)
     rng = random.Random(args.seed)
-    tool_sets = make_tool_sets(rng, args.tool_sets)
-    train = make_rows(rng, tool_sets, args.examples)
-    test = make_rows(rng, tool_sets, args.test_examples)
+    if args.tools_per_row:
+        tool_sets = []
+        train = make_rows_own_tools(rng, args.examples)
+        test = make_rows_own_tools(rng, args.test_examples)
+    else:
+        tool_sets = make_tool_sets(rng, args.tool_sets)
+        train = make_rows(rng, tool_sets, args.examples)
+        test = make_rows(rng, tool_sets, args.test_examples)
     write_jsonl(os.path.join(args.outdir, "train.jsonl"), train)
     write_jsonl(os.path.join(args.outdir, "test.jsonl"), test)
 
     tok_path = os.path.join(args.outdir, "tokenizer.model")
     if args.vocab:
-        train_tokenizer(train, args.vocab, tok_path)
+        # A small dataset (one app's few rows) has too little text for the vocabulary: the
+        # tokenizer also learns from rows of other tool sets (a separate seed; not written).
+        extra = make_rows_own_tools(random.Random(args.seed + 7), max(0, 160 - len(train)))
+        train_tokenizer(train + extra, args.vocab, tok_path)
     else:
         shutil.copyfile(FIXTURE_TOKENIZER, tok_path)
     tok = SANTokenizer(tok_path)
@@ -503,7 +522,7 @@ def main():
         "checkpoint": dict(shape, engram_layers=list(shape["engram_layers"]), params=n_params,
                            perturbed_leaves=n_touched),
         "tool_sets": [{"domain": s["domain"], "tools": len(s["schemas"]), "train_rows": per_set[i]}
-                      for i, s in enumerate(tool_sets)],
+                      for i, s in enumerate(tool_sets)] if tool_sets else "one per row",
         "train": token_stats(train, tok),
         "test": token_stats(test, tok),
     }
@@ -512,7 +531,8 @@ def main():
     t = info["train"]
     print(f"[make_inputs] {args.outdir}: train {t['rows']} rows (seq {t['seq_min']}..{t['seq_max']}, "
           f"median {t['seq_median']}, prompt {t['prompt_min']}..{t['prompt_max']} tokens), "
-          f"test {info['test']['rows']} rows, {len(tool_sets)} tool sets {per_set}, "
+          f"test {info['test']['rows']} rows, "
+          f"{f'{len(tool_sets)} tool sets {per_set}' if tool_sets else 'a tool set per row'}, "
           f"vocab {tok.vocab_size}, checkpoint {n_params / 1e6:.2f}M params", flush=True)
 
 

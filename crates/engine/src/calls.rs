@@ -14,7 +14,8 @@ use crate::cact::{CactFile, ReadError, WeightsError};
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::dataset::{render, Example, THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START};
 use crate::lora::{load_adapter, AdapterFileError, MergeError};
-use crate::model::{Generation, ModelError, Network, Params};
+use crate::model::packing::{shared_prefixes, MIN_SHARED};
+use crate::model::{Generation, ModelError, Network, Params, Prefilled};
 use crate::tokenizer::{Tokenizer, TokenizerError, BOS_ID};
 
 /// New tokens allowed beyond the expected answer's length when scoring: room for a near miss to
@@ -149,8 +150,23 @@ pub fn answer(
     prompt: &str,
     max_new_tokens: usize,
 ) -> crate::model::Result<Answer> {
-    let ids: Vec<u32> = std::iter::once(BOS_ID).chain(tokenizer.encode(prompt)).collect();
-    let generation = network.generate(&ids, max_new_tokens)?;
+    answer_ids(network, tokenizer, &prompt_ids(tokenizer, prompt), None, max_new_tokens)
+}
+
+/// BOS and the tokens of a rendered prompt.
+fn prompt_ids(tokenizer: &Tokenizer, prompt: &str) -> Vec<u32> {
+    std::iter::once(BOS_ID).chain(tokenizer.encode(prompt)).collect()
+}
+
+/// Greedy answer to prompt tokens, continuing from `prefilled` where the prompt begins with it.
+fn answer_ids(
+    network: &Network,
+    tokenizer: &Tokenizer,
+    ids: &[u32],
+    prefilled: Option<&Prefilled>,
+    max_new_tokens: usize,
+) -> crate::model::Result<Answer> {
+    let generation = network.generate_from(prefilled, ids, max_new_tokens)?;
     let text = tokenizer.decode(&generation.ids);
     Ok(Answer { calls: parse_calls(&text), text, generation })
 }
@@ -202,7 +218,8 @@ pub const NO_CALL: &str = "(no call)";
 pub const UNREADABLE: &str = "(expected answer not a JSON list)";
 
 /// Answers every example and scores the calls; `progress(done, total)` after each. Stops early when
-/// `cancel` is set: the score then covers the examples answered so far.
+/// `cancel` is set: the score then covers the examples answered so far. Examples whose prompts
+/// begin alike (an app's tools prompt) are answered together, that prefix run once for them.
 pub fn accuracy(
     network: &Network,
     tokenizer: &Tokenizer,
@@ -212,14 +229,40 @@ pub fn accuracy(
 ) -> crate::model::Result<Accuracy> {
     let mut score = Accuracy::default();
     let (mut tokens, mut seconds) = (0usize, 0f64);
-    for (done, example) in examples.iter().enumerate() {
+    let prompts: Vec<(Vec<u32>, usize)> = examples
+        .iter()
+        .map(|example| {
+            let (prompt, target) = render(example);
+            (prompt_ids(tokenizer, &prompt), tokenizer.encode(&target).len() + ANSWER_SLACK)
+        })
+        .collect();
+    let ids: Vec<&[u32]> = prompts.iter().map(|(ids, _)| ids.as_slice()).collect();
+    let shares = shared_prefixes(&ids, MIN_SHARED);
+    let mut order: Vec<(usize, Option<usize>)> =
+        shares.iter().enumerate().flat_map(|(s, share)| share.rows.iter().map(move |&i| (i, Some(s)))).collect();
+    let mut shared = vec![false; examples.len()];
+    order.iter().for_each(|&(i, _)| shared[i] = true);
+    order.extend((0..examples.len()).filter(|&i| !shared[i]).map(|i| (i, None)));
+    let mut current: Option<(usize, Prefilled)> = None;
+    for (done, (index, share)) in order.into_iter().enumerate() {
         if cancel.load(Ordering::Relaxed) {
             break;
         }
+        let example = &examples[index];
         score.examples += 1;
-        let (prompt, target) = render(example);
-        let budget = tokenizer.encode(&target).len() + ANSWER_SLACK;
-        let answer = answer(network, tokenizer, &prompt, budget)?;
+        let prefilled = match share {
+            Some(s) => {
+                if current.as_ref().is_none_or(|(at, _)| *at != s) {
+                    let started = std::time::Instant::now();
+                    current = Some((s, network.prefill(&ids[index][..shares[s].len])?));
+                    seconds += started.elapsed().as_secs_f64();
+                }
+                current.as_ref().map(|(_, prefilled)| prefilled)
+            }
+            None => None,
+        };
+        let (prompt, budget) = &prompts[index];
+        let answer = answer_ids(network, tokenizer, prompt, prefilled, *budget)?;
         tokens += answer.generation.ids.len();
         seconds += answer.generation.prefill_seconds + answer.generation.decode_seconds;
         let expected: Option<Vec<Value>> = serde_json::from_str(&example.answers).ok();

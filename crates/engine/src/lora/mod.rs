@@ -11,7 +11,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
 
-use crate::model::{LowRank, ModelError, Params, Result};
+use crate::model::{Device, HostGrads, LowRank, ModelError, Params, Result};
 
 pub mod file;
 pub mod fit;
@@ -136,6 +136,30 @@ impl Lora {
             }
         }
         low_rank
+    }
+
+    /// Gradients computed on the host ([`HostGrads`], by kernel path and layer) as tensors on
+    /// `device` in [`Lora::vars`] order; zeros where a factor has none.
+    pub fn tensors_from(&self, grads: &mut HostGrads, device: &Device) -> Result<Vec<Tensor>> {
+        let mut out = Vec::new();
+        for factor in &self.factors {
+            let mut sides = [Vec::new(), Vec::new()];
+            for (layer, (a, b)) in factor.a.iter().zip(&factor.b).enumerate() {
+                let grad = grads.remove(&(factor.path.clone(), layer));
+                for (side, (var, values)) in
+                    sides.iter_mut().zip([(a, grad.as_ref().map(|g| &g.0)), (b, grad.as_ref().map(|g| &g.1))])
+                {
+                    side.push(match values {
+                        Some(values) => Tensor::from_slice(values, var.shape(), device)?,
+                        None => var.zeros_like()?,
+                    });
+                }
+            }
+            let [a, b] = sides;
+            out.extend(a);
+            out.extend(b);
+        }
+        Ok(out)
     }
 
     /// Every trainable tensor, per factor its `A` of each layer then its `B` of each layer: the

@@ -1,13 +1,15 @@
 //! Grouped-query self-attention with per-head q/k norms, half-split RoPE, a causal mask and a
 //! sigmoid output gate (the reference's `MultiHeadAttention`).
 
-use candle_core::{Device, Tensor};
-
+use std::ops::Range;
 use std::sync::Arc;
+
+use candle_core::{Device, Tensor};
 
 use super::kernels::{causal_softmax, rope, sigmoid, RopeTables};
 use super::linear::{Linear, LowRank};
 use super::norm::ZcRmsNorm;
+use super::packing::Packing;
 use super::params::ParamPath;
 use super::Result;
 use crate::config::ModelConfig;
@@ -22,19 +24,14 @@ pub struct Rope {
 }
 
 impl Rope {
-    /// Angles `t · θ^(-2i/head_dim)`, computed as the reference does: frequencies and products in
-    /// f32 (the f32 rounding of a large angle changes its cosine visibly), trig of that f32 angle.
+    /// The tables of positions `0..seq_len` (see [`RopeTables::new`]).
     pub fn new(head_dim: usize, seq_len: usize, theta: f64, device: &Device) -> Result<Self> {
-        let freqs: Vec<f32> =
-            (0..head_dim).step_by(2).map(|i| (1.0 / theta.powf(i as f64 / head_dim as f64)) as f32).collect();
-        let angles: Vec<f32> = (0..seq_len).flat_map(|t| freqs.iter().map(move |f| t as f32 * f)).collect();
-        let table = |trig: fn(f64) -> f64| -> Vec<f32> { angles.iter().map(|&a| trig(a as f64) as f32).collect() };
-        let (cos, sin) = (table(f64::cos), table(f64::sin));
-        let shape = (seq_len, freqs.len());
+        let tables = RopeTables::new(head_dim, seq_len, theta);
+        let shape = (seq_len, head_dim / 2);
         Ok(Self {
-            cos: Tensor::from_slice(&cos, shape, device)?,
-            sin: Tensor::from_slice(&sin, shape, device)?,
-            tables: device.is_cpu().then(|| Arc::new(RopeTables { cos, sin })),
+            cos: Tensor::from_slice(&tables.cos, shape, device)?,
+            sin: Tensor::from_slice(&tables.sin, shape, device)?,
+            tables: device.is_cpu().then(|| Arc::new(tables)),
         })
     }
 
@@ -56,14 +53,8 @@ impl Rope {
     }
 }
 
-/// `[1, 1, T, T]` additive mask: 0 on and below the diagonal, −∞ above. Every row keeps its
-/// diagonal, so no softmax row is all −∞.
-pub fn causal_bias(seq_len: usize, device: &Device) -> Result<Tensor> {
-    causal_bias_after(0, seq_len, device)
-}
-
-/// `[1, 1, T, past + T]`: the mask of `T` new queries after `past` cached positions; query q sees
-/// keys up to `past + q`.
+/// `[1, 1, T, past + T]`: the additive mask (0 / −∞) of `T` queries after `past` earlier
+/// positions they all see; query q sees keys up to `past + q`, so no softmax row is all −∞.
 pub fn causal_bias_after(past: usize, new: usize, device: &Device) -> Result<Tensor> {
     let keys = past + new;
     let bias: Vec<f32> =
@@ -90,16 +81,123 @@ impl LayerKv {
     }
 }
 
+/// How attention reads a packed batch ([`Packing`]) on a device: groups of rows that attend to one
+/// shared prefix, each group's tails gathered into a padded `[rows, len]` block.
+#[derive(Debug, Clone)]
+pub struct AttentionLayout {
+    groups: Vec<Group>,
+}
+
+/// One prefix and the tails continuing it, or (with no prefix) the rows that share nothing.
+#[derive(Debug, Clone)]
+struct Group {
+    /// The prefix's packed range, its rotary tables and its mask.
+    prefix: Option<(Range<usize>, Rope, Tensor)>,
+    tails: Tails,
+    rows: usize,
+    /// The longest tail: every tail is padded to it (padding sits after its row's real tokens).
+    len: usize,
+    /// The tails' rotary tables and mask (their positions follow the prefix's).
+    rope: Rope,
+    mask: Tensor,
+}
+
+/// Where a group's tails are among the packed tokens.
+#[derive(Debug, Clone)]
+enum Tails {
+    /// Tails of one length, one after another from this packed index: already the block.
+    Block(usize),
+    /// `gather`: the packed index of each padded position (`[rows · len]`); `scatter`: the padded
+    /// position of each real tail token, in packed order.
+    Padded { gather: Tensor, scatter: Tensor },
+}
+
+impl AttentionLayout {
+    /// The layout of `packing` on `device`, with rotary tables from `rope` (positions from 0).
+    pub fn new(packing: &Packing, rope: &Rope, device: &Device) -> Result<Self> {
+        let segments = packing.segments();
+        let mut groups = Vec::new();
+        let mut unshared = Vec::new();
+        let mut s = 0;
+        while s < segments.len() {
+            let tails: Vec<usize> = (s + 1..segments.len()).take_while(|&t| segments[t].context == Some(s)).collect();
+            if tails.is_empty() {
+                unshared.push(s);
+                s += 1;
+            } else {
+                groups.push(Group::new(packing, Some(s), &tails, rope, device)?);
+                s = tails[tails.len() - 1] + 1;
+            }
+        }
+        if !unshared.is_empty() {
+            groups.push(Group::new(packing, None, &unshared, rope, device)?);
+        }
+        Ok(Self { groups })
+    }
+
+    /// One row of `len` new tokens after `past` cached positions (a decoding step).
+    pub fn decode(past: usize, len: usize, rope: &Rope, device: &Device) -> Result<Self> {
+        let group = Group {
+            prefix: None,
+            tails: Tails::Block(0),
+            rows: 1,
+            len,
+            rope: rope.at(past, len)?,
+            mask: causal_bias_after(past, len, device)?,
+        };
+        Ok(Self { groups: vec![group] })
+    }
+}
+
+impl Group {
+    fn new(packing: &Packing, prefix: Option<usize>, members: &[usize], rope: &Rope, device: &Device) -> Result<Self> {
+        let segments = packing.segments();
+        let len = members.iter().map(|&t| segments[t].len).max().unwrap_or(0);
+        let start = segments[members[0]].start;
+        let consecutive = members.iter().enumerate().all(|(r, &t)| segments[t].start == start + r * len);
+        let tails = if consecutive && members.iter().all(|&t| segments[t].len == len) {
+            Tails::Block(start)
+        } else {
+            let mut gather = Vec::with_capacity(members.len() * len);
+            let mut scatter = Vec::new();
+            for (r, &t) in members.iter().enumerate() {
+                let tail = segments[t];
+                // Padding repeats the row's last token: its outputs are never read.
+                gather.extend((0..len).map(|j| (tail.start + j.min(tail.len - 1)) as u32));
+                scatter.extend((0..tail.len).map(|j| (r * len + j) as u32));
+            }
+            let (gathered, scattered) = (gather.len(), scatter.len());
+            Tails::Padded {
+                gather: Tensor::from_vec(gather, gathered, device)?,
+                scatter: Tensor::from_vec(scatter, scattered, device)?,
+            }
+        };
+        let first = prefix.map_or(0, |p| segments[p].len);
+        let prefix = match prefix.map(|p| segments[p]) {
+            Some(seg) => Some((seg.range(), rope.at(0, seg.len)?, causal_bias_after(0, seg.len, device)?)),
+            None => None,
+        };
+        Ok(Self {
+            prefix,
+            tails,
+            rows: members.len(),
+            len,
+            rope: rope.at(first, len)?,
+            mask: causal_bias_after(first, len, device)?,
+        })
+    }
+}
+
 /// The reference's `self_attn` module.
 #[derive(Debug, Clone)]
 pub struct Attention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
-    gate_proj: Linear,
-    out_proj: Linear,
-    q_norm: ZcRmsNorm,
-    k_norm: ZcRmsNorm,
+    pub(super) q_proj: Linear,
+    pub(super) k_proj: Linear,
+    pub(super) v_proj: Linear,
+    pub(super) gate_proj: Linear,
+    pub(super) out_proj: Linear,
+    pub(super) q_norm: ZcRmsNorm,
+    pub(super) k_norm: ZcRmsNorm,
     num_heads: usize,
     num_kv_heads: usize,
     head_dim: usize,
@@ -122,40 +220,76 @@ impl Attention {
         })
     }
 
-    /// `x` `[B, T, d_model]` → `[B, T, d_model]`; `low_rank` adapts the projections. With a
-    /// `cache`, `x` holds new positions only: their keys join the cache and the queries attend to
-    /// all of it (`rope` and `causal` then describe the new positions after the cached ones).
+    /// Packed tokens `x` `[N, d_model]` → `[N, d_model]`, attending as `layout` says; `low_rank`
+    /// adapts the projections. With a `cache` (one decoding row), the new keys join the cached
+    /// ones and the queries attend to all of them.
     pub fn forward(
         &self,
         x: &Tensor,
-        rope: &Rope,
-        causal: &Tensor,
+        layout: &AttentionLayout,
         low_rank: Option<&LowRank>,
-        cache: Option<&mut LayerKv>,
+        mut cache: Option<&mut LayerKv>,
     ) -> Result<Tensor> {
-        let (b, t, _) = x.dims3()?;
-        let q = self.heads(&self.q_proj.forward(x, low_rank)?, self.num_heads)?;
-        let k = self.heads(&self.k_proj.forward(x, low_rank)?, self.num_kv_heads)?;
-        let v = self.heads(&self.v_proj.forward(x, low_rank)?, self.num_kv_heads)?;
-        let q = rope.apply(&self.q_norm.forward(&q)?)?;
-        let k = rope.apply(&self.k_norm.forward(&k)?)?;
-        let (k, v) = match cache {
-            Some(cache) => cache.extend(k, v)?,
-            None => (k, v),
-        };
-        let (k, v) = (self.share_kv(&k)?, self.share_kv(&v)?);
-
-        let weights = causal_softmax(&q.matmul(&k.t()?)?, 1.0 / (self.head_dim as f64).sqrt(), causal)?;
-        let out = weights.matmul(&v)?.transpose(1, 2)?.reshape((b, t, self.num_heads * self.head_dim))?;
-
+        let n = x.dim(0)?;
+        let q = self.q_norm.forward(&self.q_proj.forward(x, low_rank)?.reshape((n, self.num_heads, self.head_dim))?)?;
+        let k =
+            self.k_norm.forward(&self.k_proj.forward(x, low_rank)?.reshape((n, self.num_kv_heads, self.head_dim))?)?;
+        let v = self.v_proj.forward(x, low_rank)?.reshape((n, self.num_kv_heads, self.head_dim))?;
+        let mut outs = Vec::with_capacity(2 * layout.groups.len());
+        for group in &layout.groups {
+            let shared = match &group.prefix {
+                Some((range, rope, mask)) => {
+                    let heads = |t: &Tensor| self.rows_to_heads(&t.narrow(0, range.start, range.len())?.unsqueeze(0)?);
+                    let (q, k, v) = (rope.apply(&heads(&q)?)?, rope.apply(&heads(&k)?)?, heads(&v)?);
+                    outs.push(self.heads_to_rows(&self.attend(&q, &k, &v, mask)?)?);
+                    Some((k, v))
+                }
+                None => None,
+            };
+            let heads = |t: &Tensor| -> Result<Tensor> {
+                let block = match &group.tails {
+                    Tails::Block(start) => t.narrow(0, *start, group.rows * group.len)?,
+                    Tails::Padded { gather, .. } => t.index_select(gather, 0)?,
+                };
+                self.rows_to_heads(&block.reshape((group.rows, group.len, t.dim(1)?, self.head_dim))?)
+            };
+            let q = group.rope.apply(&heads(&q)?)?;
+            let (mut k, mut v) = (group.rope.apply(&heads(&k)?)?, heads(&v)?);
+            if let Some((shared_k, shared_v)) = shared {
+                let wide = |t: &Tensor| t.broadcast_as((group.rows, t.dim(1)?, t.dim(2)?, self.head_dim));
+                k = Tensor::cat(&[&wide(&shared_k)?, &k], 2)?;
+                v = Tensor::cat(&[&wide(&shared_v)?, &v], 2)?;
+            }
+            if let Some(cache) = cache.as_deref_mut() {
+                (k, v) = cache.extend(k, v)?;
+            }
+            let out = self.heads_to_rows(&self.attend(&q, &k, &v, &group.mask)?)?;
+            outs.push(match &group.tails {
+                Tails::Block(_) => out,
+                Tails::Padded { scatter, .. } => out.index_select(scatter, 0)?,
+            });
+        }
+        let out = if outs.len() == 1 { outs.remove(0) } else { Tensor::cat(&outs, 0)? };
         let gated = (out * sigmoid(&self.gate_proj.forward(x, low_rank)?)?)?;
         self.out_proj.forward(&gated, low_rank)
     }
 
-    /// `[B, T, n·head_dim]` → `[B, n, T, head_dim]`.
-    fn heads(&self, x: &Tensor, n: usize) -> Result<Tensor> {
-        let (b, t, _) = x.dims3()?;
-        Ok(x.reshape((b, t, n, self.head_dim))?.transpose(1, 2)?.contiguous()?)
+    /// `softmax(q·kᵀ/√hd + mask)·v` over `[B, H, T, hd]` queries and `[B, kv_heads, S, hd]` keys.
+    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        let (k, v) = (self.share_kv(k)?, self.share_kv(v)?);
+        let weights = causal_softmax(&q.matmul(&k.t()?)?, 1.0 / (self.head_dim as f64).sqrt(), mask)?;
+        Ok(weights.matmul(&v)?)
+    }
+
+    /// `[B, T, n, head_dim]` → `[B, n, T, head_dim]`.
+    fn rows_to_heads(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(x.transpose(1, 2)?.contiguous()?)
+    }
+
+    /// `[B, H, T, head_dim]` → `[B·T, H·head_dim]`.
+    fn heads_to_rows(&self, x: &Tensor) -> Result<Tensor> {
+        let (b, h, t, hd) = x.dims4()?;
+        Ok(x.transpose(1, 2)?.reshape((b * t, h * hd))?)
     }
 
     /// Repeats each kv head for its group of query heads (query head h reads kv head h / group).

@@ -3,8 +3,8 @@
 
 use candle_core::Tensor;
 
-use super::attention::{Attention, LayerKv, Rope};
-use super::engram::EngramKv;
+use super::attention::{Attention, AttentionLayout, LayerKv};
+use super::engram::{injection, EngramKv};
 use super::kernels::sigmoid;
 use super::linear::LowRank;
 use super::mlp::HadamardMlp;
@@ -16,12 +16,13 @@ use crate::config::ModelConfig;
 #[derive(Debug, Clone)]
 pub struct Block {
     /// The pre-attention norm (flax's auto-named `ZCRMSNorm_0`).
-    input_norm: ZcRmsNorm,
-    self_attn: Attention,
-    post_attn_norm: ZcRmsNorm,
-    attn_gate: Tensor,
-    pre_hada_norm: ZcRmsNorm,
-    hadamard_mlp: HadamardMlp,
+    pub(super) input_norm: ZcRmsNorm,
+    pub(super) self_attn: Attention,
+    pub(super) post_attn_norm: ZcRmsNorm,
+    /// σ(attn_gate), the weight of the attention branch.
+    pub(super) attn_gate: Tensor,
+    pub(super) pre_hada_norm: ZcRmsNorm,
+    pub(super) hadamard_mlp: HadamardMlp,
 }
 
 impl Block {
@@ -37,23 +38,22 @@ impl Block {
         })
     }
 
-    /// `x` `[B, T, d]`; `engrams` are the memories injected at this layer (usually none);
-    /// `low_rank` adapts the attention projections; `cache` holds the keys of earlier positions
-    /// when decoding.
+    /// Packed tokens `x` `[N, d]`; `engrams` are the memories injected at this layer (usually
+    /// none); `low_rank` adapts the attention projections; `cache` holds the keys of earlier
+    /// positions when decoding.
     pub fn forward(
         &self,
         x: &Tensor,
-        rope: &Rope,
-        causal: &Tensor,
+        layout: &AttentionLayout,
         engrams: &[&EngramKv],
         low_rank: Option<&LowRank>,
         cache: Option<&mut LayerKv>,
     ) -> Result<Tensor> {
-        let mut x = x.clone();
-        for memory in engrams {
-            x = (&x + memory.injection(&x)?)?;
-        }
-        let attn = self.self_attn.forward(&self.input_norm.forward(&x)?, rope, causal, low_rank, cache)?;
+        let x = match injection(x, engrams)? {
+            Some(added) => (x + added)?,
+            None => x.clone(),
+        };
+        let attn = self.self_attn.forward(&self.input_norm.forward(&x)?, layout, low_rank, cache)?;
         let x = (&x + self.post_attn_norm.forward(&attn)?.broadcast_mul(&self.attn_gate)?)?;
         let mlp = self.hadamard_mlp.forward(&self.pre_hada_norm.forward(&x)?)?;
         Ok((x + mlp)?)

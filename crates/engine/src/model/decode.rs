@@ -13,13 +13,21 @@ use super::{Network, Result};
 use crate::tokenizer::{EOS_ID, IM_END_ID};
 
 /// What a decoding run carries from step to step.
+#[derive(Debug, Clone)]
 pub struct DecodeState {
     /// Every token so far, prompt included.
     pub(super) history: Vec<u32>,
     /// Each layer's keys and values.
     pub(super) layers: Vec<LayerKv>,
-    /// Rotary tables for every position the run may reach.
+    /// Rotary tables for every position the model may reach.
     pub(super) rope: Rope,
+}
+
+/// A prompt prefix already run through the network: prompts that begin with it continue from its
+/// cached keys instead of running it again (an app's tools prompt, answered for many queries).
+#[derive(Debug, Clone)]
+pub struct Prefilled {
+    state: DecodeState,
 }
 
 /// Why decoding stopped.
@@ -58,20 +66,50 @@ impl Generation {
 }
 
 impl Network {
+    /// A state that has seen nothing, for rows up to the model's `max_seq_len`.
+    fn decode_state(&self) -> Result<DecodeState> {
+        let cfg = self.config();
+        Ok(DecodeState {
+            history: Vec::new(),
+            layers: vec![LayerKv::default(); cfg.num_layers],
+            rope: Rope::new(cfg.head_dim(), cfg.max_seq_len.max(2), cfg.rope_theta, self.device())?,
+        })
+    }
+
+    /// Runs `prefix` through the network once, for [`Network::generate_from`].
+    pub fn prefill(&self, prefix: &[u32]) -> Result<Prefilled> {
+        let mut state = self.decode_state()?;
+        let max_prefix = self.config().max_seq_len.max(2) - 1;
+        self.decode_step(&prefix[..prefix.len().min(max_prefix)], &mut state)?;
+        Ok(Prefilled { state })
+    }
+
     /// Greedy continuation of `prompt` (token ids, BOS first): at most `max_new_tokens` tokens,
     /// stopping after `<|im_end|>`, before EOS, or at the model's `max_seq_len`.
     pub fn generate(&self, prompt: &[u32], max_new_tokens: usize) -> Result<Generation> {
+        self.generate_from(None, prompt, max_new_tokens)
+    }
+
+    /// [`Network::generate`], continuing from `prefilled` when the prompt begins with its tokens
+    /// (and has more of its own).
+    pub fn generate_from(
+        &self,
+        prefilled: Option<&Prefilled>,
+        prompt: &[u32],
+        max_new_tokens: usize,
+    ) -> Result<Generation> {
         let max_seq_len = self.config().max_seq_len.max(2);
         // As the reference: the prompt keeps at most max_seq_len − 1 tokens, leaving room for one.
         let prompt = &prompt[..prompt.len().min(max_seq_len - 1)];
         let max_len = max_seq_len.min(prompt.len() + max_new_tokens);
-        let mut state = DecodeState {
-            history: Vec::with_capacity(max_len),
-            layers: vec![LayerKv::default(); self.config().num_layers],
-            rope: Rope::new(self.config().head_dim(), max_len, self.config().rope_theta, self.device())?,
+        let continues = |p: &&Prefilled| p.state.history.len() < prompt.len() && prompt.starts_with(&p.state.history);
+        let mut state = match prefilled.filter(continues) {
+            Some(prefilled) => prefilled.state.clone(),
+            None => self.decode_state()?,
         };
         let start = Instant::now();
-        let mut next = greedy(&self.decode_step(prompt, &mut state)?)?;
+        let new = &prompt[state.history.len()..];
+        let mut next = greedy(&self.decode_step(new, &mut state)?)?;
         let prefill_seconds = start.elapsed().as_secs_f64();
         let start = Instant::now();
         let mut ids = Vec::new();
@@ -188,6 +226,23 @@ mod tests {
                 _ => assert_eq!(n, want.len(), "{}", case["text"]),
             }
         }
+    }
+
+    #[test]
+    fn a_prefilled_prefix_gives_the_tokens_of_a_whole_prompt() {
+        let network = network("tiny_f32");
+        let prefix: Vec<u32> = std::iter::once(BOS_ID).chain((0..30).map(|i| 20 + i % 40)).collect();
+        let prefilled = network.prefill(&prefix).unwrap();
+        for tail in [vec![7u32, 300, 12], vec![99, 5, 8, 77, 31, 200, 6]] {
+            let prompt: Vec<u32> = prefix.iter().copied().chain(tail).collect();
+            let want = network.generate(&prompt, 12).unwrap();
+            let got = network.generate_from(Some(&prefilled), &prompt, 12).unwrap();
+            assert_eq!((got.ids, got.stop), (want.ids, want.stop));
+        }
+        // A prompt that does not begin with the prefix, or is no longer than it, starts afresh.
+        let other = [BOS_ID, 40, 41, 7];
+        assert_eq!(network.generate_from(Some(&prefilled), &other, 5).unwrap().ids, network.generate(&other, 5).unwrap().ids);
+        assert_eq!(network.generate_from(Some(&prefilled), &prefix, 5).unwrap().ids, network.generate(&prefix, 5).unwrap().ids);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use candle_core::{Device, Tensor, D};
 
 use super::kernels::sigmoid;
 use super::norm::rms_unit;
-use super::ops::shift_right;
+use super::packing::Packing;
 use super::params::ParamPath;
 use super::{ModelError, Result};
 use crate::config::{ConfigError, EngramDims, ModelConfig, ENGRAM_CONV_TAPS};
@@ -48,85 +48,103 @@ impl EngramGeometry {
     }
 }
 
-/// The table slot of every (row, position, table), row-major `[B, T, tables]`, exactly as the
-/// reference's `engram_indices`: an FNV-style hash over the last `order` tokens in u32 arithmetic
-/// with wrap-around, tokens before the sequence start reading as 0.
-pub fn engram_indices(ids: &[Vec<u32>], geometry: &EngramGeometry) -> Vec<u32> {
+/// The table slot of every (packed token, table), row-major `[N, tables]`, exactly as the
+/// reference's `engram_indices`: an FNV-style hash over the last `order` tokens of the token's row in
+/// u32 arithmetic with wrap-around, tokens before the row's start reading as 0.
+pub fn engram_indices(packing: &Packing, geometry: &EngramGeometry) -> Vec<u32> {
     let (tables, heads) = (geometry.dims.tables, geometry.dims.heads);
-    let mut out = Vec::with_capacity(ids.iter().map(Vec::len).sum::<usize>() * tables);
-    for row in ids {
-        for t in 0..row.len() {
-            for (oi, &order) in geometry.orders.iter().enumerate() {
-                for h in 0..heads {
-                    let seed = HASH_SEED.wrapping_mul((oi * heads + h + 1) as u32);
-                    let acc = (0..order).fold(seed, |acc, j| {
-                        let token = t.checked_sub(j).map_or(0, |p| row[p]);
-                        (acc ^ token).wrapping_mul(HASH_PRIME)
-                    });
-                    out.push((acc ^ (acc >> 15)) % geometry.slots as u32);
-                }
+    let mut out = Vec::with_capacity(packing.len() * tables);
+    for i in 0..packing.len() {
+        for (oi, &order) in geometry.orders.iter().enumerate() {
+            for h in 0..heads {
+                let seed = HASH_SEED.wrapping_mul((oi * heads + h + 1) as u32);
+                let acc = (0..order).fold(seed, |acc, j| {
+                    let token = packing.earlier(i, j).map_or(0, |p| packing.ids[p]);
+                    (acc ^ token).wrapping_mul(HASH_PRIME)
+                });
+                out.push((acc ^ (acc >> 15)) % geometry.slots as u32);
             }
         }
     }
     out
 }
 
-/// The table lookups of one batch, shared by every engram site.
+/// The table lookups of one packed batch, shared by every engram site.
 #[derive(Debug, Clone)]
 pub struct EngramLookup {
-    /// `table · slots + slot` per (row, position, table), flattened.
+    /// `table · slots + slot` per (token, table), flattened.
     flat_slots: Tensor,
-    /// `[1, T, tables, 1]`: 1 where the n-gram of that table's order fits in the causal window
+    /// `[N, tables, 1]`: 1 where the n-gram of that table's order fits in the causal window
     /// (the reference's `_mask_diag(causal, order − 1)`), else 0.
     ngram_ok: Tensor,
-    batch: usize,
-    seq_len: usize,
+    /// Per convolution tap j ≥ 1: the packed index of the token `j · dilation` positions earlier
+    /// in the same row, or `N` (a zero row) before the row's start.
+    taps_from: Vec<Tensor>,
+    tokens: usize,
 }
 
 impl EngramLookup {
-    pub fn new(ids: &[Vec<u32>], geometry: &EngramGeometry, device: &Device) -> Result<Self> {
-        let (batch, seq_len, tables) = (ids.len(), ids.first().map_or(0, Vec::len), geometry.dims.tables);
-        let flat: Vec<u32> = engram_indices(ids, geometry)
+    pub fn new(packing: &Packing, geometry: &EngramGeometry, device: &Device) -> Result<Self> {
+        let (tokens, tables) = (packing.len(), geometry.dims.tables);
+        let flat: Vec<u32> = engram_indices(packing, geometry)
             .into_iter()
             .enumerate()
             .map(|(i, slot)| (i % tables * geometry.slots) as u32 + slot)
             .collect();
-        let ok: Vec<f32> = (0..seq_len)
-            .flat_map(|t| {
+        let ok: Vec<f32> = packing
+            .positions
+            .iter()
+            .flat_map(|&t| {
                 geometry.orders.iter().flat_map(move |&order| {
-                    std::iter::repeat_n(if t + 1 >= order { 1.0 } else { 0.0 }, geometry.dims.heads)
+                    std::iter::repeat_n(if t as usize + 1 >= order { 1.0 } else { 0.0 }, geometry.dims.heads)
                 })
             })
             .collect();
+        let taps_from = (1..ENGRAM_CONV_TAPS)
+            .map(|j| {
+                let from: Vec<u32> =
+                    (0..tokens).map(|i| packing.earlier(i, j * geometry.dims.dilation).unwrap_or(tokens) as u32).collect();
+                Tensor::from_vec(from, tokens, device)
+            })
+            .collect::<candle_core::Result<_>>()?;
         Ok(Self {
-            flat_slots: Tensor::from_vec(flat, batch * seq_len * tables, device)?,
-            ngram_ok: Tensor::from_vec(ok, (1, seq_len, tables, 1), device)?,
-            batch,
-            seq_len,
+            flat_slots: Tensor::from_vec(flat, tokens * tables, device)?,
+            ngram_ok: Tensor::from_vec(ok, (tokens, tables, 1), device)?,
+            taps_from,
+            tokens,
         })
     }
 }
 
-/// One site's memory for a batch: keys and values `[B, T, d_model]`.
+/// One site's memory for a packed batch: keys and values `[N, d_model]`.
 #[derive(Debug, Clone)]
 pub struct EngramKv {
-    key: Tensor,
-    value: Tensor,
+    pub(super) key: Tensor,
+    pub(super) value: Tensor,
 }
 
 impl EngramKv {
-    /// The memories of positions `from..from + len`.
+    /// The memories of packed tokens `from..from + len`.
     pub fn positions(&self, from: usize, len: usize) -> Result<Self> {
-        Ok(Self { key: self.key.narrow(1, from, len)?, value: self.value.narrow(1, from, len)? })
+        Ok(Self { key: self.key.narrow(0, from, len)?, value: self.value.narrow(0, from, len)? })
     }
+}
 
-    /// `σ(⟨x̂, k̂⟩ / √d) · v` with x̂, k̂ RMS-normalised: what the block adds to its input.
-    pub fn injection(&self, x: &Tensor) -> Result<Tensor> {
-        let d = x.dim(D::Minus1)? as f64;
-        let score = (rms_unit(x)? * rms_unit(&self.key)?)?.sum_keepdim(D::Minus1)?;
-        let alpha = sigmoid(&(score / d.sqrt())?)?;
-        Ok(self.value.broadcast_mul(&alpha)?)
+/// `Σₛ σ(⟨x̂, k̂ₛ⟩ / √d) · vₛ` with x̂, k̂ RMS-normalised, every site's gate read from the same `x`
+/// (the reference's injection): what a block adds to its input.
+pub fn injection(x: &Tensor, memories: &[&EngramKv]) -> Result<Option<Tensor>> {
+    let d = x.dim(D::Minus1)? as f64;
+    let unit = rms_unit(x)?;
+    let mut total: Option<Tensor> = None;
+    for memory in memories {
+        let score = (&unit * rms_unit(&memory.key)?)?.sum_keepdim(D::Minus1)?;
+        let added = memory.value.broadcast_mul(&sigmoid(&(score / d.sqrt())?)?)?;
+        total = Some(match total {
+            Some(sum) => (sum + added)?,
+            None => added,
+        });
     }
+    Ok(total)
 }
 
 /// A config problem is a model config problem, reported by the field's name.
@@ -161,25 +179,25 @@ impl Engram {
     }
 
     pub fn forward(&self, lookup: &EngramLookup) -> Result<EngramKv> {
-        let (b, t, g) = (lookup.batch, lookup.seq_len, &self.geometry);
+        let (n, g) = (lookup.tokens, &self.geometry);
         let (tables, sub_dim) = (g.dims.tables, g.dims.sub_dim);
         let rows = self.embedding.reshape((tables * g.slots, sub_dim))?;
-        let fetched = rows.index_select(&lookup.flat_slots, 0)?.reshape((b, t, tables, sub_dim))?;
-        let e = fetched.broadcast_mul(&lookup.ngram_ok)?.reshape((b, t, g.dims.width()))?;
-        let key = e.broadcast_matmul(&self.key_proj)?;
-        let value = self.causal_conv(&e.broadcast_matmul(&self.value_proj)?)?;
+        let fetched = rows.index_select(&lookup.flat_slots, 0)?.reshape((n, tables, sub_dim))?;
+        let e = fetched.broadcast_mul(&lookup.ngram_ok)?.reshape((n, g.dims.width()))?;
+        let key = e.matmul(&self.key_proj)?;
+        let value = self.causal_conv(&e.matmul(&self.value_proj)?, lookup)?;
         Ok(EngramKv { key, value })
     }
 
-    /// `Σ_j taps[j] · v[t − j·dilation]`. The reference also multiplies tap j by
-    /// `_mask_diag(causal, j·dilation)`, which under a causal mask is exactly the zero padding of
-    /// the shift, so it is not repeated here.
-    fn causal_conv(&self, v: &Tensor) -> Result<Tensor> {
-        let dilation = self.geometry.dims.dilation;
-        let mut out = v.zeros_like()?;
-        for j in 0..ENGRAM_CONV_TAPS {
-            let tap = self.taps.get(j)?;
-            out = (out + shift_right(v, j * dilation)?.broadcast_mul(&tap)?)?;
+    /// `Σ_j taps[j] · v[t − j·dilation]` along each row. The reference also multiplies tap j by
+    /// `_mask_diag(causal, j·dilation)`, which under a causal mask is exactly the zeros before the
+    /// row's start, so it is not repeated here.
+    fn causal_conv(&self, v: &Tensor, lookup: &EngramLookup) -> Result<Tensor> {
+        // A zero row at index N stands for every position before a row's start.
+        let padded = Tensor::cat(&[v, &v.narrow(0, 0, 1)?.zeros_like()?], 0)?;
+        let mut out = v.broadcast_mul(&self.taps.get(0)?)?;
+        for (j, from) in lookup.taps_from.iter().enumerate() {
+            out = (out + padded.index_select(from, 0)?.broadcast_mul(&self.taps.get(j + 1)?)?)?;
         }
         Ok(out)
     }
@@ -188,6 +206,7 @@ impl Engram {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dataset::Encoded;
 
     fn geometry(orders: Vec<usize>, heads: usize, slots: usize) -> EngramGeometry {
         let (tables, dilation) = (orders.len() * heads, orders.iter().copied().max().unwrap_or(1));
@@ -197,7 +216,8 @@ mod tests {
     #[test]
     fn indices_match_the_reference_hash_with_u32_wraparound() {
         // Values printed by the reference's `engram_indices(jnp.array([[5, 7, 4000000000]]), (2, 3), 2, 8192)`.
-        let got = engram_indices(&[vec![5, 7, 4_000_000_000]], &geometry(vec![2, 3], 2, 8192));
+        let row = Encoded { ids: vec![5, 7, 4_000_000_000], mask: vec![0.0; 3], truncated: false };
+        let got = engram_indices(&Packing::new(&[row], false).unwrap(), &geometry(vec![2, 3], 2, 8192));
         assert_eq!(got, REFERENCE_INDICES);
     }
     const REFERENCE_INDICES: [u32; 12] = [1637, 1314, 5792, 3524, 78, 2045, 409, 5733, 3831, 5213, 728, 4871];

@@ -2,13 +2,49 @@
 
 use std::time::Instant;
 
-use candle_core::{Device, Tensor};
 use serde::Serialize;
 
+use super::fast::{CpuNetwork, Workspace};
+use super::linear::LowRank;
 use super::network::Network;
+use super::packing::Packing;
 use super::{ModelError, Result};
 use crate::dataset::Encoded;
-use crate::tokenizer::PAD_ID;
+
+/// How passes are computed: the hand-written CPU path ([`CpuNetwork`]) where the network allows
+/// it, else candle's ops (every device).
+#[derive(Debug)]
+pub enum Forward {
+    Cpu(CpuNetwork, Workspace),
+    Candle(Network),
+}
+
+impl Forward {
+    pub fn new(network: Network) -> Result<Self> {
+        Ok(match CpuNetwork::supports(&network) {
+            true => Forward::Cpu(CpuNetwork::new(&network)?, Workspace::default()),
+            false => Forward::Candle(network),
+        })
+    }
+
+    pub fn network(&self) -> &Network {
+        match self {
+            Forward::Cpu(cpu, _) => cpu.network(),
+            Forward::Candle(network) => network,
+        }
+    }
+
+    /// `(Σ ce·mask, Σ mask)` of a packed batch, without gradients.
+    pub fn masked_ce_sum(&mut self, packing: &Packing, low_rank: Option<&LowRank>) -> Result<(f64, f64)> {
+        match self {
+            Forward::Cpu(cpu, workspace) => cpu.masked_ce_sum(packing, low_rank, workspace),
+            Forward::Candle(network) => {
+                let (sum, count) = network.masked_ce_sum(packing, low_rank)?;
+                Ok((f64::from(sum.to_scalar::<f32>()?), count))
+            }
+        }
+    }
+}
 
 /// What `needle eval --json` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -19,14 +55,15 @@ pub struct EvalSummary {
     /// Masked-in (answer) tokens the loss averages over.
     pub tokens: usize,
     pub seq_len: usize,
-    /// Tokens run through the network per second (each batch padded to its own longest row).
+    /// Tokens of the rows (without padding) scored per second.
     pub tokens_per_s: f64,
 }
 
 /// Runs `rows` through `network` `batch_size` at a time and averages the cross-entropy over all
 /// masked tokens of all rows — the number the reference gets from one batch of everything, padded
-/// to `seq_len`. Padding sits after every row's tokens under a causal mask, so each batch is
-/// padded only to its own longest row. `progress(done, total)` is called after each batch.
+/// to `seq_len`. Padding sits after every row's tokens under a causal mask, so no batch is padded,
+/// and rows that begin alike share their prefix ([`Packing`]). `progress(done, total)` is called
+/// after each batch.
 pub fn evaluate(
     network: &Network,
     rows: impl ExactSizeIterator<Item = Encoded>,
@@ -39,16 +76,17 @@ pub fn evaluate(
     }
     let started = Instant::now();
     let total = rows.len();
+    let mut forward = Forward::new(network.clone())?;
     let (mut ce_sum, mut tokens, mut done, mut positions) = (0f64, 0f64, 0usize, 0usize);
     let mut rows = rows.peekable();
     while rows.peek().is_some() {
         let batch: Vec<Encoded> = rows.by_ref().take(batch_size).collect();
-        let (ids, mask) = batch_tensors(&batch, network.device())?;
-        let (sum, count) = network.masked_ce_sum(&ids, &mask, None)?;
-        ce_sum += f64::from(sum.to_scalar::<f32>()?);
+        let packing = Packing::new(&batch, true)?;
+        let (sum, count) = forward.masked_ce_sum(&packing, None)?;
+        ce_sum += sum;
         tokens += count;
         done += batch.len();
-        positions += ids.elem_count();
+        positions += packing.unshared_len();
         progress(done, total);
     }
     let seconds = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
@@ -59,18 +97,4 @@ pub fn evaluate(
         seq_len,
         tokens_per_s: positions as f64 / seconds,
     })
-}
-
-/// `ids` `[B, L]` u32 and `mask` `[B, L]` f32 on `device`, `L` the batch's longest row: shorter
-/// rows are padded with PAD and a zero mask (evaluation and training batch the same way).
-pub fn batch_tensors(batch: &[Encoded], device: &Device) -> Result<(Tensor, Tensor)> {
-    let longest = batch.iter().map(|row| row.ids.len()).max().unwrap_or(0);
-    let mut ids = Vec::with_capacity(batch.len() * longest);
-    let mut mask = Vec::with_capacity(batch.len() * longest);
-    for row in batch {
-        ids.extend(row.ids.iter().copied().chain(std::iter::repeat(PAD_ID)).take(longest));
-        mask.extend(row.mask.iter().copied().chain(std::iter::repeat(0.0)).take(longest));
-    }
-    let shape = (batch.len(), longest);
-    Ok((Tensor::from_vec(ids, shape, device)?, Tensor::from_vec(mask, shape, device)?))
 }

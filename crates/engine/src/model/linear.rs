@@ -15,7 +15,7 @@ use super::Result;
 /// scale `alpha / rank` on their product.
 #[derive(Debug, Clone)]
 pub struct LowRank {
-    scale: f64,
+    pub(super) scale: f64,
     factors: HashMap<(String, usize), (Tensor, Tensor)>,
 }
 
@@ -36,12 +36,17 @@ impl LowRank {
         Self { scale: self.scale, factors }
     }
 
+    /// The factors' rank (0 when there are none).
+    pub fn rank(&self) -> usize {
+        self.factors.values().next().map_or(0, |(a, _)| a.dims().last().copied().unwrap_or(0))
+    }
+
     /// Every factor tensor, `A` and `B` of each kernel and layer.
     pub fn tensors(&self) -> impl Iterator<Item = &Tensor> {
         self.factors.values().flat_map(|(a, b)| [a, b])
     }
 
-    fn get(&self, path: &str, layer: usize) -> Option<&(Tensor, Tensor)> {
+    pub(super) fn get(&self, path: &str, layer: usize) -> Option<&(Tensor, Tensor)> {
         self.factors.get(&(path.to_string(), layer))
     }
 }
@@ -49,9 +54,9 @@ impl LowRank {
 /// A frozen kernel `[in, out]`, named by its checkpoint path and layer.
 #[derive(Debug, Clone)]
 pub struct Linear {
-    weight: Tensor,
-    path: String,
-    layer: usize,
+    pub(super) weight: Tensor,
+    pub(super) path: String,
+    pub(super) layer: usize,
 }
 
 impl Linear {

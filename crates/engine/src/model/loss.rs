@@ -11,7 +11,7 @@ use super::Result;
 
 /// The positions of a batch whose next token the loss scores: logits at t predict `ids[t + 1]`,
 /// weighted by `mask[t + 1]`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Scored {
     /// `row · T + t` for each scored position, in row-major order.
     pub positions: Vec<u32>,

@@ -3,7 +3,7 @@
 
 use candle_core::{Device, Tensor};
 
-use super::kernels::hadamard_mlp;
+use super::kernels::{self, hadamard_mlp};
 use super::params::ParamPath;
 use super::Result;
 use crate::config::ModelConfig;
@@ -29,9 +29,15 @@ impl HadamardMlp {
         })
     }
 
-    /// `x` `[B, T, d_model]` → `[B, T, d_model]`.
+    /// `x` `[…, d_model]` → `[…, d_model]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         Ok(hadamard_mlp(x, [&self.d1, &self.d2, &self.d3], self.walsh_matrix.as_ref())?)
+    }
+
+    /// The diagonals on the host, as the row kernels take them.
+    pub(super) fn rows(&self) -> Result<kernels::HadamardMlp> {
+        let [d1, d2, d3] = [&self.d1, &self.d2, &self.d3].map(|d| d.to_vec1::<f32>());
+        Ok(kernels::HadamardMlp::new(d1?, d2?, d3?))
     }
 }
 

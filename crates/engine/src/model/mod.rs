@@ -24,21 +24,23 @@ pub mod block;
 pub mod decode;
 pub mod engram;
 pub mod eval;
+mod fast;
 pub mod kernels;
 pub mod linear;
 pub mod loss;
 pub mod mlp;
 pub mod network;
 pub mod norm;
-mod ops;
+pub mod packing;
 pub mod params;
 #[cfg(test)]
 mod parity_tests;
 pub mod stack;
 
 pub use candle_core::Device;
-pub use decode::{Generation, Stop};
-pub use eval::{batch_tensors, evaluate, EvalSummary};
+pub use decode::{Generation, Prefilled, Stop};
+pub use eval::{evaluate, EvalSummary, Forward};
+pub use fast::{CpuNetwork, HostGrads, Workspace};
 pub use linear::LowRank;
 pub use loss::{masked_ce_sum, masked_loss};
 pub use network::Network;

@@ -5,7 +5,7 @@ use std::path::Path;
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
 
-use super::attention::{causal_bias, causal_bias_after, Rope};
+use super::attention::{AttentionLayout, Rope};
 use super::block::Block;
 use super::decode::DecodeState;
 use super::engram::{Engram, EngramGeometry, EngramKv, EngramLookup};
@@ -13,11 +13,13 @@ use super::kernels::frozen_matmul;
 use super::linear::LowRank;
 use super::loss::Scored;
 use super::norm::ZcRmsNorm;
+use super::packing::Packing;
 use super::params::{ParamPath, Params};
 use super::stack::Stack;
 use super::{ModelError, Result};
 use crate::checkpoint::Checkpoint;
 use crate::config::ModelConfig;
+use crate::dataset::Encoded;
 
 /// Probe counts of the reference's contrastive and confidence heads.
 const CONTRASTIVE_PROBES: usize = 4;
@@ -25,10 +27,9 @@ const CONFIDENCE_PROBES: usize = 8;
 
 /// The per-batch inputs of the layer stack.
 struct LayerInputs {
-    /// Token embeddings `[B, T, d]`, scaled.
+    /// Token embeddings `[N, d]`, scaled.
     embedded: Tensor,
-    rope: Rope,
-    causal: Tensor,
+    layout: AttentionLayout,
     /// Each engram site's keys and values.
     memories: Vec<EngramKv>,
 }
@@ -37,11 +38,11 @@ struct LayerInputs {
 pub struct Network {
     cfg: ModelConfig,
     /// `[vocab, d_model]`, also the (transposed) output projection.
-    embedding: Tensor,
+    pub(super) embedding: Tensor,
     /// `None` when no layer has an engram site.
     engram_geometry: Option<EngramGeometry>,
     engrams: Vec<Engram>,
-    stack: Stack,
+    pub(super) stack: Stack,
 }
 
 impl Network {
@@ -122,23 +123,25 @@ impl Network {
     /// Token ids `[B, T]` (any integer dtype) → logits `[B, T, vocab]` f32, under the causal mask
     /// only (padding is attended to, as in the reference's `__call__`).
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
-        let hidden = self.hidden(&ids.to_dtype(DType::U32)?.to_vec2::<u32>()?, None)?;
-        self.logits(&hidden)
-    }
-
-    /// `(Σ ce·mask, Σ mask)` of a batch (see [`super::masked_ce_sum`]), with only the scored
-    /// positions projected to the vocabulary; `low_rank` adapts the projections.
-    pub fn masked_ce_sum(&self, ids: &Tensor, mask: &Tensor, low_rank: Option<&LowRank>) -> Result<(Tensor, f64)> {
         let rows = ids.to_dtype(DType::U32)?.to_vec2::<u32>()?;
-        let scored = Scored::new(&rows, &mask.to_vec2()?);
-        let sum = self.scored_ce_sum(&scored, &self.hidden(&rows, low_rank)?)?;
-        Ok((sum, scored.weight_sum()))
+        let (b, t) = (rows.len(), rows.first().map_or(0, Vec::len));
+        // Every position is kept (a unit mask keeps trailing PAD), each row a segment of its own.
+        let rows: Vec<Encoded> =
+            rows.into_iter().map(|ids| Encoded { mask: vec![1.0; ids.len()], ids, truncated: false }).collect();
+        let hidden = self.hidden(&Packing::new(&rows, false)?, None)?;
+        Ok(self.logits(&hidden)?.reshape((b, t, self.cfg.vocab_size))?)
     }
 
-    /// `Σ ce·mask` of the scored positions of hidden states `[B, T, d_model]`.
+    /// `(Σ ce·mask, Σ mask)` of a packed batch (see [`super::masked_ce_sum`]), with only the scored
+    /// positions projected to the vocabulary; `low_rank` adapts the projections.
+    pub fn masked_ce_sum(&self, packing: &Packing, low_rank: Option<&LowRank>) -> Result<(Tensor, f64)> {
+        let sum = self.scored_ce_sum(packing.scored(), &self.hidden(packing, low_rank)?)?;
+        Ok((sum, packing.scored().weight_sum()))
+    }
+
+    /// `Σ ce·mask` of the scored positions of hidden states `[N, d_model]`.
     fn scored_ce_sum(&self, scored: &Scored, hidden: &Tensor) -> Result<Tensor> {
-        let (b, t, d) = hidden.dims3()?;
-        scored.ce_sum(&hidden.reshape((b * t, d))?, |h| self.logits(h))
+        scored.ce_sum(hidden, |h| self.logits(h))
     }
 
     /// Hidden states `[…, d_model]` → logits through the tied (frozen) embedding.
@@ -146,53 +149,53 @@ impl Network {
         Ok(frozen_matmul(hidden, &self.embedding.t()?)?)
     }
 
-    /// Token rows (one length) → final hidden states `[B, T, d_model]`.
-    fn hidden(&self, rows: &[Vec<u32>], low_rank: Option<&LowRank>) -> Result<Tensor> {
-        let inputs = self.inputs(rows)?;
-        self.stack.forward(&inputs.embedded, &inputs.rope, &inputs.causal, &inputs.memories, low_rank)
+    /// A packed batch → final hidden states `[N, d_model]`.
+    fn hidden(&self, packing: &Packing, low_rank: Option<&LowRank>) -> Result<Tensor> {
+        let inputs = self.inputs(packing)?;
+        self.stack.forward(&inputs.embedded, &inputs.layout, &inputs.memories, low_rank)
     }
 
-    /// What every layer reads besides the lanes, from the token rows: none of it depends on a
+    /// What every layer reads besides the lanes, from the packed tokens: none of it depends on a
     /// trainable weight, so none of it is part of the gradient graph.
-    fn inputs(&self, rows: &[Vec<u32>]) -> Result<LayerInputs> {
-        self.check_ids(rows)?;
-        let (b, t, d) = (rows.len(), rows[0].len(), self.cfg.d_model);
+    fn inputs(&self, packing: &Packing) -> Result<LayerInputs> {
+        self.check_ids(packing)?;
         let device = self.device();
-        let ids = Tensor::from_vec(rows.concat(), b * t, device)?;
-        let embedded = (self.embedding.index_select(&ids, 0)?.reshape((b, t, d))? * (d as f64).sqrt())?;
-        let memories = match &self.engram_geometry {
-            None => Vec::new(),
-            Some(geometry) => {
-                let lookup = EngramLookup::new(rows, geometry, device)?;
-                self.engrams.iter().map(|e| e.forward(&lookup)).collect::<Result<_>>()?
-            }
-        };
+        let ids = Tensor::from_slice(&packing.ids, packing.len(), device)?;
+        let embedded = (self.embedding.index_select(&ids, 0)? * (self.cfg.d_model as f64).sqrt())?;
+        let rope = Rope::new(self.cfg.head_dim(), packing.longest_row(), self.cfg.rope_theta, device)?;
         Ok(LayerInputs {
             embedded,
-            rope: Rope::new(self.cfg.head_dim(), t, self.cfg.rope_theta, device)?,
-            causal: causal_bias(t, device)?,
-            memories,
+            layout: AttentionLayout::new(packing, &rope, device)?,
+            memories: self.engram_memories(packing)?,
         })
     }
 
-    /// `Σ ce·mask / normalizer` over a batch and its gradients for the tensors `low_rank` holds,
-    /// with activations kept for one layer at a time: a first pass keeps only each layer's input
-    /// lanes, then the backward pass recomputes one layer's graph at a time from its input and the
-    /// gradient arriving from above. The same gradients as `masked_ce_sum(…)` divided and
+    /// Each engram site's keys and values for the packed tokens.
+    pub(super) fn engram_memories(&self, packing: &Packing) -> Result<Vec<EngramKv>> {
+        match &self.engram_geometry {
+            None => Ok(Vec::new()),
+            Some(geometry) => {
+                let lookup = EngramLookup::new(packing, geometry, self.device())?;
+                self.engrams.iter().map(|e| e.forward(&lookup)).collect()
+            }
+        }
+    }
+
+    /// `Σ ce·mask / normalizer` over a packed batch and its gradients for the tensors `low_rank`
+    /// holds, with activations kept for one layer at a time: a first pass keeps only each layer's
+    /// input lanes, then the backward pass recomputes one layer's graph at a time from its input
+    /// and the gradient arriving from above. The same gradients as `masked_ce_sum(…)` divided and
     /// differentiated, for about one more forward pass of time and a layer's activations of
     /// memory instead of the whole stack's.
     pub fn loss_and_grads_by_layer(
         &self,
-        ids: &Tensor,
-        mask: &Tensor,
+        packing: &Packing,
         low_rank: &LowRank,
         normalizer: f64,
     ) -> Result<(f32, GradStore)> {
-        let rows = ids.to_dtype(DType::U32)?.to_vec2::<u32>()?;
-        let scored = Scored::new(&rows, &mask.to_vec2()?);
-        let LayerInputs { embedded, rope, causal, memories } = self.inputs(&rows)?;
+        let LayerInputs { embedded, layout, memories } = self.inputs(packing)?;
         let layer = |index: usize, lanes: &Tensor, low_rank: &LowRank| {
-            self.stack.layer(index, lanes, &rope, &causal, &memories, Some(low_rank), None)
+            self.stack.layer(index, lanes, &layout, &memories, Some(low_rank), None)
         };
 
         let untracked = low_rank.detached();
@@ -203,7 +206,7 @@ impl Network {
         }
 
         let top = Var::from_tensor(&inputs.pop().expect("the stack's output"))?;
-        let loss = (self.scored_ce_sum(&scored, &self.stack.finish(top.as_tensor())?)? / normalizer)?;
+        let loss = (self.scored_ce_sum(packing.scored(), &self.stack.finish(top.as_tensor())?)? / normalizer)?;
         let mut grads = loss.backward()?;
         // Every gradient is detached as it is taken: candle's gradients are themselves tracked
         // tensors, and a tracked upstream gradient would pull every layer's graph into the next.
@@ -234,39 +237,43 @@ impl Network {
     /// and join them: one decoding step (the prompt's prefill when `state` is empty). Attention reads
     /// the cached keys; engram memories are recomputed from the window of history they reach.
     pub(super) fn decode_step(&self, new: &[u32], state: &mut DecodeState) -> Result<Tensor> {
-        self.check_ids(&[new.to_vec()])?;
-        let (past, s, d) = (state.history.len(), new.len(), self.cfg.d_model);
+        let (past, s) = (state.history.len(), new.len());
         let device = self.device();
+        let window_start = match &self.engram_geometry {
+            Some(geometry) => past.saturating_sub(geometry.window()),
+            None => past,
+        };
+        // The new tokens with the history their engram n-grams and taps reach, as one row.
+        let window: Vec<u32> = state.history[window_start..].iter().chain(new).copied().collect();
+        let row = Encoded { mask: vec![1.0; window.len()], ids: window, truncated: false };
+        let packing = Packing::new(&[row], false)?;
+        self.check_ids(&packing)?;
         state.history.extend_from_slice(new);
         let ids = Tensor::from_slice(new, s, device)?;
-        let embedded = (self.embedding.index_select(&ids, 0)?.reshape((1, s, d))? * (d as f64).sqrt())?;
-        let memories = match &self.engram_geometry {
-            None => Vec::new(),
-            Some(geometry) => {
-                let start = past.saturating_sub(geometry.window());
-                let lookup = EngramLookup::new(&[state.history[start..].to_vec()], geometry, device)?;
-                let memory = |engram: &Engram| engram.forward(&lookup)?.positions(past - start, s);
-                self.engrams.iter().map(memory).collect::<Result<_>>()?
-            }
-        };
-        let rope = state.rope.at(past, s)?;
-        let causal = causal_bias_after(past, s, device)?;
+        let embedded = (self.embedding.index_select(&ids, 0)? * (self.cfg.d_model as f64).sqrt())?;
+        let memories = self
+            .engram_memories(&packing)?
+            .iter()
+            .map(|memory| memory.positions(past - window_start, s))
+            .collect::<Result<Vec<_>>>()?;
+        let layout = AttentionLayout::decode(past, s, &state.rope, device)?;
         let mut lanes = self.stack.spread(&embedded)?;
         for (index, cache) in state.layers.iter_mut().enumerate() {
-            lanes = self.stack.layer(index, &lanes, &rope, &causal, &memories, None, Some(cache))?;
+            lanes = self.stack.layer(index, &lanes, &layout, &memories, None, Some(cache))?;
         }
-        let last = self.stack.finish(&lanes.narrow(1, s - 1, 1)?)?;
+        let last = self.stack.finish(&lanes.narrow(0, s - 1, 1)?)?;
         Ok(self.logits(&last)?.flatten_all()?)
     }
 
-    fn check_ids(&self, rows: &[Vec<u32>]) -> Result<()> {
+    /// Fails on a token outside the vocabulary, naming its row and position.
+    pub(super) fn check_ids(&self, packing: &Packing) -> Result<()> {
         let vocab = self.cfg.vocab_size;
-        if rows.first().is_none_or(Vec::is_empty) {
-            return Err(ModelError::EmptyBatch);
-        }
-        for (row, ids) in rows.iter().enumerate() {
-            if let Some(position) = ids.iter().position(|&id| id as usize >= vocab) {
-                return Err(ModelError::TokenOutOfRange { id: ids[position], row, position, vocab });
+        for row in 0..packing.num_rows() {
+            for position in 0..packing.row_len(row) {
+                let id = packing.ids[packing.index(row, position)];
+                if id as usize >= vocab {
+                    return Err(ModelError::TokenOutOfRange { id, row, position, vocab });
+                }
             }
         }
         Ok(())
@@ -356,6 +363,12 @@ mod tests {
         (ids, mask)
     }
 
+    fn batch_rows() -> Vec<Encoded> {
+        let (ids, mask) = batch();
+        let (ids, mask) = (ids.to_vec2::<u32>().unwrap(), mask.to_vec2::<f32>().unwrap());
+        ids.into_iter().zip(mask).map(|(ids, mask)| Encoded { ids, mask, truncated: false }).collect()
+    }
+
     #[test]
     fn low_rank_gradients_reach_every_attention_projection_of_every_layer() {
         let cfg = tiny_config();
@@ -363,8 +376,8 @@ mod tests {
         let network = Network::load(&cfg, &params).unwrap();
         let lora = crate::lora::Lora::init(&params, 4, 8.0, 0).unwrap();
         assert_eq!(lora.factors.len(), 5, "q, k, v, gate and out projections");
-        let (ids, mask) = batch();
-        let (sum, count) = network.masked_ce_sum(&ids, &mask, Some(&lora.low_rank())).unwrap();
+        let packing = Packing::new(&batch_rows(), true).unwrap();
+        let (sum, count) = network.masked_ce_sum(&packing, Some(&lora.low_rank())).unwrap();
         let grads = (sum / count).unwrap().backward().unwrap();
         for factor in &lora.factors {
             // B starts at zero, so only B's gradient is non-zero before the first update.

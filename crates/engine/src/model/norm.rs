@@ -22,6 +22,11 @@ impl ZcRmsNorm {
         Ok(Self { scale: vb.get(&[width], "scale")? })
     }
 
+    /// The gain `1 + scale` on the host.
+    pub(super) fn gain(&self) -> Result<Vec<f32>> {
+        Ok((&self.scale + 1.0)?.to_vec1()?)
+    }
+
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         // The gain `1 + scale` is formed per call, not when loading: a network built only to list
         // its parameters (`Network::param_shapes`) then allocates nothing per layer.

@@ -5,7 +5,7 @@
 
 use candle_core::Tensor;
 
-use super::attention::{LayerKv, Rope};
+use super::attention::{AttentionLayout, LayerKv};
 use super::block::Block;
 use super::engram::EngramKv;
 use super::kernels::{frozen_matmul, lane_mix, lane_read, lane_spread, sigmoid, sinkhorn};
@@ -16,22 +16,22 @@ use super::Result;
 use crate::config::ModelConfig;
 
 /// Sinkhorn iterations of the reference (fixed, not configurable there).
-const SINKHORN_ITERS: usize = 20;
+pub(super) const SINKHORN_ITERS: usize = 20;
 
 /// One layer's lane gates (the `stack/mhc_*` parameters at this layer's index).
 #[derive(Debug, Clone)]
-struct LaneMix {
-    phi_pre: Tensor,
-    phi_post: Tensor,
-    phi_res: Tensor,
-    a_pre: Tensor,
-    a_post: Tensor,
-    a_res: Tensor,
+pub(super) struct LaneMix {
+    pub(super) phi_pre: Tensor,
+    pub(super) phi_post: Tensor,
+    pub(super) phi_res: Tensor,
+    pub(super) a_pre: Tensor,
+    pub(super) a_post: Tensor,
+    pub(super) a_res: Tensor,
     /// `b_pre` plus the fixed lane offset: +4 on this layer's own lane (layer mod lanes), −4 elsewhere.
-    bias_pre: Tensor,
+    pub(super) bias_pre: Tensor,
     /// `b_post` plus the fixed lane offset: 0 on this layer's own lane, −4 elsewhere.
-    bias_post: Tensor,
-    b_res: Tensor,
+    pub(super) bias_post: Tensor,
+    pub(super) b_res: Tensor,
     lanes: usize,
 }
 
@@ -61,33 +61,33 @@ impl LaneMix {
         Ok(frozen_matmul(nx, phi)?.broadcast_mul(a)?.broadcast_add(b)?)
     }
 
-    /// One layer over lanes `x` `[B, T, n, d]`.
+    /// One layer over lanes `x` `[N, n, d]`.
     fn forward(&self, x: &Tensor, block: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
-        let (b, t, n, c) = x.dims4()?;
-        let nx = rms_unit(&x.reshape((b, t, n * c))?)?;
+        let (tokens, n, c) = x.dims3()?;
+        let nx = rms_unit(&x.reshape((tokens, n * c))?)?;
         let h_pre = sigmoid(&Self::logits(&nx, &self.phi_pre, &self.a_pre, &self.bias_pre)?)?;
         let u = lane_read(x, &h_pre)?;
         let update = (block(&u)? - &u)?;
         let h_post = (sigmoid(&Self::logits(&nx, &self.phi_post, &self.a_post, &self.bias_post)?)? * 2.0)?;
-        let res = frozen_matmul(&nx, &self.phi_res)?.reshape((b, t, self.lanes, self.lanes))?;
+        let res = frozen_matmul(&nx, &self.phi_res)?.reshape((tokens, self.lanes, self.lanes))?;
         let h_res = sinkhorn(&res.broadcast_mul(&self.a_res)?.broadcast_add(&self.b_res)?, SINKHORN_ITERS)?;
         Ok((lane_mix(&h_res, x)? + lane_spread(&h_post, &update)?)?)
     }
 }
 
 #[derive(Debug, Clone)]
-struct Layer {
-    mix: LaneMix,
-    block: Block,
+pub(super) struct Layer {
+    pub(super) mix: LaneMix,
+    pub(super) block: Block,
     /// Indices of the engram sites injected at this layer.
-    engram_sites: Vec<usize>,
+    pub(super) engram_sites: Vec<usize>,
 }
 
 /// The reference's `stack` module: the layers and the final norm.
 #[derive(Debug, Clone)]
 pub struct Stack {
-    layers: Vec<Layer>,
-    final_norm: ZcRmsNorm,
+    pub(super) layers: Vec<Layer>,
+    pub(super) final_norm: ZcRmsNorm,
     lanes: usize,
 }
 
@@ -106,19 +106,18 @@ impl Stack {
         Ok(Self { layers, final_norm: ZcRmsNorm::new(cfg.d_model, vb.pp("final_norm"))?, lanes: cfg.mhc_lanes })
     }
 
-    /// Embedded tokens `[B, T, d]` → final hidden states `[B, T, d]`; `engrams[s]` is site s's
+    /// Embedded packed tokens `[N, d]` → final hidden states `[N, d]`; `engrams[s]` is site s's
     /// memory; `low_rank` adapts the blocks' projections.
     pub fn forward(
         &self,
         x: &Tensor,
-        rope: &Rope,
-        causal: &Tensor,
+        layout: &AttentionLayout,
         engrams: &[EngramKv],
         low_rank: Option<&LowRank>,
     ) -> Result<Tensor> {
         let mut lanes = self.spread(x)?;
         for index in 0..self.layers.len() {
-            lanes = self.layer(index, &lanes, rope, causal, engrams, low_rank, None)?;
+            lanes = self.layer(index, &lanes, layout, engrams, low_rank, None)?;
         }
         self.finish(&lanes)
     }
@@ -127,32 +126,30 @@ impl Stack {
         self.layers.len()
     }
 
-    /// The embedded tokens `[B, T, d]` copied onto every lane: `[B, T, lanes, d]`.
+    /// The embedded tokens `[N, d]` copied onto every lane: `[N, lanes, d]`.
     pub fn spread(&self, x: &Tensor) -> Result<Tensor> {
-        let (b, t, d) = x.dims3()?;
-        Ok(x.unsqueeze(2)?.broadcast_as((b, t, self.lanes, d))?.contiguous()?)
+        let (tokens, d) = x.dims2()?;
+        Ok(x.unsqueeze(1)?.broadcast_as((tokens, self.lanes, d))?.contiguous()?)
     }
 
-    /// Layer `index` over lanes `[B, T, lanes, d]`; `cache` holds the layer's keys of earlier
+    /// Layer `index` over lanes `[N, lanes, d]`; `cache` holds the layer's keys of earlier
     /// positions when decoding.
-    #[allow(clippy::too_many_arguments)]
     pub fn layer(
         &self,
         index: usize,
         lanes: &Tensor,
-        rope: &Rope,
-        causal: &Tensor,
+        layout: &AttentionLayout,
         engrams: &[EngramKv],
         low_rank: Option<&LowRank>,
         cache: Option<&mut LayerKv>,
     ) -> Result<Tensor> {
         let layer = &self.layers[index];
         let sites: Vec<&EngramKv> = layer.engram_sites.iter().filter_map(|&s| engrams.get(s)).collect();
-        layer.mix.forward(lanes, |u| layer.block.forward(u, rope, causal, &sites, low_rank, cache))
+        layer.mix.forward(lanes, |u| layer.block.forward(u, layout, &sites, low_rank, cache))
     }
 
-    /// The lanes after the last layer → final hidden states `[B, T, d]`.
+    /// The lanes after the last layer → final hidden states `[N, d]`.
     pub fn finish(&self, lanes: &Tensor) -> Result<Tensor> {
-        self.final_norm.forward(&lanes.mean(2)?)
+        self.final_norm.forward(&lanes.mean(1)?)
     }
 }

@@ -3,7 +3,6 @@
 
 use std::time::Instant;
 
-use candle_core::Tensor;
 use serde::Serialize;
 
 use super::memory::StepShape;
@@ -11,7 +10,8 @@ use super::schedule::Schedule;
 use super::trainer::Trainer;
 use crate::config::ModelConfig;
 use crate::lora::Lora;
-use crate::model::{Device, ModelError, Network, Params, Result};
+use crate::dataset::Encoded;
+use crate::model::{CpuNetwork, Device, ModelError, Network, Params, Result};
 
 /// The model shapes `--preset` names: the released Needle 2, and a tiny one for quick checks.
 pub fn preset(name: &str) -> Option<ModelConfig> {
@@ -115,13 +115,15 @@ pub fn run(options: &BenchOptions, device: &Device, process_start: Instant) -> R
         batch,
         seq_len: seq,
         scored: batch * (seq - seq / 2),
+        rank,
+        hand_written: CpuNetwork::supports(&network),
     };
     let memory = shape.plan();
     drop(params);
     let mut trainer = Trainer::new(network, lora, Schedule::reference(1e-4, steps + 1))?;
     trainer.recompute = recompute.unwrap_or(memory.recompute);
     // Forcing recomputation off or on keeps the whole batch in one pass, as asked.
-    trainer.micro_batch = if recompute.is_some() { batch } else { memory.micro_batch };
+    trainer.tokens_per_pass = if recompute.is_some() { usize::MAX } else { memory.tokens_per_pass };
 
     // An LCG: the cost does not depend on the token values.
     let mut state = 0x2545_F491_u32;
@@ -131,16 +133,16 @@ pub fn run(options: &BenchOptions, device: &Device, process_start: Instant) -> R
             (state >> 8) % config.vocab_size as u32
         })
         .collect();
-    let mask: Vec<f32> = (0..batch * seq).map(|i| if i % seq < seq / 2 { 0.0 } else { 1.0 }).collect();
-    let ids = Tensor::from_vec(ids, (batch, seq), device)?;
-    let mask = Tensor::from_vec(mask, (batch, seq), device)?;
+    let mask: Vec<f32> = (0..seq).map(|t| if t < seq / 2 { 0.0 } else { 1.0 }).collect();
+    let rows: Vec<Encoded> =
+        ids.chunks(seq).map(|ids| Encoded { ids: ids.to_vec(), mask: mask.clone(), truncated: false }).collect();
 
     let mut times = Vec::with_capacity(steps);
     let mut loss = 0.0;
     let mut first_step_s = 0.0;
     for step in 0..steps {
         let start = Instant::now();
-        loss = trainer.step(&ids, &mask)?.loss;
+        loss = trainer.step(&rows)?.loss;
         times.push(start.elapsed().as_secs_f64());
         if step == 0 {
             first_step_s = process_start.elapsed().as_secs_f64();
@@ -157,7 +159,7 @@ pub fn run(options: &BenchOptions, device: &Device, process_start: Instant) -> R
         device_memory_mb: crate::backend::device_memory_used(device).map(|b| b as f64 / 1e6),
         estimate_mb: memory.peak_bytes as f64 / 1e6,
         recompute: trainer.recompute,
-        micro_batch: trainer.micro_batch,
+        micro_batch: (trainer.tokens_per_pass / seq).clamp(1, batch),
         loss,
     })
 }

@@ -1,21 +1,31 @@
 //! The memory model of a training run: what the plan (`--dry-run`, the app's Check plan) predicts,
-//! and what decides whether the backward pass recomputes activations layer by layer.
+//! and what decides how many packed tokens a pass holds and whether the backward pass recomputes
+//! activations layer by layer.
 //!
 //! A step holds the f32 base weights, the adapter four times over (value, gradient, two moments)
-//! and the activations the backward pass reads. Those are counted per token and layer in units of
-//! the tensors the forward keeps (lane-wide, model-wide, MLP-wide, and per-head attention rows);
-//! the counts were calibrated against the peak resident memory `needle bench` and `needle finetune`
-//! measured at Needle 2 (4 × 128, 4 × 512, 16 × 256), a tiny model at 16 × 1024 and a mid-size one
-//! at the reference's defaults (batch 16, rows near 1024).
+//! and the activations the backward pass reads. The hand-written CPU path knows its buffers
+//! exactly ([`CpuNetwork::bytes_per_token`]), none of them `T × T`. Candle's path (CUDA, Metal)
+//! is counted per token and layer in units of the tensors its forward keeps (lane-wide,
+//! model-wide, MLP-wide, and per-head attention rows); those counts were calibrated against the
+//! peak resident memory `needle bench` and `needle finetune` measured at Needle 2 (4 × 128,
+//! 4 × 512, 16 × 256), a tiny model at 16 × 1024 and a mid-size one at the reference's defaults
+//! (batch 16, rows near 1024).
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::ModelConfig;
+use crate::model::CpuNetwork;
 
-/// The activations a step may hold. Above it a step first recomputes layer by layer (about a
-/// third more time), then also splits its batch into micro-batches whose gradients are summed
-/// (no more time, smaller matrix products).
+/// The activations a pass may hold. On the CPU path a bigger batch is split into passes whose
+/// gradients are summed (no more time: the products stay large), and only a row too long for the
+/// budget on its own recomputes layer by layer. Candle's path first recomputes (about a third
+/// more time), then also splits its batch into micro-batches.
 pub const ACTIVATION_BUDGET: u64 = 512 << 20;
+
+/// Scored positions the CPU path projects to the vocabulary at a time (its logits buffer).
+const LOGIT_ROWS: f64 = 512.0;
+/// The CPU path's fixed cost: code, allocator and thread-pool slack, the tokenizer and dataset.
+const CPU_FIXED_BYTES: f64 = 120e6;
 
 /// Kept tensors per token and layer, by width (calibrated, see the module comment).
 const LANE_WIDE: f64 = 7.0;
@@ -35,8 +45,12 @@ pub struct MemoryPlan {
     pub peak_bytes: u64,
     /// Whether steps recompute activations layer by layer (see [`ACTIVATION_BUDGET`]).
     pub recompute: bool,
-    /// Rows per forward and backward pass (the whole batch unless the budget needs less).
+    /// Rows per forward and backward pass at the longest rows (the whole batch unless the budget
+    /// needs less).
     pub micro_batch: usize,
+    /// Packed tokens a pass may hold.
+    #[serde(default)]
+    pub tokens_per_pass: usize,
 }
 
 /// The shape of the work: the model, its parameter counts and the largest batch.
@@ -51,6 +65,10 @@ pub struct StepShape<'a> {
     pub seq_len: usize,
     /// Scored positions in the batch (the vocabulary projection runs on these only).
     pub scored: usize,
+    /// The adapter's rank.
+    pub rank: usize,
+    /// Whether steps run the hand-written CPU path (else candle's autograd).
+    pub hand_written: bool,
 }
 
 impl StepShape<'_> {
@@ -90,10 +108,39 @@ impl StepShape<'_> {
             }
     }
 
-    /// The plan for this shape: the whole stack's activations for the whole batch if they fit
-    /// [`ACTIVATION_BUDGET`], else layer-by-layer recomputation on the largest micro-batch that
-    /// fits (one row at least).
+    /// The plan for this shape (see [`ACTIVATION_BUDGET`]).
     pub fn plan(&self) -> MemoryPlan {
+        if self.hand_written {
+            return self.cpu_plan();
+        }
+        self.candle_plan()
+    }
+
+    /// The CPU path: passes of as many packed tokens as the budget holds with every layer's
+    /// activations kept, or, when one row does not fit, with only the lanes between layers kept.
+    fn cpu_plan(&self) -> MemoryPlan {
+        let (cfg, budget) = (self.config, ACTIVATION_BUDGET as f64);
+        let seq_len = self.seq_len.max(1);
+        let kept = CpuNetwork::bytes_per_token(cfg, self.rank, true, false) as f64;
+        let recompute = seq_len as f64 * kept > budget;
+        let per_token = if recompute { CpuNetwork::bytes_per_token(cfg, self.rank, true, true) as f64 } else { kept };
+        let tokens_per_pass = ((budget / per_token) as usize).max(seq_len);
+        let pass_tokens = tokens_per_pass.min(self.batch.max(1) * seq_len);
+        let logits = 4.0 * LOGIT_ROWS.min(self.scored.max(1) as f64) * cfg.vocab_size as f64;
+        let peak = CPU_FIXED_BYTES + 4.0 * (self.parameters as f64 + 4.0 * self.trainable as f64)
+            + pass_tokens as f64 * per_token
+            + logits;
+        MemoryPlan {
+            peak_bytes: peak as u64,
+            recompute,
+            micro_batch: (tokens_per_pass / seq_len).clamp(1, self.batch.max(1)),
+            tokens_per_pass,
+        }
+    }
+
+    /// Candle's path: the whole stack's activations for the whole batch if they fit the budget,
+    /// else layer-by-layer recomputation on the largest micro-batch that fits (one row at least).
+    fn candle_plan(&self) -> MemoryPlan {
         let budget = ACTIVATION_BUDGET as f64;
         let batch = self.batch.max(1);
         let recompute = self.activations(batch, false) > budget;
@@ -102,7 +149,7 @@ impl StepShape<'_> {
             true => (1..=batch).rev().find(|&rows| self.activations(rows, true) <= budget).unwrap_or(1),
         };
         let peak = self.fixed_bytes() + self.activations(micro_batch, recompute);
-        MemoryPlan { peak_bytes: peak as u64, recompute, micro_batch }
+        MemoryPlan { peak_bytes: peak as u64, recompute, micro_batch, tokens_per_pass: micro_batch * self.seq_len.max(1) }
     }
 }
 
@@ -120,6 +167,8 @@ mod tests {
             batch,
             seq_len,
             scored: batch * seq_len / 2,
+            rank: 16,
+            hand_written: false,
         };
         let small = StepShape { config: &ModelConfig { num_layers: 1, d_model: 64, ..cfg.clone() }, ..shape(1, 16) };
         assert!(!small.plan().recompute);
@@ -132,5 +181,34 @@ mod tests {
         // A single row that does not fit still runs, recomputed, one row at a time.
         let huge = shape(2, 16384).plan();
         assert_eq!((huge.recompute, huge.micro_batch), (true, 1));
+    }
+
+    #[test]
+    fn the_cpu_path_splits_big_batches_into_passes_and_recomputes_only_rows_too_long_for_the_budget() {
+        let needle2 = ModelConfig::needle2();
+        let small_model = ModelConfig { d_model: 256, num_heads: 4, num_kv_heads: 2, num_layers: 6, ..needle2.clone() };
+        let shape = |config, batch, seq_len| StepShape {
+            config,
+            parameters: 90_000_000,
+            trainable: 2_000_000,
+            batch,
+            seq_len,
+            scored: batch * seq_len / 2,
+            rank: 16,
+            hand_written: true,
+        };
+        // The benchmark's step keeps everything in one pass.
+        let bench = shape(&needle2, 4, 128).plan();
+        assert!(!bench.recompute && bench.micro_batch == 4 && bench.tokens_per_pass >= 512, "{bench:?}");
+        // The reference's defaults on a small model: passes of several rows, nothing recomputed.
+        let defaults = shape(&small_model, 16, 1024).plan();
+        assert!(!defaults.recompute && (2..16).contains(&defaults.micro_batch), "{defaults:?}");
+        // On Needle 2 a row of 1024 keeps too much: the lanes between layers only, a row per pass.
+        let big = shape(&needle2, 16, 1024).plan();
+        assert!(big.recompute && big.micro_batch == 1, "{big:?}");
+        assert!(big.peak_bytes < bench.peak_bytes + ACTIVATION_BUDGET, "{big:?}");
+        // A row longer than the budget holds still runs, alone.
+        let huge = shape(&needle2, 2, 16384).plan();
+        assert_eq!((huge.recompute, huge.micro_batch, huge.tokens_per_pass), (true, 1, 16384));
     }
 }

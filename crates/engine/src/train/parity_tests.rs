@@ -1,6 +1,9 @@
 //! Parity with the reference's LoRA step on the fixture checkpoints (goldens made by
 //! `tests/fixtures/make_fixtures.py`, rank 4, alpha 8): the loss and the gradients of every factor
-//! within 1e-4 relative, then three clipped AdamW steps on a warmup-cosine schedule within 1e-5.
+//! within 1e-4 relative, then three clipped AdamW steps on a warmup-cosine schedule within 1e-5 —
+//! on the hand-written CPU path and on candle's autograd (what CUDA and Metal run) alike. Then
+//! shared prompt prefixes: the same loss and gradients with and without sharing, on batches that
+//! share, partly share and do not share.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -9,6 +12,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::{Schedule, Trainer};
 use crate::checkpoint::Checkpoint;
+use crate::dataset::Encoded;
 use crate::lora::{target_paths, Lora};
 use crate::model::{Network, Params};
 
@@ -49,46 +53,55 @@ fn golden_trainer(stem: &str) -> (Trainer, HashMap<String, Tensor>) {
     (Trainer::new(network, adapter, schedule).unwrap(), lora)
 }
 
-fn forward_batch(stem: &str) -> (Tensor, Tensor) {
+/// The golden batch as rows (its padding included: it sits after every scored token).
+fn forward_batch(stem: &str) -> Vec<Encoded> {
     let batch = golden(stem, "forward.safetensors");
-    (batch["ids"].to_dtype(DType::U32).unwrap(), batch["mask"].clone())
+    let ids = batch["ids"].to_dtype(DType::U32).unwrap().to_vec2::<u32>().unwrap();
+    let mask = batch["mask"].to_vec2::<f32>().unwrap();
+    ids.into_iter().zip(mask).map(|(ids, mask)| Encoded { ids, mask, truncated: false }).collect()
 }
+
+/// How a step is computed: the path, recomputation, and the tokens a pass may hold.
+const WAYS: [(bool, bool, usize); 6] = [
+    (false, false, usize::MAX),
+    (false, true, usize::MAX),
+    (false, true, 1),
+    (true, false, usize::MAX),
+    (true, true, usize::MAX),
+    (true, true, 1),
+];
 
 #[test]
 fn loss_and_factor_gradients_match_the_reference() {
-    // The whole batch in one pass, recomputed layer by layer, and recomputed in micro-batches of
-    // one row (whose sums over the batch's count add up to the batch's loss and gradients).
-    let ways = [(false, usize::MAX), (true, usize::MAX), (true, 1)];
-    for (stem, (recompute, micro_batch)) in STEMS.iter().flat_map(|&stem| ways.map(|way| (stem, way))) {
+    // The whole batch in one pass, recomputed layer by layer, and recomputed in passes of one row
+    // (whose sums over the batch's count add up to the batch's loss and gradients); on each path.
+    for (stem, (autograd, recompute, tokens)) in STEMS.iter().flat_map(|&stem| WAYS.map(|way| (stem, way))) {
         let (mut trainer, lora) = golden_trainer(stem);
+        trainer.use_autograd(autograd).unwrap();
+        assert_eq!(trainer.hand_written(), !autograd);
         trainer.recompute = recompute;
-        trainer.micro_batch = micro_batch;
-        let (ids, mask) = forward_batch(stem);
-        let (loss, grads) = trainer.loss_and_gradients(&ids, &mask).unwrap();
+        trainer.tokens_per_pass = tokens;
+        let way = format!("{stem} (autograd {autograd}, recompute {recompute}, tokens per pass {tokens})");
+        let (loss, grads) = trainer.loss_and_gradients(&forward_batch(stem)).unwrap();
         let want = scalar(&lora, "loss");
-        assert!(
-            ((loss - want) / want).abs() <= 1e-4,
-            "{stem} (recompute {recompute}, micro-batch {micro_batch}): loss {loss} vs {want}"
-        );
+        assert!(((loss - want) / want).abs() <= 1e-4, "{way}: loss {loss} vs {want}");
         let names =
             trainer.lora.factors.iter().flat_map(|f| [format!("{}/grad_A", f.path), format!("{}/grad_B", f.path)]);
         for (name, grad) in names.zip(&trainer.lora.stacked(&grads).unwrap()) {
             let error = relative_error(grad, &lora[&name]);
-            assert!(
-                error <= 1e-4,
-                "{stem} (recompute {recompute}, micro-batch {micro_batch}): {name} off by {error} relative"
-            );
+            assert!(error <= 1e-4, "{way}: {name} off by {error} relative");
         }
     }
 }
 
 #[test]
 fn three_clipped_adamw_steps_match_the_reference() {
-    for stem in STEMS {
+    for (stem, autograd) in STEMS.iter().flat_map(|&stem| [(stem, false), (stem, true)]) {
         let (mut trainer, lora) = golden_trainer(stem);
-        let (ids, mask) = forward_batch(stem);
+        trainer.use_autograd(autograd).unwrap();
+        let rows = forward_batch(stem);
         for k in 1..=3 {
-            let outcome = trainer.step(&ids, &mask).unwrap();
+            let outcome = trainer.step(&rows).unwrap();
             assert_eq!(outcome.lr, scalar(&lora, &format!("lr@{}", k - 1)), "{stem}: lr of step {k}");
             let want = scalar(&lora, &format!("loss@{k}"));
             assert!(
@@ -100,9 +113,78 @@ fn three_clipped_adamw_steps_match_the_reference() {
                 for (side, value) in [("A", factor.stacked_a().unwrap()), ("B", factor.stacked_b().unwrap())] {
                     let name = format!("{}/{side}@{k}", factor.path);
                     let error = relative_error(&value, &lora[&name]);
-                    assert!(error <= 1e-5, "{stem}: {name} off by {error} relative");
+                    assert!(error <= 1e-5, "{stem} (autograd {autograd}): {name} off by {error} relative");
                 }
             }
         }
+    }
+}
+
+/// Rows of a tool-call dataset: `shared` tokens of one prompt, then a tail of its own per row.
+fn prompt_rows(vocab: u32, prompt: &[u32], tails: &[usize], seed: u32) -> Vec<Encoded> {
+    tails
+        .iter()
+        .enumerate()
+        .map(|(r, &tail)| {
+            let own = (0..tail as u32).map(|t| 4 + (seed.wrapping_mul(31) + 7 * r as u32 + 13 * t) % (vocab - 4));
+            let ids: Vec<u32> = prompt.iter().copied().chain(own).collect();
+            // The answer is the tail's second half, as a tool call follows its query.
+            let mask = (0..ids.len()).map(|t| if t >= prompt.len() + tail / 2 { 1.0 } else { 0.0 }).collect();
+            Encoded { ids, mask, truncated: false }
+        })
+        .collect()
+}
+
+#[test]
+fn shared_prefixes_give_the_unshared_loss_and_gradients() {
+    // tiny_f32 has engram sites (whose n-grams and taps reach back across a tail's start into its
+    // prefix), several lanes and grouped-query heads.
+    let (mut trainer, _) = golden_trainer("tiny_f32");
+    let vocab = trainer.network().config().vocab_size as u32;
+    let prompt = |len: usize, salt: u32| -> Vec<u32> { (0..len as u32).map(|t| 4 + (salt + 5 * t) % (vocab - 4)).collect() };
+    let (app_a, app_b) = (prompt(40, 1), prompt(33, 2));
+    let batches = [
+        ("share", prompt_rows(vocab, &app_a, &[9, 14, 6, 11], 3)),
+        ("partly share", {
+            let mut rows = prompt_rows(vocab, &app_a, &[9, 12], 4);
+            rows.extend(prompt_rows(vocab, &app_b, &[7, 10, 5], 5));
+            rows.extend(prompt_rows(vocab, &prompt(20, 6), &[8], 6));
+            rows
+        }),
+        ("do not share", prompt_rows(vocab, &[], &[30, 25, 41], 7)),
+    ];
+    // What sharing saves: a prompt per group beyond the first row's.
+    for ((kind, rows), saved) in batches.iter().zip([3 * 40, 40 + 2 * 33, 0]) {
+        let packing = crate::model::packing::Packing::new(rows, true).unwrap();
+        assert_eq!(packing.unshared_len() - packing.len(), saved, "{kind}");
+    }
+    for (autograd, (kind, rows)) in [false, true].into_iter().flat_map(|a| batches.iter().map(move |b| (a, b))) {
+        trainer.use_autograd(autograd).unwrap();
+        let results: Vec<(f32, Vec<Tensor>)> = [false, true]
+            .into_iter()
+            .map(|share| {
+                trainer.share_prefixes = share;
+                trainer.loss_and_gradients(rows).unwrap()
+            })
+            .collect();
+        let ((unshared, want), (shared, got)) = (&results[0], &results[1]);
+        assert!(((shared - unshared) / unshared).abs() <= 1e-5, "{kind} (autograd {autograd}): {shared} vs {unshared}");
+        for (g, w) in got.iter().zip(want) {
+            let error = relative_error(g, w);
+            assert!(error <= 1e-4, "{kind} (autograd {autograd}): gradient off by {error} relative");
+        }
+    }
+    // After an update (B no longer zero, so A's gradients are not zero either), once more.
+    trainer.use_autograd(false).unwrap();
+    trainer.step(&batches[1].1).unwrap();
+    let rows = &batches[1].1;
+    trainer.share_prefixes = false;
+    let (unshared, want) = trainer.loss_and_gradients(rows).unwrap();
+    trainer.share_prefixes = true;
+    let (shared, got) = trainer.loss_and_gradients(rows).unwrap();
+    assert!(((shared - unshared) / unshared).abs() <= 1e-5, "after a step: {shared} vs {unshared}");
+    for (g, w) in got.iter().zip(&want) {
+        let error = relative_error(g, w);
+        assert!(error <= 1e-4, "after a step: gradient off by {error} relative");
     }
 }

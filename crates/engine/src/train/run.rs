@@ -24,7 +24,7 @@ use crate::calls::{self, CallScores, ModelScore, Weights, WeightsLoadError};
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::dataset::{Dataset, DatasetError, Encoded, Example, Tokenized};
 use crate::lora::{save_adapter, AdapterFileError, AdapterMeta, Lora};
-use crate::model::{batch_tensors, evaluate, Device, ModelError, Network, Params};
+use crate::model::{evaluate, CpuNetwork, Device, ModelError, Network, Params};
 use crate::settings::{OutOfRange, TrainSettings};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 
@@ -83,8 +83,12 @@ pub struct Plan {
     pub memory_estimate_bytes: u64,
     /// Whether steps recompute activations layer by layer to stay within that memory.
     pub recompute: bool,
-    /// Rows per forward and backward pass (a batch with more is split, its gradients summed).
+    /// Rows per forward and backward pass at the longest rows (a batch with more is split, its
+    /// gradients summed).
     pub micro_batch: usize,
+    /// Packed tokens per pass (shared prefixes counted once).
+    #[serde(default)]
+    pub tokens_per_pass: usize,
     /// Memory the machine has free now, where the platform says.
     pub memory_available_bytes: Option<u64>,
     /// Predicted seconds for the whole run, from a timed step ([`Session::time_run`]); absent
@@ -162,6 +166,8 @@ impl Session {
             batch: s.batch_size.min(train.len().max(val.len())),
             seq_len,
             scored: s.batch_size * most_scored.unwrap_or(0),
+            rank: s.rank,
+            hand_written: CpuNetwork::supports(&network),
         }
         .plan();
         let plan = Plan {
@@ -176,6 +182,7 @@ impl Session {
             memory_estimate_bytes: memory.peak_bytes,
             recompute: memory.recompute,
             micro_batch: memory.micro_batch,
+            tokens_per_pass: memory.tokens_per_pass,
             memory_available_bytes: available_memory(),
             seconds_estimate: None,
         };
@@ -191,13 +198,13 @@ impl Session {
         let lora = Lora::init(&self.params, s.rank, s.alpha, s.seed)?;
         let mut trainer = Trainer::new(self.network.clone(), lora, Schedule::reference(s.lr, 2))?;
         trainer.recompute = self.plan.recompute;
-        trainer.micro_batch = self.plan.micro_batch;
+        trainer.tokens_per_pass = self.plan.tokens_per_pass;
         let seq_len = self.plan.seq_len;
         let batch = rows(&self.train[..s.batch_size.min(self.train.len())], seq_len);
-        let (ids, mask) = batch_tensors(&batch, self.network.device())?;
         let started = Instant::now();
-        trainer.step(&ids, &mask)?;
-        let per_position = started.elapsed().as_secs_f64() / ids.elem_count() as f64;
+        trainer.step(&batch)?;
+        let positions = batch.len() * batch.iter().map(|r| r.ids.len()).max().unwrap_or(0);
+        let per_position = started.elapsed().as_secs_f64() / positions.max(1) as f64;
         let padded = |examples: &[Tokenized]| -> usize {
             examples
                 .chunks(s.batch_size)
@@ -239,7 +246,7 @@ impl Session {
             }
         };
         trainer.recompute = plan.recompute;
-        trainer.micro_batch = plan.micro_batch;
+        trainer.tokens_per_pass = plan.tokens_per_pass;
         let first_step = trainer.optimizer.count;
         emit(Event::Started {
             backend: backend.backend.to_string(),
@@ -253,7 +260,6 @@ impl Session {
             first_step,
         });
         let started = Instant::now();
-        let device = trainer.network().device().clone();
         let mut positions = 0usize;
         let mut epochs = Vec::new();
         let save = |trainer: &Trainer, partial: bool, emit: &mut dyn FnMut(Event)| -> Result<()> {
@@ -275,9 +281,8 @@ impl Session {
                     return Ok(Outcome { adapter: options.out, partial: true, epochs });
                 }
                 let rows: Vec<Encoded> = batch.iter().map(|&i| train[i].row(plan.seq_len)).collect();
-                let (ids, mask) = batch_tensors(&rows, &device)?;
-                let outcome = trainer.step(&ids, &mask)?;
-                positions += ids.elem_count();
+                let outcome = trainer.step(&rows)?;
+                positions += rows.iter().map(|r| r.ids.len()).sum::<usize>();
                 last = outcome.loss;
                 let step = trainer.optimizer.count;
                 let elapsed = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
@@ -291,7 +296,7 @@ impl Session {
                     eta_s: per_step * (plan.steps - step) as f64,
                 });
             }
-            let val = validation_loss(&trainer, &val, plan.seq_len, s.batch_size, &device)?;
+            let val = validation_loss(&mut trainer, &val, plan.seq_len, s.batch_size)?;
             emit(Event::Epoch { epoch: epoch + 1, loss: last, val });
             epochs.push((last, val));
             save(&trainer, false, &mut emit)?;
@@ -318,20 +323,13 @@ impl Session {
 }
 
 /// The reference's per-epoch validation number: the mean of per-batch mean losses.
-fn validation_loss(
-    trainer: &Trainer,
-    val: &[Tokenized],
-    seq_len: usize,
-    batch_size: usize,
-    device: &Device,
-) -> Result<Option<f32>> {
+fn validation_loss(trainer: &mut Trainer, val: &[Tokenized], seq_len: usize, batch_size: usize) -> Result<Option<f32>> {
     if val.is_empty() {
         return Ok(None);
     }
     let mut losses = Vec::new();
     for batch in val.chunks(batch_size) {
-        let (ids, mask) = batch_tensors(&rows(batch, seq_len), device)?;
-        losses.push(trainer.loss(&ids, &mask)?);
+        losses.push(trainer.loss(&rows(batch, seq_len))?);
     }
     Ok(Some(losses.iter().sum::<f32>() / losses.len() as f32))
 }

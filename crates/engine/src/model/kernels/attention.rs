@@ -31,6 +31,35 @@ pub struct RopeTables {
     pub sin: Vec<f32>,
 }
 
+impl RopeTables {
+    /// Angles `t · θ^(-2i/head_dim)` for positions `0..seq_len`, computed as the reference does:
+    /// frequencies and products in f32 (the f32 rounding of a large angle changes its cosine
+    /// visibly), trig of that f32 angle.
+    pub fn new(head_dim: usize, seq_len: usize, theta: f64) -> Self {
+        let freqs: Vec<f32> =
+            (0..head_dim).step_by(2).map(|i| (1.0 / theta.powf(i as f64 / head_dim as f64)) as f32).collect();
+        let angles: Vec<f32> = (0..seq_len).flat_map(|t| freqs.iter().map(move |f| t as f32 * f)).collect();
+        let table = |trig: fn(f64) -> f64| -> Vec<f32> { angles.iter().map(|&a| trig(a as f64) as f32).collect() };
+        Self { cos: table(f64::cos), sin: table(f64::sin) }
+    }
+
+    /// One head's row `x` at `position` rotated into `y` (by the negated angles when `inverse`,
+    /// which is the backward pass): halves `(x1, x2)` become `(x1·cos − x2·sin, x2·cos + x1·sin)`.
+    pub(crate) fn rotate(&self, position: usize, x: &[f32], y: &mut [f32], inverse: bool) {
+        let half = x.len() / 2;
+        let at = position * half;
+        let (cos, sin) = (&self.cos[at..at + half], &self.sin[at..at + half]);
+        let sign = if inverse { -1.0 } else { 1.0 };
+        let (x1, x2) = x.split_at(half);
+        let (y1, y2) = y.split_at_mut(half);
+        for i in 0..half {
+            let (c, s) = (cos[i], sign * sin[i]);
+            y1[i] = x1[i] * c - x2[i] * s;
+            y2[i] = x2[i] * c + x1[i] * s;
+        }
+    }
+}
+
 struct Rope {
     tables: Arc<RopeTables>,
     /// Rotate by the negated angles (the backward pass).
@@ -48,17 +77,8 @@ impl CustomOp1 for Rope {
         if self.tables.cos.len() != t * half {
             bail!("rope: tables for {} angles, rows of {t} × {half}", self.tables.cos.len());
         }
-        let sign = if self.inverse { -1.0 } else { 1.0 };
         let out = map_rows(f32s(storage, layout)?, head_dim, |row, x, y| {
-            let at = row % t * half;
-            let (cos, sin) = (&self.tables.cos[at..at + half], &self.tables.sin[at..at + half]);
-            let (x1, x2) = x.split_at(half);
-            let (y1, y2) = y.split_at_mut(half);
-            for i in 0..half {
-                let (c, s) = (cos[i], sign * sin[i]);
-                y1[i] = x1[i] * c - x2[i] * s;
-                y2[i] = x2[i] * c + x1[i] * s;
-            }
+            self.tables.rotate(row % t, x, y, self.inverse)
         });
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
@@ -158,7 +178,7 @@ mod tests {
         assert_same("rope", fused, composite);
 
         let (scores, probe) = (random(&[2, 3, 5, 5], 10), random(&[2, 3, 5, 5], 11));
-        let causal = crate::model::attention::causal_bias(5, &Device::Cpu).unwrap();
+        let causal = crate::model::attention::causal_bias_after(0, 5, &Device::Cpu).unwrap();
         let fused = value_and_grad(&scores, &probe, |s| causal_softmax(s, 0.7, &causal).unwrap());
         let composite = value_and_grad(&scores, &probe, |s| causal_softmax_composite(s, 0.7, &causal).unwrap());
         assert_same("causal softmax", fused, composite);

@@ -24,7 +24,7 @@ struct CrossEntropy {
     targets: Vec<u32>,
 }
 
-fn log_sum_exp(x: &[f32]) -> f32 {
+pub(crate) fn log_sum_exp(x: &[f32]) -> f32 {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     max + x.iter().map(|v| (v - max).exp()).sum::<f32>().ln()
 }

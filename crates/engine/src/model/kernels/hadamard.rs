@@ -13,7 +13,7 @@ use super::{f32s, fused, logistic, map_row_pairs, map_rows};
 pub fn hadamard_mlp(x: &Tensor, diagonals: [&Tensor; 3], walsh_matrix: Option<&Tensor>) -> Result<Tensor> {
     if fused(x) {
         let [d1, d2, d3] = diagonals.map(|d| d.to_vec1::<f32>());
-        return x.contiguous()?.apply_op1(HadamardMlp { d1: d1?, d2: d2?, d3: d3? });
+        return x.contiguous()?.apply_op1(HadamardMlp::new(d1?, d2?, d3?));
     }
     match walsh_matrix {
         Some(matrix) => hadamard_mlp_composite(x, diagonals, matrix),
@@ -48,19 +48,50 @@ fn walsh_row(row: &mut [f32]) {
     row.iter_mut().for_each(|v| *v *= unit);
 }
 
-struct HadamardMlp {
+/// The MLP's frozen diagonals, and its rows computed one at a time.
+#[derive(Debug, Clone)]
+pub(crate) struct HadamardMlp {
     d1: Vec<f32>,
     d2: Vec<f32>,
     d3: Vec<f32>,
 }
 
 impl HadamardMlp {
+    pub(crate) fn new(d1: Vec<f32>, d2: Vec<f32>, d3: Vec<f32>) -> Self {
+        Self { d1, d2, d3 }
+    }
+
+    /// The padded width `n`: the size of the scratch rows below.
+    pub(crate) fn width(&self) -> usize {
+        self.d1.len()
+    }
+
     /// `c = d2 ⊙ H(d1 ⊙ pad(x))`, the pre-activation, into `c` (the padded width).
-    fn pre_activation(&self, x: &[f32], c: &mut [f32]) {
+    pub(crate) fn pre_activation(&self, x: &[f32], c: &mut [f32]) {
         c.fill(0.0);
         c[..x.len()].iter_mut().zip(x.iter().zip(&self.d1)).for_each(|(c, (x, d))| *c = x * d);
         walsh_row(c);
         c.iter_mut().zip(&self.d2).for_each(|(c, d)| *c *= d);
+    }
+
+    /// `y = (d3 ⊙ H(silu(c)))[..d]` from the pre-activation, with `z` a scratch row.
+    pub(crate) fn output(&self, c: &[f32], z: &mut [f32], y: &mut [f32]) {
+        z.iter_mut().zip(c).for_each(|(z, c)| *z = c * logistic(*c));
+        walsh_row(z);
+        y.iter_mut().zip(z.iter().zip(&self.d3)).for_each(|(y, (z, d))| *y = z * d);
+    }
+
+    /// `dx = (d1 ⊙ H(d2 ⊙ silu'(c) ⊙ H(d3 ⊙ pad(dy))))[..d]`, with `g` a scratch row.
+    pub(crate) fn backward(&self, c: &[f32], dy: &[f32], g: &mut [f32], dx: &mut [f32]) {
+        g.fill(0.0);
+        g[..dy.len()].iter_mut().zip(dy.iter().zip(&self.d3)).for_each(|(g, (dy, d3))| *g = dy * d3);
+        walsh_row(g);
+        for ((g, c), d2) in g.iter_mut().zip(c).zip(&self.d2) {
+            let s = logistic(*c);
+            *g *= (s + c * s * (1.0 - s)) * d2;
+        }
+        walsh_row(g);
+        dx.iter_mut().zip(g.iter().zip(&self.d1)).for_each(|(dx, (g, d1))| *dx = g * d1);
     }
 
     fn check(&self, layout: &Layout) -> Result<usize> {
@@ -81,23 +112,19 @@ impl CustomOp1 for HadamardMlp {
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
         let d = self.check(layout)?;
         let out = map_rows(f32s(storage, layout)?, d, |_, x, y| {
-            let mut z = vec![0f32; self.d1.len()];
-            self.pre_activation(x, &mut z);
-            z.iter_mut().for_each(|c| *c *= logistic(*c));
-            walsh_row(&mut z);
-            y.iter_mut().zip(z.iter().zip(&self.d3)).for_each(|(y, (z, d))| *y = z * d);
+            let (mut c, mut z) = (vec![0f32; self.width()], vec![0f32; self.width()]);
+            self.pre_activation(x, &mut c);
+            self.output(&c, &mut z, y);
         });
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 
     fn bwd(&self, x: &Tensor, _y: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
-        let backward =
-            HadamardMlpBackward(HadamardMlp { d1: self.d1.clone(), d2: self.d2.clone(), d3: self.d3.clone() });
-        Ok(Some(x.apply_op2_no_bwd(&grad.contiguous()?, &backward)?))
+        Ok(Some(x.apply_op2_no_bwd(&grad.contiguous()?, &HadamardMlpBackward(self.clone()))?))
     }
 }
 
-/// `dx = (d1 ⊙ H(d2 ⊙ silu'(c) ⊙ H(d3 ⊙ pad(dy))))[..d]`, with `c` recomputed from `x`.
+/// The input gradient ([`HadamardMlp::backward`]), with `c` recomputed from `x`.
 struct HadamardMlpBackward(HadamardMlp);
 
 impl CustomOp2 for HadamardMlpBackward {
@@ -109,18 +136,9 @@ impl CustomOp2 for HadamardMlpBackward {
         let mlp = &self.0;
         let d = mlp.check(xl)?;
         let out = map_row_pairs(f32s(xs, xl)?, f32s(gs, gl)?, d, |_, x, dy, dx| {
-            let n = mlp.d1.len();
-            let mut c = vec![0f32; n];
+            let (mut c, mut g) = (vec![0f32; mlp.width()], vec![0f32; mlp.width()]);
             mlp.pre_activation(x, &mut c);
-            let mut g = vec![0f32; n];
-            g[..d].iter_mut().zip(dy.iter().zip(&mlp.d3)).for_each(|(g, (dy, d3))| *g = dy * d3);
-            walsh_row(&mut g);
-            for ((g, c), d2) in g.iter_mut().zip(&c).zip(&mlp.d2) {
-                let s = logistic(*c);
-                *g *= (s + c * s * (1.0 - s)) * d2;
-            }
-            walsh_row(&mut g);
-            dx.iter_mut().zip(g.iter().zip(&mlp.d1)).for_each(|(dx, (g, d1))| *dx = g * d1);
+            mlp.backward(&c, dy, &mut g, dx);
         });
         Ok((CpuStorage::F32(out), xl.shape().clone()))
     }

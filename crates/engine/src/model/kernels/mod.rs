@@ -31,6 +31,12 @@ pub use norm::rms_norm;
 pub use sigmoid::sigmoid;
 pub use sinkhorn::sinkhorn;
 
+// The row functions the custom ops are made of, which the CPU training path calls directly.
+pub(crate) use cross_entropy::log_sum_exp;
+pub(crate) use hadamard::HadamardMlp;
+pub(crate) use norm::{inverse_rms, rms_norm_backward_row, rms_norm_row};
+pub(crate) use sinkhorn::{sinkhorn_backward_row, sinkhorn_row};
+
 /// Rows of this many elements or fewer are processed on one thread: rayon's hand-off costs more.
 const PARALLEL_MIN: usize = 1 << 14;
 
@@ -72,7 +78,7 @@ fn fused(x: &Tensor) -> bool {
 }
 
 /// `1 / (1 + e^{−x})` of one value.
-fn logistic(x: f32) -> f32 {
+pub(crate) fn logistic(x: f32) -> f32 {
     // Split by sign so that exp never overflows.
     if x >= 0.0 {
         1.0 / (1.0 + (-x).exp())
@@ -82,7 +88,7 @@ fn logistic(x: f32) -> f32 {
     }
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(a, b)| a * b).sum()
 }
 

@@ -33,9 +33,24 @@ struct RmsNorm {
     gain: Vec<f32>,
 }
 
-fn inverse_rms(x: &[f32]) -> f32 {
+/// `1 / sqrt(mean(x²) + ε)` of one row.
+pub(crate) fn inverse_rms(x: &[f32]) -> f32 {
     let mean_square = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
     1.0 / (mean_square + RMS_EPSILON).sqrt()
+}
+
+/// `o = gain · x / rms(x)` of one row.
+pub(crate) fn rms_norm_row(x: &[f32], gain: &[f32], o: &mut [f32]) {
+    let r = inverse_rms(x);
+    o.iter_mut().zip(x.iter().zip(gain)).for_each(|(o, (x, g))| *o = x * r * g);
+}
+
+/// `dx = r·(g⊙dy − x̂·mean(g⊙dy⊙x̂))` with `x̂ = r·x`: the input gradient of [`rms_norm_row`].
+pub(crate) fn rms_norm_backward_row(x: &[f32], gain: &[f32], dy: &[f32], dx: &mut [f32]) {
+    let r = inverse_rms(x);
+    dx.iter_mut().zip(dy.iter().zip(gain)).for_each(|(dx, (dy, g))| *dx = dy * g);
+    let scale = dot(dx, x) * r * r / x.len() as f32;
+    dx.iter_mut().zip(x).for_each(|(dx, x)| *dx = r * (*dx - x * scale));
 }
 
 impl CustomOp1 for RmsNorm {
@@ -48,10 +63,7 @@ impl CustomOp1 for RmsNorm {
         if self.gain.len() != width {
             bail!("rms norm: a gain of {} for rows of {width}", self.gain.len());
         }
-        let out = map_rows(f32s(storage, layout)?, width, |_, x, o| {
-            let r = inverse_rms(x);
-            o.iter_mut().zip(x.iter().zip(&self.gain)).for_each(|(o, (x, g))| *o = x * r * g);
-        });
+        let out = map_rows(f32s(storage, layout)?, width, |_, x, o| rms_norm_row(x, &self.gain, o));
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 
@@ -61,7 +73,7 @@ impl CustomOp1 for RmsNorm {
     }
 }
 
-/// `dx = r·(g⊙dy − x̂·mean(g⊙dy⊙x̂))` with `x̂ = r·x`.
+/// The input gradient, row by row ([`rms_norm_backward_row`]).
 struct RmsNormBackward {
     gain: Vec<f32>,
 }
@@ -74,10 +86,7 @@ impl CustomOp2 for RmsNormBackward {
     fn cpu_fwd(&self, xs: &CpuStorage, xl: &Layout, gs: &CpuStorage, gl: &Layout) -> Result<(CpuStorage, Shape)> {
         let width = xl.dims().last().copied().unwrap_or(1);
         let out = map_row_pairs(f32s(xs, xl)?, f32s(gs, gl)?, width, |_, x, dy, dx| {
-            let r = inverse_rms(x);
-            dx.iter_mut().zip(dy.iter().zip(&self.gain)).for_each(|(dx, (dy, g))| *dx = dy * g);
-            let scale = dot(dx, x) * r * r / width as f32;
-            dx.iter_mut().zip(x).for_each(|(dx, x)| *dx = r * (*dx - x * scale));
+            rms_norm_backward_row(x, &self.gain, dy, dx)
         });
         Ok((CpuStorage::F32(out), xl.shape().clone()))
     }

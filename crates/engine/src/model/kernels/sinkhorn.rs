@@ -62,14 +62,7 @@ impl CustomOp1 for Sinkhorn {
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
         let n = side(layout)?;
-        let out = map_rows(f32s(storage, layout)?, n * n, |_, logits, out| {
-            out.copy_from_slice(logits);
-            for _ in 0..self.iterations {
-                normalise(out, n, true);
-                normalise(out, n, false);
-            }
-            out.iter_mut().for_each(|v| *v = v.exp());
-        });
+        let out = map_rows(f32s(storage, layout)?, n * n, |_, logits, out| sinkhorn_row(logits, n, self.iterations, out));
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 
@@ -79,8 +72,42 @@ impl CustomOp1 for Sinkhorn {
     }
 }
 
-/// Replays the iterations keeping every half-step's input, then walks them back: after
-/// `m' = m − lse(m)` along a line, `dm = dm' − softmax(m)·Σ dm'` along it.
+/// One `n × n` matrix of logits normalised `iterations` times, into `out`.
+pub(crate) fn sinkhorn_row(logits: &[f32], n: usize, iterations: usize, out: &mut [f32]) {
+    out.copy_from_slice(logits);
+    for _ in 0..iterations {
+        normalise(out, n, true);
+        normalise(out, n, false);
+    }
+    out.iter_mut().for_each(|v| *v = v.exp());
+}
+
+/// The logits' gradient `dm` from the output's `dk`, for one matrix: replays the iterations
+/// keeping every half-step's input, then walks them back: after `m' = m − lse(m)` along a line,
+/// `dm = dm' − softmax(m)·Σ dm'` along it.
+pub(crate) fn sinkhorn_backward_row(logits: &[f32], dk: &[f32], n: usize, iterations: usize, dm: &mut [f32]) {
+    let mut m = logits.to_vec();
+    let mut inputs = Vec::with_capacity(2 * iterations);
+    for step in 0..2 * iterations {
+        inputs.push(m.clone());
+        normalise(&mut m, n, step % 2 == 0);
+    }
+    // K = exp(m): dm = dK ⊙ K.
+    dm.iter_mut().zip(dk.iter().zip(&m)).for_each(|(dm, (dk, m))| *dm = dk * m.exp());
+    for (step, before) in inputs.iter().enumerate().rev() {
+        let by_rows = step % 2 == 0;
+        for line in 0..n {
+            let index = |k| at(n, by_rows, line, k);
+            let total: f32 = (0..n).map(|k| dm[index(k)]).sum();
+            let max = (0..n).map(|k| before[index(k)]).fold(f32::NEG_INFINITY, f32::max);
+            let weights: Vec<f32> = (0..n).map(|k| (before[index(k)] - max).exp()).collect();
+            let sum: f32 = weights.iter().sum();
+            (0..n).for_each(|k| dm[index(k)] -= weights[k] / sum * total);
+        }
+    }
+}
+
+/// The logits' gradient, matrix by matrix ([`sinkhorn_backward_row`]).
 struct SinkhornBackward {
     iterations: usize,
 }
@@ -93,25 +120,7 @@ impl CustomOp2 for SinkhornBackward {
     fn cpu_fwd(&self, ls: &CpuStorage, ll: &Layout, gs: &CpuStorage, gl: &Layout) -> Result<(CpuStorage, Shape)> {
         let n = side(ll)?;
         let out = map_row_pairs(f32s(ls, ll)?, f32s(gs, gl)?, n * n, |_, logits, dk, dm| {
-            let mut m = logits.to_vec();
-            let mut inputs = Vec::with_capacity(2 * self.iterations);
-            for step in 0..2 * self.iterations {
-                inputs.push(m.clone());
-                normalise(&mut m, n, step % 2 == 0);
-            }
-            // K = exp(m): dm = dK ⊙ K.
-            dm.iter_mut().zip(dk.iter().zip(&m)).for_each(|(dm, (dk, m))| *dm = dk * m.exp());
-            for (step, before) in inputs.iter().enumerate().rev() {
-                let by_rows = step % 2 == 0;
-                for line in 0..n {
-                    let index = |k| at(n, by_rows, line, k);
-                    let total: f32 = (0..n).map(|k| dm[index(k)]).sum();
-                    let max = (0..n).map(|k| before[index(k)]).fold(f32::NEG_INFINITY, f32::max);
-                    let weights: Vec<f32> = (0..n).map(|k| (before[index(k)] - max).exp()).collect();
-                    let sum: f32 = weights.iter().sum();
-                    (0..n).for_each(|k| dm[index(k)] -= weights[k] / sum * total);
-                }
-            }
+            sinkhorn_backward_row(logits, dk, n, self.iterations, dm)
         });
         Ok((CpuStorage::F32(out), ll.shape().clone()))
     }
