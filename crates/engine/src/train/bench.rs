@@ -13,10 +13,22 @@ use crate::lora::Lora;
 use crate::dataset::Encoded;
 use crate::model::{CpuNetwork, Device, ModelError, Network, Params, Result};
 
-/// The model shapes `--preset` names: the released Needle 2, and a tiny one for quick checks.
+/// The model shapes `--preset` names: the released Needle 2; the model of the whole-run
+/// benchmarks (`bench/finetune_side_by_side.sh`: d_model 256, 6 layers, a 2048-piece vocabulary);
+/// and a tiny one for quick checks.
 pub fn preset(name: &str) -> Option<ModelConfig> {
     match name {
         "needle" => Some(ModelConfig::needle2()),
+        "mid" => Some(ModelConfig {
+            vocab_size: 2048,
+            d_model: 256,
+            num_heads: 4,
+            num_kv_heads: 2,
+            num_layers: 6,
+            engram_layers: vec![2],
+            engram_slots: 2048,
+            ..ModelConfig::default()
+        }),
         "tiny" => Some(ModelConfig {
             d_model: 128,
             num_heads: 4,

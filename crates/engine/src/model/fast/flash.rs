@@ -14,7 +14,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::mat::{matmul, Mat, MatMut, Threads};
-use crate::model::kernels::dot;
+use crate::model::kernels::{dot, exp, sum};
 use crate::model::packing::Segment;
 
 /// Queries per block: enough rows for the products to run at speed, few enough that a block's
@@ -165,12 +165,10 @@ pub fn forward(geometry: Heads, segments: &[Segment], q: &[f32], k: &[f32], v: &
             for (r, row) in scores.chunks_mut(width).enumerate() {
                 let seen = visible(&keys, &rows, r);
                 let max = row[..seen].iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut sum = 0f32;
-                for s in &mut row[..seen] {
-                    *s = (*s - max).exp();
-                    sum += *s;
-                }
-                row[..seen].iter_mut().for_each(|s| *s /= sum);
+                row[..seen].iter_mut().for_each(|s| *s = exp(*s - max));
+                let sum = sum(&row[..seen]);
+                let inverse = 1.0 / sum;
+                row[..seen].iter_mut().for_each(|s| *s *= inverse);
                 row[seen..].fill(0.0);
                 lse[r] = max + sum.ln();
             }
@@ -247,7 +245,7 @@ pub fn backward(
                         for (r, row) in p.chunks_mut(width).enumerate() {
                             let seen = visible(&keys, &rows, r);
                             let lse = saved.lse[h * tokens + rows.start + r];
-                            row[..seen].iter_mut().for_each(|s| *s = (*s - lse).exp());
+                            row[..seen].iter_mut().for_each(|s| *s = exp(*s - lse));
                             row[seen..].fill(0.0);
                         }
                         block_scores(g_block, v, hd, &keys, 1.0, ds);

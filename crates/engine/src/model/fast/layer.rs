@@ -202,6 +202,8 @@ struct Scratch {
     gates: Vec<f32>,
     hres: Vec<f32>,
     dres: Vec<f32>,
+    /// The Sinkhorn iterations' matrices.
+    sinkhorn: Vec<f32>,
 }
 
 impl Scratch {
@@ -217,6 +219,7 @@ impl Scratch {
             gates: vec![0.0; 2 * n + n * n],
             hres: vec![0.0; n * n],
             dres: vec![0.0; n * n],
+            sinkhorn: Vec::new(),
         }
     }
 }
@@ -374,7 +377,7 @@ impl HostLayer {
                 let m = &kept.mix[i * mw..][..mw];
                 self.update(i, dims, kept, &work.u, &work.x1, s);
                 lane_gates(self, n, m, m[mw - 1], &mut s.gates);
-                sinkhorn_row(&s.gates[2 * n..], n, SINKHORN_ITERS, &mut s.hres);
+                sinkhorn_row(&s.gates[2 * n..], n, SINKHORN_ITERS, &mut s.hres, &mut s.sinkhorn);
                 let x = &x[i * nd..][..nd];
                 for (lane, out) in next.chunks_mut(d).enumerate() {
                     let h_post = s.gates[n + lane];
@@ -425,7 +428,7 @@ impl HostLayer {
                         self.update(i, dims, kept, u, x1, s);
                         lane_gates(self, n, m, m[mw - 1], &mut s.gates);
                         let logits_res = &s.gates[2 * n..];
-                        sinkhorn_row(logits_res, n, SINKHORN_ITERS, &mut s.hres);
+                        sinkhorn_row(logits_res, n, SINKHORN_ITERS, &mut s.hres, &mut s.sinkhorn);
                         // upd's gradient, the gates' gradients, and the mix's share of dx.
                         dupd.fill(0.0);
                         dx.fill(0.0);
@@ -439,7 +442,7 @@ impl HostLayer {
                                 dx[j * d..][..d].iter_mut().zip(g_i).for_each(|(dx, g)| *dx += w * g);
                             }
                         }
-                        sinkhorn_backward_row(logits_res, &s.dres, n, SINKHORN_ITERS, &mut dl[2 * n..]);
+                        sinkhorn_backward_row(logits_res, &s.dres, n, SINKHORN_ITERS, &mut dl[2 * n..], &mut s.sinkhorn);
                         // y = x2 + mlp(norm(x2)): dx2 = dy + norm'(mlp'(dy)), with dy = dupd.
                         self.mlp.backward(&s.c, dupd, &mut s.z, &mut s.h2);
                         rms_norm_backward_row(&s.x2, &self.gain_hada, &s.h2, dx1);

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor, D};
 
-use super::{f32s, fused, map_row_pairs, map_rows};
+use super::{dot, exp, f32s, fused, map_row_pairs, map_rows};
 
 /// Rotates `x` `[B, H, T, head_dim]` by the angles whose `cos`/`sin` are `[T, head_dim/2]`: halves
 /// `(x1, x2)` become `(x1·cos − x2·sin, x2·cos + x1·sin)`. The backward rotates the gradient back.
@@ -126,7 +126,7 @@ impl CustomOp1 for CausalSoftmax {
             let max = x[..seen].iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let mut sum = 0f32;
             for (o, x) in o[..seen].iter_mut().zip(x) {
-                *o = ((x - max) * self.scale).exp();
+                *o = exp((x - max) * self.scale);
                 sum += *o;
             }
             o[..seen].iter_mut().for_each(|o| *o /= sum);
@@ -152,8 +152,8 @@ impl CustomOp2 for SoftmaxBackward {
     fn cpu_fwd(&self, ys: &CpuStorage, yl: &Layout, gs: &CpuStorage, gl: &Layout) -> Result<(CpuStorage, Shape)> {
         let width = yl.dims().last().copied().unwrap_or(1);
         let out = map_row_pairs(f32s(ys, yl)?, f32s(gs, gl)?, width, |_, y, dy, dx| {
-            let dot: f32 = y.iter().zip(dy).map(|(y, g)| y * g).sum();
-            dx.iter_mut().zip(y.iter().zip(dy)).for_each(|(dx, (y, g))| *dx = self.scale * y * (g - dot));
+            let through = dot(y, dy);
+            dx.iter_mut().zip(y.iter().zip(dy)).for_each(|(dx, (y, g))| *dx = self.scale * y * (g - through));
         });
         Ok((CpuStorage::F32(out), yl.shape().clone()))
     }

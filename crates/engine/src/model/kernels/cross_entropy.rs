@@ -3,7 +3,7 @@
 use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
-use super::{f32s, fused, map_rows};
+use super::{exp, f32s, fused, map_rows};
 
 /// `−log softmax(logits)[target]` per row of `logits` `[N, V]`: `[N]`. The backward is
 /// `(softmax − onehot)·dce`, formed without keeping a log-softmax of the whole matrix.
@@ -26,7 +26,15 @@ struct CrossEntropy {
 
 pub(crate) fn log_sum_exp(x: &[f32]) -> f32 {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    max + x.iter().map(|v| (v - max).exp()).sum::<f32>().ln()
+    let mut acc = [0f32; 16];
+    let chunks = x.chunks_exact(16);
+    let tail: f32 = chunks.remainder().iter().map(|v| exp(v - max)).sum();
+    for c in chunks {
+        for i in 0..16 {
+            acc[i] += exp(c[i] - max);
+        }
+    }
+    max + (acc.iter().sum::<f32>() + tail).ln()
 }
 
 impl CustomOp1 for CrossEntropy {
@@ -70,7 +78,7 @@ impl CustomOp2 for CrossEntropyBackward {
         let grad = f32s(gs, gl)?;
         let out = map_rows(f32s(ls, ll)?, v, |i, row, o| {
             let lse = log_sum_exp(row);
-            o.iter_mut().zip(row).for_each(|(o, x)| *o = (x - lse).exp() * grad[i]);
+            o.iter_mut().zip(row).for_each(|(o, x)| *o = exp(x - lse) * grad[i]);
             o[self.targets[i] as usize] -= grad[i];
         });
         Ok((CpuStorage::F32(out), ll.shape().clone()))

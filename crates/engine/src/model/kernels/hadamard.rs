@@ -29,10 +29,21 @@ fn hadamard_mlp_composite(x: &Tensor, [d1, d2, d3]: [&Tensor; 3], walsh_matrix: 
     z.broadcast_mul(d3)?.narrow(D::Minus1, 0, d)
 }
 
-/// The orthonormal Walsh–Hadamard transform of one row, in place, natural (Sylvester) order.
+/// The orthonormal Walsh–Hadamard transform of one row, in place, natural (Sylvester) order. The
+/// butterflies of span 1, 2 and 4 run as one 8-point transform per block of 8 (their own loops
+/// would be too short to vectorize); the wider spans are long element-wise loops.
 fn walsh_row(row: &mut [f32]) {
     let n = row.len();
     let mut h = 1;
+    if n >= 8 {
+        for b in row.chunks_exact_mut(8) {
+            let [x0, x1, x2, x3, x4, x5, x6, x7] = [b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]];
+            let (a0, a1, a2, a3, a4, a5, a6, a7) = (x0 + x1, x0 - x1, x2 + x3, x2 - x3, x4 + x5, x4 - x5, x6 + x7, x6 - x7);
+            let (c0, c1, c2, c3, c4, c5, c6, c7) = (a0 + a2, a1 + a3, a0 - a2, a1 - a3, a4 + a6, a5 + a7, a4 - a6, a5 - a7);
+            b.copy_from_slice(&[c0 + c4, c1 + c5, c2 + c6, c3 + c7, c0 - c4, c1 - c5, c2 - c6, c3 - c7]);
+        }
+        h = 8;
+    }
     while h < n {
         for block in row.chunks_mut(2 * h) {
             let (lo, hi) = block.split_at_mut(h);

@@ -77,19 +77,70 @@ fn fused(x: &Tensor) -> bool {
     x.device().is_cpu() && x.dtype() == DType::F32
 }
 
-/// `1 / (1 + e^{−x})` of one value.
-pub(crate) fn logistic(x: f32) -> f32 {
-    // Split by sign so that exp never overflows.
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
+/// `e^x` to within an ulp or two, branch-free so that loops over it vectorize: `x = n·ln2 + r`
+/// with `|r| ≤ ln2/2` (ln2 split in two for exactness), a degree-6 polynomial for `e^r` (Cephes'
+/// `expf`), and `2^n` put in the exponent bits. Inputs are clamped to where `e^x` is a normal
+/// f32, so it never overflows or returns a subnormal.
+#[inline(always)]
+pub(crate) fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HIGH: f32 = 0.693_359_4;
+    const LN2_LOW: f32 = -2.121_944_4e-4;
+    // Adding 1.5·2²³ rounds to an integer and leaves it in the low mantissa bits.
+    const ROUND: f32 = 12_582_912.0;
+    let x = x.clamp(-87.0, 88.0);
+    let shifted = x * LOG2E + ROUND;
+    let n = shifted - ROUND;
+    let r = x - n * LN2_HIGH - n * LN2_LOW;
+    let mut p = 1.987_569_1e-4_f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 0.166_666_65;
+    p = p * r + 0.5;
+    let e_r = p * r * r + r + 1.0;
+    let exponent = (shifted.to_bits().wrapping_sub(ROUND.to_bits()) as i32 + 127) as u32;
+    e_r * f32::from_bits(exponent << 23)
 }
 
+/// `1 / (1 + e^{−x})` of one value (the clamp in [`exp`] keeps `e^{−x}` finite).
+#[inline(always)]
+pub(crate) fn logistic(x: f32) -> f32 {
+    1.0 / (1.0 + exp(-x))
+}
+
+/// Lanes of the partial sums below: wide enough for the widest vectors, so that the loops
+/// vectorize (a single running sum would have to be added in order).
+const LANES: usize = 16;
+
+/// `Σ aᵢ·bᵢ`.
+#[inline(always)]
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(a, b)| a * b).sum()
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0f32; LANES];
+    let (a_chunks, b_chunks) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: f32 = a_chunks.remainder().iter().zip(b_chunks.remainder()).map(|(a, b)| a * b).sum();
+    for (a, b) in a_chunks.zip(b_chunks) {
+        for i in 0..LANES {
+            acc[i] += a[i] * b[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `Σ xᵢ`.
+#[inline(always)]
+pub(crate) fn sum(x: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let tail: f32 = chunks.remainder().iter().sum();
+    for c in chunks {
+        for i in 0..LANES {
+            acc[i] += c[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 #[cfg(test)]

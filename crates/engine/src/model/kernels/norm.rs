@@ -35,7 +35,7 @@ struct RmsNorm {
 
 /// `1 / sqrt(mean(x²) + ε)` of one row.
 pub(crate) fn inverse_rms(x: &[f32]) -> f32 {
-    let mean_square = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    let mean_square = dot(x, x) / x.len() as f32;
     1.0 / (mean_square + RMS_EPSILON).sqrt()
 }
 

@@ -2,10 +2,10 @@
 
 use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
 
-use super::{f32s, fused, map_row_pairs, map_rows};
+use super::{exp, f32s, fused, map_row_pairs, map_rows};
 
-/// Alternately normalises the rows and the columns of `exp(logits)` (in log space), `iterations`
-/// times each, over the last two axes (`[…, n, n]`). On the CPU one op whose backward replays the
+/// Alternately normalises the rows and the columns of `exp(logits)`, `iterations` times each, over
+/// the last two axes (`[…, n, n]`). On the CPU one op whose backward replays the
 /// iterations of each small matrix; elsewhere the composite candle ops (about 80 per call).
 pub fn sinkhorn(logits: &Tensor, iterations: usize) -> Result<Tensor> {
     if fused(logits) {
@@ -62,7 +62,9 @@ impl CustomOp1 for Sinkhorn {
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
         let n = side(layout)?;
-        let out = map_rows(f32s(storage, layout)?, n * n, |_, logits, out| sinkhorn_row(logits, n, self.iterations, out));
+        let out = map_rows(f32s(storage, layout)?, n * n, |_, logits, out| {
+            sinkhorn_row(logits, n, self.iterations, out, &mut Vec::new())
+        });
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 
@@ -72,8 +74,43 @@ impl CustomOp1 for Sinkhorn {
     }
 }
 
-/// One `n × n` matrix of logits normalised `iterations` times, into `out`.
-pub(crate) fn sinkhorn_row(logits: &[f32], n: usize, iterations: usize, out: &mut [f32]) {
+/// Beyond this spread between a matrix's largest and smallest logit, the exponential of the
+/// smallest could underflow beside the largest: such a matrix is normalised in log space instead.
+const EXP_SPREAD: f32 = 60.0;
+
+/// Whether a matrix of logits is normalised by scaling `exp(logits − max)` (else in log space).
+fn scaled(logits: &[f32]) -> bool {
+    let (low, high) = logits.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(l, h), &x| (l.min(x), h.max(x)));
+    high - low <= EXP_SPREAD
+}
+
+/// `K₀ = exp(logits − max)` and the `2·iterations` half-steps after it, each dividing the lines of
+/// the one before by their sums (rows, then columns): `history` holds `K₀ … K₂ᵢ`, `n²` each. The
+/// same matrices as the log-space iterations (dividing by a line's sum is subtracting its
+/// log-sum-exp), for one exponential per entry instead of one per entry and half-step.
+fn scale_history(logits: &[f32], n: usize, iterations: usize, history: &mut Vec<f32>) {
+    let size = n * n;
+    history.resize((2 * iterations + 1) * size, 0.0);
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    history[..size].iter_mut().zip(logits).for_each(|(k, l)| *k = exp(l - max));
+    for step in 0..2 * iterations {
+        let (before, after) = history[step * size..(step + 2) * size].split_at_mut(size);
+        let by_rows = step % 2 == 0;
+        for line in 0..n {
+            let sum: f32 = (0..n).map(|k| before[at(n, by_rows, line, k)]).sum();
+            (0..n).for_each(|k| after[at(n, by_rows, line, k)] = before[at(n, by_rows, line, k)] / sum);
+        }
+    }
+}
+
+/// One `n × n` matrix of logits normalised `iterations` times, into `out`; `scratch` is reused
+/// between calls.
+pub(crate) fn sinkhorn_row(logits: &[f32], n: usize, iterations: usize, out: &mut [f32], scratch: &mut Vec<f32>) {
+    if scaled(logits) {
+        scale_history(logits, n, iterations, scratch);
+        out.copy_from_slice(&scratch[2 * iterations * n * n..]);
+        return;
+    }
     out.copy_from_slice(logits);
     for _ in 0..iterations {
         normalise(out, n, true);
@@ -82,10 +119,35 @@ pub(crate) fn sinkhorn_row(logits: &[f32], n: usize, iterations: usize, out: &mu
     out.iter_mut().for_each(|v| *v = v.exp());
 }
 
-/// The logits' gradient `dm` from the output's `dk`, for one matrix: replays the iterations
-/// keeping every half-step's input, then walks them back: after `m' = m − lse(m)` along a line,
-/// `dm = dm' − softmax(m)·Σ dm'` along it.
-pub(crate) fn sinkhorn_backward_row(logits: &[f32], dk: &[f32], n: usize, iterations: usize, dm: &mut [f32]) {
+/// The logits' gradient `dm` from the output's `dk`, for one matrix. Scaled: walks the half-steps
+/// back, `y = x / Σx` along a line giving `dx = (dy − Σ dy⊙y) / Σx`, then `dm = dK₀ ⊙ K₀`. In log
+/// space: replays the iterations keeping every half-step's input, then walks them back: after
+/// `m' = m − lse(m)` along a line, `dm = dm' − softmax(m)·Σ dm'` along it.
+pub(crate) fn sinkhorn_backward_row(
+    logits: &[f32],
+    dk: &[f32],
+    n: usize,
+    iterations: usize,
+    dm: &mut [f32],
+    scratch: &mut Vec<f32>,
+) {
+    let size = n * n;
+    if scaled(logits) {
+        scale_history(logits, n, iterations, scratch);
+        dm.copy_from_slice(dk);
+        for step in (0..2 * iterations).rev() {
+            let (before, after) = (&scratch[step * size..][..size], &scratch[(step + 1) * size..][..size]);
+            let by_rows = step % 2 == 0;
+            for line in 0..n {
+                let index = |k| at(n, by_rows, line, k);
+                let sum: f32 = (0..n).map(|k| before[index(k)]).sum();
+                let through: f32 = (0..n).map(|k| dm[index(k)] * after[index(k)]).sum();
+                (0..n).for_each(|k| dm[index(k)] = (dm[index(k)] - through) / sum);
+            }
+        }
+        dm.iter_mut().zip(&scratch[..size]).for_each(|(d, k)| *d *= k);
+        return;
+    }
     let mut m = logits.to_vec();
     let mut inputs = Vec::with_capacity(2 * iterations);
     for step in 0..2 * iterations {
@@ -120,7 +182,7 @@ impl CustomOp2 for SinkhornBackward {
     fn cpu_fwd(&self, ls: &CpuStorage, ll: &Layout, gs: &CpuStorage, gl: &Layout) -> Result<(CpuStorage, Shape)> {
         let n = side(ll)?;
         let out = map_row_pairs(f32s(ls, ll)?, f32s(gs, gl)?, n * n, |_, logits, dk, dm| {
-            sinkhorn_backward_row(logits, dk, n, self.iterations, dm)
+            sinkhorn_backward_row(logits, dk, n, self.iterations, dm, &mut Vec::new())
         });
         Ok((CpuStorage::F32(out), ll.shape().clone()))
     }
@@ -154,8 +216,12 @@ mod tests {
     #[test]
     fn fused_sinkhorn_gradient_matches_the_composite_ops() {
         let (logits, probe) = (random(&[2, 3, 4, 4], 31), random(&[2, 3, 4, 4], 32));
-        let fused = value_and_grad(&logits, &probe, |l| sinkhorn(l, 20).unwrap());
-        let composite = value_and_grad(&logits, &probe, |l| sinkhorn_composite(l, 20).unwrap());
-        assert_same("sinkhorn", fused, composite);
+        // Logits spread wider than the scaled iterations take: the log-space ones.
+        let wide = (&logits * 40.0).unwrap();
+        for logits in [logits, wide] {
+            let fused = value_and_grad(&logits, &probe, |l| sinkhorn(l, 20).unwrap());
+            let composite = value_and_grad(&logits, &probe, |l| sinkhorn_composite(l, 20).unwrap());
+            assert_same("sinkhorn", fused, composite);
+        }
     }
 }
