@@ -15,7 +15,7 @@ use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::dataset::{render, Example, THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START};
 use crate::lora::{load_adapter, AdapterFileError, MergeError};
 use crate::model::packing::{shared_prefixes, MIN_SHARED};
-use crate::model::{Generation, ModelError, Network, Params, Prefilled};
+use crate::model::{Forward, Generation, ModelError, Network, Params, Prefilled};
 use crate::tokenizer::{Tokenizer, TokenizerError, BOS_ID};
 
 /// New tokens allowed beyond the expected answer's length when scoring: room for a near miss to
@@ -150,7 +150,8 @@ pub fn answer(
     prompt: &str,
     max_new_tokens: usize,
 ) -> crate::model::Result<Answer> {
-    answer_ids(network, tokenizer, &prompt_ids(tokenizer, prompt), None, max_new_tokens)
+    let mut forward = Forward::new(network.clone())?;
+    answer_ids(&mut forward, tokenizer, &prompt_ids(tokenizer, prompt), None, max_new_tokens)
 }
 
 /// BOS and the tokens of a rendered prompt.
@@ -160,13 +161,13 @@ fn prompt_ids(tokenizer: &Tokenizer, prompt: &str) -> Vec<u32> {
 
 /// Greedy answer to prompt tokens, continuing from `prefilled` where the prompt begins with it.
 fn answer_ids(
-    network: &Network,
+    forward: &mut Forward,
     tokenizer: &Tokenizer,
     ids: &[u32],
     prefilled: Option<&Prefilled>,
     max_new_tokens: usize,
 ) -> crate::model::Result<Answer> {
-    let generation = network.generate_from(prefilled, ids, max_new_tokens)?;
+    let generation = forward.generate_from(prefilled, ids, max_new_tokens)?;
     let text = tokenizer.decode(&generation.ids);
     Ok(Answer { calls: parse_calls(&text), text, generation })
 }
@@ -243,6 +244,7 @@ pub fn accuracy(
     let mut shared = vec![false; examples.len()];
     order.iter().for_each(|&(i, _)| shared[i] = true);
     order.extend((0..examples.len()).filter(|&i| !shared[i]).map(|i| (i, None)));
+    let mut forward = Forward::new(network.clone())?;
     let mut current: Option<(usize, Prefilled)> = None;
     for (done, (index, share)) in order.into_iter().enumerate() {
         if cancel.load(Ordering::Relaxed) {
@@ -254,7 +256,7 @@ pub fn accuracy(
             Some(s) => {
                 if current.as_ref().is_none_or(|(at, _)| *at != s) {
                     let started = std::time::Instant::now();
-                    current = Some((s, network.prefill(&ids[index][..shares[s].len])?));
+                    current = Some((s, forward.prefill(&ids[index][..shares[s].len])?));
                     seconds += started.elapsed().as_secs_f64();
                 }
                 current.as_ref().map(|(_, prefilled)| prefilled)
@@ -262,7 +264,7 @@ pub fn accuracy(
             None => None,
         };
         let (prompt, budget) = &prompts[index];
-        let answer = answer_ids(network, tokenizer, prompt, prefilled, *budget)?;
+        let answer = answer_ids(&mut forward, tokenizer, prompt, prefilled, *budget)?;
         tokens += answer.generation.ids.len();
         seconds += answer.generation.prefill_seconds + answer.generation.decode_seconds;
         let expected: Option<Vec<Value>> = serde_json::from_str(&example.answers).ok();

@@ -1,7 +1,8 @@
 //! Greedy decoding with a key/value cache, as the reference's `generate_cached`: the prompt is
 //! prefilled in one pass, then each new token is one step over the cached keys. What a step needs
 //! besides the cache — the engram n-gram history and the convolution's taps — is recomputed from
-//! the last [`EngramGeometry::window`](super::engram::EngramGeometry::window) tokens.
+//! the last [`EngramGeometry::window`](super::engram::EngramGeometry::window) tokens. Steps run on
+//! the path a [`Forward`] holds: the hand-written CPU one, or candle's (every device).
 
 use std::time::Instant;
 
@@ -9,10 +10,11 @@ use candle_core::{Tensor, D};
 use serde::Serialize;
 
 use super::attention::{LayerKv, Rope};
-use super::{Network, Result};
+use super::fast::CpuDecode;
+use super::{Forward, Network, Result};
 use crate::tokenizer::{EOS_ID, IM_END_ID};
 
-/// What a decoding run carries from step to step.
+/// What a decoding run on candle's path carries from step to step.
 #[derive(Debug, Clone)]
 pub struct DecodeState {
     /// Every token so far, prompt included.
@@ -23,11 +25,27 @@ pub struct DecodeState {
     pub(super) rope: Rope,
 }
 
+/// A decoding run's state, on the path that computes it.
+#[derive(Debug, Clone)]
+enum State {
+    Cpu(CpuDecode),
+    Candle(DecodeState),
+}
+
+impl State {
+    fn history(&self) -> &[u32] {
+        match self {
+            State::Cpu(state) => state.history(),
+            State::Candle(state) => &state.history,
+        }
+    }
+}
+
 /// A prompt prefix already run through the network: prompts that begin with it continue from its
 /// cached keys instead of running it again (an app's tools prompt, answered for many queries).
 #[derive(Debug, Clone)]
 pub struct Prefilled {
-    state: DecodeState,
+    state: State,
 }
 
 /// Why decoding stopped.
@@ -66,7 +84,7 @@ impl Generation {
 }
 
 impl Network {
-    /// A state that has seen nothing, for rows up to the model's `max_seq_len`.
+    /// A candle state that has seen nothing, for rows up to the model's `max_seq_len`.
     fn decode_state(&self) -> Result<DecodeState> {
         let cfg = self.config();
         Ok(DecodeState {
@@ -76,40 +94,77 @@ impl Network {
         })
     }
 
-    /// Runs `prefix` through the network once, for [`Network::generate_from`].
-    pub fn prefill(&self, prefix: &[u32]) -> Result<Prefilled> {
-        let mut state = self.decode_state()?;
-        let max_prefix = self.config().max_seq_len.max(2) - 1;
-        self.decode_step(&prefix[..prefix.len().min(max_prefix)], &mut state)?;
-        Ok(Prefilled { state })
-    }
-
     /// Greedy continuation of `prompt` (token ids, BOS first): at most `max_new_tokens` tokens,
     /// stopping after `<|im_end|>`, before EOS, or at the model's `max_seq_len`.
     pub fn generate(&self, prompt: &[u32], max_new_tokens: usize) -> Result<Generation> {
-        self.generate_from(None, prompt, max_new_tokens)
+        Forward::new(self.clone())?.generate_from(None, prompt, max_new_tokens)
+    }
+}
+
+impl Forward {
+    fn decode_state(&self) -> Result<State> {
+        Ok(match self {
+            Forward::Cpu(cpu, _) => State::Cpu(cpu.decode_state()),
+            Forward::Candle(network) => State::Candle(network.decode_state()?),
+        })
+    }
+
+    /// Runs `new` tokens after those `state` has seen; the most likely next token.
+    fn decode_step(&mut self, new: &[u32], state: &mut State) -> Result<u32> {
+        match (self, state) {
+            (Forward::Cpu(cpu, workspace), State::Cpu(state)) => {
+                let logits = cpu.decode_step(new, state, workspace)?;
+                // The first of equals, as `argmax` picks.
+                let best = logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |best, (i, &v)| {
+                    if v > best.1 {
+                        (i, v)
+                    } else {
+                        best
+                    }
+                });
+                Ok(best.0 as u32)
+            }
+            (Forward::Candle(network), State::Candle(state)) => greedy(&network.decode_step(new, state)?),
+            (forward, state) => {
+                // A state made by the other path: start over on this one from its tokens.
+                let history = state.history().to_vec();
+                *state = forward.decode_state()?;
+                forward.decode_step(&[history.as_slice(), new].concat(), state)
+            }
+        }
+    }
+
+    /// Runs `prefix` through the network once, for [`Forward::generate_from`].
+    pub fn prefill(&mut self, prefix: &[u32]) -> Result<Prefilled> {
+        let mut state = self.decode_state()?;
+        let max_prefix = self.network().config().max_seq_len.max(2) - 1;
+        self.decode_step(&prefix[..prefix.len().min(max_prefix)], &mut state)?;
+        Ok(Prefilled { state })
     }
 
     /// [`Network::generate`], continuing from `prefilled` when the prompt begins with its tokens
     /// (and has more of its own).
     pub fn generate_from(
-        &self,
+        &mut self,
         prefilled: Option<&Prefilled>,
         prompt: &[u32],
         max_new_tokens: usize,
     ) -> Result<Generation> {
-        let max_seq_len = self.config().max_seq_len.max(2);
+        let max_seq_len = self.network().config().max_seq_len.max(2);
         // As the reference: the prompt keeps at most max_seq_len − 1 tokens, leaving room for one.
         let prompt = &prompt[..prompt.len().min(max_seq_len - 1)];
         let max_len = max_seq_len.min(prompt.len() + max_new_tokens);
-        let continues = |p: &&Prefilled| p.state.history.len() < prompt.len() && prompt.starts_with(&p.state.history);
+        let continues = |p: &&Prefilled| {
+            let seen = p.state.history();
+            seen.len() < prompt.len() && prompt.starts_with(seen)
+        };
         let mut state = match prefilled.filter(continues) {
             Some(prefilled) => prefilled.state.clone(),
             None => self.decode_state()?,
         };
         let start = Instant::now();
-        let new = &prompt[state.history.len()..];
-        let mut next = greedy(&self.decode_step(new, &mut state)?)?;
+        let new = &prompt[state.history().len()..];
+        let mut next = self.decode_step(new, &mut state)?;
         let prefill_seconds = start.elapsed().as_secs_f64();
         let start = Instant::now();
         let mut ids = Vec::new();
@@ -131,7 +186,7 @@ impl Network {
             if prompt.len() + ids.len() >= max_len {
                 break Stop::MaxLength;
             }
-            next = greedy(&self.decode_step(&[next], &mut state)?)?;
+            next = self.decode_step(&[next], &mut state)?;
         };
         Ok(Generation {
             ids,
@@ -229,20 +284,31 @@ mod tests {
     }
 
     #[test]
-    fn a_prefilled_prefix_gives_the_tokens_of_a_whole_prompt() {
+    fn both_paths_decode_the_same_tokens_and_a_prefilled_prefix_changes_none() {
         let network = network("tiny_f32");
+        let mut paths = [Forward::new(network.clone()).unwrap(), Forward::Candle(network.clone())];
+        assert!(matches!(paths[0], Forward::Cpu(..)));
         let prefix: Vec<u32> = std::iter::once(BOS_ID).chain((0..30).map(|i| 20 + i % 40)).collect();
-        let prefilled = network.prefill(&prefix).unwrap();
-        for tail in [vec![7u32, 300, 12], vec![99, 5, 8, 77, 31, 200, 6]] {
-            let prompt: Vec<u32> = prefix.iter().copied().chain(tail).collect();
-            let want = network.generate(&prompt, 12).unwrap();
-            let got = network.generate_from(Some(&prefilled), &prompt, 12).unwrap();
-            assert_eq!((got.ids, got.stop), (want.ids, want.stop));
+        let tails = [vec![7u32, 300, 12], vec![99, 5, 8, 77, 31, 200, 6]];
+        let want: Vec<Generation> = tails
+            .iter()
+            .map(|tail| paths[1].generate_from(None, &[prefix.as_slice(), tail].concat(), 12).unwrap())
+            .collect();
+        for forward in &mut paths {
+            let prefilled = forward.prefill(&prefix).unwrap();
+            for (tail, want) in tails.iter().zip(&want) {
+                let prompt = [prefix.as_slice(), tail].concat();
+                for from in [None, Some(&prefilled)] {
+                    let got = forward.generate_from(from, &prompt, 12).unwrap();
+                    assert_eq!((&got.ids, got.stop), (&want.ids, want.stop));
+                }
+            }
+            // A prompt that does not begin with the prefix, or is no longer than it, starts afresh.
+            for prompt in [vec![BOS_ID, 40, 41, 7], prefix.clone()] {
+                let fresh = forward.generate_from(None, &prompt, 5).unwrap().ids;
+                assert_eq!(forward.generate_from(Some(&prefilled), &prompt, 5).unwrap().ids, fresh);
+            }
         }
-        // A prompt that does not begin with the prefix, or is no longer than it, starts afresh.
-        let other = [BOS_ID, 40, 41, 7];
-        assert_eq!(network.generate_from(Some(&prefilled), &other, 5).unwrap().ids, network.generate(&other, 5).unwrap().ids);
-        assert_eq!(network.generate_from(Some(&prefilled), &prefix, 5).unwrap().ids, network.generate(&prefix, 5).unwrap().ids);
     }
 
     #[test]

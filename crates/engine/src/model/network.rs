@@ -170,6 +170,12 @@ impl Network {
         })
     }
 
+    /// Earlier tokens a position's engram memory reads (`None` without engram sites): what a
+    /// decoding step recomputes memories from.
+    pub(super) fn engram_window(&self) -> Option<usize> {
+        self.engram_geometry.as_ref().map(EngramGeometry::window)
+    }
+
     /// Each engram site's keys and values for the packed tokens.
     pub(super) fn engram_memories(&self, packing: &Packing) -> Result<Vec<EngramKv>> {
         match &self.engram_geometry {
@@ -239,10 +245,7 @@ impl Network {
     pub(super) fn decode_step(&self, new: &[u32], state: &mut DecodeState) -> Result<Tensor> {
         let (past, s) = (state.history.len(), new.len());
         let device = self.device();
-        let window_start = match &self.engram_geometry {
-            Some(geometry) => past.saturating_sub(geometry.window()),
-            None => past,
-        };
+        let window_start = past - self.engram_window().map_or(0, |w| past.min(w));
         // The new tokens with the history their engram n-grams and taps reach, as one row.
         let window: Vec<u32> = state.history[window_start..].iter().chain(new).copied().collect();
         let row = Encoded { mask: vec![1.0; window.len()], ids: window, truncated: false };

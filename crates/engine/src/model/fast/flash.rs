@@ -99,51 +99,76 @@ fn key_rows(segments: &[Segment], seg: usize, rows: &Range<usize>) -> (Range<usi
     (context, own.start..rows.end)
 }
 
+/// Keys (or values) a block reads, `rows × hd` each: its context's (a shared prefix, or a
+/// decoding cache), then its own segment's up to the block's end.
+type Keys<'a> = [Mat<'a>; 2];
+
+/// The rows `range` of one head's slab, as a `rows × hd` matrix.
+fn rows_of<'a>(slab: &'a [f32], hd: usize, range: &Range<usize>) -> Mat<'a> {
+    Mat::new(&slab[range.start * hd..range.end * hd], range.len(), hd)
+}
+
 /// Writes `scale · q_block · keysᵀ` into `scores` (`rows × (context + own)`), row-major.
-fn block_scores(q: Mat, k: &[f32], hd: usize, keys: &(Range<usize>, Range<usize>), scale: f32, scores: &mut [f32]) {
-    let (context, own) = keys;
-    let width = context.len() + own.len();
-    let rows = q.rows();
-    let key_mat = |r: &Range<usize>| Mat::new(&k[r.start * hd..r.end * hd], r.len(), hd).t();
-    if !context.is_empty() {
-        matmul(MatMut::strided(scores, rows, context.len(), width), q, key_mat(context), scale, false, Threads::One);
+fn block_scores(q: Mat, keys: &Keys, scale: f32, scores: &mut [f32]) {
+    let width = keys[0].rows() + keys[1].rows();
+    let mut offset = 0;
+    for part in keys.iter().filter(|k| k.rows() > 0) {
+        let dst = MatMut::strided(&mut scores[offset..], q.rows(), part.rows(), width);
+        matmul(dst, q, part.t(), scale, false, Threads::One);
+        offset += part.rows();
     }
-    let own_scores = &mut scores[context.len()..];
-    matmul(MatMut::strided(own_scores, rows, own.len(), width), q, key_mat(own), scale, false, Threads::One);
 }
 
-/// Keys of `keys` visible to the block's row `r` (queries at packed `rows.start + r`).
-fn visible(keys: &(Range<usize>, Range<usize>), rows: &Range<usize>, r: usize) -> usize {
-    keys.0.len() + (rows.start + r - keys.1.start + 1)
+/// Keys visible to the block's row `r`: all of the context's, and its own segment's up to itself
+/// (`rows` are the block's packed rows, `own_start` its segment's first).
+fn visible(keys: &Keys, own_start: usize, rows: &Range<usize>, r: usize) -> usize {
+    keys[0].rows() + (rows.start + r - own_start + 1)
 }
 
-/// `out += alpha · p · values` over the context's and the own keys (`out` overwritten first when
-/// not `accumulate`).
-fn times_values(
-    p: &[f32],
-    values: &[f32],
-    hd: usize,
-    keys: &(Range<usize>, Range<usize>),
-    out: &mut [f32],
-    accumulate: bool,
-) {
-    let width = keys.0.len() + keys.1.len();
-    let rows = p.len() / width;
-    let mut first = !accumulate;
-    for (offset, range) in [(0, &keys.0), (keys.0.len(), &keys.1)] {
-        if range.is_empty() {
-            continue;
-        }
-        let p_part = Mat::strided(&p[offset..], rows, range.len(), width);
-        let v = Mat::new(&values[range.start * hd..range.end * hd], range.len(), hd);
-        matmul(MatMut::new(out, rows, hd), p_part, v, 1.0, !first, Threads::One);
+/// `out = p · values` over the context's and the own rows (`out += …` when `accumulate`).
+fn times_values(p: &[f32], values: &Keys, out: &mut [f32], accumulate: bool) {
+    let width = values[0].rows() + values[1].rows();
+    let (rows, hd) = (p.len() / width, values[1].cols());
+    let (mut offset, mut first) = (0, !accumulate);
+    for part in values.iter().filter(|v| v.rows() > 0) {
+        let p_part = Mat::strided(&p[offset..], rows, part.rows(), width);
+        matmul(MatMut::new(out, rows, hd), p_part, *part, 1.0, !first, Threads::One);
+        offset += part.rows();
         first = false;
     }
 }
 
+/// Keys and values of earlier positions held outside the pass (a decoding cache), head-major
+/// `[kv_heads, capacity, hd]` with the first `len` rows of each head filled: the context of every
+/// segment that has no shared prefix.
+#[derive(Debug, Clone, Copy)]
+pub struct Cached<'a> {
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub len: usize,
+    pub capacity: usize,
+}
+
+impl<'a> Cached<'a> {
+    /// Kv head `kv`'s filled rows of `buf` (its keys or its values).
+    fn head(&self, buf: &'a [f32], kv: usize, hd: usize) -> Mat<'a> {
+        Mat::new(&buf[kv * self.capacity * hd..][..self.len * hd], self.len, hd)
+    }
+}
+
 /// Forward: `out` `[heads, N, hd]` and `lse` `[heads, N]` from `q` `[heads, N, hd]`, `k` and `v`
-/// `[kv_heads, N, hd]`.
-pub fn forward(geometry: Heads, segments: &[Segment], q: &[f32], k: &[f32], v: &[f32], out: &mut [f32], lse: &mut [f32]) {
+/// `[kv_heads, N, hd]`, after the `cached` positions when decoding.
+#[allow(clippy::too_many_arguments)]
+pub fn forward(
+    geometry: Heads,
+    segments: &[Segment],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    cached: Option<Cached>,
+    out: &mut [f32],
+    lse: &mut [f32],
+) {
     let Heads { head_dim: hd, tokens, .. } = geometry;
     let (slab, scale, group) = (geometry.slab(), geometry.scale(), geometry.group());
     let blocks = blocks(segments);
@@ -156,14 +181,20 @@ pub fn forward(geometry: Heads, segments: &[Segment], q: &[f32], k: &[f32], v: &
     tasks.into_par_iter().for_each(|(h, seg, rows, (out, lse))| {
         let kv = h / group;
         let (k, v) = (&k[kv * slab..(kv + 1) * slab], &v[kv * slab..(kv + 1) * slab]);
-        let keys = key_rows(segments, seg, &rows);
-        let width = keys.0.len() + keys.1.len();
+        let (context, own) = key_rows(segments, seg, &rows);
+        let (context_k, context_v) = match cached.filter(|_| context.is_empty()) {
+            Some(cached) => (cached.head(cached.k, kv, hd), cached.head(cached.v, kv, hd)),
+            None => (rows_of(k, hd, &context), rows_of(v, hd, &context)),
+        };
+        let keys = [context_k, rows_of(k, hd, &own)];
+        let values = [context_v, rows_of(v, hd, &own)];
+        let width = keys[0].rows() + keys[1].rows();
         SCRATCH.with_borrow_mut(|(scores, _)| {
             scores.resize(rows.len() * width, 0.0);
-            let q_block = Mat::new(&q[h * slab + rows.start * hd..h * slab + rows.end * hd], rows.len(), hd);
-            block_scores(q_block, k, hd, &keys, scale, scores);
+            let q_block = rows_of(&q[h * slab..(h + 1) * slab], hd, &rows);
+            block_scores(q_block, &keys, scale, scores);
             for (r, row) in scores.chunks_mut(width).enumerate() {
-                let seen = visible(&keys, &rows, r);
+                let seen = visible(&keys, own.start, &rows, r);
                 let max = row[..seen].iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 row[..seen].iter_mut().for_each(|s| *s = exp(*s - max));
                 let sum = sum(&row[..seen]);
@@ -172,7 +203,7 @@ pub fn forward(geometry: Heads, segments: &[Segment], q: &[f32], k: &[f32], v: &
                 row[seen..].fill(0.0);
                 lse[r] = max + sum.ln();
             }
-            times_values(scores, v, hd, &keys, out, false);
+            times_values(scores, &values, out, false);
         });
     });
 }
@@ -234,21 +265,23 @@ pub fn backward(
                     let own = segments[seg];
                     for start in (own.start..own.start + own.len).step_by(BLOCK) {
                         let rows = start..(start + BLOCK).min(own.start + own.len);
-                        let keys = key_rows(segments, seg, &rows);
-                        let width = keys.0.len() + keys.1.len();
-                        let q_block = Mat::new(&q[rows.start * hd..rows.end * hd], rows.len(), hd);
-                        let g_block = Mat::new(&o_grad[rows.start * hd..rows.end * hd], rows.len(), hd);
+                        let ranges = key_rows(segments, seg, &rows);
+                        let keys = [rows_of(k, hd, &ranges.0), rows_of(k, hd, &ranges.1)];
+                        let values = [rows_of(v, hd, &ranges.0), rows_of(v, hd, &ranges.1)];
+                        let width = ranges.0.len() + ranges.1.len();
+                        let q_block = rows_of(q, hd, &rows);
+                        let g_block = rows_of(o_grad, hd, &rows);
                         // P from the saved log-sum-exp, then dP = dO·Vᵀ.
                         p.resize(rows.len() * width, 0.0);
                         ds.resize(rows.len() * width, 0.0);
-                        block_scores(q_block, k, hd, &keys, scale, p);
+                        block_scores(q_block, &keys, scale, p);
                         for (r, row) in p.chunks_mut(width).enumerate() {
-                            let seen = visible(&keys, &rows, r);
+                            let seen = visible(&keys, own.start, &rows, r);
                             let lse = saved.lse[h * tokens + rows.start + r];
                             row[..seen].iter_mut().for_each(|s| *s = exp(*s - lse));
                             row[seen..].fill(0.0);
                         }
-                        block_scores(g_block, v, hd, &keys, 1.0, ds);
+                        block_scores(g_block, &values, 1.0, ds);
                         // dS = P ⊙ (dP − D) · scale.
                         for (r, (ds_row, p_row)) in ds.chunks_mut(width).zip(p.chunks(width)).enumerate() {
                             let d = correction[h * tokens + rows.start + r];
@@ -256,9 +289,9 @@ pub fn backward(
                         }
                         // dQ = dS·K, written for the block's rows.
                         let dq_rows = &mut dq_h[(rows.start - base) * hd..(rows.end - base) * hd];
-                        times_values(ds, k, hd, &keys, dq_rows, false);
+                        times_values(ds, &keys, dq_rows, false);
                         // dK += dSᵀ·Q and dV += Pᵀ·dO over the keys the block read.
-                        for (offset, range) in [(0, &keys.0), (keys.0.len(), &keys.1)] {
+                        for (offset, range) in [(0, &ranges.0), (ranges.0.len(), &ranges.1)] {
                             if range.is_empty() {
                                 continue;
                             }
@@ -317,7 +350,7 @@ mod tests {
         let (n, hd) = (packing.len(), 8);
         let (q, k, v) = (values(4 * n * hd, 1), values(2 * n * hd, 2), values(2 * n * hd, 3));
         let (mut out, mut lse) = (vec![0f32; 4 * n * hd], vec![0f32; 4 * n]);
-        forward(geometry, packing.segments(), &q, &k, &v, &mut out, &mut lse);
+        forward(geometry, packing.segments(), &q, &k, &v, None, &mut out, &mut lse);
         let at = |buf: &[f32], h: usize, i: usize| buf[(h * n + i) * hd..(h * n + i + 1) * hd].to_vec();
         for (r, row) in rows.iter().enumerate() {
             let len = row.ids.len();
@@ -337,7 +370,7 @@ mod tests {
         let probe = values(4 * n * hd, 4);
         let objective = |q: &[f32], k: &[f32], v: &[f32]| -> f64 {
             let (mut out, mut lse) = (vec![0f32; 4 * n * hd], vec![0f32; 4 * n]);
-            forward(geometry, packing.segments(), q, k, v, &mut out, &mut lse);
+            forward(geometry, packing.segments(), q, k, v, None, &mut out, &mut lse);
             out.iter().zip(&probe).map(|(o, p)| f64::from(o * p)).sum()
         };
         let (mut dq, mut dk, mut dv) = (vec![0f32; q.len()], vec![0f32; k.len()], vec![0f32; v.len()]);

@@ -147,6 +147,12 @@ pub(super) struct Work {
 }
 
 impl Work {
+    /// The pass's rotated keys and values, head-major `[kv_heads, N, hd]`, as the last forward
+    /// left them: what a decoding step adds to its cache.
+    pub(super) fn keys_and_values(&self) -> (&[f32], &[f32]) {
+        (&self.kh, &self.vh)
+    }
+
     pub(super) fn resize(&mut self, dims: &Dims, backward: bool) {
         let t = dims.tokens;
         let (d, a, kv) = (dims.d, dims.attn, dims.kv);
@@ -317,7 +323,9 @@ impl HostLayer {
         });
     }
 
-    /// The layer's forward over lanes `x` `[N, n·d]` into `next`, keeping what the backward needs.
+    /// The layer's forward over lanes `x` `[N, n·d]` into `next`, keeping what the backward needs;
+    /// attention also reads the `cached` keys of earlier positions when decoding.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn forward(
         &self,
         pass: &Pass,
@@ -326,6 +334,7 @@ impl HostLayer {
         kept: &mut Kept,
         work: &mut Work,
         next: &mut [f32],
+        cached: Option<flash::Cached>,
     ) -> Result<()> {
         let dims = &pass.dims;
         let (t, n, d, nd) = (dims.tokens, dims.lanes, dims.d, dims.lanes * dims.d);
@@ -355,7 +364,7 @@ impl HostLayer {
         }
 
         self.heads(pass, &kept.proj, work);
-        flash::forward(pass.heads(), &pass.segments, &work.qh, &work.kh, &work.vh, &mut kept.out, &mut kept.lse);
+        flash::forward(pass.heads(), &pass.segments, &work.qh, &work.kh, &work.vh, cached, &mut kept.out, &mut kept.lse);
         self.gated(pass, kept, &mut work.gated);
 
         // The output projection, with its low-rank update.

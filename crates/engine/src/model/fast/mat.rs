@@ -31,6 +31,10 @@ impl<'a> Mat<'a> {
         self.rows
     }
 
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
     /// The transpose, as a view.
     pub fn t(self) -> Self {
         Self { rows: self.cols, cols: self.rows, row_stride: self.col_stride, col_stride: self.row_stride, ..self }

@@ -10,12 +10,14 @@
 //! stays the reference for what is computed: the parity tests check this one against it and
 //! against the reference's goldens. CUDA and Metal run the candle path.
 
+mod decode;
 mod flash;
 mod layer;
 mod mat;
 
 use std::collections::HashMap;
 use std::ops::Deref;
+use std::sync::Arc;
 
 use candle_core::{bail, CpuStorage, Storage, Tensor};
 use rayon::prelude::*;
@@ -102,7 +104,7 @@ struct Pass {
     dims: Dims,
     positions: Vec<u32>,
     segments: Vec<Segment>,
-    rope: RopeTables,
+    rope: Arc<RopeTables>,
     sites: Vec<Site>,
     lora_scale: f32,
     /// A unit gain, for the RMS normalisations that have none.
@@ -118,6 +120,8 @@ struct ProjectionLora {
 /// Gradients of the factors of a [`LowRank`], by kernel path and layer: `(dA, dB)` flattened, in
 /// the factors' shapes.
 pub type HostGrads = HashMap<(String, usize), (Vec<f32>, Vec<f32>)>;
+
+pub use decode::CpuDecode;
 
 /// The network's parameters as the CPU path reads them.
 #[derive(Debug, Clone)]
@@ -173,21 +177,13 @@ impl CpuNetwork {
         kept + lane_copies + Work::bytes_per_token(&dims) + sites + 12 * dims.d
     }
 
-    /// The pass's inputs: positions, rotary tables, the engram memories (computed by the candle
-    /// modules: they depend on no trainable weight) and the factors on the host.
+    /// The pass's inputs: positions, rotary tables, the engram memories and the factors on the
+    /// host.
     fn pass(&self, packing: &Packing, low_rank: Option<&LowRank>) -> Result<(Pass, Vec<[Option<ProjectionLora>; 5]>)> {
         let cfg = self.network.config();
         let rank = low_rank.map_or(0, |l| l.rank());
         let dims = dims_of(cfg, rank, packing.len());
-        let sites = self
-            .network
-            .engram_memories(packing)?
-            .into_iter()
-            .map(|memory| -> Result<Site> {
-                let key_unit = super::norm::rms_unit(&memory.key)?.flatten_all()?.to_vec1()?;
-                Ok(Site { key_unit, value: memory.value.flatten_all()?.to_vec1()? })
-            })
-            .collect::<Result<_>>()?;
+        let sites = self.sites(packing, 0)?;
         let mut lora = Vec::with_capacity(self.layers.len());
         for layer in &self.layers {
             let mut factors: [Option<ProjectionLora>; 5] = Default::default();
@@ -202,7 +198,7 @@ impl CpuNetwork {
             dims,
             positions: packing.positions.clone(),
             segments: packing.segments().to_vec(),
-            rope: RopeTables::new(dims.head_dim, packing.longest_row(), cfg.rope_theta),
+            rope: Arc::new(RopeTables::new(dims.head_dim, packing.longest_row(), cfg.rope_theta)),
             sites,
             lora_scale: low_rank.map_or(0.0, |l| l.scale as f32),
             ones: vec![1.0; dims.d],
@@ -210,11 +206,26 @@ impl CpuNetwork {
         Ok((pass, lora))
     }
 
-    /// The embedded tokens spread over every lane, into `lanes` `[N, n·d]`.
-    fn embed(&self, packing: &Packing, dims: &Dims, lanes: &mut [f32]) -> Result<()> {
+    /// Every engram site's memory of the packed tokens `from..` on the host (computed by the candle
+    /// modules: it depends on no trainable weight).
+    fn sites(&self, packing: &Packing, from: usize) -> Result<Vec<Site>> {
+        let count = packing.len() - from;
+        self.network
+            .engram_memories(packing)?
+            .into_iter()
+            .map(|memory| -> Result<Site> {
+                let memory = memory.positions(from, count)?;
+                let key_unit = super::norm::rms_unit(&memory.key)?.flatten_all()?.to_vec1()?;
+                Ok(Site { key_unit, value: memory.value.flatten_all()?.to_vec1()? })
+            })
+            .collect()
+    }
+
+    /// The embedded tokens `ids` spread over every lane, into `lanes` `[N, n·d]`.
+    fn embed(&self, ids: &[u32], dims: &Dims, lanes: &mut [f32]) -> Result<()> {
         let table = host(&self.network.embedding)?;
         let (d, scale) = (dims.d, (dims.d as f32).sqrt());
-        lanes.par_chunks_mut(dims.lanes * d).zip(packing.ids.par_iter()).for_each(|(row, &id)| {
+        lanes.par_chunks_mut(dims.lanes * d).zip(ids.par_iter()).for_each(|(row, &id)| {
             let embedding = &table[id as usize * d..][..d];
             for lane in row.chunks_mut(d) {
                 lane.iter_mut().zip(embedding).for_each(|(l, e)| *l = e * scale);
@@ -236,7 +247,7 @@ impl CpuNetwork {
         for (l, layer) in self.layers.iter().enumerate() {
             let kept = &mut kept[if keep_all { l } else { 0 }];
             let (input, output) = lane_pair(lanes, l);
-            layer.forward(pass, &lora[l], input, kept, work, output)?;
+            layer.forward(pass, &lora[l], input, kept, work, output, None)?;
         }
         Ok(())
     }
@@ -310,7 +321,7 @@ impl CpuNetwork {
         self.network.check_ids(packing)?;
         let (pass, lora) = self.pass(packing, low_rank)?;
         ws.resize(&pass.dims, self.layers.len(), false, false);
-        self.embed(packing, &pass.dims, &mut ws.lanes[0])?;
+        self.embed(&packing.ids, &pass.dims, &mut ws.lanes[0])?;
         self.forward_layers(&pass, &lora, ws, false)?;
         self.finish(&pass.dims, ws);
         Ok((self.scored_loss(packing, &pass.dims, ws, None)?, packing.scored().weight_sum()))
@@ -332,7 +343,7 @@ impl CpuNetwork {
         let (pass, lora) = self.pass(packing, Some(low_rank))?;
         let dims = pass.dims;
         ws.resize(&dims, self.layers.len(), true, recompute);
-        self.embed(packing, &dims, &mut ws.lanes[0])?;
+        self.embed(&packing.ids, &dims, &mut ws.lanes[0])?;
         self.forward_layers(&pass, &lora, ws, !recompute)?;
         self.finish(&dims, ws);
         let loss = self.scored_loss(packing, &dims, ws, Some(normalizer))? / normalizer;
@@ -363,7 +374,7 @@ impl CpuNetwork {
             let Workspace { lanes, kept, work, grad_in, grad_out, .. } = &mut *ws;
             let kept = if recompute {
                 let (input, output) = lane_pair(lanes, l);
-                layer.forward(&pass, &lora[l], input, &mut kept[0], work, output)?;
+                layer.forward(&pass, &lora[l], input, &mut kept[0], work, output, None)?;
                 &kept[0]
             } else {
                 &kept[l]

@@ -1,0 +1,129 @@
+//! Greedy decoding steps on the CPU path: each step runs the new tokens through every layer with
+//! attention reading a key/value cache of the earlier positions, and adds their keys and values
+//! to it. A prompt's prefill is one such step over the whole prompt.
+
+use std::sync::{Arc, OnceLock};
+
+use rayon::prelude::*;
+
+use super::flash::Cached;
+use super::mat::{matmul, Mat, MatMut, Threads};
+use super::{dims_of, host, lane_pair, CpuNetwork, Pass, Workspace};
+use crate::dataset::Encoded;
+use crate::model::kernels::RopeTables;
+use crate::model::packing::{Packing, Segment};
+use crate::model::Result;
+
+/// Steps of at most this many tokens run on one thread.
+const ONE_THREAD_TOKENS: usize = 8;
+
+/// The state a decoding run carries from step to step.
+#[derive(Debug, Clone)]
+pub struct CpuDecode {
+    /// Every token so far, prompt included.
+    history: Vec<u32>,
+    /// Per layer, its keys and values, head-major `[kv_heads, capacity, hd]`: the first
+    /// `history.len()` rows of each head are filled.
+    cache: Vec<(Vec<f32>, Vec<f32>)>,
+    capacity: usize,
+    /// Rotary tables of every position the model may reach.
+    rope: Arc<RopeTables>,
+}
+
+impl CpuDecode {
+    pub fn history(&self) -> &[u32] {
+        &self.history
+    }
+
+    /// Room for `needed` positions: each head's rows move to a wider slab (doubling, so that a
+    /// run of steps copies each row a bounded number of times).
+    fn reserve(&mut self, needed: usize, kv_heads: usize, hd: usize) {
+        if needed <= self.capacity {
+            return;
+        }
+        let capacity = needed.max(2 * self.capacity).max(64);
+        let filled = self.history.len();
+        for buf in self.cache.iter_mut().flat_map(|(k, v)| [k, v]) {
+            let mut wider = vec![0f32; kv_heads * capacity * hd];
+            for h in 0..kv_heads {
+                wider[h * capacity * hd..][..filled * hd].copy_from_slice(&buf[h * self.capacity * hd..][..filled * hd]);
+            }
+            *buf = wider;
+        }
+        self.capacity = capacity;
+    }
+}
+
+impl CpuNetwork {
+    /// A state that has seen nothing.
+    pub fn decode_state(&self) -> CpuDecode {
+        let cfg = self.network.config();
+        CpuDecode {
+            history: Vec::new(),
+            cache: vec![(Vec::new(), Vec::new()); cfg.num_layers],
+            capacity: 0,
+            rope: Arc::new(RopeTables::new(cfg.head_dim(), cfg.max_seq_len.max(2), cfg.rope_theta)),
+        }
+    }
+
+    /// Logits `[vocab]` after the last of `new` tokens, which follow the positions `state` has seen
+    /// and join them. The engram memories of the new tokens are recomputed from the window of
+    /// history they reach. A step of a few tokens runs on one thread: its pieces are too small to
+    /// pay for waking another.
+    pub fn decode_step(&self, new: &[u32], state: &mut CpuDecode, ws: &mut Workspace) -> Result<Vec<f32>> {
+        if new.len() > ONE_THREAD_TOKENS {
+            return self.step(new, state, ws);
+        }
+        static ONE_THREAD: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+        match ONE_THREAD.get_or_init(|| rayon::ThreadPoolBuilder::new().num_threads(1).build().ok()) {
+            Some(pool) => pool.install(|| self.step(new, state, ws)),
+            None => self.step(new, state, ws),
+        }
+    }
+
+    fn step(&self, new: &[u32], state: &mut CpuDecode, ws: &mut Workspace) -> Result<Vec<f32>> {
+        let cfg = self.network.config();
+        let (past, count) = (state.history.len(), new.len());
+        let window = self.network.engram_window().map_or(0, |w| past.min(w));
+        let ids: Vec<u32> = state.history[past - window..].iter().chain(new).copied().collect();
+        let row = Encoded { mask: vec![1.0; ids.len()], ids, truncated: false };
+        let packing = Packing::new(&[row], false)?;
+        self.network.check_ids(&packing)?;
+        let dims = dims_of(cfg, 0, count);
+        let pass = Pass {
+            dims,
+            positions: (past as u32..(past + count) as u32).collect(),
+            segments: vec![Segment { start: 0, len: count, context: None }],
+            rope: Arc::clone(&state.rope),
+            sites: self.sites(&packing, window)?,
+            lora_scale: 0.0,
+            ones: vec![1.0; dims.d],
+        };
+        state.reserve(past + count, dims.kv_heads, dims.head_dim);
+        ws.resize(&dims, self.layers.len(), false, false);
+        self.embed(new, &dims, &mut ws.lanes[0])?;
+        let no_lora = Default::default();
+        let hd = dims.head_dim;
+        for (l, layer) in self.layers.iter().enumerate() {
+            let Workspace { lanes, kept, work, .. } = &mut *ws;
+            let (input, output) = lane_pair(lanes, l);
+            let (keys, values) = &mut state.cache[l];
+            let cached = Cached { k: keys, v: values, len: past, capacity: state.capacity };
+            layer.forward(&pass, &no_lora, input, &mut kept[0], work, output, Some(cached))?;
+            let (new_keys, new_values) = work.keys_and_values();
+            for (cache, fresh) in [(keys, new_keys), (values, new_values)] {
+                cache.par_chunks_mut(state.capacity * hd).zip(fresh.par_chunks(count * hd)).for_each(|(slab, rows)| {
+                    slab[past * hd..(past + count) * hd].copy_from_slice(rows);
+                });
+            }
+        }
+        state.history.extend_from_slice(new);
+        self.finish(&dims, ws);
+        let table = host(&self.network.embedding)?;
+        let (d, vocab) = (dims.d, cfg.vocab_size);
+        let mut logits = vec![0f32; vocab];
+        let last = Mat::new(&ws.hidden[(count - 1) * d..count * d], 1, d);
+        matmul(MatMut::new(&mut logits, 1, vocab), last, Mat::new(&table, vocab, d).t(), 1.0, false, Threads::All);
+        Ok(logits)
+    }
+}
