@@ -20,7 +20,7 @@ use crate::tokenizer::{Tokenizer, TokenizerError, BOS_ID};
 
 /// New tokens allowed beyond the expected answer's length when scoring: room for a near miss to
 /// close its call, never enough to run on.
-const ANSWER_SLACK: usize = 16;
+pub const ANSWER_SLACK: usize = 16;
 
 /// Which weights to run.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,6 +9,7 @@ mod parity_tests;
 pub mod run;
 pub mod schedule;
 pub mod state;
+pub mod timing;
 pub mod trainer;
 
 pub use adamw::{AdamW, AdamWConfig};

@@ -14,19 +14,26 @@ use super::events::Event;
 use super::memory::StepShape;
 use super::schedule::Schedule;
 use super::state::{load_state, save_state, state_path, RunKey, SavedState};
+use super::timing::Work;
 use super::trainer::Trainer;
 
 /// Held-out examples scored by exact calls at the end of a run: enough for a fair share, few
 /// enough that decoding them on a CPU takes seconds, not the length of the run.
 pub const SCORED_EXAMPLES: usize = 64;
+
+/// A timed step longer than this is not repeated for the plan: its buffers are a small part of it.
+const WARM_STEP_LIMIT_S: f64 = 10.0;
+/// Decoding steps the plan times, after a prompt's prefill.
+const DECODE_STEPS_TIMED: usize = 8;
 use crate::backend::BackendInfo;
 use crate::calls::{self, CallScores, ModelScore, Weights, WeightsLoadError};
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::dataset::{Dataset, DatasetError, Encoded, Example, Tokenized};
 use crate::lora::{save_adapter, AdapterFileError, AdapterMeta, Lora};
-use crate::model::{evaluate, CpuNetwork, Device, ModelError, Network, Params};
+use crate::model::packing::Packing;
+use crate::model::{evaluate, CpuNetwork, Device, Forward, ModelError, Network, Params};
 use crate::settings::{OutOfRange, TrainSettings};
-use crate::tokenizer::{Tokenizer, TokenizerError};
+use crate::tokenizer::{Tokenizer, TokenizerError, BOS_ID};
 
 /// Everything `needle finetune` is asked to do.
 #[derive(Debug, Clone)]
@@ -127,11 +134,16 @@ pub struct Session {
     /// The held-out examples themselves, to score the calls of the base and tuned models.
     val_examples: Vec<Example>,
     pub plan: Plan,
+    /// Seconds preparing took, and loading the checkpoint within it: a run spends them again
+    /// (the tuned model's load at the end too).
+    prepare_seconds: f64,
+    load_seconds: f64,
 }
 
 impl Session {
     /// Checks every input and builds the plan; nothing is trained and nothing is written.
     pub fn prepare(options: FinetuneOptions, device: &Device) -> Result<Self> {
+        let started = Instant::now();
         let s = options.settings;
         check_ranges(&s)?;
         check_writable(&options.out)?;
@@ -139,6 +151,7 @@ impl Session {
         let params = Params::from_checkpoint(&checkpoint, device)?;
         let cfg = checkpoint.config.clone();
         drop(checkpoint);
+        let load_seconds = started.elapsed().as_secs_f64();
         let tokenizer = Tokenizer::load(&options.tokenizer)?;
         // Built once per run; building it checks the weights against the config before any training.
         let network = Network::load(&cfg, &params)?;
@@ -186,40 +199,79 @@ impl Session {
             memory_available_bytes: available_memory(),
             seconds_estimate: None,
         };
-        Ok(Self { options, params, network, lora, train, val, val_examples, plan })
+        let prepare_seconds = started.elapsed().as_secs_f64();
+        Ok(Self { options, params, network, lora, train, val, val_examples, plan, prepare_seconds, load_seconds })
     }
 
-    /// Times one training step on the first batch (with fresh factors, so nothing of the run
-    /// changes) and extrapolates to the whole run by positions: every step's batch padded to its
-    /// longest row, plus a forward pass over the validation rows per epoch (a third of a step's
-    /// work per position). Fills [`Plan::seconds_estimate`].
+    /// Times a training step on the first batch (with fresh factors, so nothing of the run
+    /// changes; the second of two, the first having paid for the buffers) and a few decoding steps,
+    /// then counts the whole run in the same units ([`super::timing`]): every batch of every epoch,
+    /// the validation passes, and the end-of-run scoring of the held-out examples by the base and
+    /// the tuned model, plus what preparing took (the run does it again). Fills
+    /// [`Plan::seconds_estimate`].
     pub fn time_run(&mut self) -> Result<f64> {
         let s = self.options.settings;
+        let cfg = self.network.config().clone();
+        let seq_len = self.plan.seq_len;
         let lora = Lora::init(&self.params, s.rank, s.alpha, s.seed)?;
-        let mut trainer = Trainer::new(self.network.clone(), lora, Schedule::reference(s.lr, 2))?;
+        let mut trainer = Trainer::new(self.network.clone(), lora, Schedule::reference(s.lr, 3))?;
         trainer.recompute = self.plan.recompute;
         trainer.tokens_per_pass = self.plan.tokens_per_pass;
-        let seq_len = self.plan.seq_len;
-        let batch = rows(&self.train[..s.batch_size.min(self.train.len())], seq_len);
-        let started = Instant::now();
-        trainer.step(&batch)?;
-        let positions = batch.len() * batch.iter().map(|r| r.ids.len()).max().unwrap_or(0);
-        let per_position = started.elapsed().as_secs_f64() / positions.max(1) as f64;
-        let padded = |examples: &[Tokenized]| -> usize {
-            examples
-                .chunks(s.batch_size)
-                .map(|b| b.len() * b.iter().map(|t| t.sequence_len().min(seq_len)).max().unwrap_or(0))
-                .sum()
-        };
-        let epoch = padded(&self.train) as f64 + padded(&self.val) as f64 / 3.0;
-        let seconds = per_position * epoch * s.epochs as f64;
+        let first = rows(&self.train[..s.batch_size.min(self.train.len())], seq_len);
+        let mut step_seconds = 0.0;
+        for _ in 0..2 {
+            let started = Instant::now();
+            trainer.step(&first)?;
+            step_seconds = started.elapsed().as_secs_f64();
+            if step_seconds > WARM_STEP_LIMIT_S {
+                break;
+            }
+        }
+        let work = |rows: &[Encoded]| -> Result<Work> { Ok(Work::of(&Packing::new(rows, true)?)) };
+        let seconds_per_mac = step_seconds / work(&first)?.training(&cfg).max(1.0);
+
+        let (mut training, mut validation) = (0.0, Work::default());
+        for epoch in 0..s.epochs {
+            let order = epoch_order(self.train.len(), s.seed, epoch);
+            for batch in order.chunks(s.batch_size) {
+                let rows: Vec<Encoded> = batch.iter().map(|&i| self.train[i].row(seq_len)).collect();
+                training += work(&rows)?.training(&cfg);
+            }
+            for batch in self.val.chunks(s.batch_size) {
+                validation += work(&rows(batch, seq_len))?;
+            }
+        }
+        let mut seconds = self.prepare_seconds + seconds_per_mac * (training + validation.forward(&cfg));
+
+        // Scoring: each model's loss on the held-out rows and its answers (prompts that begin
+        // alike prefilled once), for the base and the tuned model, which is loaded first.
+        let scored = &self.val[..self.val.len().min(SCORED_EXAMPLES)];
+        if let Some(example) = scored.first() {
+            let mut forward = Forward::new(self.network.clone())?;
+            let prompt: Vec<u32> = std::iter::once(BOS_ID).chain(example.prompt_ids.iter().copied()).collect();
+            let generation = forward.generate_from(None, &prompt, DECODE_STEPS_TIMED + 1)?;
+            let per_token = generation.decode_seconds / generation.ids.len().saturating_sub(1).max(1) as f64;
+            let prompts: Vec<Encoded> = scored
+                .iter()
+                .map(|t| {
+                    let ids: Vec<u32> = std::iter::once(BOS_ID).chain(t.prompt_ids.iter().copied()).collect();
+                    Encoded { mask: vec![0.0; ids.len()], ids, truncated: false }
+                })
+                .collect();
+            let prefills = work(&prompts)?.forward(&cfg);
+            let losses: f64 =
+                scored.chunks(s.batch_size).map(|b| Ok(work(&rows(b, seq_len))?.forward(&cfg))).sum::<Result<f64>>()?;
+            let answers: usize = scored.iter().map(|t| t.target_ids.len() + calls::ANSWER_SLACK).sum();
+            let per_model = seconds_per_mac * (prefills + losses) + per_token * answers as f64;
+            seconds += 2.0 * per_model + self.load_seconds;
+        }
         self.plan.seconds_estimate = Some(seconds);
         Ok(seconds)
     }
 
     /// Trains to the end or until `cancel` is set (checked between steps), emitting progress.
     pub fn run(self, backend: &BackendInfo, cancel: &AtomicBool, mut emit: impl FnMut(Event)) -> Result<Outcome> {
-        let Session { options, params, network, lora, train, val, val_examples, plan } = self;
+        let Session { options, params, network, lora, train, val, val_examples, plan, .. } = self;
         let s = options.settings;
         let schedule = Schedule::reference(s.lr, plan.steps);
         let key = RunKey {
