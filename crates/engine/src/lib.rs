@@ -1,9 +1,9 @@
 //! The Needle Studio engine: everything between a dataset file and a `.cact`, with no GUI dependency.
 //!
 //! The data path, one module per stage:
-//! file → examples ([`dataset`]) → tokens ([`tokenizer`]) → batches ([`model::batch_tensors`]) → the
-//! network ([`model`], on the device [`backend`] picked) → adapter ([`lora`], trained by [`train`]) →
-//! `.cact` ([`cact`]). Model weights come from [`checkpoint`] (format-v2 pickles, read without
+//! file → examples ([`dataset`]) → tokens ([`tokenizer`]) → batches ([`model::packing`], shared
+//! prompt prefixes laid out once) → the network ([`model`], on the device [`backend`] picked) →
+//! adapter ([`lora`], trained by [`train`]) → `.cact` ([`cact`]). Model weights come from [`checkpoint`] (format-v2 pickles, read without
 //! executing anything) described by [`config`]; the base model itself comes from the Hugging Face hub
 //! or its cache ([`hub`]) when no checkpoint is given. [`calls`] tries a model (checkpoint, adapter or
 //! built `.cact`) on prompts and scores its tool calls. [`atomic`] writes every output whole or not at
@@ -11,8 +11,9 @@
 //! [`settings`] is the one list of what a user chooses for a run and a build — defaults, ranges and
 //! messages — that the CLI, the app and its UI all read.
 //!
-//! One boundary splits the crate. Training and evaluation are tensor code (candle): [`model`],
-//! [`lora`], [`train`], [`calls`], entered through [`model::Params::from_checkpoint`]. Export is byte
+//! One boundary splits the crate. Training and evaluation are tensor code: [`model`], [`lora`],
+//! [`train`], [`calls`], entered through [`model::Params::from_checkpoint`] (candle's tensors; on
+//! the CPU, the hand-written path of [`model::CpuNetwork`] reads them in place). Export is byte
 //! code: [`cact`] quantizes the checkpoint's own arrays (an adapter first merged into them, in their
 //! stored dtype, by [`lora::merge`], the one merge evaluation uses too) and writes them with no tensor
 //! library, so the file matches the reference's bytes; [`cact::weights`] is the one way back,

@@ -1,4 +1,4 @@
-//! Needle 2, the reference's `SimpleAttentionNetwork`, as a candle network computed in f32.
+//! Needle 2, the reference's `SimpleAttentionNetwork`, computed in f32: candle modules, and a hand-written CPU path.
 //!
 //! The shape of the model, top to bottom:
 //! - token embedding × √d_model, with the same matrix (transposed) as the output projection;
@@ -9,14 +9,22 @@
 //! - each block: zero-centred RMSNorm sandwiches around grouped-query attention with per-head q/k
 //!   norms, RoPE and a sigmoid output gate ([`attention`]), then a Hadamard-mixing MLP ([`mlp`]).
 //!
-//! Greedy decoding ([`decode`]) runs the same layers one step at a time, with each layer's keys
-//! cached and the engram memories recomputed from the few tokens of history they reach.
+//! A batch is laid out packed ([`packing`]): its rows without their padding, and the prompt
+//! prefix that rows share (an app's tools prompt) once, its keys and values read by every row that
+//! continues it.
 //!
-//! Training takes gradients through the whole forward with candle's autograd. The frozen base stays
-//! out of it: its kernels enter through [`kernels::frozen_matmul`] (no weight gradient), LoRA is a
-//! [`LowRank`] update beside them, and the widest element-wise steps (norms, the causal softmax,
-//! the Walsh transform, the cross-entropy) are fused [`kernels`] with hand-written backward
-//! passes. Parameters are read from a [`Params`] source whose paths are the checkpoint's own
+//! Two paths compute the same network. On the CPU, the hand-written one ([`CpuNetwork`]): each
+//! layer's forward keeps what its own backward needs, the backward is written out by hand,
+//! attention is flash-style, and the matrix products are `gemm` calls on the weights in place. On
+//! every device, candle's ops with its autograd: the frozen base enters through
+//! [`kernels::frozen_matmul`] (no weight gradient), LoRA is a [`LowRank`] update beside it, and
+//! the widest element-wise steps are fused [`kernels`] with hand-written backward passes. The
+//! candle path is what CUDA and Metal run, and what the CPU path is checked against. [`Forward`]
+//! holds whichever path a network takes.
+//!
+//! Greedy decoding ([`decode`]) runs the same layers a few tokens at a time, with each layer's keys
+//! cached and the engram memories recomputed from the few tokens of history they reach.
+//! Parameters are read from a [`Params`] source whose paths are the checkpoint's own
 //! (`stack/layers/block/self_attn/q_proj/kernel`).
 
 pub mod attention;

@@ -15,6 +15,8 @@ mod flash;
 mod layer;
 mod mat;
 
+pub use decode::CpuDecode;
+
 use std::collections::HashMap;
 use std::ops::Deref;
 use std::sync::Arc;
@@ -120,8 +122,6 @@ struct ProjectionLora {
 /// Gradients of the factors of a [`LowRank`], by kernel path and layer: `(dA, dB)` flattened, in
 /// the factors' shapes.
 pub type HostGrads = HashMap<(String, usize), (Vec<f32>, Vec<f32>)>;
-
-pub use decode::CpuDecode;
 
 /// The network's parameters as the CPU path reads them.
 #[derive(Debug, Clone)]
