@@ -157,19 +157,24 @@ impl StepShape<'_> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn big_steps_recompute_in_micro_batches_within_the_budget() {
-        let cfg = ModelConfig::needle2();
-        let shape = |batch, seq_len| StepShape {
-            config: &cfg,
+    /// A step of a 90M-parameter model with a rank-16 adapter, half of every row scored.
+    fn step(config: &ModelConfig, batch: usize, seq_len: usize, hand_written: bool) -> StepShape<'_> {
+        StepShape {
+            config,
             parameters: 90_000_000,
             trainable: 2_000_000,
             batch,
             seq_len,
             scored: batch * seq_len / 2,
             rank: 16,
-            hand_written: false,
-        };
+            hand_written,
+        }
+    }
+
+    #[test]
+    fn big_steps_recompute_in_micro_batches_within_the_budget() {
+        let cfg = ModelConfig::needle2();
+        let shape = |batch, seq_len| step(&cfg, batch, seq_len, false);
         let small = StepShape { config: &ModelConfig { num_layers: 1, d_model: 64, ..cfg.clone() }, ..shape(1, 16) };
         assert!(!small.plan().recompute);
         let big = shape(16, 256);
@@ -187,16 +192,7 @@ mod tests {
     fn the_cpu_path_splits_big_batches_into_passes_and_recomputes_only_rows_too_long_for_the_budget() {
         let needle2 = ModelConfig::needle2();
         let small_model = ModelConfig { d_model: 256, num_heads: 4, num_kv_heads: 2, num_layers: 6, ..needle2.clone() };
-        let shape = |config, batch, seq_len| StepShape {
-            config,
-            parameters: 90_000_000,
-            trainable: 2_000_000,
-            batch,
-            seq_len,
-            scored: batch * seq_len / 2,
-            rank: 16,
-            hand_written: true,
-        };
+        let shape = |config, batch, seq_len| step(config, batch, seq_len, true);
         // The benchmark's step keeps everything in one pass.
         let bench = shape(&needle2, 4, 128).plan();
         assert!(!bench.recompute && bench.micro_batch == 4 && bench.tokens_per_pass >= 512, "{bench:?}");
