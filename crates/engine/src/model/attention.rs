@@ -231,9 +231,13 @@ impl Attention {
         mut cache: Option<&mut LayerKv>,
     ) -> Result<Tensor> {
         let n = x.dim(0)?;
-        let q = self.q_norm.forward(&self.q_proj.forward(x, low_rank)?.reshape((n, self.num_heads, self.head_dim))?)?;
-        let k =
-            self.k_norm.forward(&self.k_proj.forward(x, low_rank)?.reshape((n, self.num_kv_heads, self.head_dim))?)?;
+        let q =
+            self.q_norm.forward(&self.q_proj.forward(x, low_rank)?.reshape((n, self.num_heads, self.head_dim))?)?;
+        let k = self.k_norm.forward(&self.k_proj.forward(x, low_rank)?.reshape((
+            n,
+            self.num_kv_heads,
+            self.head_dim,
+        ))?)?;
         let v = self.v_proj.forward(x, low_rank)?.reshape((n, self.num_kv_heads, self.head_dim))?;
         let mut outs = Vec::with_capacity(2 * layout.groups.len());
         for group in &layout.groups {

@@ -115,13 +115,17 @@ impl Forward {
             (Forward::Cpu(cpu, workspace), State::Cpu(state)) => {
                 let logits = cpu.decode_step(new, state, workspace)?;
                 // The first of equals, as `argmax` picks.
-                let best = logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |best, (i, &v)| {
-                    if v > best.1 {
-                        (i, v)
-                    } else {
-                        best
-                    }
-                });
+                let best =
+                    logits.iter().enumerate().fold(
+                        (0, f32::NEG_INFINITY),
+                        |best, (i, &v)| {
+                            if v > best.1 {
+                                (i, v)
+                            } else {
+                                best
+                            }
+                        },
+                    );
                 Ok(best.0 as u32)
             }
             (Forward::Candle(network), State::Candle(state)) => greedy(&network.decode_step(new, state)?),

@@ -102,8 +102,9 @@ impl EngramLookup {
             .collect();
         let taps_from = (1..ENGRAM_CONV_TAPS)
             .map(|j| {
-                let from: Vec<u32> =
-                    (0..tokens).map(|i| packing.earlier(i, j * geometry.dims.dilation).unwrap_or(tokens) as u32).collect();
+                let from: Vec<u32> = (0..tokens)
+                    .map(|i| packing.earlier(i, j * geometry.dims.dilation).unwrap_or(tokens) as u32)
+                    .collect();
                 Tensor::from_vec(from, tokens, device)
             })
             .collect::<candle_core::Result<_>>()?;

@@ -367,7 +367,8 @@ mod tests {
     fn groups_are_chosen_to_save_the_most_tokens() {
         // Two apps (prompts of 30 and 50 tokens that agree on their first 20), one row alone.
         let app = |first: u32, len: usize, tail: u32| -> Encoded {
-            let ids: Vec<u32> = (1..=20).chain((0..len as u32 - 20).map(|i| first + i)).chain([tail, tail + 1]).collect();
+            let ids: Vec<u32> =
+                (1..=20).chain((0..len as u32 - 20).map(|i| first + i)).chain([tail, tail + 1]).collect();
             row(&ids, len)
         };
         let rows = [app(500, 30, 7), app(600, 50, 8), app(500, 30, 9), app(600, 50, 10), row(&[9, 9, 9, 9], 2)];

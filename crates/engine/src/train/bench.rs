@@ -9,8 +9,8 @@ use super::memory::StepShape;
 use super::schedule::Schedule;
 use super::trainer::Trainer;
 use crate::config::ModelConfig;
-use crate::lora::Lora;
 use crate::dataset::Encoded;
+use crate::lora::Lora;
 use crate::model::{CpuNetwork, Device, ModelError, Network, Params, Result};
 
 /// The model shapes `--preset` names: the released Needle 2; the model of the whole-run

@@ -127,7 +127,8 @@ impl StepShape<'_> {
         let tokens_per_pass = ((budget / per_token) as usize).max(seq_len);
         let pass_tokens = tokens_per_pass.min(self.batch.max(1) * seq_len);
         let logits = 4.0 * LOGIT_ROWS.min(self.scored.max(1) as f64) * cfg.vocab_size as f64;
-        let peak = CPU_FIXED_BYTES + 4.0 * (self.parameters as f64 + 4.0 * self.trainable as f64)
+        let peak = CPU_FIXED_BYTES
+            + 4.0 * (self.parameters as f64 + 4.0 * self.trainable as f64)
             + pass_tokens as f64 * per_token
             + logits;
         MemoryPlan {
@@ -149,7 +150,12 @@ impl StepShape<'_> {
             true => (1..=batch).rev().find(|&rows| self.activations(rows, true) <= budget).unwrap_or(1),
         };
         let peak = self.fixed_bytes() + self.activations(micro_batch, recompute);
-        MemoryPlan { peak_bytes: peak as u64, recompute, micro_batch, tokens_per_pass: micro_batch * self.seq_len.max(1) }
+        MemoryPlan {
+            peak_bytes: peak as u64,
+            recompute,
+            micro_batch,
+            tokens_per_pass: micro_batch * self.seq_len.max(1),
+        }
     }
 }
 

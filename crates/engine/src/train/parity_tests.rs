@@ -141,7 +141,8 @@ fn shared_prefixes_give_the_unshared_loss_and_gradients() {
     // prefix), several lanes and grouped-query heads.
     let (mut trainer, _) = golden_trainer("tiny_f32");
     let vocab = trainer.network().config().vocab_size as u32;
-    let prompt = |len: usize, salt: u32| -> Vec<u32> { (0..len as u32).map(|t| 4 + (salt + 5 * t) % (vocab - 4)).collect() };
+    let prompt =
+        |len: usize, salt: u32| -> Vec<u32> { (0..len as u32).map(|t| 4 + (salt + 5 * t) % (vocab - 4)).collect() };
     let (app_a, app_b) = (prompt(40, 1), prompt(33, 2));
     let batches = [
         ("share", prompt_rows(vocab, &app_a, &[9, 14, 6, 11], 3)),

@@ -97,7 +97,8 @@ impl Trainer {
             Forward::Cpu(cpu, workspace) => {
                 let mut grads = HostGrads::new();
                 for packing in &passes {
-                    loss += cpu.loss_and_grads(packing, &low_rank, normalizer, self.recompute, workspace, &mut grads)?;
+                    loss +=
+                        cpu.loss_and_grads(packing, &low_rank, normalizer, self.recompute, workspace, &mut grads)?;
                 }
                 self.lora.tensors_from(&mut grads, cpu.network().device())?
             }

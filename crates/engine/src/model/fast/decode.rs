@@ -46,7 +46,8 @@ impl CpuDecode {
         for buf in self.cache.iter_mut().flat_map(|(k, v)| [k, v]) {
             let mut wider = vec![0f32; kv_heads * capacity * hd];
             for h in 0..kv_heads {
-                wider[h * capacity * hd..][..filled * hd].copy_from_slice(&buf[h * self.capacity * hd..][..filled * hd]);
+                wider[h * capacity * hd..][..filled * hd]
+                    .copy_from_slice(&buf[h * self.capacity * hd..][..filled * hd]);
             }
             *buf = wider;
         }

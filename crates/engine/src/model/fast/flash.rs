@@ -14,7 +14,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::mat::{matmul, Mat, MatMut, Threads};
-use crate::model::kernels::{dot, exp, sum};
+use crate::model::kernels::{dot, exp, sum, widest};
 use crate::model::packing::Segment;
 
 /// Queries per block: enough rows for the products to run at speed, few enough that a block's
@@ -179,32 +179,37 @@ pub fn forward(
         tasks.extend(blocks.iter().zip(outs.into_iter().zip(lses)).map(|((s, rows), o)| (h, *s, rows.clone(), o)));
     }
     tasks.into_par_iter().for_each(|(h, seg, rows, (out, lse))| {
-        let kv = h / group;
-        let (k, v) = (&k[kv * slab..(kv + 1) * slab], &v[kv * slab..(kv + 1) * slab]);
-        let (context, own) = key_rows(segments, seg, &rows);
-        let (context_k, context_v) = match cached.filter(|_| context.is_empty()) {
-            Some(cached) => (cached.head(cached.k, kv, hd), cached.head(cached.v, kv, hd)),
-            None => (rows_of(k, hd, &context), rows_of(v, hd, &context)),
-        };
-        let keys = [context_k, rows_of(k, hd, &own)];
-        let values = [context_v, rows_of(v, hd, &own)];
-        let width = keys[0].rows() + keys[1].rows();
-        SCRATCH.with_borrow_mut(|(scores, _)| {
-            scores.resize(rows.len() * width, 0.0);
-            let q_block = rows_of(&q[h * slab..(h + 1) * slab], hd, &rows);
-            block_scores(q_block, &keys, scale, scores);
-            for (r, row) in scores.chunks_mut(width).enumerate() {
-                let seen = visible(&keys, own.start, &rows, r);
-                let max = row[..seen].iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                row[..seen].iter_mut().for_each(|s| *s = exp(*s - max));
-                let sum = sum(&row[..seen]);
-                let inverse = 1.0 / sum;
-                row[..seen].iter_mut().for_each(|s| *s *= inverse);
-                row[seen..].fill(0.0);
-                lse[r] = max + sum.ln();
-            }
-            times_values(scores, &values, out, false);
-        });
+        widest(
+            #[inline(always)]
+            || {
+                let kv = h / group;
+                let (k, v) = (&k[kv * slab..(kv + 1) * slab], &v[kv * slab..(kv + 1) * slab]);
+                let (context, own) = key_rows(segments, seg, &rows);
+                let (context_k, context_v) = match cached.filter(|_| context.is_empty()) {
+                    Some(cached) => (cached.head(cached.k, kv, hd), cached.head(cached.v, kv, hd)),
+                    None => (rows_of(k, hd, &context), rows_of(v, hd, &context)),
+                };
+                let keys = [context_k, rows_of(k, hd, &own)];
+                let values = [context_v, rows_of(v, hd, &own)];
+                let width = keys[0].rows() + keys[1].rows();
+                SCRATCH.with_borrow_mut(|(scores, _)| {
+                    scores.resize(rows.len() * width, 0.0);
+                    let q_block = rows_of(&q[h * slab..(h + 1) * slab], hd, &rows);
+                    block_scores(q_block, &keys, scale, scores);
+                    for (r, row) in scores.chunks_mut(width).enumerate() {
+                        let seen = visible(&keys, own.start, &rows, r);
+                        let max = row[..seen].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                        row[..seen].iter_mut().for_each(|s| *s = exp(*s - max));
+                        let sum = sum(&row[..seen]);
+                        let inverse = 1.0 / sum;
+                        row[..seen].iter_mut().for_each(|s| *s *= inverse);
+                        row[seen..].fill(0.0);
+                        lse[r] = max + sum.ln();
+                    }
+                    times_values(scores, &values, out, false);
+                });
+            },
+        )
     });
 }
 
@@ -254,57 +259,76 @@ pub fn backward(
         }
     }
     tasks.into_par_iter().for_each(|(kv, (family, members), dk_f, dv_f, mut dq_f)| {
-        let base = family.start;
-        let (k, v) = (&saved.k[kv * slab..(kv + 1) * slab], &saved.v[kv * slab..(kv + 1) * slab]);
-        SCRATCH.with_borrow_mut(|(p, ds)| {
-            for (g, dq_h) in dq_f.iter_mut().enumerate() {
-                let h = kv * group + g;
-                let head = h * slab..(h + 1) * slab;
-                let (q, o_grad) = (&saved.q[head.clone()], &dout[head]);
-                for &seg in members {
-                    let own = segments[seg];
-                    for start in (own.start..own.start + own.len).step_by(BLOCK) {
-                        let rows = start..(start + BLOCK).min(own.start + own.len);
-                        let ranges = key_rows(segments, seg, &rows);
-                        let keys = [rows_of(k, hd, &ranges.0), rows_of(k, hd, &ranges.1)];
-                        let values = [rows_of(v, hd, &ranges.0), rows_of(v, hd, &ranges.1)];
-                        let width = ranges.0.len() + ranges.1.len();
-                        let q_block = rows_of(q, hd, &rows);
-                        let g_block = rows_of(o_grad, hd, &rows);
-                        // P from the saved log-sum-exp, then dP = dO·Vᵀ.
-                        p.resize(rows.len() * width, 0.0);
-                        ds.resize(rows.len() * width, 0.0);
-                        block_scores(q_block, &keys, scale, p);
-                        for (r, row) in p.chunks_mut(width).enumerate() {
-                            let seen = visible(&keys, own.start, &rows, r);
-                            let lse = saved.lse[h * tokens + rows.start + r];
-                            row[..seen].iter_mut().for_each(|s| *s = exp(*s - lse));
-                            row[seen..].fill(0.0);
-                        }
-                        block_scores(g_block, &values, 1.0, ds);
-                        // dS = P ⊙ (dP − D) · scale.
-                        for (r, (ds_row, p_row)) in ds.chunks_mut(width).zip(p.chunks(width)).enumerate() {
-                            let d = correction[h * tokens + rows.start + r];
-                            ds_row.iter_mut().zip(p_row).for_each(|(ds, p)| *ds = p * (*ds - d) * scale);
-                        }
-                        // dQ = dS·K, written for the block's rows.
-                        let dq_rows = &mut dq_h[(rows.start - base) * hd..(rows.end - base) * hd];
-                        times_values(ds, &keys, dq_rows, false);
-                        // dK += dSᵀ·Q and dV += Pᵀ·dO over the keys the block read.
-                        for (offset, range) in [(0, &ranges.0), (ranges.0.len(), &ranges.1)] {
-                            if range.is_empty() {
-                                continue;
+        widest(
+            #[inline(always)]
+            || {
+                let base = family.start;
+                let (k, v) = (&saved.k[kv * slab..(kv + 1) * slab], &saved.v[kv * slab..(kv + 1) * slab]);
+                SCRATCH.with_borrow_mut(|(p, ds)| {
+                    for (g, dq_h) in dq_f.iter_mut().enumerate() {
+                        let h = kv * group + g;
+                        let head = h * slab..(h + 1) * slab;
+                        let (q, o_grad) = (&saved.q[head.clone()], &dout[head]);
+                        for &seg in members {
+                            let own = segments[seg];
+                            for start in (own.start..own.start + own.len).step_by(BLOCK) {
+                                let rows = start..(start + BLOCK).min(own.start + own.len);
+                                let ranges = key_rows(segments, seg, &rows);
+                                let keys = [rows_of(k, hd, &ranges.0), rows_of(k, hd, &ranges.1)];
+                                let values = [rows_of(v, hd, &ranges.0), rows_of(v, hd, &ranges.1)];
+                                let width = ranges.0.len() + ranges.1.len();
+                                let q_block = rows_of(q, hd, &rows);
+                                let g_block = rows_of(o_grad, hd, &rows);
+                                // P from the saved log-sum-exp, then dP = dO·Vᵀ.
+                                p.resize(rows.len() * width, 0.0);
+                                ds.resize(rows.len() * width, 0.0);
+                                block_scores(q_block, &keys, scale, p);
+                                for (r, row) in p.chunks_mut(width).enumerate() {
+                                    let seen = visible(&keys, own.start, &rows, r);
+                                    let lse = saved.lse[h * tokens + rows.start + r];
+                                    row[..seen].iter_mut().for_each(|s| *s = exp(*s - lse));
+                                    row[seen..].fill(0.0);
+                                }
+                                block_scores(g_block, &values, 1.0, ds);
+                                // dS = P ⊙ (dP − D) · scale.
+                                for (r, (ds_row, p_row)) in ds.chunks_mut(width).zip(p.chunks(width)).enumerate() {
+                                    let d = correction[h * tokens + rows.start + r];
+                                    ds_row.iter_mut().zip(p_row).for_each(|(ds, p)| *ds = p * (*ds - d) * scale);
+                                }
+                                // dQ = dS·K, written for the block's rows.
+                                let dq_rows = &mut dq_h[(rows.start - base) * hd..(rows.end - base) * hd];
+                                times_values(ds, &keys, dq_rows, false);
+                                // dK += dSᵀ·Q and dV += Pᵀ·dO over the keys the block read.
+                                for (offset, range) in [(0, &ranges.0), (ranges.0.len(), &ranges.1)] {
+                                    if range.is_empty() {
+                                        continue;
+                                    }
+                                    let at = (range.start - base) * hd..(range.end - base) * hd;
+                                    let ds_part = Mat::strided(&ds[offset..], rows.len(), range.len(), width).t();
+                                    let p_part = Mat::strided(&p[offset..], rows.len(), range.len(), width).t();
+                                    matmul(
+                                        MatMut::new(&mut dk_f[at.clone()], range.len(), hd),
+                                        ds_part,
+                                        q_block,
+                                        1.0,
+                                        true,
+                                        Threads::One,
+                                    );
+                                    matmul(
+                                        MatMut::new(&mut dv_f[at], range.len(), hd),
+                                        p_part,
+                                        g_block,
+                                        1.0,
+                                        true,
+                                        Threads::One,
+                                    );
+                                }
                             }
-                            let at = (range.start - base) * hd..(range.end - base) * hd;
-                            let ds_part = Mat::strided(&ds[offset..], rows.len(), range.len(), width).t();
-                            let p_part = Mat::strided(&p[offset..], rows.len(), range.len(), width).t();
-                            matmul(MatMut::new(&mut dk_f[at.clone()], range.len(), hd), ds_part, q_block, 1.0, true, Threads::One);
-                            matmul(MatMut::new(&mut dv_f[at], range.len(), hd), p_part, g_block, 1.0, true, Threads::One);
                         }
                     }
-                }
-            }
-        });
+                });
+            },
+        )
     });
 }
 
@@ -329,7 +353,9 @@ mod tests {
     }
 
     fn values(n: usize, seed: u32) -> Vec<f32> {
-        (0..n).map(|i| ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) % 1000) as f32 / 500.0 - 1.0).collect()
+        (0..n)
+            .map(|i| ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) % 1000) as f32 / 500.0 - 1.0)
+            .collect()
     }
 
     #[test]
@@ -386,7 +412,10 @@ mod tests {
                 };
                 let numeric = (nudged(step) - nudged(-step)) / (2.0 * f64::from(step));
                 let analytic = f64::from(grad[index]);
-                assert!((numeric - analytic).abs() < 2e-3 * (1.0 + analytic.abs()), "input {which}[{index}]: {analytic} vs {numeric}");
+                assert!(
+                    (numeric - analytic).abs() < 2e-3 * (1.0 + analytic.abs()),
+                    "input {which}[{index}]: {analytic} vs {numeric}"
+                );
             }
         }
     }

@@ -14,7 +14,8 @@ use super::flash::{self, Heads};
 use super::mat::{matmul, Mat, MatMut, Threads};
 use super::{host, Dims, Pass, ProjectionLora};
 use crate::model::kernels::{
-    dot, inverse_rms, logistic, rms_norm_backward_row, rms_norm_row, sinkhorn_backward_row, sinkhorn_row, HadamardMlp,
+    dot, inverse_rms, logistic, rms_norm_backward_row, rms_norm_row, sinkhorn_backward_row, sinkhorn_row, widest,
+    HadamardMlp,
 };
 use crate::model::linear::Linear;
 use crate::model::stack::{Layer, SINKHORN_ITERS};
@@ -266,18 +267,23 @@ impl HostLayer {
             .for_each_init(
                 || vec![0f32; 2 * n + n * n],
                 |gates, (t, (u, x1, h1))| {
-                    let m = &mix[t * mw..][..mw];
-                    lane_gates(self, n, m, m[mw - 1], gates);
-                    block_input(&x[t * nd..][..nd], &gates[..n], u);
-                    x1.copy_from_slice(u);
-                    let r_u = inverse_rms(u);
-                    for &s in &self.sites {
-                        let site = &pass.sites[s];
-                        let (key, value) = (&site.key_unit[t * d..][..d], &site.value[t * d..][..d]);
-                        let gate = logistic(r_u * dot(u, key) * scale);
-                        x1.iter_mut().zip(value).for_each(|(x, v)| *x += gate * v);
-                    }
-                    rms_norm_row(x1, &self.gain_in, h1);
+                    widest(
+                        #[inline(always)]
+                        || {
+                            let m = &mix[t * mw..][..mw];
+                            lane_gates(self, n, m, m[mw - 1], gates);
+                            block_input(&x[t * nd..][..nd], &gates[..n], u);
+                            x1.copy_from_slice(u);
+                            let r_u = inverse_rms(u);
+                            for &s in &self.sites {
+                                let site = &pass.sites[s];
+                                let (key, value) = (&site.key_unit[t * d..][..d], &site.value[t * d..][..d]);
+                                let gate = logistic(r_u * dot(u, key) * scale);
+                                x1.iter_mut().zip(value).for_each(|(x, v)| *x += gate * v);
+                            }
+                            rms_norm_row(x1, &self.gain_in, h1);
+                        },
+                    )
                 },
             );
     }
@@ -291,16 +297,21 @@ impl HostLayer {
             buf.par_chunks_mut(t * hd).enumerate().for_each_init(
                 || vec![0f32; hd],
                 |tmp, (h, slab)| {
-                    for (i, out) in slab.chunks_mut(hd).enumerate() {
-                        let x = &proj[i * pw + col + h * hd..][..hd];
-                        match gain {
-                            Some(gain) => {
-                                rms_norm_row(x, gain, tmp);
-                                pass.rope.rotate(pass.positions[i] as usize, tmp, out, false);
+                    widest(
+                        #[inline(always)]
+                        || {
+                            for (i, out) in slab.chunks_mut(hd).enumerate() {
+                                let x = &proj[i * pw + col + h * hd..][..hd];
+                                match gain {
+                                    Some(gain) => {
+                                        rms_norm_row(x, gain, tmp);
+                                        pass.rope.rotate(pass.positions[i] as usize, tmp, out, false);
+                                    }
+                                    None => out.copy_from_slice(x),
+                                }
                             }
-                            None => out.copy_from_slice(x),
-                        }
-                    }
+                        },
+                    )
                 },
             )
         };
@@ -315,11 +326,18 @@ impl HostLayer {
         let (hd, a, pw, t) = (dims.head_dim, dims.attn, dims.proj_width(), dims.tokens);
         let g_col = dims.attn + 2 * dims.kv;
         gated.par_chunks_mut(a).enumerate().with_min_len(TOKENS_PER_TASK).for_each(|(i, row)| {
-            let gate = &kept.proj[i * pw + g_col..][..a];
-            for (h, part) in row.chunks_mut(hd).enumerate() {
-                let out = &kept.out[(h * t + i) * hd..][..hd];
-                part.iter_mut().zip(out.iter().zip(&gate[h * hd..])).for_each(|(g, (o, z))| *g = o * logistic(*z));
-            }
+            widest(
+                #[inline(always)]
+                || {
+                    let gate = &kept.proj[i * pw + g_col..][..a];
+                    for (h, part) in row.chunks_mut(hd).enumerate() {
+                        let out = &kept.out[(h * t + i) * hd..][..hd];
+                        part.iter_mut()
+                            .zip(out.iter().zip(&gate[h * hd..]))
+                            .for_each(|(g, (o, z))| *g = o * logistic(*z));
+                    }
+                },
+            )
         });
     }
 
@@ -353,7 +371,14 @@ impl HostLayer {
         for (p, (col, width)) in dims.proj_columns().into_iter().enumerate() {
             let weight = host(&self.proj[p].weight)?;
             let h1 = Mat::new(&work.h1, t, d);
-            matmul(MatMut::strided(&mut kept.proj[col..], t, width, pw), h1, Mat::new(&weight, d, width), 1.0, false, Threads::All);
+            matmul(
+                MatMut::strided(&mut kept.proj[col..], t, width, pw),
+                h1,
+                Mat::new(&weight, d, width),
+                1.0,
+                false,
+                Threads::All,
+            );
             if let Some(factor) = &lora[p] {
                 let low = MatMut::strided(&mut kept.lora_in[p * r..], t, r, 4 * r);
                 matmul(low, h1, Mat::new(&factor.a, d, r), 1.0, false, Threads::All);
@@ -364,7 +389,16 @@ impl HostLayer {
         }
 
         self.heads(pass, &kept.proj, work);
-        flash::forward(pass.heads(), &pass.segments, &work.qh, &work.kh, &work.vh, cached, &mut kept.out, &mut kept.lse);
+        flash::forward(
+            pass.heads(),
+            &pass.segments,
+            &work.qh,
+            &work.kh,
+            &work.vh,
+            cached,
+            &mut kept.out,
+            &mut kept.lse,
+        );
         self.gated(pass, kept, &mut work.gated);
 
         // The output projection, with its low-rank update.
@@ -375,7 +409,14 @@ impl HostLayer {
         if let Some(factor) = &lora[O] {
             matmul(MatMut::new(&mut kept.lora_out, t, r), gated, Mat::new(&factor.a, a, r), 1.0, false, Threads::All);
             let low = Mat::new(&kept.lora_out, t, r);
-            matmul(MatMut::new(&mut kept.attn, t, d), low, Mat::new(&factor.b, r, d), pass.lora_scale, true, Threads::All);
+            matmul(
+                MatMut::new(&mut kept.attn, t, d),
+                low,
+                Mat::new(&factor.b, r, d),
+                pass.lora_scale,
+                true,
+                Threads::All,
+            );
         }
 
         // The rest of the block, and the lanes mixed with its update added.
@@ -383,19 +424,24 @@ impl HostLayer {
         next.par_chunks_mut(nd).enumerate().with_min_len(TOKENS_PER_TASK).for_each_init(
             || Scratch::new(dims, &self.mlp),
             |s, (i, next)| {
-                let m = &kept.mix[i * mw..][..mw];
-                self.update(i, dims, kept, &work.u, &work.x1, s);
-                lane_gates(self, n, m, m[mw - 1], &mut s.gates);
-                sinkhorn_row(&s.gates[2 * n..], n, SINKHORN_ITERS, &mut s.hres, &mut s.sinkhorn);
-                let x = &x[i * nd..][..nd];
-                for (lane, out) in next.chunks_mut(d).enumerate() {
-                    let h_post = s.gates[n + lane];
-                    out.iter_mut().zip(&s.upd).for_each(|(o, u)| *o = h_post * u);
-                    for (j, x_j) in x.chunks(d).enumerate() {
-                        let w = s.hres[lane * n + j];
-                        out.iter_mut().zip(x_j).for_each(|(o, x)| *o += w * x);
-                    }
-                }
+                widest(
+                    #[inline(always)]
+                    || {
+                        let m = &kept.mix[i * mw..][..mw];
+                        self.update(i, dims, kept, &work.u, &work.x1, s);
+                        lane_gates(self, n, m, m[mw - 1], &mut s.gates);
+                        sinkhorn_row(&s.gates[2 * n..], n, SINKHORN_ITERS, &mut s.hres, &mut s.sinkhorn);
+                        let x = &x[i * nd..][..nd];
+                        for (lane, out) in next.chunks_mut(d).enumerate() {
+                            let h_post = s.gates[n + lane];
+                            out.iter_mut().zip(&s.upd).for_each(|(o, u)| *o = h_post * u);
+                            for (j, x_j) in x.chunks(d).enumerate() {
+                                let w = s.hres[lane * n + j];
+                                out.iter_mut().zip(x_j).for_each(|(o, x)| *o += w * x);
+                            }
+                        }
+                    },
+                )
             },
         );
         Ok(())
@@ -425,40 +471,58 @@ impl HostLayer {
         {
             let Work { u, x1, da, dx1, dupd, dl, .. } = &mut *work;
             let (u, x1) = (&*u, &*x1);
-            (dx.par_chunks_mut(nd), da.par_chunks_mut(d), dx1.par_chunks_mut(d), dupd.par_chunks_mut(d), dl.par_chunks_mut(lw))
+            (
+                dx.par_chunks_mut(nd),
+                da.par_chunks_mut(d),
+                dx1.par_chunks_mut(d),
+                dupd.par_chunks_mut(d),
+                dl.par_chunks_mut(lw),
+            )
                 .into_par_iter()
                 .enumerate()
                 .with_min_len(TOKENS_PER_TASK)
                 .for_each_init(
                     || Scratch::new(dims, &self.mlp),
                     |s, (i, (dx, da, dx1, dupd, dl))| {
-                        let m = &kept.mix[i * mw..][..mw];
-                        let (x, g) = (&x[i * nd..][..nd], &dnext[i * nd..][..nd]);
-                        self.update(i, dims, kept, u, x1, s);
-                        lane_gates(self, n, m, m[mw - 1], &mut s.gates);
-                        let logits_res = &s.gates[2 * n..];
-                        sinkhorn_row(logits_res, n, SINKHORN_ITERS, &mut s.hres, &mut s.sinkhorn);
-                        // upd's gradient, the gates' gradients, and the mix's share of dx.
-                        dupd.fill(0.0);
-                        dx.fill(0.0);
-                        for (lane, g_i) in g.chunks(d).enumerate() {
-                            let h_post = s.gates[n + lane];
-                            dupd.iter_mut().zip(g_i).for_each(|(du, g)| *du += h_post * g);
-                            dl[n + lane] = dot(g_i, &s.upd) * h_post * (1.0 - h_post / 2.0);
-                            for (j, x_j) in x.chunks(d).enumerate() {
-                                s.dres[lane * n + j] = dot(g_i, x_j);
-                                let w = s.hres[lane * n + j];
-                                dx[j * d..][..d].iter_mut().zip(g_i).for_each(|(dx, g)| *dx += w * g);
-                            }
-                        }
-                        sinkhorn_backward_row(logits_res, &s.dres, n, SINKHORN_ITERS, &mut dl[2 * n..], &mut s.sinkhorn);
-                        // y = x2 + mlp(norm(x2)): dx2 = dy + norm'(mlp'(dy)), with dy = dupd.
-                        self.mlp.backward(&s.c, dupd, &mut s.z, &mut s.h2);
-                        rms_norm_backward_row(&s.x2, &self.gain_hada, &s.h2, dx1);
-                        dx1.iter_mut().zip(dupd.iter()).for_each(|(dx1, dy)| *dx1 += dy);
-                        // x2 = x1 + σ(gate)·norm(attn).
-                        s.tmp[..d].iter_mut().zip(dx1.iter()).for_each(|(t, g)| *t = self.attn_gate * g);
-                        rms_norm_backward_row(&kept.attn[i * d..][..d], &self.gain_post, &s.tmp[..d], da);
+                        widest(
+                            #[inline(always)]
+                            || {
+                                let m = &kept.mix[i * mw..][..mw];
+                                let (x, g) = (&x[i * nd..][..nd], &dnext[i * nd..][..nd]);
+                                self.update(i, dims, kept, u, x1, s);
+                                lane_gates(self, n, m, m[mw - 1], &mut s.gates);
+                                let logits_res = &s.gates[2 * n..];
+                                sinkhorn_row(logits_res, n, SINKHORN_ITERS, &mut s.hres, &mut s.sinkhorn);
+                                // upd's gradient, the gates' gradients, and the mix's share of dx.
+                                dupd.fill(0.0);
+                                dx.fill(0.0);
+                                for (lane, g_i) in g.chunks(d).enumerate() {
+                                    let h_post = s.gates[n + lane];
+                                    dupd.iter_mut().zip(g_i).for_each(|(du, g)| *du += h_post * g);
+                                    dl[n + lane] = dot(g_i, &s.upd) * h_post * (1.0 - h_post / 2.0);
+                                    for (j, x_j) in x.chunks(d).enumerate() {
+                                        s.dres[lane * n + j] = dot(g_i, x_j);
+                                        let w = s.hres[lane * n + j];
+                                        dx[j * d..][..d].iter_mut().zip(g_i).for_each(|(dx, g)| *dx += w * g);
+                                    }
+                                }
+                                sinkhorn_backward_row(
+                                    logits_res,
+                                    &s.dres,
+                                    n,
+                                    SINKHORN_ITERS,
+                                    &mut dl[2 * n..],
+                                    &mut s.sinkhorn,
+                                );
+                                // y = x2 + mlp(norm(x2)): dx2 = dy + norm'(mlp'(dy)), with dy = dupd.
+                                self.mlp.backward(&s.c, dupd, &mut s.z, &mut s.h2);
+                                rms_norm_backward_row(&s.x2, &self.gain_hada, &s.h2, dx1);
+                                dx1.iter_mut().zip(dupd.iter()).for_each(|(dx1, dy)| *dx1 += dy);
+                                // x2 = x1 + σ(gate)·norm(attn).
+                                s.tmp[..d].iter_mut().zip(dx1.iter()).for_each(|(t, g)| *t = self.attn_gate * g);
+                                rms_norm_backward_row(&kept.attn[i * d..][..d], &self.gain_post, &s.tmp[..d], da);
+                            },
+                        )
                     },
                 );
         }
@@ -483,10 +547,15 @@ impl HostLayer {
         {
             let (dgated, proj) = (&work.dgated, &kept.proj);
             work.dout.par_chunks_mut(t * hd).enumerate().for_each(|(h, slab)| {
-                for (i, out) in slab.chunks_mut(hd).enumerate() {
-                    let (g, z) = (&dgated[i * a + h * hd..][..hd], &proj[i * pw + g_col + h * hd..][..hd]);
-                    out.iter_mut().zip(g.iter().zip(z)).for_each(|(o, (g, z))| *o = g * logistic(*z));
-                }
+                widest(
+                    #[inline(always)]
+                    || {
+                        for (i, out) in slab.chunks_mut(hd).enumerate() {
+                            let (g, z) = (&dgated[i * a + h * hd..][..hd], &proj[i * pw + g_col + h * hd..][..hd]);
+                            out.iter_mut().zip(g.iter().zip(z)).for_each(|(o, (g, z))| *o = g * logistic(*z));
+                        }
+                    },
+                )
             });
         }
         self.heads(pass, &kept.proj, work);
@@ -501,27 +570,32 @@ impl HostLayer {
             dproj.par_chunks_mut(pw).enumerate().with_min_len(TOKENS_PER_TASK).for_each_init(
                 || vec![0f32; hd],
                 |tmp, (i, row)| {
-                    let position = pass.positions[i] as usize;
-                    let p = &kept.proj[i * pw..][..pw];
-                    for (col, count, grads, gain) in
-                        [(0, heads, dqh, &self.q_gain), (dims.attn, kv_heads, dkh, &self.k_gain)]
-                    {
-                        for h in 0..count {
-                            pass.rope.rotate(position, &grads[(h * t + i) * hd..][..hd], tmp, true);
-                            let at = col + h * hd;
-                            rms_norm_backward_row(&p[at..at + hd], gain, tmp, &mut row[at..at + hd]);
-                        }
-                    }
-                    for h in 0..kv_heads {
-                        let at = dims.attn + dims.kv + h * hd;
-                        row[at..at + hd].copy_from_slice(&dvh[(h * t + i) * hd..][..hd]);
-                    }
-                    let (g, z) = (&dgated[i * a..][..a], &p[g_col..g_col + a]);
-                    for (c, (g, z)) in g.iter().zip(z).enumerate() {
-                        let s = logistic(*z);
-                        let o = kept.out[((c / hd) * t + i) * hd + c % hd];
-                        row[g_col + c] = g * o * s * (1.0 - s);
-                    }
+                    widest(
+                        #[inline(always)]
+                        || {
+                            let position = pass.positions[i] as usize;
+                            let p = &kept.proj[i * pw..][..pw];
+                            for (col, count, grads, gain) in
+                                [(0, heads, dqh, &self.q_gain), (dims.attn, kv_heads, dkh, &self.k_gain)]
+                            {
+                                for h in 0..count {
+                                    pass.rope.rotate(position, &grads[(h * t + i) * hd..][..hd], tmp, true);
+                                    let at = col + h * hd;
+                                    rms_norm_backward_row(&p[at..at + hd], gain, tmp, &mut row[at..at + hd]);
+                                }
+                            }
+                            for h in 0..kv_heads {
+                                let at = dims.attn + dims.kv + h * hd;
+                                row[at..at + hd].copy_from_slice(&dvh[(h * t + i) * hd..][..hd]);
+                            }
+                            let (g, z) = (&dgated[i * a..][..a], &p[g_col..g_col + a]);
+                            for (c, (g, z)) in g.iter().zip(z).enumerate() {
+                                let s = logistic(*z);
+                                let o = kept.out[((c / hd) * t + i) * hd + c % hd];
+                                row[g_col + c] = g * o * s * (1.0 - s);
+                            }
+                        },
+                    )
                 },
             );
         }
@@ -533,7 +607,14 @@ impl HostLayer {
             matmul(MatMut::new(&mut work.dh1, t, d), dp, Mat::new(&weight, d, width).t(), 1.0, p > 0, Threads::All);
             if let (Some(factor), Some((grad_a, grad_b))) = (&lora[p], &mut grads[p]) {
                 let s = pass.lora_scale;
-                matmul(MatMut::new(&mut work.low, t, r), dp, Mat::new(&factor.b, r, width).t(), 1.0, false, Threads::All);
+                matmul(
+                    MatMut::new(&mut work.low, t, r),
+                    dp,
+                    Mat::new(&factor.b, r, width).t(),
+                    1.0,
+                    false,
+                    Threads::All,
+                );
                 let low = Mat::new(&work.low, t, r);
                 matmul(MatMut::new(&mut work.dh1, t, d), low, Mat::new(&factor.a, d, r).t(), s, true, Threads::All);
                 let lora_in = Mat::strided(&kept.lora_in[p * r..], t, r, 4 * r);
@@ -548,46 +629,64 @@ impl HostLayer {
             let (u, x1, dh1, dx1, dupd) = (&*u, &*x1, &*dh1, &*dx1, &*dupd);
             let scale = 1.0 / (d as f32).sqrt();
             let [a_pre, a_post, a_res] = self.a;
-            (dx.par_chunks_mut(nd), dl.par_chunks_mut(lw)).into_par_iter().enumerate().with_min_len(TOKENS_PER_TASK).for_each_init(
-                || (vec![0f32; d], vec![0f32; d], vec![0f32; d], vec![0f32; d], vec![0f32; 2 * n + n * n]),
-                |(du, tmp, part, engram, gates), (i, (dx, dl))| {
-                    let m = &kept.mix[i * mw..][..mw];
-                    let r_x = m[mw - 1];
-                    let (x, u) = (&x[i * nd..][..nd], &u[i * d..][..d]);
-                    rms_norm_backward_row(&x1[i * d..][..d], &self.gain_in, &dh1[i * d..][..d], du);
-                    du.iter_mut().zip(&dx1[i * d..][..d]).for_each(|(du, g)| *du += g);
-                    // x1 = u + Σₛ σ(cₛ)·vₛ with cₛ = ⟨unit(u), k̂ₛ⟩/√d: every site's gate reads u.
-                    let r_u = inverse_rms(u);
-                    engram.fill(0.0);
-                    for &site in &self.sites {
-                        let site = &pass.sites[site];
-                        let (key, value) = (&site.key_unit[i * d..][..d], &site.value[i * d..][..d]);
-                        let gate = logistic(r_u * dot(u, key) * scale);
-                        let coef = dot(du, value) * gate * (1.0 - gate) * scale;
-                        tmp.iter_mut().zip(key).for_each(|(t, k)| *t = coef * k);
-                        rms_norm_backward_row(u, &pass.ones, tmp, part);
-                        engram.iter_mut().zip(part.iter()).for_each(|(e, p)| *e += p);
-                    }
-                    du.iter_mut().zip(engram.iter()).for_each(|(du, e)| *du += e);
-                    // upd = … − u.
-                    du.iter_mut().zip(&dupd[i * d..][..d]).for_each(|(du, g)| *du -= g);
-                    lane_gates(self, n, m, r_x, gates);
-                    for (lane, x_l) in x.chunks(d).enumerate() {
-                        let h_pre = gates[lane];
-                        dl[lane] = dot(du, x_l) * h_pre * (1.0 - h_pre);
-                        dx[lane * d..][..d].iter_mut().zip(du.iter()).for_each(|(dx, du)| *dx += h_pre * du);
-                    }
-                    // logits = a·r·Z + b: dZ = a·r·dlogits, and r's own gradient.
-                    let mut dr = 0f32;
-                    for (k, dl) in dl.iter_mut().enumerate() {
-                        let a = if k < n { a_pre } else if k < 2 * n { a_post } else { a_res };
-                        dr += a * *dl * m[k];
-                        *dl *= a * r_x;
-                    }
-                    let coef = -dr * r_x * r_x * r_x / nd as f32;
-                    dx.iter_mut().zip(x).for_each(|(dx, x)| *dx += coef * x);
-                },
-            );
+            (dx.par_chunks_mut(nd), dl.par_chunks_mut(lw))
+                .into_par_iter()
+                .enumerate()
+                .with_min_len(TOKENS_PER_TASK)
+                .for_each_init(
+                    || (vec![0f32; d], vec![0f32; d], vec![0f32; d], vec![0f32; d], vec![0f32; 2 * n + n * n]),
+                    |(du, tmp, part, engram, gates), (i, (dx, dl))| {
+                        widest(
+                            #[inline(always)]
+                            || {
+                                let m = &kept.mix[i * mw..][..mw];
+                                let r_x = m[mw - 1];
+                                let (x, u) = (&x[i * nd..][..nd], &u[i * d..][..d]);
+                                rms_norm_backward_row(&x1[i * d..][..d], &self.gain_in, &dh1[i * d..][..d], du);
+                                du.iter_mut().zip(&dx1[i * d..][..d]).for_each(|(du, g)| *du += g);
+                                // x1 = u + Σₛ σ(cₛ)·vₛ with cₛ = ⟨unit(u), k̂ₛ⟩/√d: every site's gate reads u.
+                                let r_u = inverse_rms(u);
+                                engram.fill(0.0);
+                                for &site in &self.sites {
+                                    let site = &pass.sites[site];
+                                    let (key, value) = (&site.key_unit[i * d..][..d], &site.value[i * d..][..d]);
+                                    let gate = logistic(r_u * dot(u, key) * scale);
+                                    let coef = dot(du, value) * gate * (1.0 - gate) * scale;
+                                    tmp.iter_mut().zip(key).for_each(|(t, k)| *t = coef * k);
+                                    rms_norm_backward_row(u, &pass.ones, tmp, part);
+                                    engram.iter_mut().zip(part.iter()).for_each(|(e, p)| *e += p);
+                                }
+                                du.iter_mut().zip(engram.iter()).for_each(|(du, e)| *du += e);
+                                // upd = … − u.
+                                du.iter_mut().zip(&dupd[i * d..][..d]).for_each(|(du, g)| *du -= g);
+                                lane_gates(self, n, m, r_x, gates);
+                                for (lane, x_l) in x.chunks(d).enumerate() {
+                                    let h_pre = gates[lane];
+                                    dl[lane] = dot(du, x_l) * h_pre * (1.0 - h_pre);
+                                    dx[lane * d..][..d]
+                                        .iter_mut()
+                                        .zip(du.iter())
+                                        .for_each(|(dx, du)| *dx += h_pre * du);
+                                }
+                                // logits = a·r·Z + b: dZ = a·r·dlogits, and r's own gradient.
+                                let mut dr = 0f32;
+                                for (k, dl) in dl.iter_mut().enumerate() {
+                                    let a = if k < n {
+                                        a_pre
+                                    } else if k < 2 * n {
+                                        a_post
+                                    } else {
+                                        a_res
+                                    };
+                                    dr += a * *dl * m[k];
+                                    *dl *= a * r_x;
+                                }
+                                let coef = -dr * r_x * r_x * r_x / nd as f32;
+                                dx.iter_mut().zip(x).for_each(|(dx, x)| *dx += coef * x);
+                            },
+                        )
+                    },
+                );
         }
         for (phi, (col, width)) in self.phi.iter().zip([(0, n), (n, n), (2 * n, n * n)]) {
             let phi = host(phi)?;
@@ -615,6 +714,11 @@ impl HostLayer {
 /// The geometry of the attention call of a pass.
 impl Pass {
     fn heads(&self) -> Heads {
-        Heads { heads: self.dims.heads, kv_heads: self.dims.kv_heads, head_dim: self.dims.head_dim, tokens: self.dims.tokens }
+        Heads {
+            heads: self.dims.heads,
+            kv_heads: self.dims.kv_heads,
+            head_dim: self.dims.head_dim,
+            tokens: self.dims.tokens,
+        }
     }
 }

@@ -77,7 +77,13 @@ pub enum Threads {
 /// `dst = alpha·a·b`, or `dst += alpha·a·b` when `accumulate`.
 pub fn matmul(dst: MatMut, a: Mat, b: Mat, alpha: f32, accumulate: bool, threads: Threads) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
-    assert!(b.rows == k && dst.rows == m && dst.cols == n, "product {m}×{k} · {}×{n} into {}×{}", b.rows, dst.rows, dst.cols);
+    assert!(
+        b.rows == k && dst.rows == m && dst.cols == n,
+        "product {m}×{k} · {}×{n} into {}×{}",
+        b.rows,
+        dst.rows,
+        dst.cols
+    );
     if m == 0 || n == 0 {
         return;
     }
@@ -135,7 +141,14 @@ mod tests {
         let want = naive(&a, &b, m, k, n);
         // The product written into columns 2..5 of a 5×6 buffer, then accumulated with alpha 2.
         let mut wide = vec![1.0f32; m * 6];
-        matmul(MatMut::strided(&mut wide[2..], m, n, 6), Mat::new(&a, m, k), Mat::new(&b, k, n), 1.0, false, Threads::All);
+        matmul(
+            MatMut::strided(&mut wide[2..], m, n, 6),
+            Mat::new(&a, m, k),
+            Mat::new(&b, k, n),
+            1.0,
+            false,
+            Threads::All,
+        );
         for i in 0..m {
             assert_eq!(&wide[i * 6 + 2..i * 6 + 5], &want[i * n..(i + 1) * n]);
             assert_eq!((wide[i * 6], wide[i * 6 + 5]), (1.0, 1.0), "outside the block untouched");

@@ -26,7 +26,7 @@ use rayon::prelude::*;
 
 use self::layer::{FactorGrads, HostLayer, Kept, Work};
 use self::mat::{matmul, Mat, MatMut, Threads};
-use super::kernels::{log_sum_exp, rms_norm_backward_row, rms_norm_row, RopeTables};
+use super::kernels::{exp, log_sum_exp, rms_norm_backward_row, rms_norm_row, widest, RopeTables};
 use super::linear::LowRank;
 use super::network::Network;
 use super::packing::{Packing, Segment};
@@ -288,7 +288,14 @@ impl CpuNetwork {
                 gathered.extend_from_slice(&ws.hidden[p as usize * d..][..d]);
             }
             ws.logits.resize(rows * vocab, 0.0);
-            matmul(MatMut::new(&mut ws.logits, rows, vocab), Mat::new(&gathered, rows, d), embedding.t(), 1.0, false, Threads::All);
+            matmul(
+                MatMut::new(&mut ws.logits, rows, vocab),
+                Mat::new(&gathered, rows, d),
+                embedding.t(),
+                1.0,
+                false,
+                Threads::All,
+            );
             let (targets, weights) = (&scored.targets[start..end], &scored.weights[start..end]);
             total += ws
                 .logits
@@ -299,7 +306,7 @@ impl CpuNetwork {
                     let ce = f64::from(lse - row[target as usize]) * f64::from(weight);
                     if let Some(normalizer) = gradient {
                         let scale = (f64::from(weight) / normalizer) as f32;
-                        row.iter_mut().for_each(|x| *x = (*x - lse).exp() * scale);
+                        row.iter_mut().for_each(|x| *x = exp(*x - lse) * scale);
                         row[target as usize] -= scale;
                     }
                     ce
@@ -307,7 +314,14 @@ impl CpuNetwork {
                 .sum::<f64>();
             if gradient.is_some() {
                 grad_rows.resize(rows * d, 0.0);
-                matmul(MatMut::new(&mut grad_rows, rows, d), Mat::new(&ws.logits, rows, vocab), embedding, 1.0, false, Threads::All);
+                matmul(
+                    MatMut::new(&mut grad_rows, rows, d),
+                    Mat::new(&ws.logits, rows, vocab),
+                    embedding,
+                    1.0,
+                    false,
+                    Threads::All,
+                );
                 for (&p, g) in scored.positions[start..end].iter().zip(grad_rows.chunks(d)) {
                     ws.grad_hidden[p as usize * d..][..d].iter_mut().zip(g).for_each(|(a, g)| *a += g);
                 }
@@ -317,7 +331,12 @@ impl CpuNetwork {
     }
 
     /// `(Σ ce·mask, Σ mask)` of a packed batch, forward only.
-    pub fn masked_ce_sum(&self, packing: &Packing, low_rank: Option<&LowRank>, ws: &mut Workspace) -> Result<(f64, f64)> {
+    pub fn masked_ce_sum(
+        &self,
+        packing: &Packing,
+        low_rank: Option<&LowRank>,
+        ws: &mut Workspace,
+    ) -> Result<(f64, f64)> {
         self.network.check_ids(packing)?;
         let (pass, lora) = self.pass(packing, low_rank)?;
         ws.resize(&pass.dims, self.layers.len(), false, false);
@@ -355,10 +374,20 @@ impl CpuNetwork {
         grad_in.par_chunks_mut(n * d).enumerate().for_each_init(
             || vec![0f32; d],
             |g_mean, (i, lanes)| {
-                rms_norm_backward_row(&mean[i * d..][..d], &self.final_gain, &grad_hidden[i * d..][..d], g_mean);
-                for lane in lanes.chunks_mut(d) {
-                    lane.iter_mut().zip(g_mean.iter()).for_each(|(l, g)| *l = g / n as f32);
-                }
+                widest(
+                    #[inline(always)]
+                    || {
+                        rms_norm_backward_row(
+                            &mean[i * d..][..d],
+                            &self.final_gain,
+                            &grad_hidden[i * d..][..d],
+                            g_mean,
+                        );
+                        for lane in lanes.chunks_mut(d) {
+                            lane.iter_mut().zip(g_mean.iter()).for_each(|(l, g)| *l = g / n as f32);
+                        }
+                    },
+                )
             },
         );
 

@@ -45,6 +45,7 @@ impl RopeTables {
 
     /// One head's row `x` at `position` rotated into `y` (by the negated angles when `inverse`,
     /// which is the backward pass): halves `(x1, x2)` become `(x1·cos − x2·sin, x2·cos + x1·sin)`.
+    #[inline]
     pub(crate) fn rotate(&self, position: usize, x: &[f32], y: &mut [f32], inverse: bool) {
         let half = x.len() / 2;
         let at = position * half;
@@ -77,9 +78,8 @@ impl CustomOp1 for Rope {
         if self.tables.cos.len() != t * half {
             bail!("rope: tables for {} angles, rows of {t} × {half}", self.tables.cos.len());
         }
-        let out = map_rows(f32s(storage, layout)?, head_dim, |row, x, y| {
-            self.tables.rotate(row % t, x, y, self.inverse)
-        });
+        let out =
+            map_rows(f32s(storage, layout)?, head_dim, |row, x, y| self.tables.rotate(row % t, x, y, self.inverse));
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 

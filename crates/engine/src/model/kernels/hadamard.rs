@@ -32,14 +32,17 @@ fn hadamard_mlp_composite(x: &Tensor, [d1, d2, d3]: [&Tensor; 3], walsh_matrix: 
 /// The orthonormal Walsh–Hadamard transform of one row, in place, natural (Sylvester) order. The
 /// butterflies of span 1, 2 and 4 run as one 8-point transform per block of 8 (their own loops
 /// would be too short to vectorize); the wider spans are long element-wise loops.
+#[inline]
 fn walsh_row(row: &mut [f32]) {
     let n = row.len();
     let mut h = 1;
     if n >= 8 {
         for b in row.chunks_exact_mut(8) {
             let [x0, x1, x2, x3, x4, x5, x6, x7] = [b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]];
-            let (a0, a1, a2, a3, a4, a5, a6, a7) = (x0 + x1, x0 - x1, x2 + x3, x2 - x3, x4 + x5, x4 - x5, x6 + x7, x6 - x7);
-            let (c0, c1, c2, c3, c4, c5, c6, c7) = (a0 + a2, a1 + a3, a0 - a2, a1 - a3, a4 + a6, a5 + a7, a4 - a6, a5 - a7);
+            let (a0, a1, a2, a3, a4, a5, a6, a7) =
+                (x0 + x1, x0 - x1, x2 + x3, x2 - x3, x4 + x5, x4 - x5, x6 + x7, x6 - x7);
+            let (c0, c1, c2, c3, c4, c5, c6, c7) =
+                (a0 + a2, a1 + a3, a0 - a2, a1 - a3, a4 + a6, a5 + a7, a4 - a6, a5 - a7);
             b.copy_from_slice(&[c0 + c4, c1 + c5, c2 + c6, c3 + c7, c0 - c4, c1 - c5, c2 - c6, c3 - c7]);
         }
         h = 8;
@@ -78,6 +81,7 @@ impl HadamardMlp {
     }
 
     /// `c = d2 ⊙ H(d1 ⊙ pad(x))`, the pre-activation, into `c` (the padded width).
+    #[inline]
     pub(crate) fn pre_activation(&self, x: &[f32], c: &mut [f32]) {
         c.fill(0.0);
         c[..x.len()].iter_mut().zip(x.iter().zip(&self.d1)).for_each(|(c, (x, d))| *c = x * d);
@@ -86,6 +90,7 @@ impl HadamardMlp {
     }
 
     /// `y = (d3 ⊙ H(silu(c)))[..d]` from the pre-activation, with `z` a scratch row.
+    #[inline]
     pub(crate) fn output(&self, c: &[f32], z: &mut [f32], y: &mut [f32]) {
         z.iter_mut().zip(c).for_each(|(z, c)| *z = c * logistic(*c));
         walsh_row(z);
@@ -93,6 +98,7 @@ impl HadamardMlp {
     }
 
     /// `dx = (d1 ⊙ H(d2 ⊙ silu'(c) ⊙ H(d3 ⊙ pad(dy))))[..d]`, with `g` a scratch row.
+    #[inline]
     pub(crate) fn backward(&self, c: &[f32], dy: &[f32], g: &mut [f32], dx: &mut [f32]) {
         g.fill(0.0);
         g[..dy.len()].iter_mut().zip(dy.iter().zip(&self.d3)).for_each(|(g, (dy, d3))| *g = dy * d3);

@@ -77,6 +77,38 @@ fn fused(x: &Tensor) -> bool {
     x.device().is_cpu() && x.dtype() == DType::F32
 }
 
+/// Runs `f` compiled for the widest vectors this CPU has — AVX-512, else AVX2 with FMA, else the
+/// baseline — chosen at run time: the row kernels `f` calls are inlined into it, and so are
+/// compiled for them too. The arithmetic is the same on each (no contraction into fused
+/// multiply-adds, the same order of sums), so every CPU computes the same values.
+#[inline(always)]
+pub(crate) fn widest<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F, which is all `avx512` is compiled to use.
+            return unsafe { avx512(f) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has AVX2 and FMA, which is all `avx2` is compiled to use.
+            return unsafe { avx2(f) };
+        }
+    }
+    f()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn avx512<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}
+
 /// `e^x` to within an ulp or two, branch-free so that loops over it vectorize: `x = n·ln2 + r`
 /// with `|r| ≤ ln2/2` (ln2 split in two for exactness), a degree-6 polynomial for `e^r` (Cephes'
 /// `expf`), and `2^n` put in the exponent bits. Inputs are clamped to where `e^x` is a normal
