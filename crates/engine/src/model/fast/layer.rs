@@ -233,6 +233,7 @@ impl Scratch {
 
 /// The lane gates of one token from `Z` and the inverse RMS `r`: `h_pre = σ(a·r·Z + b)`,
 /// `h_post = 2σ(…)`, and the res logits (before Sinkhorn), into `gates` (pre, post, res).
+#[inline(always)]
 fn lane_gates(layer: &HostLayer, n: usize, z: &[f32], r: f32, gates: &mut [f32]) {
     let [a_pre, a_post, a_res] = layer.a;
     for i in 0..n {
@@ -245,6 +246,7 @@ fn lane_gates(layer: &HostLayer, n: usize, z: &[f32], r: f32, gates: &mut [f32])
 }
 
 /// The block's input `u = Σᵢ h_pre[i]·Xᵢ` of one token.
+#[inline(always)]
 fn block_input(x: &[f32], h_pre: &[f32], u: &mut [f32]) {
     let d = u.len();
     u.fill(0.0);
@@ -363,7 +365,7 @@ impl HostLayer {
             let dst = MatMut::strided(&mut kept.mix[col..], t, width, mw);
             matmul(dst, Mat::new(x, t, nd), Mat::new(&phi, nd, width), 1.0, false, Threads::All);
         }
-        kept.mix.par_chunks_mut(mw).zip(x.par_chunks(nd)).for_each(|(m, x)| m[mw - 1] = inverse_rms(x));
+        kept.mix.par_chunks_mut(mw).zip(x.par_chunks(nd)).for_each(|(m, x)| m[mw - 1] = widest(|| inverse_rms(x)));
         self.block_inputs(pass, x, &kept.mix, work);
 
         // The q, k, v and gate projections of h1, with their low-rank updates.
@@ -699,6 +701,7 @@ impl HostLayer {
     /// Token `i`'s block output minus its input, `upd = x2 + mlp(norm(x2)) − u` with
     /// `x2 = x1 + σ(gate)·norm(attn)`, into `s.upd`, from the block inputs `u` and `x1`; leaves
     /// `x2` and the MLP's pre-activation in `s`.
+    #[inline(always)]
     fn update(&self, i: usize, dims: &Dims, kept: &Kept, u: &[f32], x1: &[f32], s: &mut Scratch) {
         let d = dims.d;
         let (u, x1, attn) = (&u[i * d..][..d], &x1[i * d..][..d], &kept.attn[i * d..][..d]);

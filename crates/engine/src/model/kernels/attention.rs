@@ -45,7 +45,7 @@ impl RopeTables {
 
     /// One head's row `x` at `position` rotated into `y` (by the negated angles when `inverse`,
     /// which is the backward pass): halves `(x1, x2)` become `(x1·cos − x2·sin, x2·cos + x1·sin)`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn rotate(&self, position: usize, x: &[f32], y: &mut [f32], inverse: bool) {
         let half = x.len() / 2;
         let at = position * half;

@@ -24,7 +24,7 @@ struct CrossEntropy {
     targets: Vec<u32>,
 }
 
-#[inline]
+#[inline(always)]
 pub(crate) fn log_sum_exp(x: &[f32]) -> f32 {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut acc = [0f32; 16];

@@ -32,7 +32,7 @@ fn hadamard_mlp_composite(x: &Tensor, [d1, d2, d3]: [&Tensor; 3], walsh_matrix: 
 /// The orthonormal Walsh–Hadamard transform of one row, in place, natural (Sylvester) order. The
 /// butterflies of span 1, 2 and 4 run as one 8-point transform per block of 8 (their own loops
 /// would be too short to vectorize); the wider spans are long element-wise loops.
-#[inline]
+#[inline(always)]
 fn walsh_row(row: &mut [f32]) {
     let n = row.len();
     let mut h = 1;
@@ -81,7 +81,7 @@ impl HadamardMlp {
     }
 
     /// `c = d2 ⊙ H(d1 ⊙ pad(x))`, the pre-activation, into `c` (the padded width).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn pre_activation(&self, x: &[f32], c: &mut [f32]) {
         c.fill(0.0);
         c[..x.len()].iter_mut().zip(x.iter().zip(&self.d1)).for_each(|(c, (x, d))| *c = x * d);
@@ -90,7 +90,7 @@ impl HadamardMlp {
     }
 
     /// `y = (d3 ⊙ H(silu(c)))[..d]` from the pre-activation, with `z` a scratch row.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn output(&self, c: &[f32], z: &mut [f32], y: &mut [f32]) {
         z.iter_mut().zip(c).for_each(|(z, c)| *z = c * logistic(*c));
         walsh_row(z);
@@ -98,7 +98,7 @@ impl HadamardMlp {
     }
 
     /// `dx = (d1 ⊙ H(d2 ⊙ silu'(c) ⊙ H(d3 ⊙ pad(dy))))[..d]`, with `g` a scratch row.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn backward(&self, c: &[f32], dy: &[f32], g: &mut [f32], dx: &mut [f32]) {
         g.fill(0.0);
         g[..dy.len()].iter_mut().zip(dy.iter().zip(&self.d3)).for_each(|(g, (dy, d3))| *g = dy * d3);

@@ -34,21 +34,21 @@ struct RmsNorm {
 }
 
 /// `1 / sqrt(mean(x²) + ε)` of one row.
-#[inline]
+#[inline(always)]
 pub(crate) fn inverse_rms(x: &[f32]) -> f32 {
     let mean_square = dot(x, x) / x.len() as f32;
     1.0 / (mean_square + RMS_EPSILON).sqrt()
 }
 
 /// `o = gain · x / rms(x)` of one row.
-#[inline]
+#[inline(always)]
 pub(crate) fn rms_norm_row(x: &[f32], gain: &[f32], o: &mut [f32]) {
     let r = inverse_rms(x);
     o.iter_mut().zip(x.iter().zip(gain)).for_each(|(o, (x, g))| *o = x * r * g);
 }
 
 /// `dx = r·(g⊙dy − x̂·mean(g⊙dy⊙x̂))` with `x̂ = r·x`: the input gradient of [`rms_norm_row`].
-#[inline]
+#[inline(always)]
 pub(crate) fn rms_norm_backward_row(x: &[f32], gain: &[f32], dy: &[f32], dx: &mut [f32]) {
     let r = inverse_rms(x);
     dx.iter_mut().zip(dy.iter().zip(gain)).for_each(|(dx, (dy, g))| *dx = dy * g);

@@ -30,7 +30,7 @@ struct Sinkhorn {
 
 /// The `n` lines of an `n × n` matrix along rows (`m[i, ·]`) or columns (`m[·, j]`): the flat
 /// index of entry `k` of line `line`.
-#[inline]
+#[inline(always)]
 fn at(n: usize, by_rows: bool, line: usize, k: usize) -> usize {
     if by_rows {
         line * n + k
@@ -40,7 +40,7 @@ fn at(n: usize, by_rows: bool, line: usize, k: usize) -> usize {
 }
 
 /// Subtracts each line's log-sum-exp: one half-step of the iteration.
-#[inline]
+#[inline(always)]
 fn normalise(m: &mut [f32], n: usize, by_rows: bool) {
     for line in 0..n {
         let max = (0..n).map(|k| m[at(n, by_rows, line, k)]).fold(f32::NEG_INFINITY, f32::max);
@@ -81,7 +81,7 @@ impl CustomOp1 for Sinkhorn {
 const EXP_SPREAD: f32 = 60.0;
 
 /// Whether a matrix of logits is normalised by scaling `exp(logits − max)` (else in log space).
-#[inline]
+#[inline(always)]
 fn scaled(logits: &[f32]) -> bool {
     let (low, high) = logits.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(l, h), &x| (l.min(x), h.max(x)));
     high - low <= EXP_SPREAD
@@ -91,7 +91,7 @@ fn scaled(logits: &[f32]) -> bool {
 /// the one before by their sums (rows, then columns): `history` holds `K₀ … K₂ᵢ`, `n²` each. The
 /// same matrices as the log-space iterations (dividing by a line's sum is subtracting its
 /// log-sum-exp), for one exponential per entry instead of one per entry and half-step.
-#[inline]
+#[inline(always)]
 fn scale_history(logits: &[f32], n: usize, iterations: usize, history: &mut Vec<f32>) {
     let size = n * n;
     history.resize((2 * iterations + 1) * size, 0.0);
@@ -109,7 +109,7 @@ fn scale_history(logits: &[f32], n: usize, iterations: usize, history: &mut Vec<
 
 /// One `n × n` matrix of logits normalised `iterations` times, into `out`; `scratch` is reused
 /// between calls.
-#[inline]
+#[inline(always)]
 pub(crate) fn sinkhorn_row(logits: &[f32], n: usize, iterations: usize, out: &mut [f32], scratch: &mut Vec<f32>) {
     if scaled(logits) {
         scale_history(logits, n, iterations, scratch);
@@ -128,7 +128,7 @@ pub(crate) fn sinkhorn_row(logits: &[f32], n: usize, iterations: usize, out: &mu
 /// back, `y = x / Σx` along a line giving `dx = (dy − Σ dy⊙y) / Σx`, then `dm = dK₀ ⊙ K₀`. In log
 /// space: replays the iterations keeping every half-step's input, then walks them back: after
 /// `m' = m − lse(m)` along a line, `dm = dm' − softmax(m)·Σ dm'` along it.
-#[inline]
+#[inline(always)]
 pub(crate) fn sinkhorn_backward_row(
     logits: &[f32],
     dk: &[f32],
