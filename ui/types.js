@@ -193,6 +193,7 @@
  * @property {number} memory_estimate_bytes
  * @property {boolean} recompute
  * @property {number} micro_batch
+ * @property {number} tokens_per_pass
  * @property {number|null} memory_available_bytes
  * @property {number|null} seconds_estimate
  */

@@ -205,7 +205,7 @@ fn print_plan(plan: &Plan, options: &FinetuneOptions, json: bool) -> Result<()> 
         outln!("  {:<9} {}", "warning", memory_warning(plan))?;
     }
     if let Some(seconds) = plan.seconds_estimate {
-        outln!("  {:<9} ~{:.0} s (a training step and decoding timed on this machine)", "time", seconds)?;
+        outln!("  {:<9} ~{:.0} s (training and decoding steps timed on this machine)", "time", seconds)?;
     }
     outln!("  {:<9} {}", "adapter", options.out.display())?;
     Ok(())

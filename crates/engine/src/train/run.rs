@@ -21,7 +21,9 @@ use super::trainer::Trainer;
 /// enough that decoding them on a CPU takes seconds, not the length of the run.
 pub const SCORED_EXAMPLES: usize = 64;
 
-/// A timed step longer than this is not repeated for the plan: its buffers are a small part of it.
+/// Training steps the plan times on the first batch; a step longer than [`WARM_STEP_LIMIT_S`] is
+/// not repeated (what its first run pays for its buffers is then a small part of it).
+const TIMED_STEPS: usize = 3;
 const WARM_STEP_LIMIT_S: f64 = 10.0;
 /// Decoding steps the plan times, after a prompt's prefill.
 const DECODE_STEPS_TIMED: usize = 8;
@@ -203,8 +205,8 @@ impl Session {
         Ok(Self { options, params, network, lora, train, val, val_examples, plan, prepare_seconds, load_seconds })
     }
 
-    /// Times a training step on the first batch (with fresh factors, so nothing of the run
-    /// changes; the second of two, the first having paid for the buffers) and a few decoding steps,
+    /// Times training steps on the first batch (with fresh factors, so nothing of the run changes;
+    /// the first, which also pays for the buffers, left out) and a few decoding steps,
     /// then counts the whole run in the same units ([`super::timing`]): every batch of every epoch,
     /// the validation passes, and the end-of-run scoring of the held-out examples by the base and
     /// the tuned model, plus what preparing took (the run does it again). Fills
@@ -218,15 +220,18 @@ impl Session {
         trainer.recompute = self.plan.recompute;
         trainer.tokens_per_pass = self.plan.tokens_per_pass;
         let first = rows(&self.train[..s.batch_size.min(self.train.len())], seq_len);
-        let mut step_seconds = 0.0;
-        for _ in 0..2 {
+        let mut timed = Vec::new();
+        for _ in 0..TIMED_STEPS {
             let started = Instant::now();
             trainer.step(&first)?;
-            step_seconds = started.elapsed().as_secs_f64();
-            if step_seconds > WARM_STEP_LIMIT_S {
+            timed.push(started.elapsed().as_secs_f64());
+            if timed[timed.len() - 1] > WARM_STEP_LIMIT_S {
                 break;
             }
         }
+        // The first step also pays for the buffers; the mean of the others, when there are some.
+        let warm = if timed.len() > 1 { &timed[1..] } else { &timed[..] };
+        let step_seconds = warm.iter().sum::<f64>() / warm.len() as f64;
         let work = |rows: &[Encoded]| -> Result<Work> { Ok(Work::of(&Packing::new(rows, true)?)) };
         let seconds_per_mac = step_seconds / work(&first)?.training(&cfg).max(1.0);
 
