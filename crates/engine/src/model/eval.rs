@@ -15,14 +15,14 @@ use crate::dataset::Encoded;
 /// it, else candle's ops (every device).
 #[derive(Debug)]
 pub enum Forward {
-    Cpu(CpuNetwork, Workspace),
+    Cpu(CpuNetwork, Box<Workspace>),
     Candle(Network),
 }
 
 impl Forward {
     pub fn new(network: Network) -> Result<Self> {
         Ok(match CpuNetwork::supports(&network) {
-            true => Forward::Cpu(CpuNetwork::new(&network)?, Workspace::default()),
+            true => Forward::Cpu(CpuNetwork::new(&network)?, Box::default()),
             false => Forward::Candle(network),
         })
     }

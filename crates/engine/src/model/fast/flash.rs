@@ -81,7 +81,7 @@ fn families(segments: &[Segment]) -> Vec<(Range<usize>, Vec<usize>)> {
 
 /// `slab` (rows of `width`) cut into the row ranges `ranges`, which start at its first row and
 /// follow one another.
-fn cut<'a, T>(mut slab: &'a mut [T], ranges: impl Iterator<Item = Range<usize>>, width: usize) -> Vec<&'a mut [T]> {
+fn cut<T>(mut slab: &mut [T], ranges: impl Iterator<Item = Range<usize>>, width: usize) -> Vec<&mut [T]> {
     let mut parts = Vec::new();
     for range in ranges {
         let (part, rest) = std::mem::take(&mut slab).split_at_mut(range.len() * width);
