@@ -204,3 +204,68 @@ mod testing {
         assert!(value < 1e-5 && grad < 1e-5, "{name}: value off by {value}, gradient by {grad}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The row kernels as the CPU path runs them on one row: an MLP, the norms, the Sinkhorn
+    /// iterations and a softmax's exponentials, every output concatenated.
+    #[inline(always)]
+    fn rows(x: &[f32]) -> Vec<f32> {
+        let n = x.len();
+        let mlp =
+            HadamardMlp::new(x.iter().map(|v| 1.0 + v).collect(), x.to_vec(), x.iter().map(|v| 0.5 * v).collect());
+        let (mut c, mut z, mut y, mut g, mut dx) =
+            (vec![0f32; n], vec![0f32; n], vec![0f32; n], vec![0f32; n], vec![0f32; n]);
+        mlp.pre_activation(x, &mut c);
+        mlp.output(&c, &mut z, &mut y);
+        mlp.backward(&c, x, &mut g, &mut dx);
+        let (mut normed, mut back) = (vec![0f32; n], vec![0f32; n]);
+        rms_norm_row(x, &y, &mut normed);
+        rms_norm_backward_row(x, &y, &dx, &mut back);
+        let (mut k, mut dk) = (vec![0f32; 16], vec![0f32; 16]);
+        let mut scratch = Vec::new();
+        sinkhorn_row(&x[..16], 4, 20, &mut k, &mut scratch);
+        sinkhorn_backward_row(&x[..16], &x[16..32], 4, 20, &mut dk, &mut scratch);
+        let exps = x.iter().map(|v| exp(4.0 * v) + logistic(*v));
+        [y, dx, normed, back, k, dk]
+            .concat()
+            .into_iter()
+            .chain(exps)
+            .chain([dot(x, &c), sum(x), log_sum_exp(x)])
+            .collect()
+    }
+
+    #[test]
+    fn every_vector_width_computes_the_same_values() {
+        let x: Vec<f32> = (0..256u32).map(|i| (i.wrapping_mul(2_654_435_761) % 2000) as f32 / 1000.0 - 1.0).collect();
+        let baseline = rows(&x);
+        assert!(baseline.iter().all(|v| v.is_finite()));
+        assert_eq!(widest(|| rows(&x)), baseline);
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                // SAFETY: the CPU has AVX2 and FMA.
+                assert_eq!(unsafe { avx2(|| rows(&x)) }, baseline);
+            }
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the CPU has AVX-512F.
+                assert_eq!(unsafe { avx512(|| rows(&x)) }, baseline);
+            }
+        }
+    }
+
+    #[test]
+    fn the_fast_exponential_is_within_a_few_ulps_and_never_overflows() {
+        for i in -2000..=2000 {
+            let x = i as f32 * 0.043;
+            let (got, want) = (exp(x), (x as f64).exp());
+            let want = want.clamp(f32::MIN_POSITIVE as f64, f32::MAX as f64);
+            assert!(((got as f64 - want) / want).abs() < 2.5e-7, "exp({x}) = {got}, not {want}");
+        }
+        assert!(exp(1000.0).is_finite() && exp(-1000.0) > 0.0);
+        assert!((0.0..1e-37).contains(&logistic(-1000.0)));
+        assert_eq!(logistic(1000.0), 1.0);
+    }
+}
