@@ -115,18 +115,12 @@ enum Tails {
 impl AttentionLayout {
     /// The layout of `packing` on `device`, with rotary tables from `rope` (positions from 0).
     pub fn new(packing: &Packing, rope: &Rope, device: &Device) -> Result<Self> {
-        let segments = packing.segments();
         let mut groups = Vec::new();
         let mut unshared = Vec::new();
-        let mut s = 0;
-        while s < segments.len() {
-            let tails: Vec<usize> = (s + 1..segments.len()).take_while(|&t| segments[t].context == Some(s)).collect();
-            if tails.is_empty() {
-                unshared.push(s);
-                s += 1;
-            } else {
-                groups.push(Group::new(packing, Some(s), &tails, rope, device)?);
-                s = tails[tails.len() - 1] + 1;
+        for family in packing.families() {
+            match family.prefix() {
+                Some(prefix) => groups.push(Group::new(packing, Some(prefix), &family.tails, rope, device)?),
+                None => unshared.push(family.head),
             }
         }
         if !unshared.is_empty() {

@@ -44,6 +44,30 @@ impl Segment {
     }
 }
 
+/// A shared prefix with the segments that continue it, or a segment on its own: the segments whose
+/// queries read the same keys. A family's tokens are one contiguous range of the packing, and the
+/// families follow one another in packed order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Family {
+    /// The prefix, or the lone segment.
+    pub head: usize,
+    /// The segments continuing the prefix (none for a lone segment).
+    pub tails: Vec<usize>,
+    pub range: Range<usize>,
+}
+
+impl Family {
+    /// The shared prefix, if the family has one.
+    pub fn prefix(&self) -> Option<usize> {
+        (!self.tails.is_empty()).then_some(self.head)
+    }
+
+    /// Every segment of the family, the head first.
+    pub fn segments(&self) -> impl Iterator<Item = usize> + '_ {
+        std::iter::once(self.head).chain(self.tails.iter().copied())
+    }
+}
+
 /// One row of the batch: the segments that hold it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct RowSpan {
@@ -196,6 +220,59 @@ impl Packing {
         }
     }
 
+    /// The families of segments, in packed order.
+    pub fn families(&self) -> Vec<Family> {
+        let mut families: Vec<Family> = Vec::new();
+        for (s, segment) in self.segments.iter().enumerate() {
+            match (segment.context, families.last_mut()) {
+                // A tail follows its prefix's family.
+                (Some(_), Some(family)) => {
+                    family.tails.push(s);
+                    family.range.end = segment.start + segment.len;
+                }
+                _ => families.push(Family { head: s, tails: Vec::new(), range: segment.range() }),
+            }
+        }
+        families
+    }
+
+    /// The rows split into passes of at most `max_tokens` packed tokens each (a pass holds one row
+    /// at least, however long): whole families where they fit, so that a prefix is computed once
+    /// per pass it appears in. Row indices per pass, in order.
+    pub fn passes(&self, max_tokens: usize) -> Vec<Vec<usize>> {
+        let families = self.families();
+        let mut family_of = vec![0; self.segments.len()];
+        for (f, family) in families.iter().enumerate() {
+            family.segments().for_each(|s| family_of[s] = f);
+        }
+        let mut members: Vec<Vec<usize>> = vec![Vec::new(); families.len()];
+        for (row, span) in self.rows.iter().enumerate() {
+            members[family_of[span.own]].push(row);
+        }
+        let mut passes: Vec<Vec<usize>> = Vec::new();
+        let (mut current, mut used) = (Vec::new(), 0usize);
+        for (family, rows) in families.iter().zip(members) {
+            let prefix = family.prefix().map_or(0, |p| self.segments[p].len);
+            let mut prefix_paid = false;
+            for row in rows {
+                let tail = self.segments[self.rows[row].own].len;
+                if !current.is_empty() && used + tail + if prefix_paid { 0 } else { prefix } > max_tokens {
+                    passes.push(std::mem::take(&mut current));
+                    used = 0;
+                    prefix_paid = false;
+                }
+                used += tail + if prefix_paid { 0 } else { prefix };
+                prefix_paid = true;
+                current.push(row);
+            }
+        }
+        if !current.is_empty() {
+            passes.push(current);
+        }
+        passes.iter_mut().for_each(|pass| pass.sort_unstable());
+        passes
+    }
+
     /// Positions every query attends to summed over the batch: the work of attention.
     pub fn attention_pairs(&self) -> usize {
         self.segments
@@ -267,45 +344,6 @@ pub fn shared_prefixes(rows: &[&[u32]], min_len: usize) -> Vec<Share> {
     }
     shares.sort_by_key(|share| share.rows[0]);
     shares
-}
-
-/// The batch's rows split into passes of at most `max_tokens` packed tokens each (a pass holds one
-/// row at least, however long): whole sharing groups where they fit, so that a prefix is computed
-/// once per pass it appears in. Row indices per pass, in order.
-pub fn passes(rows: &[Encoded], share: bool, max_tokens: usize) -> Vec<Vec<usize>> {
-    let trimmed: Vec<&[u32]> = rows.iter().map(|row| &row.ids[..used_len(row)]).collect();
-    let shares = if share { shared_prefixes(&trimmed, MIN_SHARED) } else { Vec::new() };
-    let mut grouped = vec![false; rows.len()];
-    // Units of work: (prefix tokens, rows with their tail lengths).
-    let mut units: Vec<(usize, Vec<(usize, usize)>)> = Vec::new();
-    for share in &shares {
-        share.rows.iter().for_each(|&r| grouped[r] = true);
-        units.push((share.len, share.rows.iter().map(|&r| (r, trimmed[r].len() - share.len)).collect()));
-    }
-    units.extend((0..rows.len()).filter(|&r| !grouped[r]).map(|r| (0, vec![(r, trimmed[r].len())])));
-
-    let mut passes: Vec<Vec<usize>> = Vec::new();
-    let (mut current, mut used) = (Vec::new(), 0usize);
-    for (prefix, members) in units {
-        let mut prefix_paid = false;
-        for (row, tail) in members {
-            let cost = tail + if prefix_paid { 0 } else { prefix };
-            if !current.is_empty() && used + cost > max_tokens {
-                passes.push(std::mem::take(&mut current));
-                used = 0;
-                prefix_paid = false;
-            }
-            let cost = tail + if prefix_paid { 0 } else { prefix };
-            current.push(row);
-            used += cost;
-            prefix_paid = true;
-        }
-    }
-    if !current.is_empty() {
-        passes.push(current);
-    }
-    passes.iter_mut().for_each(|pass| pass.sort_unstable());
-    passes
 }
 
 #[cfg(test)]
@@ -399,11 +437,17 @@ mod tests {
     fn passes_keep_groups_together_and_pay_a_prefix_once_per_pass() {
         let rows: Vec<Encoded> =
             (0..6).map(|i| prompt_row(40, 100 * (i + 1), 10)).chain([row(&[5; 30], 1), row(&[6; 30], 1)]).collect();
+        let (shared, unshared) = (Packing::new(&rows, true).unwrap(), Packing::new(&rows, false).unwrap());
         // The six rows share 40 tokens: 40 + 6·10 = 100 tokens, then two rows of 30.
-        assert_eq!(passes(&rows, true, 1000), [vec![0, 1, 2, 3, 4, 5, 6, 7]]);
-        assert_eq!(passes(&rows, true, 100), [vec![0, 1, 2, 3, 4, 5], vec![6, 7]]);
-        assert_eq!(passes(&rows, true, 70), [vec![0, 1, 2], vec![3, 4, 5], vec![6, 7]]);
+        assert_eq!(shared.passes(1000), [vec![0, 1, 2, 3, 4, 5, 6, 7]]);
+        assert_eq!(shared.passes(100), [vec![0, 1, 2, 3, 4, 5], vec![6, 7]]);
+        assert_eq!(shared.passes(70), [vec![0, 1, 2], vec![3, 4, 5], vec![6, 7]]);
         // A budget below one row still gives each row a pass.
-        assert_eq!(passes(&rows, false, 10).len(), 8);
+        assert_eq!(unshared.passes(10).len(), 8);
+        // One family for the six rows, then one per lone row.
+        let families = shared.families();
+        assert_eq!(families.len(), 3);
+        assert_eq!((families[0].prefix(), families[0].tails.len(), families[0].range.clone()), (Some(0), 6, 0..100));
+        assert_eq!((families[1].prefix(), families[1].range.clone()), (None, 100..130));
     }
 }

@@ -14,7 +14,7 @@ use super::events::Event;
 use super::memory::StepShape;
 use super::schedule::Schedule;
 use super::state::{load_state, save_state, state_path, RunKey, SavedState};
-use super::timing::Work;
+use super::timing::Workload;
 use super::trainer::Trainer;
 
 /// Held-out examples scored by exact calls at the end of a run: enough for a fair share, few
@@ -232,10 +232,10 @@ impl Session {
         // The first step also pays for the buffers; the mean of the others, when there are some.
         let warm = if timed.len() > 1 { &timed[1..] } else { &timed[..] };
         let step_seconds = warm.iter().sum::<f64>() / warm.len() as f64;
-        let work = |rows: &[Encoded]| -> Result<Work> { Ok(Work::of(&Packing::new(rows, true)?)) };
+        let work = |rows: &[Encoded]| -> Result<Workload> { Ok(Workload::of(&Packing::new(rows, true)?)) };
         let seconds_per_mac = step_seconds / work(&first)?.training(&cfg).max(1.0);
 
-        let (mut training, mut validation) = (0.0, Work::default());
+        let (mut training, mut validation) = (0.0, Workload::default());
         for epoch in 0..s.epochs {
             let order = epoch_order(self.train.len(), s.seed, epoch);
             for batch in order.chunks(s.batch_size) {

@@ -12,13 +12,13 @@ use crate::model::packing::Packing;
 
 /// The size of one or more passes.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Work {
+pub struct Workload {
     pub tokens: f64,
     pub pairs: f64,
     pub scored: f64,
 }
 
-impl Work {
+impl Workload {
     pub fn of(packing: &Packing) -> Self {
         Self {
             tokens: packing.len() as f64,
@@ -41,7 +41,7 @@ impl Work {
     }
 }
 
-impl std::ops::AddAssign for Work {
+impl std::ops::AddAssign for Workload {
     fn add_assign(&mut self, other: Self) {
         self.tokens += other.tokens;
         self.pairs += other.pairs;
@@ -75,7 +75,7 @@ mod tests {
         };
         let rows = [row(500), row(600)];
         let (shared, unshared) =
-            (Work::of(&Packing::new(&rows, true).unwrap()), Work::of(&Packing::new(&rows, false).unwrap()));
+            (Workload::of(&Packing::new(&rows, true).unwrap()), Workload::of(&Packing::new(&rows, false).unwrap()));
         assert_eq!((shared.tokens, unshared.tokens), (104.0, 204.0));
         assert_eq!((shared.scored, unshared.scored), (2.0, 2.0));
         assert!(shared.training(&cfg) < 0.6 * unshared.training(&cfg));

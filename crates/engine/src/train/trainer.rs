@@ -11,7 +11,7 @@ use super::adamw::{AdamW, AdamWConfig};
 use super::schedule::Schedule;
 use crate::dataset::Encoded;
 use crate::lora::Lora;
-use crate::model::packing::{passes, Packing};
+use crate::model::packing::Packing;
 use crate::model::{Forward, HostGrads, Network, Result};
 
 /// The frozen base (built once per run), the trainable adapter and the optimizer state.
@@ -71,9 +71,14 @@ impl Trainer {
         Ok(())
     }
 
-    /// The passes of a batch: its rows' packings.
+    /// The passes of a batch: its rows' packings (the whole batch's, when it fits one pass).
     fn passes(&self, rows: &[Encoded]) -> Result<Vec<Packing>> {
-        passes(rows, self.share_prefixes, self.tokens_per_pass)
+        let whole = Packing::new(rows, self.share_prefixes)?;
+        let passes = whole.passes(self.tokens_per_pass);
+        if passes.len() == 1 {
+            return Ok(vec![whole]);
+        }
+        passes
             .into_iter()
             .map(|pass| {
                 let part: Vec<Encoded> = pass.into_iter().map(|r| rows[r].clone()).collect();

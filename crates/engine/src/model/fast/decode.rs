@@ -11,7 +11,7 @@ use super::mat::{matmul, Mat, MatMut, Threads};
 use super::{dims_of, host, lane_pair, CpuNetwork, Pass, Workspace};
 use crate::dataset::Encoded;
 use crate::model::kernels::RopeTables;
-use crate::model::packing::{Packing, Segment};
+use crate::model::packing::{Family, Packing, Segment};
 use crate::model::Result;
 
 /// Steps of at most this many tokens run on one thread.
@@ -95,6 +95,7 @@ impl CpuNetwork {
             dims,
             positions: (past as u32..(past + count) as u32).collect(),
             segments: vec![Segment { start: 0, len: count, context: None }],
+            families: vec![Family { head: 0, tails: Vec::new(), range: 0..count }],
             rope: Arc::clone(&state.rope),
             sites: self.sites(&packing, window)?,
             lora_scale: 0.0,

@@ -15,7 +15,7 @@ use rayon::prelude::*;
 
 use super::mat::{matmul, Mat, MatMut, Threads};
 use crate::model::kernels::{dot, exp, sum, widest};
-use crate::model::packing::Segment;
+use crate::model::packing::{Family, Segment};
 
 /// Queries per block: enough rows for the products to run at speed, few enough that a block's
 /// scores stay in cache.
@@ -50,33 +50,15 @@ impl Heads {
     }
 }
 
-/// The query blocks of every segment, in packed order (they partition `0..N`).
-fn blocks(segments: &[Segment]) -> Vec<(usize, Range<usize>)> {
-    segments
-        .iter()
-        .enumerate()
-        .flat_map(|(s, seg)| {
-            (seg.start..seg.start + seg.len).step_by(BLOCK).map(move |b| (s, b..(b + BLOCK).min(seg.start + seg.len)))
-        })
-        .collect()
+/// The query blocks of a segment: consecutive rows, [`BLOCK`] at a time.
+fn segment_blocks(seg: &Segment) -> impl Iterator<Item = Range<usize>> {
+    let end = seg.start + seg.len;
+    (seg.start..end).step_by(BLOCK).map(move |b| b..(b + BLOCK).min(end))
 }
 
-/// Segments that attend to the same keys' gradients: a prefix with every segment continuing it,
-/// or a segment on its own. Each is a contiguous range of packed tokens (a prefix's tails follow
-/// it), listed in packed order.
-fn families(segments: &[Segment]) -> Vec<(Range<usize>, Vec<usize>)> {
-    let mut families: Vec<(Range<usize>, Vec<usize>)> = Vec::new();
-    for (s, seg) in segments.iter().enumerate() {
-        match seg.context {
-            Some(_) => {
-                let family = families.last_mut().expect("a tail follows its prefix");
-                family.0.end = seg.start + seg.len;
-                family.1.push(s);
-            }
-            None => families.push((seg.range(), vec![s])),
-        }
-    }
-    families
+/// The query blocks of every segment, in packed order (they partition `0..N`).
+fn blocks(segments: &[Segment]) -> Vec<(usize, Range<usize>)> {
+    segments.iter().enumerate().flat_map(|(s, seg)| segment_blocks(seg).map(move |rows| (s, rows))).collect()
 }
 
 /// `slab` (rows of `width`) cut into the row ranges `ranges`, which start at its first row and
@@ -227,6 +209,7 @@ pub struct Saved<'a> {
 pub fn backward(
     geometry: Heads,
     segments: &[Segment],
+    families: &[Family],
     saved: &Saved,
     dout: &[f32],
     dq: &mut [f32],
@@ -239,13 +222,12 @@ pub fn backward(
     let correction: Vec<f32> = dout.par_chunks(hd).zip(saved.out.par_chunks(hd)).map(|(g, o)| dot(g, o)).collect();
     dk.fill(0.0);
     dv.fill(0.0);
-    let families = families(segments);
     // One task per (kv head, family): it owns that kv head's key and value rows of the family and
     // the query rows of the family for every query head of the group.
     let mut tasks = Vec::new();
     let dq_groups = dq.chunks_mut(group * slab);
     for (kv, ((dk_h, dv_h), dq_group)) in dk.chunks_mut(slab).zip(dv.chunks_mut(slab)).zip(dq_groups).enumerate() {
-        let ranges = || families.iter().map(|(r, _)| r.clone());
+        let ranges = || families.iter().map(|family| family.range.clone());
         let dks = cut(dk_h, ranges(), hd);
         let dvs = cut(dv_h, ranges(), hd);
         let mut dqs: Vec<Vec<&mut [f32]>> = families.iter().map(|_| Vec::new()).collect();
@@ -258,21 +240,20 @@ pub fn backward(
             tasks.push((kv, family, dk_f, dv_f, dq_f));
         }
     }
-    tasks.into_par_iter().for_each(|(kv, (family, members), dk_f, dv_f, mut dq_f)| {
+    tasks.into_par_iter().for_each(|(kv, family, dk_f, dv_f, mut dq_f)| {
         widest(
             #[inline(always)]
             || {
-                let base = family.start;
+                let base = family.range.start;
                 let (k, v) = (&saved.k[kv * slab..(kv + 1) * slab], &saved.v[kv * slab..(kv + 1) * slab]);
                 SCRATCH.with_borrow_mut(|(p, ds)| {
                     for (g, dq_h) in dq_f.iter_mut().enumerate() {
                         let h = kv * group + g;
                         let head = h * slab..(h + 1) * slab;
                         let (q, o_grad) = (&saved.q[head.clone()], &dout[head]);
-                        for &seg in members {
+                        for seg in family.segments() {
                             let own = segments[seg];
-                            for start in (own.start..own.start + own.len).step_by(BLOCK) {
-                                let rows = start..(start + BLOCK).min(own.start + own.len);
+                            for rows in segment_blocks(&own) {
                                 let ranges = key_rows(segments, seg, &rows);
                                 let keys = [rows_of(k, hd, &ranges.0), rows_of(k, hd, &ranges.1)];
                                 let values = [rows_of(v, hd, &ranges.0), rows_of(v, hd, &ranges.1)];
@@ -401,7 +382,7 @@ mod tests {
         };
         let (mut dq, mut dk, mut dv) = (vec![0f32; q.len()], vec![0f32; k.len()], vec![0f32; v.len()]);
         let saved = Saved { q: &q, k: &k, v: &v, out: &out, lse: &lse };
-        backward(geometry, packing.segments(), &saved, &probe, &mut dq, &mut dk, &mut dv);
+        backward(geometry, packing.segments(), &packing.families(), &saved, &probe, &mut dq, &mut dk, &mut dv);
         let step = 1e-2f32;
         for (which, grad) in [(0, &dq), (1, &dk), (2, &dv)] {
             for index in [0, 5 * hd + 3, 69 * hd + 1, 75 * hd + 2, 171 * hd + 7, grad.len() - 1] {

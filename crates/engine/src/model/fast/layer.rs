@@ -102,20 +102,26 @@ pub(super) struct Kept {
 }
 
 impl Kept {
+    /// Every buffer with its width per token.
+    fn buffers(&mut self, dims: &Dims) -> [(&mut Vec<f32>, usize); 7] {
+        [
+            (&mut self.mix, dims.mix_width()),
+            (&mut self.proj, dims.proj_width()),
+            (&mut self.lora_in, 4 * dims.rank),
+            (&mut self.out, dims.attn),
+            (&mut self.lse, dims.heads),
+            (&mut self.attn, dims.d),
+            (&mut self.lora_out, dims.rank),
+        ]
+    }
+
     pub(super) fn resize(&mut self, dims: &Dims) {
-        let t = dims.tokens;
-        self.mix.resize(t * dims.mix_width(), 0.0);
-        self.proj.resize(t * dims.proj_width(), 0.0);
-        self.lora_in.resize(t * 4 * dims.rank, 0.0);
-        self.out.resize(t * dims.attn, 0.0);
-        self.lse.resize(t * dims.heads, 0.0);
-        self.attn.resize(t * dims.d, 0.0);
-        self.lora_out.resize(t * dims.rank, 0.0);
+        self.buffers(dims).into_iter().for_each(|(buf, width)| buf.resize(dims.tokens * width, 0.0));
     }
 
     /// Bytes per token.
     pub(super) fn bytes_per_token(dims: &Dims) -> usize {
-        4 * (dims.mix_width() + dims.proj_width() + 5 * dims.rank + dims.attn + dims.heads + dims.d)
+        4 * Self::default().buffers(dims).iter().map(|(_, width)| width).sum::<usize>()
     }
 }
 
@@ -154,10 +160,11 @@ impl Work {
         (&self.kh, &self.vh)
     }
 
-    pub(super) fn resize(&mut self, dims: &Dims, backward: bool) {
-        let t = dims.tokens;
+    /// Every buffer a pass uses with its width per token: the forward's, then (with `backward`)
+    /// the backward's.
+    fn buffers(&mut self, dims: &Dims, backward: bool) -> Vec<(&mut Vec<f32>, usize)> {
         let (d, a, kv) = (dims.d, dims.attn, dims.kv);
-        for (buf, width) in [
+        let mut buffers = vec![
             (&mut self.u, d),
             (&mut self.x1, d),
             (&mut self.h1, d),
@@ -165,11 +172,9 @@ impl Work {
             (&mut self.kh, kv),
             (&mut self.vh, kv),
             (&mut self.gated, a),
-        ] {
-            buf.resize(t * width, 0.0);
-        }
+        ];
         if backward {
-            for (buf, width) in [
+            buffers.extend([
                 (&mut self.da, d),
                 (&mut self.dx1, d),
                 (&mut self.dupd, d),
@@ -182,16 +187,18 @@ impl Work {
                 (&mut self.dproj, dims.proj_width()),
                 (&mut self.dh1, d),
                 (&mut self.low, dims.rank),
-            ] {
-                buf.resize(t * width, 0.0);
-            }
+            ]);
         }
+        buffers
     }
 
-    /// Bytes per token of the forward's buffers, and of the backward's.
-    pub(super) fn bytes_per_token(dims: &Dims) -> usize {
-        let (d, a, kv) = (dims.d, dims.attn, dims.kv);
-        4 * (3 * d + 2 * a + 2 * kv + 4 * d + dims.mix_width() + 4 * a + 2 * kv + dims.proj_width() + dims.rank)
+    pub(super) fn resize(&mut self, dims: &Dims, backward: bool) {
+        self.buffers(dims, backward).into_iter().for_each(|(buf, width)| buf.resize(dims.tokens * width, 0.0));
+    }
+
+    /// Bytes per token of the buffers of a pass with (or without) a backward.
+    pub(super) fn bytes_per_token(dims: &Dims, backward: bool) -> usize {
+        4 * Self::default().buffers(dims, backward).iter().map(|(_, width)| width).sum::<usize>()
     }
 }
 
@@ -360,7 +367,7 @@ impl HostLayer {
         let (t, n, d, nd) = (dims.tokens, dims.lanes, dims.d, dims.lanes * dims.d);
         let mw = dims.mix_width();
         // Z = X·Φ for the three gate families, then each token's inverse RMS.
-        for (phi, (col, width)) in self.phi.iter().zip([(0, n), (n, n), (2 * n, n * n)]) {
+        for (phi, (col, width)) in self.phi.iter().zip(dims.gate_columns()) {
             let phi = host(phi)?;
             let dst = MatMut::strided(&mut kept.mix[col..], t, width, mw);
             matmul(dst, Mat::new(x, t, nd), Mat::new(&phi, nd, width), 1.0, false, Threads::All);
@@ -562,7 +569,16 @@ impl HostLayer {
         }
         self.heads(pass, &kept.proj, work);
         let saved = flash::Saved { q: &work.qh, k: &work.kh, v: &work.vh, out: &kept.out, lse: &kept.lse };
-        flash::backward(pass.heads(), &pass.segments, &saved, &work.dout, &mut work.dqh, &mut work.dkh, &mut work.dvh);
+        flash::backward(
+            pass.heads(),
+            &pass.segments,
+            &pass.families,
+            &saved,
+            &work.dout,
+            &mut work.dqh,
+            &mut work.dkh,
+            &mut work.dvh,
+        );
 
         // The projections' gradients, token by token: through the rotation and the head norms.
         {
@@ -690,7 +706,7 @@ impl HostLayer {
                     },
                 );
         }
-        for (phi, (col, width)) in self.phi.iter().zip([(0, n), (n, n), (2 * n, n * n)]) {
+        for (phi, (col, width)) in self.phi.iter().zip(dims.gate_columns()) {
             let phi = host(phi)?;
             let dz = Mat::strided(&work.dl[col..], t, width, lw);
             matmul(MatMut::new(dx, t, nd), dz, Mat::new(&phi, nd, width).t(), 1.0, true, Threads::All);
@@ -714,8 +730,8 @@ impl HostLayer {
     }
 }
 
-/// The geometry of the attention call of a pass.
 impl Pass {
+    /// The geometry of the pass's attention call.
     fn heads(&self) -> Heads {
         Heads {
             heads: self.dims.heads,

@@ -29,7 +29,7 @@ use self::mat::{matmul, Mat, MatMut, Threads};
 use super::kernels::{exp, log_sum_exp, rms_norm_backward_row, rms_norm_row, widest, RopeTables};
 use super::linear::LowRank;
 use super::network::Network;
-use super::packing::{Packing, Segment};
+use super::packing::{Family, Packing, Segment};
 use super::Result;
 
 /// Scored positions projected to the vocabulary at a time: bounds the logits buffer.
@@ -88,6 +88,12 @@ impl Dims {
         2 * self.attn + 2 * self.kv
     }
 
+    /// (first column, width) of `Z`'s pre, post and res gate logits in a mix row.
+    fn gate_columns(&self) -> [(usize, usize); 3] {
+        let n = self.lanes;
+        [(0, n), (n, n), (2 * n, n * n)]
+    }
+
     /// (first column, width) of the q, k, v and gate projections in a projection row.
     fn proj_columns(&self) -> [(usize, usize); 4] {
         let (a, kv) = (self.attn, self.kv);
@@ -106,6 +112,7 @@ struct Pass {
     dims: Dims,
     positions: Vec<u32>,
     segments: Vec<Segment>,
+    families: Vec<Family>,
     rope: Arc<RopeTables>,
     sites: Vec<Site>,
     lora_scale: f32,
@@ -173,8 +180,9 @@ impl CpuNetwork {
         let layers = config.num_layers;
         let kept = Kept::bytes_per_token(&dims) * if backward && !recompute { layers } else { 1 };
         let lane_copies = if backward { (layers + 1) * lanes + 2 * lanes } else { 2 * lanes };
+        // Each site's keys and values, and the mean, hidden states and their gradient.
         let sites = 8 * dims.d * config.engram_layers.len();
-        kept + lane_copies + Work::bytes_per_token(&dims) + sites + 12 * dims.d
+        kept + lane_copies + Work::bytes_per_token(&dims, backward) + sites + 12 * dims.d
     }
 
     /// The pass's inputs: positions, rotary tables, the engram memories and the factors on the
@@ -198,6 +206,7 @@ impl CpuNetwork {
             dims,
             positions: packing.positions.clone(),
             segments: packing.segments().to_vec(),
+            families: packing.families(),
             rope: Arc::new(RopeTables::new(dims.head_dim, packing.longest_row(), cfg.rope_theta)),
             sites,
             lora_scale: low_rank.map_or(0.0, |l| l.scale as f32),
