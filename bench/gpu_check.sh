@@ -3,6 +3,8 @@
 # (the device tool runs it in the repository root; everything it reports also goes to $OUT).
 #
 #   bench/gpu_check.sh                # CUDA: builds the CUDA flavour with scripts/cuda-build.sh first
+#   NEEDLE=path bench/gpu_check.sh    # CUDA, with a binary built elsewhere (the GPU machine has no Rust):
+#                                     # scripts/cuda-build.sh here, then carry the binary there
 #   DEVICE=cpu bench/gpu_check.sh     # the same checks on the CPU build (target/release/needle), to try
 #                                     # the script itself on a machine without a GPU
 #
@@ -26,7 +28,9 @@ summary="$out/summary.txt"
 note() { echo "$*" | tee -a "$summary"; }
 failed=0
 
-if [[ "$device" == cuda ]]; then
+if [[ -n "${NEEDLE:-}" ]]; then
+    needle=$NEEDLE
+elif [[ "$device" == cuda ]]; then
     note "== building the CUDA flavour (scripts/cuda-build.sh)"
     scripts/cuda-build.sh > "$out/cuda-build.txt" 2>&1 || { note "cuda build FAILED (see cuda-build.txt)"; exit 1; }
     needle="${NEEDLE_CUDA_TARGET:-$HOME/.cache/needle-studio/target-cuda}/release/needle"
