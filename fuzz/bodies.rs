@@ -17,7 +17,7 @@ use needle_engine::cact::CactFile;
 use needle_engine::checkpoint::pickle::{self, PyValue};
 use needle_engine::checkpoint::Checkpoint;
 use needle_engine::dataset::Dataset;
-use needle_engine::lora::load_adapter;
+use needle_engine::lora::{load_adapter, merge_into_params};
 use needle_engine::model::{Device, Network, Params};
 use needle_engine::tokenizer::Tokenizer;
 
@@ -104,7 +104,7 @@ pub fn fuzz_pickle(data: &[u8]) -> Result<(), String> {
     }
     if let Ok(adapter) = load_adapter(&path) {
         if let Ok(mut base) = Params::from_checkpoint(fuzz_base_checkpoint(), &Device::Cpu) {
-            let _ = base.merge_pickled_adapter(&adapter);
+            let _ = merge_into_params(&mut base, &adapter);
         }
     }
     Ok(())

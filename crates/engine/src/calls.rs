@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::cact::{CactFile, ReadError, WeightsError};
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::dataset::{render, Example, THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START};
-use crate::lora::{load_adapter, AdapterFileError, MergeError};
+use crate::lora::{self, load_adapter, AdapterFileError, MergeError};
 use crate::model::packing::{shared_prefixes, MIN_SHARED};
 use crate::model::{Forward, Generation, ModelError, Network, Params, Prefilled};
 use crate::tokenizer::{Tokenizer, TokenizerError, BOS_ID};
@@ -75,7 +75,7 @@ impl Weights {
                 let mut params = Params::from_checkpoint(&loaded, device).map_err(model(checkpoint))?;
                 if let Some(lora) = lora {
                     let adapter = load_adapter(lora)?;
-                    params.merge_pickled_adapter(&adapter)?;
+                    lora::merge_into_params(&mut params, &adapter)?;
                 }
                 let network = Network::load(&loaded.config, &params).map_err(model(checkpoint))?;
                 Ok(Loaded { network, tokenizer: None })

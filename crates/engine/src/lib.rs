@@ -33,3 +33,13 @@ pub mod pyjson;
 pub mod settings;
 pub mod tokenizer;
 pub mod train;
+
+/// The committed fixtures (`tests/fixtures`) the unit tests read.
+#[cfg(test)]
+mod fixtures {
+    use std::path::{Path, PathBuf};
+
+    pub fn fixture(relative: &str) -> PathBuf {
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).join(relative)
+    }
+}

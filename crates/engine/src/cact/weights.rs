@@ -138,7 +138,6 @@ impl CactFile {
 
 #[cfg(test)]
 mod tests {
-    use std::path::{Path, PathBuf};
 
     use candle_core::{DType, Device, Tensor};
 
@@ -146,9 +145,7 @@ mod tests {
     use crate::checkpoint::Checkpoint;
     use crate::model::Network;
 
-    fn fixture(relative: &str) -> PathBuf {
-        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).join(relative)
-    }
+    use crate::fixtures::fixture;
 
     /// The tiny golden `.cact` with header fields (u32 index → value) replaced.
     fn golden_with_header(fields: &[(usize, u32)]) -> CactFile {

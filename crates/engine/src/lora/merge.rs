@@ -5,7 +5,7 @@
 //! That dtype is the one thing the two callers choose. `needle build` merges into the checkpoint's
 //! arrays as stored ([`merge_into_checkpoint`]: a float16 checkpoint adds the float16-rounded delta,
 //! as the reference's `build_main` does); evaluation merges into weights already widened to float32
-//! ([`crate::model::Params::merge_pickled_adapter`], as the reference's `finetune` widens the
+//! ([`merge_into_params`], as the reference's `finetune` widens the
 //! checkpoint before it merges).
 
 use std::collections::BTreeMap;
@@ -16,6 +16,7 @@ use half::f16;
 
 use super::{check_fit, FitError};
 use crate::checkpoint::{self, Checkpoint, NdArray, PickledAdapter};
+use crate::model::Params;
 
 /// An adapter that cannot be merged into its base weights; names the adapter file and the weight.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +66,16 @@ pub fn merge_adapter(
             Ok((path.clone(), merged))
         })
         .collect()
+}
+
+/// Merges `adapter` into the weights a network is built from (widened to f32, so the merge is in
+/// f32 as the reference's `finetune` does it): evaluating and trying an adapter. Returns how many
+/// weights changed; on an error nothing has changed.
+pub fn merge_into_params(params: &mut Params, adapter: &PickledAdapter) -> Result<usize, MergeError> {
+    let merged = merge_adapter(adapter, |path| params.get(path))?;
+    let count = merged.len();
+    params.replace(merged);
+    Ok(count)
 }
 
 /// Merges `adapter` into the checkpoint's own arrays, each in the dtype it is stored in (what
@@ -227,5 +238,46 @@ mod tests {
         let weight = Tensor::zeros((1, 1), candle_core::DType::F32, &Device::Cpu).unwrap();
         let err = merge_adapter(&lora, |_| Some(weight.clone())).unwrap_err();
         assert!(matches!(err, MergeError::UnsupportedDtype { which: "A", .. }), "{err}");
+    }
+}
+
+/// The reference's own adapters, merged for evaluation, give the reference's adapted loss.
+#[cfg(test)]
+mod parity_tests {
+    use candle_core::{DType, Device};
+
+    use super::merge_into_params;
+    use crate::checkpoint::{Checkpoint, PickledAdapter};
+    use crate::fixtures::fixture;
+    use crate::model::{masked_loss, Network, Params};
+
+    #[test]
+    fn merged_reference_adapter_gives_the_reference_lora_loss() {
+        for stem in ["tiny_f32", "tiny_f16", "pretrained"] {
+            let checkpoint = Checkpoint::load(&fixture(&format!("models/{stem}.pkl"))).unwrap();
+            let adapter = PickledAdapter::load(&fixture(&format!("golden/{stem}/adapter.pkl"))).unwrap();
+            let mut params = Params::from_checkpoint(&checkpoint, &Device::Cpu).unwrap();
+            assert_eq!(merge_into_params(&mut params, &adapter).unwrap(), adapter.lora.len());
+            let forward =
+                candle_core::safetensors::load(fixture(&format!("golden/{stem}/forward.safetensors")), &Device::Cpu)
+                    .unwrap();
+            let lora =
+                candle_core::safetensors::load(fixture(&format!("golden/{stem}/lora.safetensors")), &Device::Cpu)
+                    .unwrap();
+            let ids = forward["ids"].to_dtype(DType::U32).unwrap();
+            let logits = Network::load(&checkpoint.config, &params).unwrap().forward(&ids).unwrap();
+            let loss: f32 = masked_loss(&logits, &ids, &forward["mask"]).unwrap().to_scalar().unwrap();
+            let want = lora["loss"].to_vec1::<f32>().unwrap()[0];
+            assert!(((loss - want) / want).abs() <= 1e-5, "{stem}: adapted loss {loss} vs reference {want}");
+        }
+    }
+
+    #[test]
+    fn an_adapter_for_another_base_is_refused() {
+        let adapter = PickledAdapter::load(&fixture("golden/tiny_f32/adapter.pkl")).unwrap();
+        let other = Checkpoint::load(&fixture("models/tiny_f16.pkl")).unwrap();
+        let mut params = Params::from_checkpoint(&other, &Device::Cpu).unwrap();
+        let err = merge_into_params(&mut params, &adapter).unwrap_err();
+        assert!(err.to_string().contains("pass the base checkpoint the adapter was trained from"), "{err}");
     }
 }

@@ -209,7 +209,6 @@ fn greedy(logits: &Tensor) -> Result<u32> {
 
 #[cfg(test)]
 mod tests {
-    use std::path::{Path, PathBuf};
 
     use candle_core::{Device, Tensor};
 
@@ -217,9 +216,7 @@ mod tests {
     use crate::checkpoint::Checkpoint;
     use crate::tokenizer::{Tokenizer, BOS_ID};
 
-    fn fixture(relative: &str) -> PathBuf {
-        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).join(relative)
-    }
+    use crate::fixtures::fixture;
 
     fn network(stem: &str) -> Network {
         let checkpoint = Checkpoint::load(&fixture(&format!("models/{stem}.pkl"))).unwrap();

@@ -11,8 +11,7 @@ use candle_core::{Device, Tensor};
 
 use super::linear::Linear;
 use super::{ModelError, Result};
-use crate::checkpoint::{Checkpoint, PickledAdapter};
-use crate::lora::{merge_adapter, MergeError};
+use crate::checkpoint::Checkpoint;
 
 /// Named f32 tensors on one device, with a record of which ones the network consumed.
 #[derive(Debug)]
@@ -84,14 +83,10 @@ impl Params {
         self.tensors.borrow().get(path).cloned()
     }
 
-    /// Merges an adapter into the weights (widened to f32, so the merge is in f32 as the
-    /// reference's `finetune` does it; see [`crate::lora::merge`]). Returns how many weights
-    /// changed; on an error nothing has changed.
-    pub fn merge_pickled_adapter(&mut self, adapter: &PickledAdapter) -> std::result::Result<usize, MergeError> {
-        let merged = merge_adapter(adapter, |path| self.get(path))?;
-        let count = merged.len();
-        self.tensors.get_mut().extend(merged);
-        Ok(count)
+    /// Puts `tensors` in place of the parameters at their paths (an adapter merged into the
+    /// weights, say: [`crate::lora::merge_into_params`]).
+    pub fn replace(&mut self, tensors: impl IntoIterator<Item = (String, Tensor)>) {
+        self.tensors.get_mut().extend(tensors);
     }
 
     /// Whether any parameter lives under `prefix/`.

@@ -1,20 +1,16 @@
 //! Parity with the reference on the fixture checkpoints (goldens made by `tests/fixtures/make_fixtures.py`):
 //! logits within 1e-4 absolute, losses within 1e-5 relative.
 
-use std::path::{Path, PathBuf};
-
 use candle_core::{DType, Device};
 
-use super::{evaluate, masked_loss, Network, Params};
-use crate::checkpoint::{Checkpoint, PickledAdapter};
+use super::{evaluate, masked_loss, Network};
+use crate::checkpoint::Checkpoint;
 use crate::dataset::Dataset;
 use crate::tokenizer::Tokenizer;
 
 const STEMS: [&str; 3] = ["tiny_f32", "tiny_f16", "pretrained"];
 
-fn fixture(relative: &str) -> PathBuf {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).join(relative)
-}
+use crate::fixtures::fixture;
 
 fn network(stem: &str) -> Network {
     let checkpoint = Checkpoint::load(&fixture(&format!("models/{stem}.pkl"))).unwrap();
@@ -66,33 +62,4 @@ fn whole_file_loss_matches_the_reference_single_batch() {
         let loss = want["loss"].as_f64().unwrap();
         assert!(relative_error(summary.loss, loss) <= 1e-5, "{stem}: loss {} vs reference {loss}", summary.loss);
     }
-}
-
-#[test]
-fn merged_reference_adapter_gives_the_reference_lora_loss() {
-    for stem in STEMS {
-        let checkpoint = Checkpoint::load(&fixture(&format!("models/{stem}.pkl"))).unwrap();
-        let adapter = PickledAdapter::load(&fixture(&format!("golden/{stem}/adapter.pkl"))).unwrap();
-        let mut params = Params::from_checkpoint(&checkpoint, &Device::Cpu).unwrap();
-        assert_eq!(params.merge_pickled_adapter(&adapter).unwrap(), adapter.lora.len());
-        let forward =
-            candle_core::safetensors::load(fixture(&format!("golden/{stem}/forward.safetensors")), &Device::Cpu)
-                .unwrap();
-        let lora =
-            candle_core::safetensors::load(fixture(&format!("golden/{stem}/lora.safetensors")), &Device::Cpu).unwrap();
-        let ids = forward["ids"].to_dtype(DType::U32).unwrap();
-        let logits = Network::load(&checkpoint.config, &params).unwrap().forward(&ids).unwrap();
-        let loss: f32 = masked_loss(&logits, &ids, &forward["mask"]).unwrap().to_scalar().unwrap();
-        let want = lora["loss"].to_vec1::<f32>().unwrap()[0];
-        assert!(relative_error(loss.into(), want.into()) <= 1e-5, "{stem}: adapted loss {loss} vs reference {want}");
-    }
-}
-
-#[test]
-fn an_adapter_for_another_base_is_refused() {
-    let adapter = PickledAdapter::load(&fixture("golden/tiny_f32/adapter.pkl")).unwrap();
-    let other = Checkpoint::load(&fixture("models/tiny_f16.pkl")).unwrap();
-    let mut params = Params::from_checkpoint(&other, &Device::Cpu).unwrap();
-    let err = params.merge_pickled_adapter(&adapter).unwrap_err();
-    assert!(err.to_string().contains("pass the base checkpoint the adapter was trained from"), "{err}");
 }

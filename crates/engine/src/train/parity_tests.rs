@@ -6,7 +6,6 @@
 //! share, partly share and do not share.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 
@@ -18,9 +17,7 @@ use crate::model::{Network, Params};
 
 const STEMS: [&str; 3] = ["tiny_f32", "tiny_f16", "pretrained"];
 
-fn fixture(relative: &str) -> PathBuf {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).join(relative)
-}
+use crate::fixtures::fixture;
 
 fn golden(stem: &str, file: &str) -> HashMap<String, Tensor> {
     candle_core::safetensors::load(fixture(&format!("golden/{stem}/{file}")), &Device::Cpu).unwrap()

@@ -491,9 +491,7 @@ mod tests {
         assert_eq!(split(rows(3), 0.99, 0).0.len(), 1);
     }
 
-    fn fixture(relative: &str) -> PathBuf {
-        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).join(relative)
-    }
+    use crate::fixtures::fixture;
 
     fn options(out: &Path, resume: bool) -> FinetuneOptions {
         FinetuneOptions {
