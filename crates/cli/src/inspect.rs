@@ -6,7 +6,8 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Result;
-use needle_engine::cact::reader::{Header, Record, VerifyReport};
+use needle_engine::cact::reader::VerifyReport;
+use needle_engine::cact::{Header, Record};
 use needle_engine::cact::CactFile;
 use serde::Serialize;
 

@@ -16,7 +16,7 @@
 //! the CPU, the hand-written path of [`model::CpuNetwork`] reads them in place). Export is byte
 //! code: [`cact`] quantizes the checkpoint's own arrays (an adapter first merged into them, in their
 //! stored dtype, by [`lora::merge`], the one merge evaluation uses too) and writes them with no tensor
-//! library, so the file matches the reference's bytes; [`cact::weights`] is the one way back,
+//! library, so the file matches the reference's bytes; [`cact::needle2`] is also the one way back,
 //! dequantizing a built file into tensors so that what is scored is what ships.
 
 pub mod atomic;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::writer::check_params;
+use super::needle2::check_params;
 use super::{build_cact, write_cact, Bits, BitsChoice, BitsMapError, BuildError, WriteError};
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::lora::{load_adapter, merge_into_checkpoint, AdapterFileError, MergeError};

@@ -10,8 +10,9 @@ use std::path::{Path, PathBuf};
 
 use half::f16;
 
+use super::format::HEADER_LEN;
 use super::quant::{cq_split, header_codebooks};
-use super::{build_cact, Bits, BitsChoice, CactFile, TensorKind, HEADER_LEN};
+use super::{build_cact, Bits, BitsChoice, CactFile, TensorKind};
 use crate::checkpoint::{Checkpoint, PickledAdapter};
 use crate::lora::merge_into_checkpoint;
 use crate::tokenizer::Tokenizer;

@@ -8,9 +8,9 @@ use half::f16;
 use serde::Serialize;
 use thiserror::Error;
 
-use super::layout;
-use super::quant::{self, Bits, CqBlobError, GROUP};
-use super::{TensorKind, ALIGN, HEADER_LEN, MAX_NDIM, RECORD_LEN, TAG};
+use super::format::{Header, Record, TensorKind, ALIGN, HEADER_LEN, MAX_NDIM, RECORD_LEN, TAG};
+use super::needle2;
+use super::quant::{self, CqBlobError, GROUP};
 use crate::tokenizer;
 
 /// Byte offset of the header's `num_tensors`.
@@ -31,6 +31,11 @@ pub enum FormatError {
     Truncated { what: String, needed: u64, len: u64 },
     #[error("bad tag {found:#010x} at byte 0 (a .cact starts with {TAG:#010x}): not a Needle 2 .cact file")]
     BadTag { found: u32 },
+    #[error(
+        "this is a Needle 3 .cact (format v3, written by cactus-needle 3.x); Needle Studio reads Needle 2 .cact \
+         files so far — build a Needle 2 model with `needle build`, or use the Needle engine to run this one"
+    )]
+    NeedleThree,
     #[error("header byte 8: codebook_len is {found}, the format has {expected} (cb2|cb3|cb4); the file is corrupt or from another format version")]
     CodebookLen { found: u32, expected: u32 },
     #[error("header: {field} is {count}, the header holds at most 4; the file is corrupt")]
@@ -71,61 +76,6 @@ pub enum RecordProblem {
     Size { kind: &'static str, shape: Vec<u32>, nbytes: u64, expected: Option<u64> },
 }
 
-/// The geometry a `.cact` header carries.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Header {
-    pub num_tensors: u32,
-    pub kv_window: u32,
-    pub kv_bits: u32,
-    pub vocab_size: u32,
-    pub d_model: u32,
-    pub num_heads: u32,
-    pub num_kv_heads: u32,
-    pub num_layers: u32,
-    pub head_dim: u32,
-    pub max_seq_len: u32,
-    pub hada_n: u32,
-    pub mhc_lanes: u32,
-    pub engram_slots: u32,
-    pub engram_sub_dim: u32,
-    pub num_engram_tables: u32,
-    pub engram_conv_taps: u32,
-    pub engram_conv_dilation: u32,
-    pub engram_orders: Vec<u32>,
-    pub engram_layers: Vec<u32>,
-    pub rope_theta: f32,
-}
-
-/// One directory entry, with the name its position implies.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Record {
-    pub name: String,
-    #[serde(serialize_with = "serialize_kind")]
-    pub kind: TensorKind,
-    pub shape: Vec<u32>,
-    pub offset: u64,
-    pub nbytes: u64,
-}
-
-fn serialize_kind<S: serde::Serializer>(kind: &TensorKind, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(kind.label())
-}
-
-impl Record {
-    /// Record bits as the directory stores them (0 for non-CQ tensors).
-    pub fn bits(&self) -> Option<Bits> {
-        match self.kind {
-            TensorKind::Cq(b) => Some(b),
-            _ => None,
-        }
-    }
-
-    /// The element count; `None` when it overflows a u64 (the record's size check refuses those).
-    fn elements(&self) -> Option<u64> {
-        self.shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(u64::from(d)))
-    }
-}
-
 /// A parsed `.cact`.
 #[derive(Debug, Clone)]
 pub struct CactFile {
@@ -142,54 +92,26 @@ struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     fn slice(&self, at: usize, len: usize, what: &str) -> Result<&'a [u8], FormatError> {
-        at.checked_add(len).and_then(|end| self.bytes.get(at..end)).ok_or_else(|| FormatError::Truncated {
-            what: what.into(),
-            needed: at as u64 + len as u64,
-            len: self.bytes.len() as u64,
-        })
+        at.checked_add(len).and_then(|end| self.bytes.get(at..end)).ok_or_else(|| self.truncated(at, len, what))
     }
-}
 
-fn header_list(fields: &[u32], count: u32, field: &'static str) -> Result<Vec<u32>, FormatError> {
-    let count_usize = count as usize;
-    if count_usize > fields.len() {
-        return Err(FormatError::HeaderList { field, count });
+    /// [`Cursor::slice`] of a length known at compile time.
+    fn array<const N: usize>(&self, at: usize, what: &str) -> Result<&'a [u8; N], FormatError> {
+        self.bytes.get(at..).and_then(<[u8]>::first_chunk).ok_or_else(|| self.truncated(at, N, what))
     }
-    Ok(fields[..count_usize].to_vec())
+
+    fn truncated(&self, at: usize, len: usize, what: &str) -> FormatError {
+        FormatError::Truncated { what: what.into(), needed: at as u64 + len as u64, len: self.bytes.len() as u64 }
+    }
 }
 
 fn parse_header(c: &Cursor) -> Result<Header, FormatError> {
-    let raw = c.slice(0, HEADER_LEN, "120-byte header")?;
-    let f: Vec<u32> = raw.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-    if f[0] != TAG {
-        return Err(FormatError::BadTag { found: f[0] });
+    let header = Header::parse(c.array(0, "120-byte header")?)?;
+    let expected = quant::header_codebooks().len() as u32;
+    if header.codebook_len != expected {
+        return Err(FormatError::CodebookLen { found: header.codebook_len, expected });
     }
-    let expected_cb = quant::header_codebooks().len() as u32;
-    if f[2] != expected_cb {
-        return Err(FormatError::CodebookLen { found: f[2], expected: expected_cb });
-    }
-    Ok(Header {
-        num_tensors: f[1],
-        kv_window: f[3],
-        kv_bits: f[4],
-        vocab_size: f[5],
-        d_model: f[6],
-        num_heads: f[7],
-        num_kv_heads: f[8],
-        num_layers: f[9],
-        head_dim: f[10],
-        max_seq_len: f[11],
-        hada_n: f[12],
-        mhc_lanes: f[13],
-        engram_slots: f[14],
-        engram_sub_dim: f[15],
-        num_engram_tables: f[16],
-        engram_conv_taps: f[17],
-        engram_conv_dilation: f[18],
-        engram_orders: header_list(&f[20..24], f[19], "num_engram_orders")?,
-        engram_layers: header_list(&f[25..29], f[24], "num_engram_sites")?,
-        rope_theta: f32::from_bits(f[29]),
-    })
+    Ok(header)
 }
 
 /// Bytes a non-RAW tensor's blob must have; `None` when that overflows (no file holds it).
@@ -220,28 +142,9 @@ enum Floor {
 }
 
 /// One directory record.
-fn parse_record(rec: &[u8], file_len: u64, floor: Floor) -> Result<Record, RecordProblem> {
-    let u32_at = |i: usize| u32::from_le_bytes([rec[i], rec[i + 1], rec[i + 2], rec[i + 3]]);
-    let u64_at = |i: usize| {
-        u64::from_le_bytes([rec[i], rec[i + 1], rec[i + 2], rec[i + 3], rec[i + 4], rec[i + 5], rec[i + 6], rec[i + 7]])
-    };
-    let (code, ndim) = (rec[0], rec[1]);
-    if usize::from(ndim) > MAX_NDIM {
-        return Err(RecordProblem::Ndim(ndim));
-    }
-    let (group, bits) = (u32_at(36), u32_at(40));
-    let kind = match code {
-        1 => TensorKind::Fp16,
-        2 => TensorKind::Fp32,
-        3 => match Bits::from_record_bits(bits) {
-            Some(b) if group as usize == GROUP => TensorKind::Cq(b),
-            _ => return Err(RecordProblem::CqParams { group, bits }),
-        },
-        4 => TensorKind::Raw,
-        other => return Err(RecordProblem::DType(other)),
-    };
-    let shape: Vec<u32> = (0..usize::from(ndim)).map(|i| u32_at(4 + 4 * i)).collect();
-    let (offset, nbytes) = (u64_at(20), u64_at(28));
+fn parse_record(rec: &[u8; RECORD_LEN], file_len: u64, floor: Floor) -> Result<Record, RecordProblem> {
+    let record = Record::parse(rec)?;
+    let (kind, offset, nbytes) = (record.kind, record.offset, record.nbytes);
     if offset % ALIGN as u64 != 0 {
         return Err(RecordProblem::Misaligned(offset));
     }
@@ -255,7 +158,6 @@ fn parse_record(rec: &[u8], file_len: u64, floor: Floor) -> Result<Record, Recor
     if offset.checked_add(nbytes).is_none_or(|end| end > file_len) {
         return Err(RecordProblem::PastEnd { offset, nbytes, len: file_len });
     }
-    let record = Record { name: String::new(), kind, shape, offset, nbytes };
     // Every dimension is a u32 and there are at most 4, but their product can overflow u64; the
     // shape must account for the blob exactly, so no later read is sized by the shape alone.
     let expected = expected_blob_len(&record)?;
@@ -290,7 +192,7 @@ impl CactFile {
             .ok_or(FormatError::DirectoryPastEnd { count, needed: dir_end, len: bytes.len() as u64 })?;
         let mut records = Vec::with_capacity(directory.len() / RECORD_LEN);
         let mut floor = Floor::Directory { end: dir_end, count };
-        for (index, rec) in directory.chunks_exact(RECORD_LEN).enumerate() {
+        for (index, rec) in directory.as_chunks::<RECORD_LEN>().0.iter().enumerate() {
             let at = dir_start + index * RECORD_LEN;
             let record = parse_record(rec, bytes.len() as u64, floor).map_err(|problem| FormatError::Record {
                 index,
@@ -339,14 +241,14 @@ impl CactFile {
     fn positional_names(&self) -> Result<Vec<String>, FormatError> {
         let h = &self.header;
         let found = self.records.len() as u64;
-        let core = layout::core_count(h.num_layers, h.engram_layers.len() as u32);
+        let core = needle2::core_count(h.num_layers, h.engram_layers.len() as u32);
         let tokenizer = u64::from(self.tokenizer_index().is_some());
         let count_error = || FormatError::TensorCount {
             found,
             expected: format!("{core} through final_norm, then 1 + 3 per probe head, then the tokenizer"),
         };
         let extra = found.checked_sub(core + tokenizer).ok_or_else(count_error)?;
-        let mut names = layout::core_names(h.num_layers as usize, h.engram_layers.len());
+        let mut names = needle2::core_names(h.num_layers as usize, h.engram_layers.len());
         if extra > 0 {
             if (extra - 1) % 3 != 0 {
                 return Err(count_error());
@@ -360,10 +262,10 @@ impl CactFile {
                 Some(blob) => blob.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32() as u16).collect(),
                 None => return Err(count_error()),
             };
-            names.extend(layout::head_names(&codes));
+            names.extend(needle2::head_names(&codes));
         }
         if tokenizer == 1 {
-            names.push(layout::TOKENIZER.into());
+            names.push(needle2::TOKENIZER.into());
         }
         Ok(names)
     }
@@ -455,6 +357,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::cact::quant::Bits;
     use crate::cact::synthetic::{placeholder_tokenizer_blob, random_checkpoint};
     use crate::cact::{build_cact, BitsChoice};
     use crate::config::ModelConfig;

@@ -90,7 +90,7 @@ impl Network {
 
     /// Every parameter a network of `cfg` reads, with its full (stacked) shape, in path order: the
     /// one list of the parameter tree, read off the layers' own constructors. The export checks a
-    /// checkpoint against it ([`crate::cact::writer::check_params`]) and synthetic checkpoints are
+    /// checkpoint against it ([`crate::cact::needle2::check_params`]) and synthetic checkpoints are
     /// made from it ([`crate::cact::synthetic`]). The optional parts (the MTP block and the probe
     /// heads) are not in it.
     pub fn param_shapes(cfg: &ModelConfig) -> Result<Vec<(String, Vec<usize>)>> {

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use candle_core::{Device, Tensor};
 
-use super::layout::{self, LAYER_TENSORS, MHC_FP16_TENSORS, MHC_PHI_TENSORS};
-use super::reader::CactFile;
+use super::{engram_name, layer_name, FINAL_NORM, LAYER_TENSORS, MHC_FP16_TENSORS, MHC_PHI_TENSORS};
+use crate::cact::reader::CactFile;
 use crate::config::ModelConfig;
 use crate::model::{ModelError, Params};
 
@@ -28,27 +28,7 @@ pub enum WeightsError {
 impl CactFile {
     /// The model config the header describes (the fields a forward pass reads).
     pub fn model_config(&self) -> ModelConfig {
-        let h = &self.header;
-        let orders: Vec<usize> = h.engram_orders.iter().map(|&o| o as usize).collect();
-        ModelConfig {
-            vocab_size: h.vocab_size as usize,
-            d_model: h.d_model as usize,
-            // Two u32s multiply exactly in a u64; a width no usize holds is refused by the config's checks.
-            attn_dim: usize::try_from(u64::from(h.num_heads) * u64::from(h.head_dim)).unwrap_or(usize::MAX),
-            num_heads: h.num_heads as usize,
-            num_kv_heads: h.num_kv_heads as usize,
-            num_layers: h.num_layers as usize,
-            max_seq_len: h.max_seq_len as usize,
-            rope_theta: f64::from(h.rope_theta),
-            engram_heads: (h.num_engram_tables as usize).checked_div(orders.len()).unwrap_or(0),
-            engram_orders: orders,
-            engram_slots: h.engram_slots as usize,
-            engram_layers: h.engram_layers.iter().map(|&l| l as usize).collect(),
-            mhc_lanes: h.mhc_lanes as usize,
-            kv_window: h.kv_window as usize,
-            kv_bits: h.kv_bits,
-            ..ModelConfig::default()
-        }
+        super::model_config(&self.header)
     }
 
     /// Every weight the network reads, dequantized to f32 under its checkpoint path, on `device`.
@@ -75,7 +55,7 @@ impl CactFile {
         for spec in LAYER_TENSORS {
             let layers = (0..h.num_layers as usize)
                 .map(|layer| {
-                    let name = layout::layer_name(layer, spec.name);
+                    let name = layer_name(layer, spec.name);
                     let t = tensor(&name)?;
                     match (spec.kernel, spec.name) {
                         (true, _) => shaped(&name, t.t()),
@@ -103,7 +83,7 @@ impl CactFile {
         let table_shape = [h.num_engram_tables, h.engram_slots, h.engram_sub_dim].map(|d| d as usize);
         let table_elements = table_shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
         for site in 0..h.engram_layers.len() {
-            let name = |t: &str| layout::engram_name(site, t);
+            let name = |t: &str| engram_name(site, t);
             let tables = tensor(&name("tables"))?;
             if table_elements != Some(tables.elem_count()) {
                 return Err(WeightsError::Tensor {
@@ -127,7 +107,7 @@ impl CactFile {
             );
             params.insert(format!("{prefix}/taps"), tensor(&name("taps"))?);
         }
-        params.insert("stack/final_norm/scale".to_string(), tensor(layout::FINAL_NORM)?);
+        params.insert("stack/final_norm/scale".to_string(), tensor(FINAL_NORM)?);
         let contiguous = params
             .into_iter()
             .map(|(path, t)| Ok((path.clone(), shaped(&path, t.contiguous())?)))

@@ -1,5 +1,22 @@
-//! The canonical tensor order of a `.cact` and the names the reference gives each position.
-//! The runtime indexes tensors by position, so writer and reader share this one definition.
+//! What a Needle 2 `.cact` holds: its tensors in the order the runtime indexes them, the names the
+//! reference gives each position, and its header as it follows from the model config — both ways,
+//! as the writer fills it in and as a reader recovers the config from it. The writer and the reader
+//! share this one definition.
+//!
+//! [`tensors`] lays a checkpoint out in this order; [`weights`] reads a built file back into the
+//! network's parameters.
+
+mod tensors;
+mod weights;
+
+pub use tensors::check_params;
+pub(super) use tensors::{check_shapes, tensors};
+pub use weights::WeightsError;
+
+use super::format::Header;
+use super::geometry::{effective_kv_window, Geometry};
+use super::writer::{u32_field, BuildProblem};
+use crate::config::{ModelConfig, ENGRAM_CONV_TAPS};
 
 /// One per-layer tensor: its export name, its checkpoint path under `stack/layers/block/` (stacked
 /// over layers), and whether it is a kernel (CQ, transposed to `[out, in]`) rather than an FP16 vector.
@@ -15,6 +32,66 @@ const fn fp16(name: &'static str, path: &'static str) -> LayerTensor {
 
 const fn kernel(name: &'static str, path: &'static str) -> LayerTensor {
     LayerTensor { name, path, kernel: true }
+}
+
+/// The header of a model of `config` whose file holds `num_tensors` tensors.
+pub(super) fn header(
+    config: &ModelConfig,
+    geo: &Geometry,
+    num_tensors: usize,
+    codebook_len: usize,
+) -> Result<Header, BuildProblem> {
+    let list = |what: &str, values: &[usize]| -> Result<Vec<u32>, BuildProblem> {
+        values.iter().map(|&v| u32_field(what, v)).collect()
+    };
+    let kv_bits = if config.kv_bits == 0 { 8 } else { config.kv_bits };
+    Ok(Header {
+        num_tensors: u32_field("num_tensors", num_tensors)?,
+        codebook_len: u32_field("codebook_len", codebook_len)?,
+        kv_window: u32_field("kv_window", effective_kv_window(config)?)?,
+        kv_bits,
+        vocab_size: u32_field("vocab_size", config.vocab_size)?,
+        d_model: u32_field("d_model", config.d_model)?,
+        num_heads: u32_field("num_heads", config.num_heads)?,
+        num_kv_heads: u32_field("num_kv_heads", config.num_kv_heads)?,
+        num_layers: u32_field("num_layers", config.num_layers)?,
+        head_dim: u32_field("head_dim", geo.head_dim)?,
+        max_seq_len: u32_field("max_seq_len", config.max_seq_len)?,
+        hada_n: u32_field("hada_n", geo.hada_n)?,
+        mhc_lanes: u32_field("mhc_lanes", config.mhc_lanes)?,
+        engram_slots: u32_field("engram_slots", config.engram_slots)?,
+        engram_sub_dim: u32_field("engram_sub_dim", geo.engram.sub_dim)?,
+        num_engram_tables: u32_field("num_engram_tables", geo.engram.tables)?,
+        engram_conv_taps: u32_field("engram_conv_taps", ENGRAM_CONV_TAPS)?,
+        engram_conv_dilation: u32_field("engram_conv_dilation", geo.engram.dilation)?,
+        engram_orders: list("engram_orders", &geo.orders)?,
+        engram_layers: list("engram_layers", &geo.sites)?,
+        rope_theta: config.rope_theta as f32,
+    })
+}
+
+/// The model config a header describes (the fields a forward pass reads): [`header`] backwards.
+pub fn model_config(h: &Header) -> ModelConfig {
+    let orders: Vec<usize> = h.engram_orders.iter().map(|&o| o as usize).collect();
+    ModelConfig {
+        vocab_size: h.vocab_size as usize,
+        d_model: h.d_model as usize,
+        // Two u32s multiply exactly in a u64; a width no usize holds is refused by the config's checks.
+        attn_dim: usize::try_from(u64::from(h.num_heads) * u64::from(h.head_dim)).unwrap_or(usize::MAX),
+        num_heads: h.num_heads as usize,
+        num_kv_heads: h.num_kv_heads as usize,
+        num_layers: h.num_layers as usize,
+        max_seq_len: h.max_seq_len as usize,
+        rope_theta: f64::from(h.rope_theta),
+        engram_heads: (h.num_engram_tables as usize).checked_div(orders.len()).unwrap_or(0),
+        engram_orders: orders,
+        engram_slots: h.engram_slots as usize,
+        engram_layers: h.engram_layers.iter().map(|&l| l as usize).collect(),
+        mhc_lanes: h.mhc_lanes as usize,
+        kv_window: h.kv_window as usize,
+        kv_bits: h.kv_bits,
+        ..ModelConfig::default()
+    }
 }
 
 /// Per-layer tensors, in file order.
