@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use needle_engine::cact::reader::VerifyReport;
-use needle_engine::cact::{Header, Record};
 use needle_engine::cact::CactFile;
+use needle_engine::cact::{Header, Record};
 use serde::Serialize;
 
 /// Describe a .cact file.

@@ -57,7 +57,7 @@ pub fn run(args: Args) -> Result<()> {
         writeln!(
             out,
             "{}",
-            serde_json::to_string(&Printed { answer: &answer, tokens_per_s: answer.generation.tokens_per_s() })?
+            serde_json::to_string(&Printed { answer: &answer, tokens_per_s: answer.completion.tokens_per_s() })?
         )?;
         return Ok(());
     }
@@ -73,7 +73,7 @@ pub fn run(args: Args) -> Result<()> {
         }
         None => writeln!(out, "  {:<9} none parseable; the answer was: {}", "calls", answer.text)?,
     }
-    let g = &answer.generation;
+    let g = &answer.completion;
     writeln!(
         out,
         "  {:<9} {} tokens in {:.2}s ({:.1} tokens/s; {} prompt tokens prefilled in {:.0} ms)",

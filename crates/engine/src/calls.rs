@@ -15,7 +15,7 @@ use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::dataset::{render, Example, THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START};
 use crate::lora::{self, load_adapter, AdapterFileError, MergeError};
 use crate::model::packing::{shared_prefixes, MIN_SHARED};
-use crate::model::{Forward, Generation, ModelError, Network, Params, Prefilled};
+use crate::model::{Completion, Forward, ModelError, Network, Params, Prefilled};
 use crate::tokenizer::{Tokenizer, TokenizerError, BOS_ID};
 
 /// New tokens allowed beyond the expected answer's length when scoring: room for a near miss to
@@ -108,7 +108,7 @@ pub struct Answer {
     /// list.
     pub calls: Option<Vec<Value>>,
     #[serde(flatten)]
-    pub generation: Generation,
+    pub completion: Completion,
 }
 
 /// The calls of an answer: the JSON list between the first `<tool_call>` and the `</tool_call>`
@@ -167,9 +167,9 @@ fn answer_ids(
     prefilled: Option<&Prefilled>,
     max_new_tokens: usize,
 ) -> crate::model::Result<Answer> {
-    let generation = forward.generate_from(prefilled, ids, max_new_tokens)?;
-    let text = tokenizer.decode(&generation.ids);
-    Ok(Answer { calls: parse_calls(&text), text, generation })
+    let completion = forward.generate_from(prefilled, ids, max_new_tokens)?;
+    let text = tokenizer.decode(&completion.ids);
+    Ok(Answer { calls: parse_calls(&text), text, completion })
 }
 
 /// The base and the tuned model on the same held-out examples.
@@ -265,8 +265,8 @@ pub fn accuracy(
         };
         let (prompt, budget) = &prompts[index];
         let answer = answer_ids(&mut forward, tokenizer, prompt, prefilled, *budget)?;
-        tokens += answer.generation.ids.len();
-        seconds += answer.generation.prefill_seconds + answer.generation.decode_seconds;
+        tokens += answer.completion.ids.len();
+        seconds += answer.completion.prefill_seconds + answer.completion.decode_seconds;
         let expected: Option<Vec<Value>> = serde_json::from_str(&example.answers).ok();
         let right = answer.calls.is_some() && answer.calls == expected;
         score.parsed += usize::from(answer.calls.is_some());

@@ -1,5 +1,5 @@
 //! Builds a `.cact` from a checkpoint: the generation's tensors ([`super::needle2`]) framed by the
-//! header, the directory and aligned blobs ([`super::format`]), written atomically.
+//! header, the directory and aligned blobs ([`super::format`](mod@super::format)), written atomically.
 
 use std::path::{Path, PathBuf};
 

@@ -54,7 +54,7 @@ impl Tokenized {
     }
 
     /// Its training row in a run of sequence length `seq_len`: cut to it but not padded (batches
-    /// pad to their own longest row, [`crate::model::batch_tensors`]).
+    /// pad to their own longest row).
     pub fn row(&self, seq_len: usize) -> Encoded {
         self.encode(self.sequence_len().min(seq_len))
     }

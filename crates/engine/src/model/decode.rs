@@ -1,7 +1,7 @@
 //! Greedy decoding with a key/value cache, as the reference's `generate_cached`: the prompt is
 //! prefilled in one pass, then each new token is one step over the cached keys. What a step needs
 //! besides the cache — the engram n-gram history and the convolution's taps — is recomputed from
-//! the last [`EngramGeometry::window`](super::engram::EngramGeometry::window) tokens. Steps run on
+//! the last [`EngramGeometry::window`](super::needle2::engram::EngramGeometry::window) tokens. Steps run on
 //! the path a [`Forward`] holds: the hand-written CPU one, or candle's (every device).
 
 use std::time::Instant;
@@ -9,8 +9,8 @@ use std::time::Instant;
 use candle_core::{Tensor, D};
 use serde::Serialize;
 
-use super::attention::{LayerKv, Rope};
 use super::fast::CpuDecode;
+use super::needle2::attention::{LayerKv, Rope};
 use super::{Forward, Network, Result};
 use crate::tokenizer::{EOS_ID, IM_END_ID};
 
@@ -64,7 +64,7 @@ pub enum Stop {
 
 /// A decoded continuation and how long it took.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Generation {
+pub struct Completion {
     /// The new tokens (the prompt not included).
     pub ids: Vec<u32>,
     pub stop: Stop,
@@ -76,7 +76,7 @@ pub struct Generation {
     pub decode_seconds: f64,
 }
 
-impl Generation {
+impl Completion {
     /// New tokens per second of the whole run, prefill included.
     pub fn tokens_per_s(&self) -> f64 {
         self.ids.len() as f64 / (self.prefill_seconds + self.decode_seconds).max(1e-9)
@@ -96,7 +96,7 @@ impl Network {
 
     /// Greedy continuation of `prompt` (token ids, BOS first): at most `max_new_tokens` tokens,
     /// stopping after `<|im_end|>`, before EOS, or at the model's `max_seq_len`.
-    pub fn generate(&self, prompt: &[u32], max_new_tokens: usize) -> Result<Generation> {
+    pub fn generate(&self, prompt: &[u32], max_new_tokens: usize) -> Result<Completion> {
         Forward::new(self.clone())?.generate_from(None, prompt, max_new_tokens)
     }
 }
@@ -153,7 +153,7 @@ impl Forward {
         prefilled: Option<&Prefilled>,
         prompt: &[u32],
         max_new_tokens: usize,
-    ) -> Result<Generation> {
+    ) -> Result<Completion> {
         let max_seq_len = self.network().config().max_seq_len.max(2);
         // As the reference: the prompt keeps at most max_seq_len − 1 tokens, leaving room for one.
         let prompt = &prompt[..prompt.len().min(max_seq_len - 1)];
@@ -192,7 +192,7 @@ impl Forward {
             }
             next = self.decode_step(&[next], &mut state)?;
         };
-        Ok(Generation {
+        Ok(Completion {
             ids,
             stop,
             prompt_tokens: prompt.len(),
@@ -291,7 +291,7 @@ mod tests {
         assert!(matches!(paths[0], Forward::Cpu(..)));
         let prefix: Vec<u32> = std::iter::once(BOS_ID).chain((0..30).map(|i| 20 + i % 40)).collect();
         let tails = [vec![7u32, 300, 12], vec![99, 5, 8, 77, 31, 200, 6]];
-        let want: Vec<Generation> = tails
+        let want: Vec<Completion> = tails
             .iter()
             .map(|tail| paths[1].generate_from(None, &[prefix.as_slice(), tail].concat(), 12).unwrap())
             .collect();

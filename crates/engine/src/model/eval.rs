@@ -6,8 +6,8 @@ use serde::Serialize;
 
 use super::fast::{CpuNetwork, Workspace};
 use super::linear::LowRank;
-use super::network::Network;
 use super::packing::Packing;
+use super::Network;
 use super::{ModelError, Result};
 use crate::dataset::Encoded;
 

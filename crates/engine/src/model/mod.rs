@@ -1,13 +1,9 @@
-//! Needle 2, the reference's `SimpleAttentionNetwork`, computed in f32: candle modules, and a hand-written CPU path.
+//! The network, computed in f32: candle modules, and a hand-written CPU path.
 //!
-//! The shape of the model, top to bottom:
-//! - token embedding × √d_model, with the same matrix (transposed) as the output projection;
-//! - engram memories: hashed n-gram lookups turned into keys and values once per sequence, injected
-//!   through a learned gate at the configured layers ([`engram`]);
-//! - a stack of identical blocks whose parameters are stored stacked along a leading layer axis,
-//!   carried on several residual lanes mixed by doubly-stochastic matrices ([`stack`]);
-//! - each block: zero-centred RMSNorm sandwiches around grouped-query attention with per-head q/k
-//!   norms, RoPE and a sigmoid output gate ([`attention`]), then a Hadamard-mixing MLP ([`mlp`]).
+//! Each model generation has its own folder: [`needle2`] (network, stack, block, attention, MLP,
+//! engram). What every generation uses stays here: the weights source ([`params`]), linear and
+//! low-rank layers ([`linear`]), norms, the fused [`kernels`], the loss, batch [`packing`],
+//! evaluation and decoding.
 //!
 //! A batch is laid out packed ([`packing`]): its rows without their padding, and the prompt
 //! prefix that rows share (an app's tools prompt) once, its keys and values read by every row that
@@ -27,31 +23,26 @@
 //! Parameters are read from a [`Params`] source whose paths are the checkpoint's own
 //! (`stack/layers/block/self_attn/q_proj/kernel`).
 
-pub mod attention;
-pub mod block;
 pub mod decode;
-pub mod engram;
 pub mod eval;
 mod fast;
 pub mod kernels;
 pub mod linear;
 pub mod loss;
-pub mod mlp;
-pub mod network;
+pub mod needle2;
 pub mod norm;
 pub mod packing;
 pub mod params;
 #[cfg(test)]
 mod parity_tests;
-pub mod stack;
 
 pub use candle_core::Device;
-pub use decode::{Generation, Prefilled, Stop};
+pub use decode::{Completion, Prefilled, Stop};
 pub use eval::{evaluate, EvalSummary, Forward};
 pub use fast::{CpuNetwork, HostGrads, Workspace};
 pub use linear::LowRank;
 pub use loss::{masked_ce_sum, masked_loss};
-pub use network::Network;
+pub use needle2::Network;
 pub use params::{ParamPath, Params};
 
 /// What can go wrong building or running the network.

@@ -3,7 +3,7 @@
 //!
 //! A batch is laid out with shared prompt prefixes ([`Packing`]) and split into passes of at most
 //! [`Trainer::tokens_per_pass`] packed tokens whose gradients are summed. On the CPU a pass runs
-//! the hand-written path ([`CpuNetwork`]); elsewhere candle's ops and autograd.
+//! the hand-written path ([`crate::model::CpuNetwork`]); elsewhere candle's ops and autograd.
 
 use candle_core::{Tensor, Var};
 

@@ -6,8 +6,8 @@
 //! [`tensors`] lays a checkpoint out in this order; [`weights`] reads a built file back into the
 //! network's parameters.
 
-mod tensors;
-mod weights;
+pub mod tensors;
+pub mod weights;
 
 pub use tensors::check_params;
 pub(super) use tensors::{check_shapes, tensors};
@@ -70,7 +70,7 @@ pub(super) fn header(
     })
 }
 
-/// The model config a header describes (the fields a forward pass reads): [`header`] backwards.
+/// The model config a header describes (the fields a forward pass reads): what the writer put in, read backwards.
 pub fn model_config(h: &Header) -> ModelConfig {
     let orders: Vec<usize> = h.engram_orders.iter().map(|&o| o as usize).collect();
     ModelConfig {

@@ -18,7 +18,7 @@ use crate::model::kernels::{
     HadamardMlp,
 };
 use crate::model::linear::Linear;
-use crate::model::stack::{Layer, SINKHORN_ITERS};
+use crate::model::needle2::stack::{Layer, SINKHORN_ITERS};
 
 /// Tokens per rayon task in the per-token passes: enough to amortise the hand-off.
 const TOKENS_PER_TASK: usize = 8;

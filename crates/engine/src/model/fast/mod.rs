@@ -28,8 +28,8 @@ use self::layer::{FactorGrads, HostLayer, Kept, Work};
 use self::mat::{matmul, Mat, MatMut, Threads};
 use super::kernels::{exp, log_sum_exp, rms_norm_backward_row, rms_norm_row, widest, RopeTables};
 use super::linear::LowRank;
-use super::network::Network;
 use super::packing::{Family, Packing, Segment};
+use super::Network;
 use super::Result;
 
 /// Scored positions projected to the vocabulary at a time: bounds the logits buffer.

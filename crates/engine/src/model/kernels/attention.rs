@@ -178,7 +178,7 @@ mod tests {
         assert_same("rope", fused, composite);
 
         let (scores, probe) = (random(&[2, 3, 5, 5], 10), random(&[2, 3, 5, 5], 11));
-        let causal = crate::model::attention::causal_bias_after(0, 5, &Device::Cpu).unwrap();
+        let causal = crate::model::needle2::attention::causal_bias_after(0, 5, &Device::Cpu).unwrap();
         let fused = value_and_grad(&scores, &probe, |s| causal_softmax(s, 0.7, &causal).unwrap());
         let composite = value_and_grad(&scores, &probe, |s| causal_softmax_composite(s, 0.7, &causal).unwrap());
         assert_same("causal softmax", fused, composite);

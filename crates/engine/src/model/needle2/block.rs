@@ -5,24 +5,24 @@ use candle_core::Tensor;
 
 use super::attention::{Attention, AttentionLayout, LayerKv};
 use super::engram::{injection, EngramKv};
-use super::kernels::sigmoid;
-use super::linear::LowRank;
 use super::mlp::HadamardMlp;
-use super::norm::ZcRmsNorm;
-use super::params::ParamPath;
-use super::Result;
 use crate::config::ModelConfig;
+use crate::model::kernels::sigmoid;
+use crate::model::linear::LowRank;
+use crate::model::norm::ZcRmsNorm;
+use crate::model::params::ParamPath;
+use crate::model::Result;
 
 #[derive(Debug, Clone)]
 pub struct Block {
     /// The pre-attention norm (flax's auto-named `ZCRMSNorm_0`).
-    pub(super) input_norm: ZcRmsNorm,
-    pub(super) self_attn: Attention,
-    pub(super) post_attn_norm: ZcRmsNorm,
+    pub(in crate::model) input_norm: ZcRmsNorm,
+    pub(in crate::model) self_attn: Attention,
+    pub(in crate::model) post_attn_norm: ZcRmsNorm,
     /// σ(attn_gate), the weight of the attention branch.
-    pub(super) attn_gate: Tensor,
-    pub(super) pre_hada_norm: ZcRmsNorm,
-    pub(super) hadamard_mlp: HadamardMlp,
+    pub(in crate::model) attn_gate: Tensor,
+    pub(in crate::model) pre_hada_norm: ZcRmsNorm,
+    pub(in crate::model) hadamard_mlp: HadamardMlp,
 }
 
 impl Block {

@@ -7,19 +7,19 @@ use candle_core::{DType, Device, Tensor, Var};
 
 use super::attention::{AttentionLayout, Rope};
 use super::block::Block;
-use super::decode::DecodeState;
 use super::engram::{Engram, EngramGeometry, EngramKv, EngramLookup};
-use super::kernels::frozen_matmul;
-use super::linear::LowRank;
-use super::loss::Scored;
-use super::norm::ZcRmsNorm;
-use super::packing::Packing;
-use super::params::{ParamPath, Params};
 use super::stack::Stack;
-use super::{ModelError, Result};
 use crate::checkpoint::Checkpoint;
 use crate::config::ModelConfig;
 use crate::dataset::Encoded;
+use crate::model::decode::DecodeState;
+use crate::model::kernels::frozen_matmul;
+use crate::model::linear::LowRank;
+use crate::model::loss::Scored;
+use crate::model::norm::ZcRmsNorm;
+use crate::model::packing::Packing;
+use crate::model::params::{ParamPath, Params};
+use crate::model::{ModelError, Result};
 
 /// Probe counts of the reference's contrastive and confidence heads.
 const CONTRASTIVE_PROBES: usize = 4;
@@ -38,11 +38,11 @@ struct LayerInputs {
 pub struct Network {
     cfg: ModelConfig,
     /// `[vocab, d_model]`, also the (transposed) output projection.
-    pub(super) embedding: Tensor,
+    pub(in crate::model) embedding: Tensor,
     /// `None` when no layer has an engram site.
     engram_geometry: Option<EngramGeometry>,
     engrams: Vec<Engram>,
-    pub(super) stack: Stack,
+    pub(in crate::model) stack: Stack,
 }
 
 impl Network {
@@ -132,7 +132,7 @@ impl Network {
         Ok(self.logits(&hidden)?.reshape((b, t, self.cfg.vocab_size))?)
     }
 
-    /// `(Σ ce·mask, Σ mask)` of a packed batch (see [`super::masked_ce_sum`]), with only the scored
+    /// `(Σ ce·mask, Σ mask)` of a packed batch (see [`crate::model::masked_ce_sum`]), with only the scored
     /// positions projected to the vocabulary; `low_rank` adapts the projections.
     pub fn masked_ce_sum(&self, packing: &Packing, low_rank: Option<&LowRank>) -> Result<(Tensor, f64)> {
         let sum = self.scored_ce_sum(packing.scored(), &self.hidden(packing, low_rank)?)?;
@@ -172,12 +172,12 @@ impl Network {
 
     /// Earlier tokens a position's engram memory reads (`None` without engram sites): what a
     /// decoding step recomputes memories from.
-    pub(super) fn engram_window(&self) -> Option<usize> {
+    pub(in crate::model) fn engram_window(&self) -> Option<usize> {
         self.engram_geometry.as_ref().map(EngramGeometry::window)
     }
 
     /// Each engram site's keys and values for the packed tokens.
-    pub(super) fn engram_memories(&self, packing: &Packing) -> Result<Vec<EngramKv>> {
+    pub(in crate::model) fn engram_memories(&self, packing: &Packing) -> Result<Vec<EngramKv>> {
         match &self.engram_geometry {
             None => Ok(Vec::new()),
             Some(geometry) => {
@@ -242,7 +242,7 @@ impl Network {
     /// Logits `[vocab]` after the last of `new` tokens, which follow the positions `state` has seen
     /// and join them: one decoding step (the prompt's prefill when `state` is empty). Attention reads
     /// the cached keys; engram memories are recomputed from the window of history they reach.
-    pub(super) fn decode_step(&self, new: &[u32], state: &mut DecodeState) -> Result<Tensor> {
+    pub(in crate::model) fn decode_step(&self, new: &[u32], state: &mut DecodeState) -> Result<Tensor> {
         let (past, s) = (state.history.len(), new.len());
         let device = self.device();
         let window_start = past - self.engram_window().map_or(0, |w| past.min(w));
@@ -269,7 +269,7 @@ impl Network {
     }
 
     /// Fails on a token outside the vocabulary, naming its row and position.
-    pub(super) fn check_ids(&self, packing: &Packing) -> Result<()> {
+    pub(in crate::model) fn check_ids(&self, packing: &Packing) -> Result<()> {
         let vocab = self.cfg.vocab_size;
         for row in 0..packing.num_rows() {
             for position in 0..packing.row_len(row) {

@@ -4,12 +4,12 @@
 
 use candle_core::{Device, Tensor, D};
 
-use super::kernels::sigmoid;
-use super::norm::rms_unit;
-use super::packing::Packing;
-use super::params::ParamPath;
-use super::{ModelError, Result};
 use crate::config::{ConfigError, EngramDims, ModelConfig, ENGRAM_CONV_TAPS};
+use crate::model::kernels::sigmoid;
+use crate::model::norm::rms_unit;
+use crate::model::packing::Packing;
+use crate::model::params::ParamPath;
+use crate::model::{ModelError, Result};
 
 const HASH_SEED: u32 = 0x9E37_79B9;
 const HASH_PRIME: u32 = 0x0100_0193;
@@ -120,8 +120,8 @@ impl EngramLookup {
 /// One site's memory for a packed batch: keys and values `[N, d_model]`.
 #[derive(Debug, Clone)]
 pub struct EngramKv {
-    pub(super) key: Tensor,
-    pub(super) value: Tensor,
+    pub(in crate::model) key: Tensor,
+    pub(in crate::model) value: Tensor,
 }
 
 impl EngramKv {

@@ -8,30 +8,30 @@ use candle_core::Tensor;
 use super::attention::{AttentionLayout, LayerKv};
 use super::block::Block;
 use super::engram::EngramKv;
-use super::kernels::{frozen_matmul, lane_mix, lane_read, lane_spread, sigmoid, sinkhorn};
-use super::linear::LowRank;
-use super::norm::{rms_unit, ZcRmsNorm};
-use super::params::ParamPath;
-use super::Result;
 use crate::config::ModelConfig;
+use crate::model::kernels::{frozen_matmul, lane_mix, lane_read, lane_spread, sigmoid, sinkhorn};
+use crate::model::linear::LowRank;
+use crate::model::norm::{rms_unit, ZcRmsNorm};
+use crate::model::params::ParamPath;
+use crate::model::Result;
 
 /// Sinkhorn iterations of the reference (fixed, not configurable there).
-pub(super) const SINKHORN_ITERS: usize = 20;
+pub(in crate::model) const SINKHORN_ITERS: usize = 20;
 
 /// One layer's lane gates (the `stack/mhc_*` parameters at this layer's index).
 #[derive(Debug, Clone)]
-pub(super) struct LaneMix {
-    pub(super) phi_pre: Tensor,
-    pub(super) phi_post: Tensor,
-    pub(super) phi_res: Tensor,
-    pub(super) a_pre: Tensor,
-    pub(super) a_post: Tensor,
-    pub(super) a_res: Tensor,
+pub(in crate::model) struct LaneMix {
+    pub(in crate::model) phi_pre: Tensor,
+    pub(in crate::model) phi_post: Tensor,
+    pub(in crate::model) phi_res: Tensor,
+    pub(in crate::model) a_pre: Tensor,
+    pub(in crate::model) a_post: Tensor,
+    pub(in crate::model) a_res: Tensor,
     /// `b_pre` plus the fixed lane offset: +4 on this layer's own lane (layer mod lanes), −4 elsewhere.
-    pub(super) bias_pre: Tensor,
+    pub(in crate::model) bias_pre: Tensor,
     /// `b_post` plus the fixed lane offset: 0 on this layer's own lane, −4 elsewhere.
-    pub(super) bias_post: Tensor,
-    pub(super) b_res: Tensor,
+    pub(in crate::model) bias_post: Tensor,
+    pub(in crate::model) b_res: Tensor,
     lanes: usize,
 }
 
@@ -76,18 +76,18 @@ impl LaneMix {
 }
 
 #[derive(Debug, Clone)]
-pub(super) struct Layer {
-    pub(super) mix: LaneMix,
-    pub(super) block: Block,
+pub(in crate::model) struct Layer {
+    pub(in crate::model) mix: LaneMix,
+    pub(in crate::model) block: Block,
     /// Indices of the engram sites injected at this layer.
-    pub(super) engram_sites: Vec<usize>,
+    pub(in crate::model) engram_sites: Vec<usize>,
 }
 
 /// The reference's `stack` module: the layers and the final norm.
 #[derive(Debug, Clone)]
 pub struct Stack {
-    pub(super) layers: Vec<Layer>,
-    pub(super) final_norm: ZcRmsNorm,
+    pub(in crate::model) layers: Vec<Layer>,
+    pub(in crate::model) final_norm: ZcRmsNorm,
     lanes: usize,
 }
 

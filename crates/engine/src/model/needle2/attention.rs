@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 
-use super::kernels::{causal_softmax, rope, sigmoid, RopeTables};
-use super::linear::{Linear, LowRank};
-use super::norm::ZcRmsNorm;
-use super::packing::Packing;
-use super::params::ParamPath;
-use super::Result;
 use crate::config::ModelConfig;
+use crate::model::kernels::{causal_softmax, rope, sigmoid, RopeTables};
+use crate::model::linear::{Linear, LowRank};
+use crate::model::norm::ZcRmsNorm;
+use crate::model::packing::Packing;
+use crate::model::params::ParamPath;
+use crate::model::Result;
 
 /// Rotary position tables for one sequence length: `cos`/`sin` of shape `[T, head_dim/2]`.
 #[derive(Debug, Clone)]
@@ -185,13 +185,13 @@ impl Group {
 /// The reference's `self_attn` module.
 #[derive(Debug, Clone)]
 pub struct Attention {
-    pub(super) q_proj: Linear,
-    pub(super) k_proj: Linear,
-    pub(super) v_proj: Linear,
-    pub(super) gate_proj: Linear,
-    pub(super) out_proj: Linear,
-    pub(super) q_norm: ZcRmsNorm,
-    pub(super) k_norm: ZcRmsNorm,
+    pub(in crate::model) q_proj: Linear,
+    pub(in crate::model) k_proj: Linear,
+    pub(in crate::model) v_proj: Linear,
+    pub(in crate::model) gate_proj: Linear,
+    pub(in crate::model) out_proj: Linear,
+    pub(in crate::model) q_norm: ZcRmsNorm,
+    pub(in crate::model) k_norm: ZcRmsNorm,
     num_heads: usize,
     num_kv_heads: usize,
     head_dim: usize,

@@ -3,10 +3,10 @@
 
 use candle_core::{Device, Tensor};
 
-use super::kernels::{self, hadamard_mlp};
-use super::params::ParamPath;
-use super::Result;
 use crate::config::ModelConfig;
+use crate::model::kernels::{self, hadamard_mlp};
+use crate::model::params::ParamPath;
+use crate::model::Result;
 
 /// The reference's `hadamard_mlp` module.
 #[derive(Debug, Clone)]
@@ -35,7 +35,7 @@ impl HadamardMlp {
     }
 
     /// The diagonals on the host, as the row kernels take them.
-    pub(super) fn rows(&self) -> Result<kernels::HadamardMlp> {
+    pub(in crate::model) fn rows(&self) -> Result<kernels::HadamardMlp> {
         let [d1, d2, d3] = [&self.d1, &self.d2, &self.d3].map(|d| d.to_vec1::<f32>());
         Ok(kernels::HadamardMlp::new(d1?, d2?, d3?))
     }
