@@ -14,6 +14,25 @@ use std::ops::RangeInclusive;
 
 use serde::{Deserialize, Serialize};
 
+/// A generation of the Needle model: which network, checkpoint format and `.cact` layout a file
+/// belongs to. Told from the file itself ([`crate::checkpoint::generation`], the `.cact` tag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Generation {
+    /// `cactus-needle` 2.x: pickled format-v2 checkpoints, `.cact` tag `0x05E12A83`.
+    Needle2,
+    /// `cactus-needle` 3.x: safetensors checkpoints with the config in their metadata, `.cact` v3.
+    Needle3,
+}
+
+impl std::fmt::Display for Generation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Generation::Needle2 => "Needle 2",
+            Generation::Needle3 => "Needle 3",
+        })
+    }
+}
+
 /// Target width of one engram table entry when `engram_heads` is 0 (the reference's `ENGRAM_SUB_DIM`).
 const ENGRAM_SUB_DIM: usize = 128;
 

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::quant::{Bits, GROUP};
 use super::reader::{FormatError, RecordProblem};
+use crate::config::Generation;
 
 /// First u32 of every Needle 2 `.cact`.
 pub const TAG: u32 = 0x05E1_2A83;
@@ -170,7 +171,7 @@ impl Header {
         let mut next = || words.next().unwrap_or(0);
         match next() {
             TAG => {}
-            TAG_V3 => return Err(FormatError::NeedleThree),
+            TAG_V3 => return Err(FormatError::Generation(Generation::Needle3)),
             found => return Err(FormatError::BadTag { found }),
         }
         let mut header = Header::default();

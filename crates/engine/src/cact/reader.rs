@@ -11,6 +11,7 @@ use thiserror::Error;
 use super::format::{Header, Record, TensorKind, ALIGN, HEADER_LEN, MAX_NDIM, RECORD_LEN, TAG};
 use super::needle2;
 use super::quant::{self, CqBlobError, GROUP};
+use crate::config::Generation;
 use crate::tokenizer;
 
 /// Byte offset of the header's `num_tensors`.
@@ -32,10 +33,10 @@ pub enum FormatError {
     #[error("bad tag {found:#010x} at byte 0 (a .cact starts with {TAG:#010x}): not a Needle 2 .cact file")]
     BadTag { found: u32 },
     #[error(
-        "this is a Needle 3 .cact (format v3, written by cactus-needle 3.x); Needle Studio reads Needle 2 .cact \
-         files so far — build a Needle 2 model with `needle build`, or use the Needle engine to run this one"
+        "this is a {0} .cact (written by cactus-needle 3.x); Needle Studio reads Needle 2 .cact files so far — \
+         build a Needle 2 model with `needle build`, or run this one with the Needle engine"
     )]
-    NeedleThree,
+    Generation(Generation),
     #[error("header byte 8: codebook_len is {found}, the format has {expected} (cb2|cb3|cb4); the file is corrupt or from another format version")]
     CodebookLen { found: u32, expected: u32 },
     #[error("header: {field} is {count}, the header holds at most 4; the file is corrupt")]
@@ -412,6 +413,15 @@ mod tests {
         let mut bytes = IMAGE.clone();
         bytes[..4].copy_from_slice(b"PK\x03\x04");
         assert_eq!(CactFile::parse(bytes).unwrap_err(), FormatError::BadTag { found: 0x0403_4b50 });
+    }
+
+    #[test]
+    fn a_needle3_file_is_named_as_one() {
+        let mut bytes = IMAGE.clone();
+        bytes[..4].copy_from_slice(&crate::cact::format::TAG_V3.to_le_bytes());
+        let err = CactFile::parse(bytes).unwrap_err();
+        assert_eq!(err, FormatError::Generation(Generation::Needle3));
+        assert!(err.to_string().starts_with("this is a Needle 3 .cact"), "{err}");
     }
 
     #[test]

@@ -13,7 +13,7 @@ pub mod writer;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::config::ModelConfig;
+use crate::config::{Generation, ModelConfig};
 pub use array::{ArrayError, DType, NdArray, RawLayout};
 use pickle::{PickleError, PyValue};
 
@@ -41,6 +41,12 @@ pub enum CheckpointError {
         path.display()
     )]
     FormatVersion { path: PathBuf, found: String },
+    #[error(
+        "{} is a {generation} checkpoint; Needle Studio fine-tunes and builds Needle 2 so far — pass a \
+         Needle 2 checkpoint (.pkl, cactus-needle 2.x; `needle download` fetches the released one)",
+        path.display()
+    )]
+    Generation { path: PathBuf, generation: Generation },
     #[error("{} has no `{key}` entry; {expected}", path.display())]
     MissingKey { path: PathBuf, key: String, expected: &'static str },
     #[error("{}: `{key}` is a {found}, but {expected}", path.display())]
@@ -58,6 +64,19 @@ pub enum CheckpointError {
         path.display()
     )]
     EmptyParam { path: PathBuf, name: String, shape: Vec<usize> },
+}
+
+/// The generation a checkpoint file's bytes hold: a pickle (protocol 2 and up, which is what
+/// cactus-needle 2.x writes) is Needle 2; a safetensors file whose metadata carries the
+/// `format_version` and `config` that cactus-needle 3.x writes is Needle 3. `None`: neither.
+pub fn generation(bytes: &[u8]) -> Option<Generation> {
+    const PICKLE_PROTO: u8 = 0x80;
+    if bytes.first() == Some(&PICKLE_PROTO) {
+        return Some(Generation::Needle2);
+    }
+    let (_, header) = safetensors::SafeTensors::read_metadata(bytes).ok()?;
+    let metadata = header.metadata().as_ref()?;
+    (metadata.contains_key("format_version") && metadata.contains_key("config")).then_some(Generation::Needle3)
 }
 
 /// A format-v2 checkpoint: params flattened to `/`-joined paths (`stack/layers/block/self_attn/q_proj/kernel`).
@@ -182,6 +201,9 @@ impl FileReader<'_> {
     fn top_dict(&self, expected: &'static str) -> Result<TopDict<'_>, CheckpointError> {
         let bytes =
             std::fs::read(self.path).map_err(|error| CheckpointError::Io { path: self.path.to_owned(), error })?;
+        if let Some(generation @ Generation::Needle3) = generation(&bytes) {
+            return Err(CheckpointError::Generation { path: self.path.to_owned(), generation });
+        }
         match pickle::parse(&bytes) {
             Ok(PyValue::Dict(pairs)) => Ok(TopDict { file: self, entries: Entries(pairs) }),
             Ok(other) => {
