@@ -239,15 +239,26 @@ pub fn keep_elementwise_ops_on_the_calling_thread() {
     }
 }
 
-/// Bytes in use on `device`'s GPU (by every process), where the driver says; `None` on the CPU.
-pub fn device_memory_used(device: &Device) -> Option<u64> {
+/// Free and total bytes of `device`'s own GPU memory, where the driver says; `None` on the CPU and
+/// on Metal (whose memory is the system's).
+fn gpu_memory(device: &Device) -> Option<(u64, u64)> {
     #[cfg(feature = "cuda")]
     if let Ok(cuda) = device.as_cuda_device() {
         let (free, total) = cuda.cuda_stream().context().mem_get_info().ok()?;
-        return Some(total.saturating_sub(free) as u64);
+        return Some((free as u64, total as u64));
     }
     let _ = device;
     None
+}
+
+/// Bytes in use on `device`'s GPU (by every process), where the driver says; `None` on the CPU.
+pub fn device_memory_used(device: &Device) -> Option<u64> {
+    gpu_memory(device).map(|(free, total)| total.saturating_sub(free))
+}
+
+/// Bytes free on `device`'s GPU, where the driver says; `None` on the CPU and on Metal.
+pub fn device_memory_free(device: &Device) -> Option<u64> {
+    gpu_memory(device).map(|(free, _)| free)
 }
 
 #[cfg(feature = "cuda")]

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::memory::StepShape;
+use super::memory::{activation_budget, StepShape};
 use super::schedule::Schedule;
 use super::trainer::Trainer;
 use crate::config::ModelConfig;
@@ -129,6 +129,7 @@ pub fn run(options: &BenchOptions, device: &Device, process_start: Instant) -> R
         scored: batch * (seq - seq / 2),
         rank,
         hand_written: CpuNetwork::supports(&network),
+        activation_budget: activation_budget(device),
     };
     let memory = shape.plan();
     drop(params);

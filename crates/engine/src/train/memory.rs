@@ -13,14 +13,22 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend::device_memory_free;
 use crate::config::ModelConfig;
-use crate::model::CpuNetwork;
+use crate::model::{CpuNetwork, Device};
 
-/// The activations a pass may hold. On the CPU path a bigger batch is split into passes whose
+/// The activations a pass may hold where memory is the system's (the CPU, Metal). On the CPU path a bigger batch is split into passes whose
 /// gradients are summed (no more time: the products stay large), and only a row too long for the
 /// budget on its own recomputes layer by layer. Candle's path first recomputes (about a third
 /// more time), then also splits its batch into micro-batches.
 pub const ACTIVATION_BUDGET: u64 = 512 << 20;
+
+/// The activations a pass may hold on `device`: [`ACTIVATION_BUDGET`] where memory is the
+/// system's, half of what is free on a GPU with memory of its own (the other half for the weights,
+/// the adapter and the allocator's slack). A GPU is sized for this: recomputing there only costs time.
+pub fn activation_budget(device: &Device) -> u64 {
+    device_memory_free(device).map_or(ACTIVATION_BUDGET, |free| (free / 2).max(ACTIVATION_BUDGET))
+}
 
 /// Scored positions the CPU path projects to the vocabulary at a time (its logits buffer).
 const LOGIT_ROWS: f64 = 512.0;
@@ -69,6 +77,8 @@ pub struct StepShape<'a> {
     pub rank: usize,
     /// Whether steps run the hand-written CPU path (else candle's autograd).
     pub hand_written: bool,
+    /// The activations a pass may hold ([`activation_budget`]).
+    pub activation_budget: u64,
 }
 
 impl StepShape<'_> {
@@ -119,7 +129,7 @@ impl StepShape<'_> {
     /// The CPU path: passes of as many packed tokens as the budget holds with every layer's
     /// activations kept, or, when one row does not fit, with only the lanes between layers kept.
     fn cpu_plan(&self) -> MemoryPlan {
-        let (cfg, budget) = (self.config, ACTIVATION_BUDGET as f64);
+        let (cfg, budget) = (self.config, self.activation_budget as f64);
         let seq_len = self.seq_len.max(1);
         let kept = CpuNetwork::bytes_per_token(cfg, self.rank, true, false) as f64;
         let recompute = seq_len as f64 * kept > budget;
@@ -142,7 +152,7 @@ impl StepShape<'_> {
     /// Candle's path: the whole stack's activations for the whole batch if they fit the budget,
     /// else layer-by-layer recomputation on the largest micro-batch that fits (one row at least).
     fn candle_plan(&self) -> MemoryPlan {
-        let budget = ACTIVATION_BUDGET as f64;
+        let budget = self.activation_budget as f64;
         let batch = self.batch.max(1);
         let recompute = self.activations(batch, false) > budget;
         let micro_batch = match recompute {
@@ -174,6 +184,7 @@ mod tests {
             scored: batch * seq_len / 2,
             rank: 16,
             hand_written,
+            activation_budget: ACTIVATION_BUDGET,
         }
     }
 
@@ -192,6 +203,9 @@ mod tests {
         // A single row that does not fit still runs, recomputed, one row at a time.
         let huge = shape(2, 16384).plan();
         assert_eq!((huge.recompute, huge.micro_batch), (true, 1));
+        // A GPU's own memory holds the same step whole.
+        let gpu = StepShape { activation_budget: 60 << 30, ..big }.plan();
+        assert_eq!((gpu.recompute, gpu.micro_batch), (false, 16), "{gpu:?}");
     }
 
     #[test]

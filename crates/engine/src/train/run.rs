@@ -11,7 +11,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 use super::events::Event;
-use super::memory::StepShape;
+use super::memory::{activation_budget, StepShape};
 use super::schedule::Schedule;
 use super::state::{load_state, save_state, state_path, RunKey, SavedState};
 use super::timing::Workload;
@@ -183,6 +183,7 @@ impl Session {
             scored: s.batch_size * most_scored.unwrap_or(0),
             rank: s.rank,
             hand_written: CpuNetwork::supports(&network),
+            activation_budget: activation_budget(params.device()),
         }
         .plan();
         let plan = Plan {
