@@ -372,30 +372,17 @@ proptest! {
     }
 }
 
-/// What cactus-needle 3.x's `write_checkpoint` writes: safetensors with the config in its metadata.
-fn needle3_checkpoint_bytes() -> Vec<u8> {
-    let metadata = [("format_version", "2"), ("config", r#"{"qk_head_dim": 48}"#), ("step", ""), ("run", "{}")]
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .into();
-    let data = [0u8; 8];
-    let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2], &data).unwrap();
-    safetensors::serialize([("embedding/embedding", view)], &Some(metadata)).unwrap()
-}
-
 #[test]
 fn the_generation_is_told_from_the_file() {
-    let pickled = std::fs::read(Path::new(FIXTURES).join("models/tiny_f32.pkl")).unwrap();
-    assert_eq!(generation(&pickled), Some(Generation::Needle2));
-    assert_eq!(generation(&needle3_checkpoint_bytes()), Some(Generation::Needle3));
+    let read = |name: &str| std::fs::read(Path::new(FIXTURES).join("models").join(name)).unwrap();
+    assert_eq!(generation(&read("tiny_f32.pkl")), Some(Generation::Needle2));
+    assert_eq!(generation(&read("needle3_tiny.safetensors")), Some(Generation::Needle3));
     assert_eq!(generation(b"{\"lora\": 1}"), None);
 }
 
 #[test]
 fn a_needle3_checkpoint_is_named_as_one_not_called_a_bad_pickle() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("needle3.safetensors");
-    std::fs::write(&path, needle3_checkpoint_bytes()).unwrap();
-    let err = Checkpoint::load(&path).unwrap_err();
+    let err = Checkpoint::load(&Path::new(FIXTURES).join("models/needle3_tiny.safetensors")).unwrap_err();
     assert!(matches!(err, CheckpointError::Generation { generation: Generation::Needle3, .. }), "{err}");
     assert!(
         err.to_string().contains("is a Needle 3 checkpoint; Needle Studio fine-tunes and builds Needle 2"),
