@@ -1,4 +1,7 @@
-//! The model's configuration, as the reference's `TransformerConfig` defines it.
+//! The model's configuration, as the reference's `TransformerConfig` defines it: Needle 2's fields,
+//! and Needle 3's beside them with the values that turn each of its features off (as 3.x's
+//! `TransformerConfig.from_saved` reads a config that lacks them), so one config describes both
+//! generations and [`ModelConfig::generation`] says which the file was.
 //!
 //! A checkpoint's `config` dict may leave keys out; every default lives in [`ModelConfig::default`]
 //! and nowhere else. Unknown keys are ignored, as the reference ignores them.
@@ -16,8 +19,9 @@ use serde::{Deserialize, Serialize};
 
 /// A generation of the Needle model: which network, checkpoint format and `.cact` layout a file
 /// belongs to. Told from the file itself ([`crate::checkpoint::generation`], the `.cact` tag).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub enum Generation {
+    #[default]
     /// `cactus-needle` 2.x: pickled format-v2 checkpoints, `.cact` tag `0x05E12A83`.
     Needle2,
     /// `cactus-needle` 3.x: safetensors checkpoints with the config in their metadata, `.cact` v3.
@@ -52,6 +56,7 @@ const MAX_LANES: usize = 64;
 const MAX_ORDERS: usize = 16;
 const MAX_ORDER: usize = 64;
 const MAX_SLOTS: usize = 1 << 24;
+const MAX_CONV_TAPS: usize = 64;
 
 /// A config value a Needle model cannot have: the field and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -91,6 +96,25 @@ pub struct ModelConfig {
     pub weight_bits: String,
     pub remat: bool,
     pub scan_unroll: usize,
+    /// Needle 3: the q/k and v head widths (0: `attn_dim / num_heads`, as in Needle 2).
+    pub qk_head_dim: usize,
+    pub v_head_dim: usize,
+    /// Needle 3: how many positions back a windowed layer attends (0: every layer sees the whole
+    /// row), and the layers that see the whole row all the same.
+    pub sliding_window: usize,
+    pub global_layers: Vec<usize>,
+    /// Needle 3: taps of the causal depthwise convolution on Q, K and V (0: none).
+    pub qkv_conv_taps: usize,
+    /// Needle 3: the embedding rows the output head scores (0: all of them).
+    pub out_vocab: usize,
+    /// Needle 3: the stride of the engram hash seeds (0: `engram_heads`; a width-sliced model keeps
+    /// its parent's).
+    pub engram_seed_heads: usize,
+    /// Needle 3's width ladder: when it lists widths, the Monarch MLP permutes each half apart.
+    pub ladder_widths: Vec<usize>,
+    /// The generation the config was read for; not a field of the reference's config.
+    #[serde(skip)]
+    pub generation: Generation,
 }
 
 impl Default for ModelConfig {
@@ -119,6 +143,15 @@ impl Default for ModelConfig {
             weight_bits: String::new(),
             remat: true,
             scan_unroll: 1,
+            qk_head_dim: 0,
+            v_head_dim: 0,
+            sliding_window: 0,
+            global_layers: Vec::new(),
+            qkv_conv_taps: 0,
+            out_vocab: 0,
+            engram_seed_heads: 0,
+            ladder_widths: Vec::new(),
+            generation: Generation::Needle2,
         }
     }
 }
@@ -136,10 +169,50 @@ impl ModelConfig {
         }
     }
 
+    /// Needle 3's defaults for the fields a saved config leaves out (3.x's `TransformerConfig` and
+    /// `from_saved`: its own geometry, and each Needle 3 feature off unless the config names it).
+    pub fn needle3_defaults() -> Self {
+        Self {
+            vocab_size: 16384,
+            d_model: 768,
+            num_heads: 12,
+            num_kv_heads: 2,
+            num_layers: 20,
+            max_seq_len: 4096,
+            engram_slots: 18432,
+            engram_layers: vec![3, 7, 11, 15, 19],
+            generation: Generation::Needle3,
+            ..Self::default()
+        }
+    }
+
     /// Applies the reference constructor's normalisation: `attn_dim` 0 means `d_model`.
     pub fn resolved(mut self) -> Self {
         self.attn_dim = self.resolved_attn_dim();
         self
+    }
+
+    /// Per-head width of queries and keys: `qk_head_dim`, else [`Self::head_dim`].
+    pub fn qk_head_dim(&self) -> usize {
+        if self.qk_head_dim == 0 {
+            self.head_dim()
+        } else {
+            self.qk_head_dim
+        }
+    }
+
+    /// Per-head width of values (and of the attention's output): `v_head_dim`, else [`Self::head_dim`].
+    pub fn v_head_dim(&self) -> usize {
+        if self.v_head_dim == 0 {
+            self.head_dim()
+        } else {
+            self.v_head_dim
+        }
+    }
+
+    /// The window layer `layer` attends through: `None` for a global layer or a model without one.
+    pub fn attention_window(&self, layer: usize) -> Option<usize> {
+        (self.sliding_window > 0 && !self.global_layers.contains(&layer)).then_some(self.sliding_window)
     }
 
     /// Per-head width of queries, keys and values; 0 when `num_heads` is 0, which [`Self::validate`]
@@ -165,7 +238,7 @@ impl ModelConfig {
     /// the width, engram sites within the layers) are checked by the model and the export, which
     /// know which of them they need.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let counts: [(&'static str, usize, RangeInclusive<usize>); 12] = [
+        let counts: [(&'static str, usize, RangeInclusive<usize>); 18] = [
             ("vocab_size", self.vocab_size, 1..=MAX_VOCAB),
             ("d_model", self.d_model, 1..=MAX_WIDTH),
             ("attn_dim", self.attn_dim, 0..=MAX_WIDTH),
@@ -178,6 +251,12 @@ impl ModelConfig {
             ("engram_slots", self.engram_slots, 1..=MAX_SLOTS),
             ("mhc_lanes", self.mhc_lanes, 1..=MAX_LANES),
             ("kv_window", self.kv_window, 0..=MAX_POSITIONS),
+            ("qk_head_dim", self.qk_head_dim, 0..=MAX_WIDTH),
+            ("v_head_dim", self.v_head_dim, 0..=MAX_WIDTH),
+            ("sliding_window", self.sliding_window, 0..=MAX_POSITIONS),
+            ("qkv_conv_taps", self.qkv_conv_taps, 0..=MAX_CONV_TAPS),
+            ("out_vocab", self.out_vocab, 0..=self.vocab_size),
+            ("engram_seed_heads", self.engram_seed_heads, 0..=MAX_HEADS),
         ];
         for (field, value, range) in counts {
             if !range.contains(&value) {
@@ -185,9 +264,11 @@ impl ModelConfig {
                 return Err(ConfigError { field, problem });
             }
         }
-        let lists: [(&'static str, &[usize], usize, RangeInclusive<usize>); 2] = [
+        let lists: [(&'static str, &[usize], usize, RangeInclusive<usize>); 4] = [
             ("engram_orders", &self.engram_orders, MAX_ORDERS, 1..=MAX_ORDER),
             ("engram_layers", &self.engram_layers, MAX_LAYERS, 0..=MAX_LAYERS - 1),
+            ("global_layers", &self.global_layers, MAX_LAYERS, 0..=MAX_LAYERS - 1),
+            ("ladder_widths", &self.ladder_widths, MAX_LAYERS, 1..=MAX_WIDTH),
         ];
         for (field, list, most, range) in lists {
             if list.len() > most {

@@ -13,6 +13,7 @@ use super::needle2;
 use super::quant::{self, Bits};
 use super::reader::FormatError;
 use crate::checkpoint::{Checkpoint, DType, NdArray};
+use crate::config::Generation;
 use crate::model::ModelError;
 use crate::tokenizer::{self, TokenizerError};
 
@@ -49,6 +50,11 @@ pub enum BuildProblem {
     TooLarge { what: String, value: usize },
     #[error("{0}")]
     Header(FormatError),
+    #[error(
+        "it is a {0} checkpoint, whose .cact (format v3) Needle Studio does not write yet; build a Needle 2 \
+         model, or this one with cactus-needle 3.x's `needle build`"
+    )]
+    Generation(Generation),
 }
 
 /// The `.cact` could not be written.
@@ -208,6 +214,9 @@ pub fn build_cact(ckpt: &Checkpoint, bits: &BitsChoice, tokenizer_blob: &[u8]) -
 }
 
 fn pack(ckpt: &Checkpoint, bits: &BitsChoice, tokenizer_blob: &[u8]) -> Result<BuiltCact, BuildProblem> {
+    if ckpt.config.generation != Generation::Needle2 {
+        return Err(BuildProblem::Generation(ckpt.config.generation));
+    }
     let geo = Geometry::of(&ckpt.config)?;
     needle2::check_shapes(ckpt)?;
     let mut tensors = needle2::tensors(ckpt, &geo, bits)?;
@@ -363,6 +372,13 @@ mod tests {
         ckpt.config.mhc_lanes = 1 << 40;
         let err = build_cact(&ckpt, &BitsChoice::Uniform(Bits::Four), &placeholder_tokenizer_blob(32)).unwrap_err();
         assert!(err.to_string().contains("`mhc_lanes` is 1099511627776; it must be in 1..=64"), "{err}");
+    }
+
+    #[test]
+    fn a_needle3_checkpoint_is_refused_with_what_to_do() {
+        let ckpt = Checkpoint::load(&crate::fixtures::fixture("models/needle3_tiny.safetensors")).unwrap();
+        let err = build_cact(&ckpt, &BitsChoice::Uniform(Bits::Four), &placeholder_tokenizer_blob(512)).unwrap_err();
+        assert!(err.to_string().contains("is a Needle 3 checkpoint, whose .cact (format v3)"), "{err}");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! keys joined with `/`) are the naming authority for the whole engine.
 
 mod array;
+mod needle3;
 pub mod pickle;
 #[cfg(test)]
 mod tests;
@@ -41,12 +42,14 @@ pub enum CheckpointError {
         path.display()
     )]
     FormatVersion { path: PathBuf, found: String },
+    #[error("{} is not a readable safetensors checkpoint: {reason}", path.display())]
+    Safetensors { path: PathBuf, reason: String },
     #[error(
-        "{} is a {generation} checkpoint; Needle Studio fine-tunes and builds Needle 2 so far — pass a \
-         Needle 2 checkpoint (.pkl, cactus-needle 2.x; `needle download` fetches the released one)",
+        "{}: parameter `{name}` is {dtype}; Needle Studio reads float32 and float16 weights (save the \
+         checkpoint in one of them)",
         path.display()
     )]
-    Generation { path: PathBuf, generation: Generation },
+    ParamDtype { path: PathBuf, name: String, dtype: String },
     #[error("{} has no `{key}` entry; {expected}", path.display())]
     MissingKey { path: PathBuf, key: String, expected: &'static str },
     #[error("{}: `{key}` is a {found}, but {expected}", path.display())]
@@ -94,7 +97,11 @@ impl Checkpoint {
     /// Reads a checkpoint as the reference's `load_checkpoint` does, without executing anything.
     pub fn load(path: &Path) -> Result<Self, CheckpointError> {
         let file = FileReader { path };
-        let mut top = file.top_dict(CHECKPOINT_SHAPE)?;
+        let bytes = file.read()?;
+        if generation(&bytes) == Some(Generation::Needle3) {
+            return file.needle3_checkpoint(&bytes);
+        }
+        let mut top = file.top_dict(&bytes, CHECKPOINT_SHAPE)?;
         match top.take("format_version") {
             Some(PyValue::Int(FORMAT_VERSION)) => {}
             other => {
@@ -148,7 +155,7 @@ impl PickledAdapter {
     /// Reads an adapter pickle without executing anything.
     pub fn load(path: &Path) -> Result<Self, CheckpointError> {
         let file = FileReader { path };
-        let mut top = file.top_dict(ADAPTER_SHAPE)?;
+        let mut top = file.top_dict(&file.read()?, ADAPTER_SHAPE)?;
         let groups = match top.require("lora", ADAPTER_SHAPE)? {
             PyValue::Dict(groups) => groups,
             other => {
@@ -198,13 +205,12 @@ impl Entries {
 }
 
 impl FileReader<'_> {
-    fn top_dict(&self, expected: &'static str) -> Result<TopDict<'_>, CheckpointError> {
-        let bytes =
-            std::fs::read(self.path).map_err(|error| CheckpointError::Io { path: self.path.to_owned(), error })?;
-        if let Some(generation @ Generation::Needle3) = generation(&bytes) {
-            return Err(CheckpointError::Generation { path: self.path.to_owned(), generation });
-        }
-        match pickle::parse(&bytes) {
+    fn read(&self) -> Result<Vec<u8>, CheckpointError> {
+        std::fs::read(self.path).map_err(|error| CheckpointError::Io { path: self.path.to_owned(), error })
+    }
+
+    fn top_dict(&self, bytes: &[u8], expected: &'static str) -> Result<TopDict<'_>, CheckpointError> {
+        match pickle::parse(bytes) {
             Ok(PyValue::Dict(pairs)) => Ok(TopDict { file: self, entries: Entries(pairs) }),
             Ok(other) => {
                 Err(CheckpointError::NotADict { path: self.path.to_owned(), found: other.type_name(), expected })
@@ -288,8 +294,7 @@ impl FileReader<'_> {
         Ok(array)
     }
 
-    /// The config dict through [`ModelConfig`]'s serde defaults, naming the key of any bad value, and
-    /// every count checked against the range a real model could have ([`ModelConfig::validate`]).
+    /// The config dict, its unknown keys dropped as `TransformerConfig(**config)` drops them.
     fn config(&self, value: PyValue) -> Result<ModelConfig, CheckpointError> {
         let PyValue::Dict(pairs) = value else {
             return Err(self.wrong_type(
@@ -313,13 +318,31 @@ impl FileReader<'_> {
             })?;
             object.insert(key, json);
         }
-        let config: ModelConfig = serde_path_to_error::deserialize(serde_json::Value::Object(object)).map_err(|e| {
-            CheckpointError::ConfigValue {
-                path: self.path.to_owned(),
-                key: e.path().to_string(),
-                problem: e.inner().to_string(),
-            }
-        })?;
+        self.config_from_json(object, ModelConfig::default())
+    }
+
+    /// A config's fields (JSON) over `defaults`, naming the key of any bad value, and every count
+    /// checked against the range a real model could have ([`ModelConfig::validate`]).
+    fn config_from_json(
+        &self,
+        fields: serde_json::Map<String, serde_json::Value>,
+        defaults: ModelConfig,
+    ) -> Result<ModelConfig, CheckpointError> {
+        let generation = defaults.generation;
+        let mut object = match serde_json::to_value(defaults) {
+            Ok(serde_json::Value::Object(object)) => object,
+            _ => serde_json::Map::new(),
+        };
+        object.extend(fields);
+        let mut config: ModelConfig =
+            serde_path_to_error::deserialize(serde_json::Value::Object(object)).map_err(|e| {
+                CheckpointError::ConfigValue {
+                    path: self.path.to_owned(),
+                    key: e.path().to_string(),
+                    problem: e.inner().to_string(),
+                }
+            })?;
+        config.generation = generation;
         let config = config.resolved();
         config.validate().map_err(|e| CheckpointError::ConfigValue {
             path: self.path.to_owned(),

@@ -381,11 +381,46 @@ fn the_generation_is_told_from_the_file() {
 }
 
 #[test]
-fn a_needle3_checkpoint_is_named_as_one_not_called_a_bad_pickle() {
-    let err = Checkpoint::load(&Path::new(FIXTURES).join("models/needle3_tiny.safetensors")).unwrap_err();
-    assert!(matches!(err, CheckpointError::Generation { generation: Generation::Needle3, .. }), "{err}");
-    assert!(
-        err.to_string().contains("is a Needle 3 checkpoint; Needle Studio fine-tunes and builds Needle 2"),
-        "{err}"
-    );
+fn needle3_checkpoints_read_as_the_reference_wrote_them() {
+    for stem in ["needle3_tiny", "needle3_tiny_out"] {
+        let checkpoint = Checkpoint::load(&Path::new(FIXTURES).join(format!("models/{stem}.safetensors"))).unwrap();
+        let meta: J = serde_json::from_str(
+            &std::fs::read_to_string(Path::new(FIXTURES).join(format!("golden/{stem}/meta.json"))).unwrap(),
+        )
+        .unwrap();
+        let config = &checkpoint.config;
+        assert_eq!(config.generation, Generation::Needle3);
+        let want = &meta["config"];
+        let count = |key: &str| want[key].as_u64().unwrap() as usize;
+        let list =
+            |key: &str| want[key].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect::<Vec<_>>();
+        assert_eq!(
+            (config.d_model, config.qk_head_dim(), config.v_head_dim(), config.sliding_window, config.qkv_conv_taps),
+            (
+                count("d_model"),
+                count("qk_head_dim"),
+                count("v_head_dim"),
+                count("sliding_window"),
+                count("qkv_conv_taps")
+            )
+        );
+        assert_eq!((config.out_vocab, config.engram_seed_heads), (count("out_vocab"), count("engram_seed_heads")));
+        assert_eq!(
+            (config.global_layers.clone(), config.engram_layers.clone()),
+            (list("global_layers"), list("engram_layers"))
+        );
+        let params: Vec<(String, Vec<usize>)> =
+            checkpoint.params.iter().map(|(path, array)| (path.clone(), array.shape.clone())).collect();
+        let want: Vec<(String, Vec<usize>)> = meta["params"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let shape = p["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
+                (p["path"].as_str().unwrap().to_string(), shape)
+            })
+            .collect();
+        assert_eq!(params, want, "{stem}");
+        assert_eq!(checkpoint.step, Some(0));
+    }
 }

@@ -1,7 +1,7 @@
 //! Greedy decoding with a key/value cache, as the reference's `generate_cached`: the prompt is
 //! prefilled in one pass, then each new token is one step over the cached keys. What a step needs
 //! besides the cache — the engram n-gram history and the convolution's taps — is recomputed from
-//! the last [`EngramGeometry::window`](super::needle2::engram::EngramGeometry::window) tokens. Steps run on
+//! the last [`EngramGeometry::window`](super::san::engram::EngramGeometry::window) tokens. Steps run on
 //! the path a [`Forward`] holds: the hand-written CPU one, or candle's (every device).
 
 use std::time::Instant;
@@ -10,8 +10,8 @@ use candle_core::{Tensor, D};
 use serde::Serialize;
 
 use super::fast::CpuDecode;
-use super::needle2::attention::{LayerKv, Rope};
-use super::{Forward, Network, Result};
+use super::san::attention::{LayerKv, Rope};
+use super::{Forward, ModelError, Network, Result};
 use crate::tokenizer::{EOS_ID, IM_END_ID};
 
 /// What a decoding run on candle's path carries from step to step.
@@ -87,10 +87,16 @@ impl Network {
     /// A candle state that has seen nothing, for rows up to the model's `max_seq_len`.
     fn decode_state(&self) -> Result<DecodeState> {
         let cfg = self.config();
+        if cfg.qkv_conv_taps > 0 {
+            // A step's Q/K/V convolution reads the projections of the positions before it, which the
+            // cache does not keep.
+            let what = "decoding with Q/K/V convolution taps (Needle 3: `needle run`, scoring calls)".into();
+            return Err(ModelError::Unsupported { what });
+        }
         Ok(DecodeState {
             history: Vec::new(),
             layers: vec![LayerKv::default(); cfg.num_layers],
-            rope: Rope::new(cfg.head_dim(), cfg.max_seq_len.max(2), cfg.rope_theta, self.device())?,
+            rope: Rope::new(cfg.qk_head_dim(), cfg.max_seq_len.max(2), cfg.rope_theta, self.device())?,
         })
     }
 

@@ -1,9 +1,12 @@
 //! The network, computed in f32: candle modules, and a hand-written CPU path.
 //!
-//! Each model generation has its own folder: [`needle2`] (network, stack, block, attention, MLP,
-//! engram). What every generation uses stays here: the weights source ([`params`]), linear and
-//! low-rank layers ([`linear`]), norms, the fused [`kernels`], the loss, batch [`packing`],
-//! evaluation and decoding.
+//! The network of both generations is the reference's `SimpleAttentionNetwork` ([`san`]: network,
+//! stack, block, attention, engram), Needle 3 adding to Needle 2's layers (q/k heads narrower than
+//! the v heads, Q/K/V convolution taps, windowed layers, an output slice of the vocabulary) and
+//! changing its MLP (learned Monarch transforms where Needle 2 has fixed Walsh rotations); the
+//! config's [`crate::config::Generation`] picks. Around it: the weights source ([`params`]),
+//! linear and low-rank layers ([`linear`]), norms, the fused [`kernels`], the loss, batch
+//! [`packing`], evaluation and decoding.
 //!
 //! A batch is laid out packed ([`packing`]): its rows without their padding, and the prompt
 //! prefix that rows share (an app's tools prompt) once, its keys and values read by every row that
@@ -29,12 +32,12 @@ mod fast;
 pub mod kernels;
 pub mod linear;
 pub mod loss;
-pub mod needle2;
 pub mod norm;
 pub mod packing;
 pub mod params;
 #[cfg(test)]
 mod parity_tests;
+pub mod san;
 
 pub use candle_core::Device;
 pub use decode::{Completion, Prefilled, Stop};
@@ -42,8 +45,8 @@ pub use eval::{evaluate, EvalSummary, Forward};
 pub use fast::{CpuNetwork, HostGrads, Workspace};
 pub use linear::LowRank;
 pub use loss::{masked_ce_sum, masked_loss};
-pub use needle2::Network;
 pub use params::{ParamPath, Params};
+pub use san::Network;
 
 /// What can go wrong building or running the network.
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +85,10 @@ pub enum ModelError {
          base is `{base}`) — pass the checkpoint it was trained from"
     )]
     AdapterMismatch { path: String, reason: String, base: String },
+    #[error(
+        "{what} is not supported yet: Needle Studio runs Needle 3 only in part so far (use a Needle 2 model for it)"
+    )]
+    Unsupported { what: String },
     #[error("tensor computation failed: {0}")]
     Candle(#[from] candle_core::Error),
 }

@@ -9,11 +9,15 @@ use crate::dataset::Dataset;
 use crate::tokenizer::Tokenizer;
 
 const STEMS: [&str; 3] = ["tiny_f32", "tiny_f16", "pretrained"];
+/// Needle 3 checkpoints, made by cactus-needle 3.2.8 (`make_needle3_fixtures.py`).
+const NEEDLE3_STEMS: [&str; 2] = ["needle3_tiny", "needle3_tiny_out"];
 
 use crate::fixtures::fixture;
 
 fn network(stem: &str) -> Network {
-    let checkpoint = Checkpoint::load(&fixture(&format!("models/{stem}.pkl"))).unwrap();
+    let file =
+        if NEEDLE3_STEMS.contains(&stem) { format!("models/{stem}.safetensors") } else { format!("models/{stem}.pkl") };
+    let checkpoint = Checkpoint::load(&fixture(&file)).unwrap();
     Network::from_checkpoint(&checkpoint, &Device::Cpu).unwrap()
 }
 
@@ -23,7 +27,7 @@ fn relative_error(got: f64, want: f64) -> f64 {
 
 #[test]
 fn logits_and_loss_match_the_reference_forward() {
-    for stem in STEMS {
+    for stem in STEMS.into_iter().chain(NEEDLE3_STEMS) {
         let golden =
             candle_core::safetensors::load(fixture(&format!("golden/{stem}/forward.safetensors")), &Device::Cpu)
                 .unwrap();
@@ -62,4 +66,10 @@ fn whole_file_loss_matches_the_reference_single_batch() {
         let loss = want["loss"].as_f64().unwrap();
         assert!(relative_error(summary.loss, loss) <= 1e-5, "{stem}: loss {} vs reference {loss}", summary.loss);
     }
+}
+
+#[test]
+fn needle3_decoding_is_refused_by_name() {
+    let err = network("needle3_tiny").generate(&[2, 40, 41], 4).unwrap_err();
+    assert!(err.to_string().starts_with("decoding with Q/K/V convolution taps"), "{err}");
 }

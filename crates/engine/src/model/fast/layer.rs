@@ -18,7 +18,8 @@ use crate::model::kernels::{
     HadamardMlp,
 };
 use crate::model::linear::Linear;
-use crate::model::needle2::stack::{Layer, SINKHORN_ITERS};
+use crate::model::san::block::Mlp;
+use crate::model::san::stack::{Layer, SINKHORN_ITERS};
 
 /// Tokens per rayon task in the per-token passes: enough to amortise the hand-off.
 const TOKENS_PER_TASK: usize = 8;
@@ -76,7 +77,13 @@ impl HostLayer {
                 attn.gate_proj.clone(),
                 attn.out_proj.clone(),
             ],
-            mlp: block.hadamard_mlp.rows()?,
+            mlp: match &block.mlp {
+                Mlp::Hadamard(mlp) => mlp.rows()?,
+                Mlp::Monarch(_) => {
+                    let what = "the hand-written CPU path for Needle 3's Monarch MLP".into();
+                    return Err(crate::model::ModelError::Unsupported { what });
+                }
+            },
             sites: layer.engram_sites.clone(),
         })
     }

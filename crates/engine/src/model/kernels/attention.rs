@@ -92,13 +92,14 @@ impl CustomOp1 for Rope {
 // Causal softmax
 
 /// `softmax(scale · scores + causal)` over the last axis of `[…, T, T]` scores, the mask implicit:
-/// query row q sees keys 0..=q. The composite form adds `causal` (`[1, 1, T, T]`, 0 / −∞).
-pub fn causal_softmax(scores: &Tensor, scale: f64, causal: &Tensor) -> Result<Tensor> {
+/// query row q sees keys 0..=q, or with a `window` only the last `window` of them. The composite
+/// form adds `causal` (`[1, 1, T, T]`, 0 / −∞), which must say the same.
+pub fn causal_softmax(scores: &Tensor, scale: f64, causal: &Tensor, window: Option<usize>) -> Result<Tensor> {
     // The fused kernel's implicit mask is the square one; a decoding step's queries sit at the end
     // of a longer key range, which `causal` describes.
     let square = scores.rank() >= 2 && scores.dim(D::Minus1)? == scores.dim(D::Minus2)?;
     if fused(scores) && square {
-        return scores.contiguous()?.apply_op1(CausalSoftmax { scale: scale as f32 });
+        return scores.contiguous()?.apply_op1(CausalSoftmax { scale: scale as f32, window });
     }
     causal_softmax_composite(scores, scale, causal)
 }
@@ -112,6 +113,7 @@ fn causal_softmax_composite(scores: &Tensor, scale: f64, causal: &Tensor) -> Res
 
 struct CausalSoftmax {
     scale: f32,
+    window: Option<usize>,
 }
 
 impl CustomOp1 for CausalSoftmax {
@@ -122,14 +124,16 @@ impl CustomOp1 for CausalSoftmax {
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
         let t = layout.dims().last().copied().unwrap_or(1);
         let out = map_rows(f32s(storage, layout)?, t, |row, x, o| {
-            let seen = row % t + 1;
-            let max = x[..seen].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let end = row % t + 1;
+            let seen = self.window.map_or(0, |w| end.saturating_sub(w))..end;
+            let (x, o) = (&x[seen.clone()], &mut o[seen]);
+            let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let mut sum = 0f32;
-            for (o, x) in o[..seen].iter_mut().zip(x) {
+            for (o, x) in o.iter_mut().zip(x) {
                 *o = exp((x - max) * self.scale);
                 sum += *o;
             }
-            o[..seen].iter_mut().for_each(|o| *o /= sum);
+            o.iter_mut().for_each(|o| *o /= sum);
         });
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
@@ -178,9 +182,11 @@ mod tests {
         assert_same("rope", fused, composite);
 
         let (scores, probe) = (random(&[2, 3, 5, 5], 10), random(&[2, 3, 5, 5], 11));
-        let causal = crate::model::needle2::attention::causal_bias_after(0, 5, &Device::Cpu).unwrap();
-        let fused = value_and_grad(&scores, &probe, |s| causal_softmax(s, 0.7, &causal).unwrap());
-        let composite = value_and_grad(&scores, &probe, |s| causal_softmax_composite(s, 0.7, &causal).unwrap());
-        assert_same("causal softmax", fused, composite);
+        for window in [None, Some(1), Some(3), Some(5)] {
+            let causal = crate::model::san::attention::causal_bias_after(0, 5, window, &Device::Cpu).unwrap();
+            let fused = value_and_grad(&scores, &probe, |s| causal_softmax(s, 0.7, &causal, window).unwrap());
+            let composite = value_and_grad(&scores, &probe, |s| causal_softmax_composite(s, 0.7, &causal).unwrap());
+            assert_same(&format!("causal softmax, window {window:?}"), fused, composite);
+        }
     }
 }

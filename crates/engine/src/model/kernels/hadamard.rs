@@ -165,7 +165,7 @@ impl CustomOp2 for HadamardMlpBackward {
 mod tests {
     use super::*;
     use crate::model::kernels::testing::*;
-    use crate::model::needle2::mlp::walsh_matrix;
+    use crate::model::san::mlp::walsh_matrix;
     use candle_core::Device;
 
     #[test]

@@ -6,7 +6,8 @@ use candle_core::Tensor;
 use super::attention::{Attention, AttentionLayout, LayerKv};
 use super::engram::{injection, EngramKv};
 use super::mlp::HadamardMlp;
-use crate::config::ModelConfig;
+use super::monarch::MonarchMlp;
+use crate::config::{Generation, ModelConfig};
 use crate::model::kernels::sigmoid;
 use crate::model::linear::LowRank;
 use crate::model::norm::ZcRmsNorm;
@@ -22,19 +23,44 @@ pub struct Block {
     /// σ(attn_gate), the weight of the attention branch.
     pub(in crate::model) attn_gate: Tensor,
     pub(in crate::model) pre_hada_norm: ZcRmsNorm,
-    pub(in crate::model) hadamard_mlp: HadamardMlp,
+    pub(in crate::model) mlp: Mlp,
+}
+
+/// The MLP after attention: Needle 2's fixed Walsh rotations, or Needle 3's learned Monarch transforms
+/// (both stored under `hadamard_mlp`).
+#[derive(Debug, Clone)]
+pub enum Mlp {
+    Hadamard(HadamardMlp),
+    Monarch(MonarchMlp),
+}
+
+impl Mlp {
+    fn new(cfg: &ModelConfig, vb: ParamPath) -> Result<Self> {
+        Ok(match cfg.generation {
+            Generation::Needle2 => Mlp::Hadamard(HadamardMlp::new(cfg, vb)?),
+            Generation::Needle3 => Mlp::Monarch(MonarchMlp::new(cfg, vb)?),
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Mlp::Hadamard(mlp) => mlp.forward(x),
+            Mlp::Monarch(mlp) => mlp.forward(x),
+        }
+    }
 }
 
 impl Block {
-    pub fn new(cfg: &ModelConfig, vb: ParamPath) -> Result<Self> {
+    /// Layer `layer`'s block.
+    pub fn new(cfg: &ModelConfig, layer: usize, vb: ParamPath) -> Result<Self> {
         let d = cfg.d_model;
         Ok(Self {
             input_norm: ZcRmsNorm::new(d, vb.pp("ZCRMSNorm_0"))?,
-            self_attn: Attention::new(cfg, vb.pp("self_attn"))?,
+            self_attn: Attention::new(cfg, layer, vb.pp("self_attn"))?,
             post_attn_norm: ZcRmsNorm::new(d, vb.pp("post_attn_norm"))?,
             attn_gate: sigmoid(&vb.get(&[], "attn_gate")?)?,
             pre_hada_norm: ZcRmsNorm::new(d, vb.pp("pre_hada_norm"))?,
-            hadamard_mlp: HadamardMlp::new(cfg, vb.pp("hadamard_mlp"))?,
+            mlp: Mlp::new(cfg, vb.pp("hadamard_mlp"))?,
         })
     }
 
@@ -55,7 +81,7 @@ impl Block {
         };
         let attn = self.self_attn.forward(&self.input_norm.forward(&x)?, layout, low_rank, cache)?;
         let x = (&x + self.post_attn_norm.forward(&attn)?.broadcast_mul(&self.attn_gate)?)?;
-        let mlp = self.hadamard_mlp.forward(&self.pre_hada_norm.forward(&x)?)?;
+        let mlp = self.mlp.forward(&self.pre_hada_norm.forward(&x)?)?;
         Ok((x + mlp)?)
     }
 }

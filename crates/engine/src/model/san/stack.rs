@@ -98,7 +98,7 @@ impl Stack {
             .map(|i| {
                 Ok(Layer {
                     mix: LaneMix::new(cfg.mhc_lanes, cfg.d_model, i, vb.layer(i, count))?,
-                    block: Block::new(cfg, vb.pp("layers").pp("block").layer(i, count))?,
+                    block: Block::new(cfg, i, vb.pp("layers").pp("block").layer(i, count))?,
                     engram_sites: (0..cfg.engram_layers.len()).filter(|&s| cfg.engram_layers[s] == i).collect(),
                 })
             })

@@ -1,18 +1,21 @@
 //! Grouped-query self-attention with per-head q/k norms, half-split RoPE, a causal mask and a
-//! sigmoid output gate (the reference's `MultiHeadAttention`).
+//! sigmoid output gate (the reference's `MultiHeadAttention`). Needle 3 adds q/k heads narrower
+//! than the v heads, a causal convolution on Q, K and V, and windowed layers that see only the
+//! last `sliding_window` positions.
 
 use std::ops::Range;
 use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 
+use super::conv::CausalTaps;
 use crate::config::ModelConfig;
 use crate::model::kernels::{causal_softmax, rope, sigmoid, RopeTables};
 use crate::model::linear::{Linear, LowRank};
 use crate::model::norm::ZcRmsNorm;
 use crate::model::packing::Packing;
 use crate::model::params::ParamPath;
-use crate::model::Result;
+use crate::model::{ModelError, Result};
 
 /// Rotary position tables for one sequence length: `cos`/`sin` of shape `[T, head_dim/2]`.
 #[derive(Debug, Clone)]
@@ -54,12 +57,41 @@ impl Rope {
 }
 
 /// `[1, 1, T, past + T]`: the additive mask (0 / −∞) of `T` queries after `past` earlier
-/// positions they all see; query q sees keys up to `past + q`, so no softmax row is all −∞.
-pub fn causal_bias_after(past: usize, new: usize, device: &Device) -> Result<Tensor> {
+/// positions they all see; query q sees keys up to `past + q` (within `window` of it, when given),
+/// so no softmax row is all −∞.
+pub fn causal_bias_after(past: usize, new: usize, window: Option<usize>, device: &Device) -> Result<Tensor> {
     let keys = past + new;
+    let seen = |q: usize, k: usize| k <= past + q && window.is_none_or(|w| past + q - k < w);
     let bias: Vec<f32> =
-        (0..new).flat_map(|q| (0..keys).map(move |k| if k <= past + q { 0.0 } else { f32::NEG_INFINITY })).collect();
+        (0..new).flat_map(|q| (0..keys).map(move |k| if seen(q, k) { 0.0 } else { f32::NEG_INFINITY })).collect();
     Ok(Tensor::from_vec(bias, (1, 1, new, keys), device)?)
+}
+
+/// The masks of one block of queries: every key before them, and (Needle 3's windowed layers)
+/// only the last `sliding_window` of them.
+#[derive(Debug, Clone)]
+struct Masks {
+    whole: Tensor,
+    windowed: Tensor,
+}
+
+impl Masks {
+    fn new(past: usize, new: usize, window: Option<usize>, device: &Device) -> Result<Self> {
+        let whole = causal_bias_after(past, new, None, device)?;
+        let windowed = match window {
+            Some(_) => causal_bias_after(past, new, window, device)?,
+            None => whole.clone(),
+        };
+        Ok(Self { whole, windowed })
+    }
+
+    fn get(&self, windowed: bool) -> &Tensor {
+        if windowed {
+            &self.windowed
+        } else {
+            &self.whole
+        }
+    }
 }
 
 /// One layer's keys and values of the positions decoded so far, `[B, kv_heads, T, head_dim]`
@@ -86,20 +118,22 @@ impl LayerKv {
 #[derive(Debug, Clone)]
 pub struct AttentionLayout {
     groups: Vec<Group>,
+    /// Needle 3's Q/K/V convolution over the packed rows (`None` when decoding).
+    conv: Option<CausalTaps>,
 }
 
 /// One prefix and the tails continuing it, or (with no prefix) the rows that share nothing.
 #[derive(Debug, Clone)]
 struct Group {
-    /// The prefix's packed range, its rotary tables and its mask.
-    prefix: Option<(Range<usize>, Rope, Tensor)>,
+    /// The prefix's packed range, its rotary tables and its masks.
+    prefix: Option<(Range<usize>, Rope, Masks)>,
     tails: Tails,
     rows: usize,
     /// The longest tail: every tail is padded to it (padding sits after its row's real tokens).
     len: usize,
-    /// The tails' rotary tables and mask (their positions follow the prefix's).
+    /// The tails' rotary tables and masks (their positions follow the prefix's).
     rope: Rope,
-    mask: Tensor,
+    masks: Masks,
 }
 
 /// Where a group's tails are among the packed tokens.
@@ -113,38 +147,52 @@ enum Tails {
 }
 
 impl AttentionLayout {
-    /// The layout of `packing` on `device`, with rotary tables from `rope` (positions from 0).
-    pub fn new(packing: &Packing, rope: &Rope, device: &Device) -> Result<Self> {
+    /// The layout of `packing` for a model of `cfg` on `device`, with rotary tables from `rope`
+    /// (positions from 0).
+    pub fn new(packing: &Packing, cfg: &ModelConfig, rope: &Rope, device: &Device) -> Result<Self> {
+        let window = (cfg.sliding_window > 0).then_some(cfg.sliding_window);
         let mut groups = Vec::new();
         let mut unshared = Vec::new();
         for family in packing.families() {
             match family.prefix() {
-                Some(prefix) => groups.push(Group::new(packing, Some(prefix), &family.tails, rope, device)?),
+                Some(prefix) => groups.push(Group::new(packing, Some(prefix), &family.tails, rope, window, device)?),
                 None => unshared.push(family.head),
             }
         }
         if !unshared.is_empty() {
-            groups.push(Group::new(packing, None, &unshared, rope, device)?);
+            groups.push(Group::new(packing, None, &unshared, rope, window, device)?);
         }
-        Ok(Self { groups })
+        let conv = match cfg.qkv_conv_taps {
+            0 => None,
+            taps => Some(CausalTaps::new(packing, taps, 1, device)?),
+        };
+        Ok(Self { groups, conv })
     }
 
     /// One row of `len` new tokens after `past` cached positions (a decoding step).
-    pub fn decode(past: usize, len: usize, rope: &Rope, device: &Device) -> Result<Self> {
+    pub fn decode(past: usize, len: usize, cfg: &ModelConfig, rope: &Rope, device: &Device) -> Result<Self> {
+        let window = (cfg.sliding_window > 0).then_some(cfg.sliding_window);
         let group = Group {
             prefix: None,
             tails: Tails::Block(0),
             rows: 1,
             len,
             rope: rope.at(past, len)?,
-            mask: causal_bias_after(past, len, device)?,
+            masks: Masks::new(past, len, window, device)?,
         };
-        Ok(Self { groups: vec![group] })
+        Ok(Self { groups: vec![group], conv: None })
     }
 }
 
 impl Group {
-    fn new(packing: &Packing, prefix: Option<usize>, members: &[usize], rope: &Rope, device: &Device) -> Result<Self> {
+    fn new(
+        packing: &Packing,
+        prefix: Option<usize>,
+        members: &[usize],
+        rope: &Rope,
+        window: Option<usize>,
+        device: &Device,
+    ) -> Result<Self> {
         let segments = packing.segments();
         let len = members.iter().map(|&t| segments[t].len).max().unwrap_or(0);
         let start = segments[members[0]].start;
@@ -168,7 +216,7 @@ impl Group {
         };
         let first = prefix.map_or(0, |p| segments[p].len);
         let prefix = match prefix.map(|p| segments[p]) {
-            Some(seg) => Some((seg.range(), rope.at(0, seg.len)?, causal_bias_after(0, seg.len, device)?)),
+            Some(seg) => Some((seg.range(), rope.at(0, seg.len)?, Masks::new(0, seg.len, window, device)?)),
             None => None,
         };
         Ok(Self {
@@ -177,7 +225,7 @@ impl Group {
             rows: members.len(),
             len,
             rope: rope.at(first, len)?,
-            mask: causal_bias_after(first, len, device)?,
+            masks: Masks::new(first, len, window, device)?,
         })
     }
 }
@@ -192,26 +240,58 @@ pub struct Attention {
     pub(in crate::model) out_proj: Linear,
     pub(in crate::model) q_norm: ZcRmsNorm,
     pub(in crate::model) k_norm: ZcRmsNorm,
+    /// Needle 3's convolution taps on Q, K and V, `[taps, width]` each.
+    conv_taps: Option<[Tensor; 3]>,
+    /// The positions a query sees back to, itself included, in a windowed layer (Needle 3).
+    window: Option<usize>,
     num_heads: usize,
     num_kv_heads: usize,
-    head_dim: usize,
+    qk_dim: usize,
+    v_dim: usize,
 }
 
 impl Attention {
-    pub fn new(cfg: &ModelConfig, vb: ParamPath) -> Result<Self> {
-        let (d, attn_dim, kv_dim, head_dim) = (cfg.d_model, cfg.resolved_attn_dim(), cfg.kv_dim(), cfg.head_dim());
+    /// Layer `layer`'s attention.
+    pub fn new(cfg: &ModelConfig, layer: usize, vb: ParamPath) -> Result<Self> {
+        let (d, heads, kv_heads) = (cfg.d_model, cfg.num_heads, cfg.num_kv_heads);
+        let (qk_dim, v_dim) = (cfg.qk_head_dim(), cfg.v_head_dim());
+        let conv_taps = match cfg.qkv_conv_taps {
+            0 => None,
+            taps => Some([
+                vb.get(&[taps, heads * qk_dim], "q_taps")?,
+                vb.get(&[taps, kv_heads * qk_dim], "k_taps")?,
+                vb.get(&[taps, kv_heads * v_dim], "v_taps")?,
+            ]),
+        };
         Ok(Self {
-            q_proj: vb.pp("q_proj").linear(d, attn_dim, "kernel")?,
-            k_proj: vb.pp("k_proj").linear(d, kv_dim, "kernel")?,
-            v_proj: vb.pp("v_proj").linear(d, kv_dim, "kernel")?,
-            gate_proj: vb.pp("gate_proj").linear(d, attn_dim, "kernel")?,
-            out_proj: vb.pp("out_proj").linear(attn_dim, d, "kernel")?,
-            q_norm: ZcRmsNorm::new(head_dim, vb.pp("q_norm"))?,
-            k_norm: ZcRmsNorm::new(head_dim, vb.pp("k_norm"))?,
-            num_heads: cfg.num_heads,
-            num_kv_heads: cfg.num_kv_heads,
-            head_dim,
+            q_proj: vb.pp("q_proj").linear(d, heads * qk_dim, "kernel")?,
+            k_proj: vb.pp("k_proj").linear(d, kv_heads * qk_dim, "kernel")?,
+            v_proj: vb.pp("v_proj").linear(d, kv_heads * v_dim, "kernel")?,
+            gate_proj: vb.pp("gate_proj").linear(d, heads * v_dim, "kernel")?,
+            out_proj: vb.pp("out_proj").linear(heads * v_dim, d, "kernel")?,
+            q_norm: ZcRmsNorm::new(qk_dim, vb.pp("q_norm"))?,
+            k_norm: ZcRmsNorm::new(qk_dim, vb.pp("k_norm"))?,
+            conv_taps,
+            window: cfg.attention_window(layer),
+            num_heads: heads,
+            num_kv_heads: kv_heads,
+            qk_dim,
+            v_dim,
         })
+    }
+
+    /// The projections of `x`, through the Q/K/V convolution where the model has one.
+    fn projections(&self, x: &Tensor, layout: &AttentionLayout, low_rank: Option<&LowRank>) -> Result<[Tensor; 3]> {
+        let projected = [&self.q_proj, &self.k_proj, &self.v_proj].map(|p| p.forward(x, low_rank));
+        let [q, k, v] = projected;
+        let (q, k, v) = (q?, k?, v?);
+        match (&self.conv_taps, &layout.conv) {
+            (None, _) => Ok([q, k, v]),
+            (Some([qt, kt, vt]), Some(conv)) => Ok([conv.apply(&q, qt)?, conv.apply(&k, kt)?, conv.apply(&v, vt)?]),
+            (Some(_), None) => Err(ModelError::Unsupported {
+                what: "decoding a model with Q/K/V convolution taps (Needle 3) step by step".into(),
+            }),
+        }
     }
 
     /// Packed tokens `x` `[N, d_model]` → `[N, d_model]`, attending as `layout` says; `low_rank`
@@ -225,21 +305,17 @@ impl Attention {
         mut cache: Option<&mut LayerKv>,
     ) -> Result<Tensor> {
         let n = x.dim(0)?;
-        let q =
-            self.q_norm.forward(&self.q_proj.forward(x, low_rank)?.reshape((n, self.num_heads, self.head_dim))?)?;
-        let k = self.k_norm.forward(&self.k_proj.forward(x, low_rank)?.reshape((
-            n,
-            self.num_kv_heads,
-            self.head_dim,
-        ))?)?;
-        let v = self.v_proj.forward(x, low_rank)?.reshape((n, self.num_kv_heads, self.head_dim))?;
+        let [q, k, v] = self.projections(x, layout, low_rank)?;
+        let q = self.q_norm.forward(&q.reshape((n, self.num_heads, self.qk_dim))?)?;
+        let k = self.k_norm.forward(&k.reshape((n, self.num_kv_heads, self.qk_dim))?)?;
+        let v = v.reshape((n, self.num_kv_heads, self.v_dim))?;
         let mut outs = Vec::with_capacity(2 * layout.groups.len());
         for group in &layout.groups {
             let shared = match &group.prefix {
-                Some((range, rope, mask)) => {
+                Some((range, rope, masks)) => {
                     let heads = |t: &Tensor| self.rows_to_heads(&t.narrow(0, range.start, range.len())?.unsqueeze(0)?);
                     let (q, k, v) = (rope.apply(&heads(&q)?)?, rope.apply(&heads(&k)?)?, heads(&v)?);
-                    outs.push(self.heads_to_rows(&self.attend(&q, &k, &v, mask)?)?);
+                    outs.push(self.heads_to_rows(&self.attend(&q, &k, &v, masks.get(self.window.is_some()))?)?);
                     Some((k, v))
                 }
                 None => None,
@@ -249,19 +325,19 @@ impl Attention {
                     Tails::Block(start) => t.narrow(0, *start, group.rows * group.len)?,
                     Tails::Padded { gather, .. } => t.index_select(gather, 0)?,
                 };
-                self.rows_to_heads(&block.reshape((group.rows, group.len, t.dim(1)?, self.head_dim))?)
+                self.rows_to_heads(&block.reshape((group.rows, group.len, t.dim(1)?, t.dim(2)?))?)
             };
             let q = group.rope.apply(&heads(&q)?)?;
             let (mut k, mut v) = (group.rope.apply(&heads(&k)?)?, heads(&v)?);
             if let Some((shared_k, shared_v)) = shared {
-                let wide = |t: &Tensor| t.broadcast_as((group.rows, t.dim(1)?, t.dim(2)?, self.head_dim));
+                let wide = |t: &Tensor| t.broadcast_as((group.rows, t.dim(1)?, t.dim(2)?, t.dim(3)?));
                 k = Tensor::cat(&[&wide(&shared_k)?, &k], 2)?;
                 v = Tensor::cat(&[&wide(&shared_v)?, &v], 2)?;
             }
             if let Some(cache) = cache.as_deref_mut() {
                 (k, v) = cache.extend(k, v)?;
             }
-            let out = self.heads_to_rows(&self.attend(&q, &k, &v, &group.mask)?)?;
+            let out = self.heads_to_rows(&self.attend(&q, &k, &v, group.masks.get(self.window.is_some()))?)?;
             outs.push(match &group.tails {
                 Tails::Block(_) => out,
                 Tails::Padded { scatter, .. } => out.index_select(scatter, 0)?,
@@ -272,10 +348,11 @@ impl Attention {
         self.out_proj.forward(&gated, low_rank)
     }
 
-    /// `softmax(q·kᵀ/√hd + mask)·v` over `[B, H, T, hd]` queries and `[B, kv_heads, S, hd]` keys.
+    /// `softmax(q·kᵀ/√qk + mask)·v` over `[B, H, T, qk]` queries, `[B, kv_heads, S, qk]` keys and
+    /// `[B, kv_heads, S, v]` values.
     fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> Result<Tensor> {
         let (k, v) = (self.share_kv(k)?, self.share_kv(v)?);
-        let weights = causal_softmax(&q.matmul(&k.t()?)?, 1.0 / (self.head_dim as f64).sqrt(), mask)?;
+        let weights = causal_softmax(&q.matmul(&k.t()?)?, 1.0 / (self.qk_dim as f64).sqrt(), mask, self.window)?;
         Ok(weights.matmul(&v)?)
     }
 

@@ -4,6 +4,7 @@
 
 use candle_core::{Device, Tensor, D};
 
+use super::conv::CausalTaps;
 use crate::config::{ConfigError, EngramDims, ModelConfig, ENGRAM_CONV_TAPS};
 use crate::model::kernels::sigmoid;
 use crate::model::norm::rms_unit;
@@ -21,6 +22,9 @@ pub struct EngramGeometry {
     pub orders: Vec<usize>,
     pub dims: EngramDims,
     pub slots: usize,
+    /// The hash seeds' stride over heads: `engram_seed_heads` when set (a width-sliced Needle 3
+    /// keeps its parent's seeds), else the heads per order.
+    pub seed_stride: usize,
 }
 
 impl EngramGeometry {
@@ -38,7 +42,8 @@ impl EngramGeometry {
                 ),
             });
         }
-        Ok(Self { orders: cfg.engram_orders.clone(), dims, slots: cfg.engram_slots })
+        let seed_stride = if cfg.engram_seed_heads == 0 { dims.heads } else { cfg.engram_seed_heads };
+        Ok(Self { orders: cfg.engram_orders.clone(), dims, slots: cfg.engram_slots, seed_stride })
     }
 
     /// Earlier tokens one position's memory reads: the convolution's reach back plus its n-gram's,
@@ -57,7 +62,7 @@ pub fn engram_indices(packing: &Packing, geometry: &EngramGeometry) -> Vec<u32> 
     for i in 0..packing.len() {
         for (oi, &order) in geometry.orders.iter().enumerate() {
             for h in 0..heads {
-                let seed = HASH_SEED.wrapping_mul((oi * heads + h + 1) as u32);
+                let seed = HASH_SEED.wrapping_mul((oi * geometry.seed_stride + h + 1) as u32);
                 let acc = (0..order).fold(seed, |acc, j| {
                     let token = packing.earlier(i, j).map_or(0, |p| packing.ids[p]);
                     (acc ^ token).wrapping_mul(HASH_PRIME)
@@ -77,9 +82,8 @@ pub struct EngramLookup {
     /// `[N, tables, 1]`: 1 where the n-gram of that table's order fits in the causal window
     /// (the reference's `_mask_diag(causal, order − 1)`), else 0.
     ngram_ok: Tensor,
-    /// Per convolution tap j ≥ 1: the packed index of the token `j · dilation` positions earlier
-    /// in the same row, or `N` (a zero row) before the row's start.
-    taps_from: Vec<Tensor>,
+    /// The value convolution's taps, `dilation` positions apart.
+    taps: CausalTaps,
     tokens: usize,
 }
 
@@ -100,18 +104,11 @@ impl EngramLookup {
                 })
             })
             .collect();
-        let taps_from = (1..ENGRAM_CONV_TAPS)
-            .map(|j| {
-                let from: Vec<u32> = (0..tokens)
-                    .map(|i| packing.earlier(i, j * geometry.dims.dilation).unwrap_or(tokens) as u32)
-                    .collect();
-                Tensor::from_vec(from, tokens, device)
-            })
-            .collect::<candle_core::Result<_>>()?;
+        let taps = CausalTaps::new(packing, ENGRAM_CONV_TAPS, geometry.dims.dilation, device)?;
         Ok(Self {
             flat_slots: Tensor::from_vec(flat, tokens * tables, device)?,
             ngram_ok: Tensor::from_vec(ok, (tokens, tables, 1), device)?,
-            taps_from,
+            taps,
             tokens,
         })
     }
@@ -186,21 +183,8 @@ impl Engram {
         let fetched = rows.index_select(&lookup.flat_slots, 0)?.reshape((n, tables, sub_dim))?;
         let e = fetched.broadcast_mul(&lookup.ngram_ok)?.reshape((n, g.dims.width()))?;
         let key = e.matmul(&self.key_proj)?;
-        let value = self.causal_conv(&e.matmul(&self.value_proj)?, lookup)?;
+        let value = lookup.taps.apply(&e.matmul(&self.value_proj)?, &self.taps)?;
         Ok(EngramKv { key, value })
-    }
-
-    /// `Σ_j taps[j] · v[t − j·dilation]` along each row. The reference also multiplies tap j by
-    /// `_mask_diag(causal, j·dilation)`, which under a causal mask is exactly the zeros before the
-    /// row's start, so it is not repeated here.
-    fn causal_conv(&self, v: &Tensor, lookup: &EngramLookup) -> Result<Tensor> {
-        // A zero row at index N stands for every position before a row's start.
-        let padded = Tensor::cat(&[v, &v.narrow(0, 0, 1)?.zeros_like()?], 0)?;
-        let mut out = v.broadcast_mul(&self.taps.get(0)?)?;
-        for (j, from) in lookup.taps_from.iter().enumerate() {
-            out = (out + padded.index_select(from, 0)?.broadcast_mul(&self.taps.get(j + 1)?)?)?;
-        }
-        Ok(out)
     }
 }
 
@@ -211,7 +195,7 @@ mod tests {
 
     fn geometry(orders: Vec<usize>, heads: usize, slots: usize) -> EngramGeometry {
         let (tables, dilation) = (orders.len() * heads, orders.iter().copied().max().unwrap_or(1));
-        EngramGeometry { orders, dims: EngramDims { heads, tables, sub_dim: 1, dilation }, slots }
+        EngramGeometry { orders, dims: EngramDims { heads, tables, sub_dim: 1, dilation }, slots, seed_stride: heads }
     }
 
     #[test]

@@ -129,7 +129,7 @@ impl Network {
         let rows: Vec<Encoded> =
             rows.into_iter().map(|ids| Encoded { mask: vec![1.0; ids.len()], ids, truncated: false }).collect();
         let hidden = self.hidden(&Packing::new(&rows, false)?, None)?;
-        Ok(self.logits(&hidden)?.reshape((b, t, self.cfg.vocab_size))?)
+        Ok(self.logits(&hidden)?.reshape((b, t, self.output_rows()))?)
     }
 
     /// `(Σ ce·mask, Σ mask)` of a packed batch (see [`crate::model::masked_ce_sum`]), with only the scored
@@ -146,7 +146,15 @@ impl Network {
 
     /// Hidden states `[…, d_model]` → logits through the tied (frozen) embedding.
     fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
-        Ok(frozen_matmul(hidden, &self.embedding.t()?)?)
+        Ok(frozen_matmul(hidden, &self.embedding.narrow(0, 0, self.output_rows())?.t()?)?)
+    }
+
+    /// The vocabulary rows the output head scores: Needle 3's `out_vocab` text slice, else all.
+    pub fn output_rows(&self) -> usize {
+        match self.cfg.out_vocab {
+            0 => self.cfg.vocab_size,
+            rows => rows,
+        }
     }
 
     /// A packed batch → final hidden states `[N, d_model]`.
@@ -162,10 +170,10 @@ impl Network {
         let device = self.device();
         let ids = Tensor::from_slice(&packing.ids, packing.len(), device)?;
         let embedded = (self.embedding.index_select(&ids, 0)? * (self.cfg.d_model as f64).sqrt())?;
-        let rope = Rope::new(self.cfg.head_dim(), packing.longest_row(), self.cfg.rope_theta, device)?;
+        let rope = Rope::new(self.cfg.qk_head_dim(), packing.longest_row(), self.cfg.rope_theta, device)?;
         Ok(LayerInputs {
             embedded,
-            layout: AttentionLayout::new(packing, &rope, device)?,
+            layout: AttentionLayout::new(packing, &self.cfg, &rope, device)?,
             memories: self.engram_memories(packing)?,
         })
     }
@@ -259,7 +267,7 @@ impl Network {
             .iter()
             .map(|memory| memory.positions(past - window_start, s))
             .collect::<Result<Vec<_>>>()?;
-        let layout = AttentionLayout::decode(past, s, &state.rope, device)?;
+        let layout = AttentionLayout::decode(past, s, &self.cfg, &state.rope, device)?;
         let mut lanes = self.stack.spread(&embedded)?;
         for (index, cache) in state.layers.iter_mut().enumerate() {
             lanes = self.stack.layer(index, &lanes, &layout, &memories, None, Some(cache))?;
@@ -298,18 +306,27 @@ fn validate(cfg: &ModelConfig) -> Result<()> {
             return invalid(field, "is 0; it must be ≥ 1".into());
         }
     }
+    // Needle 2's heads (and Needle 3's when it leaves a width out) split `attn_dim`.
     let head_dim = cfg.head_dim();
-    if head_dim == 0 || head_dim * cfg.num_heads != cfg.attn_dim || head_dim & 1 == 1 {
+    let legacy_odd = cfg.qk_head_dim == 0 && head_dim & 1 == 1;
+    if (cfg.qk_head_dim == 0 || cfg.v_head_dim == 0)
+        && (head_dim == 0 || head_dim * cfg.num_heads != cfg.attn_dim || legacy_odd)
+    {
         return invalid(
             "attn_dim",
             format!("{} must split into {} heads of an even width", cfg.attn_dim, cfg.num_heads),
         );
     }
+    if cfg.qk_head_dim & 1 == 1 {
+        return invalid("qk_head_dim", format!("is {}; RoPE rotates halves, so it must be even", cfg.qk_head_dim));
+    }
     if cfg.num_heads / cfg.num_kv_heads * cfg.num_kv_heads != cfg.num_heads {
         return invalid("num_kv_heads", format!("{} must divide num_heads {}", cfg.num_kv_heads, cfg.num_heads));
     }
-    if let Some(layer) = cfg.engram_layers.iter().find(|&&l| l >= cfg.num_layers) {
-        return invalid("engram_layers", format!("names layer {layer} but the model has {} layers", cfg.num_layers));
+    for (field, layers) in [("engram_layers", &cfg.engram_layers), ("global_layers", &cfg.global_layers)] {
+        if let Some(layer) = layers.iter().find(|&&l| l >= cfg.num_layers) {
+            return invalid(field, format!("names layer {layer} but the model has {} layers", cfg.num_layers));
+        }
     }
     Ok(())
 }
@@ -317,7 +334,7 @@ fn validate(cfg: &ModelConfig) -> Result<()> {
 /// Checks the multi-token-prediction parameters' presence and shapes.
 fn check_mtp(cfg: &ModelConfig, root: &ParamPath) -> Result<()> {
     let d = cfg.d_model;
-    Block::new(cfg, root.pp("mtp_block"))?;
+    Block::new(cfg, 0, root.pp("mtp_block"))?;
     root.pp("mtp_combine").get(&[2 * d, d], "kernel")?;
     ZcRmsNorm::new(d, root.pp("mtp_emb_norm"))?;
     ZcRmsNorm::new(d, root.pp("mtp_final_norm"))?;

@@ -1,0 +1,66 @@
+//! Needle 3 checkpoints (cactus-needle 3.x's `write_checkpoint`): a safetensors file whose tensors
+//! are the params under their `/`-joined flax paths, with `format_version`, the model's `config`
+//! (JSON), `step` and `run` as string metadata.
+
+use std::collections::BTreeMap;
+
+use safetensors::{Dtype, SafeTensors};
+
+use super::{Checkpoint, CheckpointError, DType, FileReader, NdArray, FORMAT_VERSION};
+use crate::config::ModelConfig;
+
+/// Keys of a Needle 2 config that Needle 3's `TransformerConfig` lacks, so `from_saved` drops them
+/// (a stray `attn_dim` would otherwise set the head widths).
+const NEEDLE2_ONLY: [&str; 2] = ["attn_dim", "contrastive_dim"];
+
+impl FileReader<'_> {
+    pub(super) fn needle3_checkpoint(&self, bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
+        let invalid = |reason: String| CheckpointError::Safetensors { path: self.path.to_owned(), reason };
+        let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| invalid(e.to_string()))?;
+        let metadata = header.metadata().clone().unwrap_or_default();
+        let text = |key: &str| metadata.get(key).map(String::as_str).unwrap_or_default();
+        if text("format_version") != FORMAT_VERSION.to_string() {
+            let found = format!("{:?}", text("format_version"));
+            return Err(CheckpointError::FormatVersion { path: self.path.to_owned(), found });
+        }
+        let config = self.needle3_config(text("config"))?;
+        let step = match text("step") {
+            "" => None,
+            step => Some(step.parse::<i64>().map_err(|e| self.config_value("step", e.to_string()))?),
+        };
+        let tensors = SafeTensors::deserialize(bytes).map_err(|e| invalid(e.to_string()))?;
+        let params = tensors
+            .tensors()
+            .into_iter()
+            .map(|(name, view)| {
+                let dtype = match view.dtype() {
+                    Dtype::F32 => DType::F32,
+                    Dtype::F16 => DType::F16,
+                    other => {
+                        let (path, dtype) = (self.path.to_owned(), format!("{other:?}"));
+                        return Err(CheckpointError::ParamDtype { path, name, dtype });
+                    }
+                };
+                let array = NdArray { dtype, shape: view.shape().to_vec(), data: view.data().to_vec() };
+                Ok((name.clone(), self.nonempty(&name, array)?))
+            })
+            .collect::<Result<BTreeMap<_, _>, _>>()?;
+        Ok(Checkpoint { source: self.path.to_owned(), params, config, step })
+    }
+
+    /// The `config` metadata over Needle 3's defaults.
+    fn needle3_config(&self, json: &str) -> Result<ModelConfig, CheckpointError> {
+        let fields = match serde_json::from_str(json) {
+            Ok(serde_json::Value::Object(fields)) => fields,
+            Ok(_) => return Err(self.config_value("config", "is not a JSON object of TransformerConfig fields".into())),
+            Err(e) => return Err(self.config_value("config", format!("is not JSON: {e}"))),
+        };
+        let known = super::config_field_names();
+        let fields = fields.into_iter().filter(|(key, _)| known.contains(key) && !NEEDLE2_ONLY.contains(&key.as_str()));
+        self.config_from_json(fields.collect(), ModelConfig::needle3_defaults())
+    }
+
+    fn config_value(&self, key: &str, problem: String) -> CheckpointError {
+        CheckpointError::ConfigValue { path: self.path.to_owned(), key: key.into(), problem }
+    }
+}
