@@ -264,6 +264,14 @@ pub fn cq_encode(weights: &[f32], in_dim: usize, bits: Bits) -> Vec<u8> {
     blob
 }
 
+/// A row-major `[out, in_dim]` matrix as its CQ encoding decodes: the weights a `.cact` ships, which
+/// quantization-aware training computes with (the reference's `cq_quantize`).
+pub fn cq_round_trip(weights: &[f32], in_dim: usize, bits: Bits) -> Vec<f32> {
+    let out = weights.len().checked_div(in_dim).unwrap_or(0);
+    // The blob was made for this shape, so it decodes.
+    cq_decode(&cq_encode(weights, in_dim, bits), out, in_dim, bits).unwrap_or_default()
+}
+
 /// A CQ blob that cannot be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CqBlobError {

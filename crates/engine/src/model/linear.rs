@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use candle_core::Tensor;
 
 use super::kernels::frozen_matmul;
+use super::params::cq_along;
 use super::Result;
 
 /// Low-rank updates for some kernels of a network: `(A, B)` by kernel path and layer, and the
@@ -54,26 +55,40 @@ impl LowRank {
 /// A frozen kernel `[in, out]`, named by its checkpoint path and layer.
 #[derive(Debug, Clone)]
 pub struct Linear {
+    /// The kernel the forward multiplies by: as stored, or under QAT through CQ.
     pub(super) weight: Tensor,
+    /// Under QAT, the kernel as stored, which an adapter merges into before CQ.
+    pub(super) stored: Option<Tensor>,
     pub(super) path: String,
     pub(super) layer: usize,
 }
 
 impl Linear {
-    pub fn new(weight: Tensor, path: String, layer: usize) -> Self {
-        Self { weight, path, layer }
-    }
-
-    /// `x` `[…, in]` → `x·W` (`+ s·(x·A)·B` when `low_rank` adapts this kernel).
+    /// `x` `[…, in]` → `x·W` (`+ s·(x·A)·B` when `low_rank` adapts this kernel). Under QAT an adapted
+    /// kernel is `CQ(W + s·A·B)`, what `needle build` would ship, with the gradient passed straight
+    /// through the quantizer to `A` and `B` (the reference's `cq_ste_params(merge_lora(…))`).
     pub fn forward(&self, x: &Tensor, low_rank: Option<&LowRank>) -> Result<Tensor> {
-        let y = frozen_matmul(x, &self.weight)?;
         let Some(((a, b), scale)) = low_rank.and_then(|l| Some((l.get(&self.path, self.layer)?, l.scale))) else {
-            return Ok(y);
+            return Ok(frozen_matmul(x, &self.weight)?);
         };
         let dims = x.dims();
         let rows = x.elem_count() / dims[dims.len() - 1];
-        let update = x.reshape((rows, dims[dims.len() - 1]))?.matmul(a)?.matmul(b)?;
-        let update = (update.reshape(y.shape())? * scale)?;
-        Ok((y + update)?)
+        let update = |x: &Tensor| -> Result<Tensor> {
+            Ok((x.reshape((rows, dims[dims.len() - 1]))?.matmul(a)?.matmul(b)? * scale)?)
+        };
+        match &self.stored {
+            None => {
+                let y = frozen_matmul(x, &self.weight)?;
+                Ok((&y + update(x)?.reshape(y.shape())?)?)
+            }
+            Some(stored) => {
+                let merged = (stored + (a.detach().matmul(&b.detach())? * scale)?)?;
+                let y = frozen_matmul(x, &cq_along(&merged, true)?)?;
+                // The update's value is already in `y`: it adds only its gradient, and none to `x`
+                // (whose gradient comes from the quantized kernel alone).
+                let through = update(&x.detach())?.reshape(y.shape())?;
+                Ok((y + (&through - through.detach())?)?)
+            }
+        }
     }
 }

@@ -45,7 +45,7 @@ pub use eval::{evaluate, EvalSummary, Forward};
 pub use fast::{CpuNetwork, HostGrads, Workspace};
 pub use linear::LowRank;
 pub use loss::{masked_ce_sum, masked_loss};
-pub use params::{ParamPath, Params};
+pub use params::{ParamPath, Params, Qat};
 pub use san::Network;
 
 /// What can go wrong building or running the network.

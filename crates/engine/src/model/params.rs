@@ -11,7 +11,9 @@ use candle_core::{Device, Tensor};
 
 use super::linear::Linear;
 use super::{ModelError, Result};
+use crate::cact::quant::{cq_round_trip, Bits};
 use crate::checkpoint::Checkpoint;
+use crate::config::ModelConfig;
 
 /// Named f32 tensors on one device, with a record of which ones the network consumed.
 #[derive(Debug)]
@@ -20,7 +22,23 @@ pub struct Params {
     used: RefCell<BTreeSet<String>>,
     device: Device,
     missing: Missing,
+    /// Set by [`Params::for_qat`]: the network built on these weights fake-quantizes as it computes.
+    qat: Option<Qat>,
+    /// Under QAT, each kernel as stored, before CQ: what an adapter merges into.
+    stored_kernels: BTreeMap<String, Tensor>,
 }
+
+/// Quantization-aware training (Needle 3's recipe, the reference's `quant=True`): the weights a
+/// `.cact` ships (CQ at [`QAT_WEIGHT_BITS`], straight-through), activations at `act_bits` and
+/// queries, keys and values at 8 bits (keys and values only when `kv_bits` is 8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Qat {
+    pub act_bits: u32,
+    pub kv_bits: u32,
+}
+
+/// The CQ width quantization-aware training computes with (the reference's `WEIGHT_BITS`).
+pub const QAT_WEIGHT_BITS: Bits = Bits::Four;
 
 /// What a parameter the network asks for but the source lacks becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +84,41 @@ impl Params {
     }
 
     fn with(tensors: BTreeMap<String, Tensor>, device: &Device, missing: Missing) -> Self {
-        Self { tensors: RefCell::new(tensors), used: RefCell::new(BTreeSet::new()), device: device.clone(), missing }
+        Self {
+            tensors: RefCell::new(tensors),
+            used: RefCell::new(BTreeSet::new()),
+            device: device.clone(),
+            missing,
+            qat: None,
+            stored_kernels: BTreeMap::new(),
+        }
+    }
+
+    /// The weights as quantization-aware training computes with them (the reference's
+    /// `cq_ste_params`): every kernel, embedding and mHC projection through CQ and back along the
+    /// axis it reduces, each kernel kept as stored too for adapters to merge into.
+    pub fn for_qat(mut self, cfg: &ModelConfig) -> Result<Self> {
+        if !matches!(cfg.kv_bits, 0 | 8) || cfg.act_bits < 2 {
+            let what = format!(
+                "quantization-aware training at act_bits {} and kv_bits {} (8 and 8, or kv_bits 0)",
+                cfg.act_bits, cfg.kv_bits
+            );
+            return Err(ModelError::Unsupported { what });
+        }
+        for (path, tensor) in self.tensors.get_mut().iter_mut() {
+            let Some(second_last) = quantized_axis(path, tensor.rank()) else { continue };
+            if path.ends_with("/kernel") {
+                self.stored_kernels.insert(path.clone(), tensor.clone());
+            }
+            *tensor = cq_along(tensor, second_last)?;
+        }
+        self.qat = Some(Qat { act_bits: cfg.act_bits, kv_bits: cfg.kv_bits });
+        Ok(self)
+    }
+
+    /// Whether the network built on these weights fake-quantizes ([`Params::for_qat`]).
+    pub fn qat(&self) -> Option<Qat> {
+        self.qat
     }
 
     /// Every parameter path with its (stacked) shape, in path order.
@@ -154,6 +206,26 @@ impl Params {
     }
 }
 
+/// Whether QAT quantizes the weight at `path` (of `rank` axes), and if so whether along its
+/// second-last axis (kernels and mHC projections reduce it) rather than its last (embeddings).
+fn quantized_axis(path: &str, rank: usize) -> Option<bool> {
+    let key = path.rsplit('/').next().unwrap_or(path);
+    let second_last = key == "kernel" || key.starts_with("mhc_phi");
+    (rank >= 2 && (second_last || key == "embedding")).then_some(second_last)
+}
+
+/// `weight` through CQ at [`QAT_WEIGHT_BITS`] and back, its groups running along the last axis, or
+/// along the second-last when `second_last`.
+pub(super) fn cq_along(weight: &Tensor, second_last: bool) -> Result<Tensor> {
+    let rank = weight.rank();
+    let rows = if second_last { weight.transpose(rank - 2, rank - 1)?.contiguous()? } else { weight.contiguous()? };
+    let dims = rows.dims().to_vec();
+    let values = rows.flatten_all()?.to_vec1::<f32>()?;
+    let quantized = cq_round_trip(&values, dims[rank - 1], QAT_WEIGHT_BITS);
+    let quantized = Tensor::from_vec(quantized, dims, weight.device())?;
+    Ok(if second_last { quantized.transpose(rank - 2, rank - 1)?.contiguous()? } else { quantized })
+}
+
 /// A position in the parameter tree, optionally restricted to one layer of a stacked group.
 #[derive(Debug, Clone)]
 pub struct ParamPath<'a> {
@@ -179,11 +251,22 @@ impl<'a> ParamPath<'a> {
         self.params.device()
     }
 
+    /// Whether the network fake-quantizes ([`Params::for_qat`]).
+    pub fn qat(&self) -> Option<Qat> {
+        self.params.qat
+    }
+
     /// The kernel `name` here (per-layer shape `[in, out]`) as a frozen projection that a
     /// [`LowRank`](super::LowRank) update can adapt.
     pub fn linear(&self, in_dim: usize, out_dim: usize, name: &str) -> Result<Linear> {
         let weight = self.get(&[in_dim, out_dim], name)?;
-        Ok(Linear::new(weight, self.pp(name).prefix, self.layer.map_or(0, |(index, _)| index)))
+        let (path, layer) = (self.pp(name).prefix, self.layer.map_or(0, |(index, _)| index));
+        let stored = match (self.params.stored_kernels.get(&path), self.layer) {
+            (None, _) => None,
+            (Some(stored), None) => Some(stored.clone()),
+            (Some(stored), Some((index, _))) => Some(stored.narrow(0, index, 1)?.squeeze(0)?),
+        };
+        Ok(Linear { weight, stored, path, layer })
     }
 
     /// The parameter `name` here with the (per-layer) shape `shape`.

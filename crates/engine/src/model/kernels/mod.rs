@@ -15,6 +15,7 @@ use rayon::prelude::*;
 
 mod attention;
 mod cross_entropy;
+mod fake_quant;
 mod hadamard;
 mod lanes;
 mod matmul;
@@ -24,6 +25,7 @@ mod sinkhorn;
 
 pub use attention::{causal_softmax, rope, RopeTables};
 pub use cross_entropy::cross_entropy;
+pub use fake_quant::fake_quant_rows;
 pub use hadamard::hadamard_mlp;
 pub use lanes::{lane_mix, lane_read, lane_spread};
 pub use matmul::frozen_matmul;

@@ -10,11 +10,11 @@ use candle_core::{Device, Tensor};
 
 use super::conv::CausalTaps;
 use crate::config::ModelConfig;
-use crate::model::kernels::{causal_softmax, rope, sigmoid, RopeTables};
+use crate::model::kernels::{causal_softmax, fake_quant_rows, rope, sigmoid, RopeTables};
 use crate::model::linear::{Linear, LowRank};
 use crate::model::norm::ZcRmsNorm;
 use crate::model::packing::Packing;
-use crate::model::params::ParamPath;
+use crate::model::params::{ParamPath, Qat};
 use crate::model::{ModelError, Result};
 
 /// Rotary position tables for one sequence length: `cos`/`sin` of shape `[T, head_dim/2]`.
@@ -244,6 +244,7 @@ pub struct Attention {
     conv_taps: Option<[Tensor; 3]>,
     /// The positions a query sees back to, itself included, in a windowed layer (Needle 3).
     window: Option<usize>,
+    qat: Option<Qat>,
     num_heads: usize,
     num_kv_heads: usize,
     qk_dim: usize,
@@ -273,6 +274,7 @@ impl Attention {
             k_norm: ZcRmsNorm::new(qk_dim, vb.pp("k_norm"))?,
             conv_taps,
             window: cfg.attention_window(layer),
+            qat: vb.qat(),
             num_heads: heads,
             num_kv_heads: kv_heads,
             qk_dim,
@@ -305,6 +307,7 @@ impl Attention {
         mut cache: Option<&mut LayerKv>,
     ) -> Result<Tensor> {
         let n = x.dim(0)?;
+        let x = &self.activations(x)?;
         let [q, k, v] = self.projections(x, layout, low_rank)?;
         let q = self.q_norm.forward(&q.reshape((n, self.num_heads, self.qk_dim))?)?;
         let k = self.k_norm.forward(&k.reshape((n, self.num_kv_heads, self.qk_dim))?)?;
@@ -315,6 +318,7 @@ impl Attention {
                 Some((range, rope, masks)) => {
                     let heads = |t: &Tensor| self.rows_to_heads(&t.narrow(0, range.start, range.len())?.unsqueeze(0)?);
                     let (q, k, v) = (rope.apply(&heads(&q)?)?, rope.apply(&heads(&k)?)?, heads(&v)?);
+                    let (q, k, v) = (self.query(&q)?, self.keys(&k)?, self.keys(&v)?);
                     outs.push(self.heads_to_rows(&self.attend(&q, &k, &v, masks.get(self.window.is_some()))?)?);
                     Some((k, v))
                 }
@@ -327,8 +331,8 @@ impl Attention {
                 };
                 self.rows_to_heads(&block.reshape((group.rows, group.len, t.dim(1)?, t.dim(2)?))?)
             };
-            let q = group.rope.apply(&heads(&q)?)?;
-            let (mut k, mut v) = (group.rope.apply(&heads(&k)?)?, heads(&v)?);
+            let q = self.query(&group.rope.apply(&heads(&q)?)?)?;
+            let (mut k, mut v) = (self.keys(&group.rope.apply(&heads(&k)?)?)?, self.keys(&heads(&v)?)?);
             if let Some((shared_k, shared_v)) = shared {
                 let wide = |t: &Tensor| t.broadcast_as((group.rows, t.dim(1)?, t.dim(2)?, t.dim(3)?));
                 k = Tensor::cat(&[&wide(&shared_k)?, &k], 2)?;
@@ -345,7 +349,31 @@ impl Attention {
         }
         let out = if outs.len() == 1 { outs.remove(0) } else { Tensor::cat(&outs, 0)? };
         let gated = (out * sigmoid(&self.gate_proj.forward(x, low_rank)?)?)?;
-        self.out_proj.forward(&gated, low_rank)
+        self.out_proj.forward(&self.activations(&gated)?, low_rank)
+    }
+
+    /// Under QAT, a projection's input as the runtime's int8 activations see it.
+    fn activations(&self, x: &Tensor) -> Result<Tensor> {
+        match self.qat {
+            Some(qat) => Ok(fake_quant_rows(x, qat.act_bits)?),
+            None => Ok(x.clone()),
+        }
+    }
+
+    /// Under QAT, the queries as the runtime's int8 attention kernel reads them, per head and position.
+    fn query(&self, q: &Tensor) -> Result<Tensor> {
+        match self.qat {
+            Some(_) => Ok(fake_quant_rows(q, 8)?),
+            None => Ok(q.clone()),
+        }
+    }
+
+    /// Under QAT with an int8 KV cache, keys or values as the cache holds them.
+    fn keys(&self, k: &Tensor) -> Result<Tensor> {
+        match self.qat {
+            Some(Qat { kv_bits: 8, .. }) => Ok(fake_quant_rows(k, 8)?),
+            _ => Ok(k.clone()),
+        }
     }
 
     /// `softmax(q·kᵀ/√qk + mask)·v` over `[B, H, T, qk]` queries, `[B, kv_heads, S, qk]` keys and

@@ -6,10 +6,10 @@ use candle_core::{Device, Tensor, D};
 
 use super::conv::CausalTaps;
 use crate::config::{ConfigError, EngramDims, ModelConfig, ENGRAM_CONV_TAPS};
-use crate::model::kernels::sigmoid;
+use crate::model::kernels::{fake_quant_rows, sigmoid};
 use crate::model::norm::rms_unit;
 use crate::model::packing::Packing;
-use crate::model::params::ParamPath;
+use crate::model::params::{ParamPath, Qat};
 use crate::model::{ModelError, Result};
 
 const HASH_SEED: u32 = 0x9E37_79B9;
@@ -161,6 +161,7 @@ pub struct Engram {
     value_proj: Tensor,
     taps: Tensor,
     geometry: EngramGeometry,
+    qat: Option<Qat>,
 }
 
 impl Engram {
@@ -173,6 +174,7 @@ impl Engram {
             value_proj: vb.pp("value_proj").get(&[dims.width(), d], "kernel")?,
             taps: vb.get(&[ENGRAM_CONV_TAPS, d], "taps")?,
             geometry: geometry.clone(),
+            qat: vb.qat(),
         })
     }
 
@@ -182,6 +184,10 @@ impl Engram {
         let rows = self.embedding.reshape((tables * g.slots, sub_dim))?;
         let fetched = rows.index_select(&lookup.flat_slots, 0)?.reshape((n, tables, sub_dim))?;
         let e = fetched.broadcast_mul(&lookup.ngram_ok)?.reshape((n, g.dims.width()))?;
+        let e = match self.qat {
+            Some(qat) => fake_quant_rows(&e, qat.act_bits)?,
+            None => e,
+        };
         let key = e.matmul(&self.key_proj)?;
         let value = lookup.taps.apply(&e.matmul(&self.value_proj)?, &self.taps)?;
         Ok(EngramKv { key, value })

@@ -13,12 +13,12 @@ use crate::checkpoint::Checkpoint;
 use crate::config::ModelConfig;
 use crate::dataset::Encoded;
 use crate::model::decode::DecodeState;
-use crate::model::kernels::frozen_matmul;
+use crate::model::kernels::{fake_quant_rows, frozen_matmul};
 use crate::model::linear::LowRank;
 use crate::model::loss::Scored;
 use crate::model::norm::ZcRmsNorm;
 use crate::model::packing::Packing;
-use crate::model::params::{ParamPath, Params};
+use crate::model::params::{ParamPath, Params, Qat};
 use crate::model::{ModelError, Result};
 
 /// Probe counts of the reference's contrastive and confidence heads.
@@ -43,6 +43,7 @@ pub struct Network {
     engram_geometry: Option<EngramGeometry>,
     engrams: Vec<Engram>,
     pub(in crate::model) stack: Stack,
+    qat: Option<Qat>,
 }
 
 impl Network {
@@ -67,6 +68,7 @@ impl Network {
             engram_geometry,
             engrams,
             cfg,
+            qat: params.qat(),
         };
         if ["mtp_block", "mtp_combine", "mtp_emb_norm", "mtp_final_norm"].iter().any(|p| params.has_prefix(p)) {
             check_mtp(&network.cfg, &root)?;
@@ -146,7 +148,11 @@ impl Network {
 
     /// Hidden states `[…, d_model]` → logits through the tied (frozen) embedding.
     fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
-        Ok(frozen_matmul(hidden, &self.embedding.narrow(0, 0, self.output_rows())?.t()?)?)
+        let hidden = match self.qat {
+            Some(qat) => fake_quant_rows(hidden, qat.act_bits)?,
+            None => hidden.clone(),
+        };
+        Ok(frozen_matmul(&hidden, &self.embedding.narrow(0, 0, self.output_rows())?.t()?)?)
     }
 
     /// The vocabulary rows the output head scores: Needle 3's `out_vocab` text slice, else all.

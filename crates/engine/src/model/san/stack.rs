@@ -9,10 +9,10 @@ use super::attention::{AttentionLayout, LayerKv};
 use super::block::Block;
 use super::engram::EngramKv;
 use crate::config::ModelConfig;
-use crate::model::kernels::{frozen_matmul, lane_mix, lane_read, lane_spread, sigmoid, sinkhorn};
+use crate::model::kernels::{fake_quant_rows, frozen_matmul, lane_mix, lane_read, lane_spread, sigmoid, sinkhorn};
 use crate::model::linear::LowRank;
 use crate::model::norm::{rms_unit, ZcRmsNorm};
-use crate::model::params::ParamPath;
+use crate::model::params::{ParamPath, Qat};
 use crate::model::Result;
 
 /// Sinkhorn iterations of the reference (fixed, not configurable there).
@@ -33,6 +33,7 @@ pub(in crate::model) struct LaneMix {
     pub(in crate::model) bias_post: Tensor,
     pub(in crate::model) b_res: Tensor,
     lanes: usize,
+    qat: Option<Qat>,
 }
 
 impl LaneMix {
@@ -53,6 +54,7 @@ impl LaneMix {
             bias_post: (vb.get(&[n], "mhc_b_post")? + post_offset)?,
             b_res: vb.get(&[n, n], "mhc_b_res")?,
             lanes,
+            qat: vb.qat(),
         })
     }
 
@@ -65,6 +67,10 @@ impl LaneMix {
     fn forward(&self, x: &Tensor, block: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
         let (tokens, n, c) = x.dims3()?;
         let nx = rms_unit(&x.reshape((tokens, n * c))?)?;
+        let nx = match self.qat {
+            Some(qat) => fake_quant_rows(&nx, qat.act_bits)?,
+            None => nx,
+        };
         let h_pre = sigmoid(&Self::logits(&nx, &self.phi_pre, &self.a_pre, &self.bias_pre)?)?;
         let u = lane_read(x, &h_pre)?;
         let update = (block(&u)? - &u)?;
