@@ -94,17 +94,10 @@ impl Params {
         }
     }
 
-    /// The weights as quantization-aware training computes with them (the reference's
-    /// `cq_ste_params`): every kernel, embedding and mHC projection through CQ and back along the
-    /// axis it reduces, each kernel kept as stored too for adapters to merge into.
-    pub fn for_qat(mut self, cfg: &ModelConfig) -> Result<Self> {
-        if !matches!(cfg.kv_bits, 0 | 8) || cfg.act_bits < 2 {
-            let what = format!(
-                "quantization-aware training at act_bits {} and kv_bits {} (8 and 8, or kv_bits 0)",
-                cfg.act_bits, cfg.kv_bits
-            );
-            return Err(ModelError::Unsupported { what });
-        }
+    /// The weights a `.cact` ships (the reference's `cq_ste_params`): every kernel, embedding and
+    /// mHC projection through CQ at [`QAT_WEIGHT_BITS`] and back along the axis it reduces, each
+    /// kernel kept as stored too for an adapter to merge into. What the end of a Needle 3 run scores.
+    pub fn through_cq(mut self) -> Result<Self> {
         for (path, tensor) in self.tensors.get_mut().iter_mut() {
             let Some(second_last) = quantized_axis(path, tensor.rank()) else { continue };
             if path.ends_with("/kernel") {
@@ -112,8 +105,22 @@ impl Params {
             }
             *tensor = cq_along(tensor, second_last)?;
         }
-        self.qat = Some(Qat { act_bits: cfg.act_bits, kv_bits: cfg.kv_bits });
         Ok(self)
+    }
+
+    /// The weights as quantization-aware training computes with them: [`Params::through_cq`], and
+    /// the network built on them fake-quantizes its activations, queries, keys and values too.
+    pub fn for_qat(self, cfg: &ModelConfig) -> Result<Self> {
+        if !matches!(cfg.kv_bits, 0 | 8) || cfg.act_bits < 2 {
+            let what = format!(
+                "quantization-aware training at act_bits {} and kv_bits {} (8 and 8, or kv_bits 0)",
+                cfg.act_bits, cfg.kv_bits
+            );
+            return Err(ModelError::Unsupported { what });
+        }
+        let mut params = self.through_cq()?;
+        params.qat = Some(Qat { act_bits: cfg.act_bits, kv_bits: cfg.kv_bits });
+        Ok(params)
     }
 
     /// Whether the network built on these weights fake-quantizes ([`Params::for_qat`]).

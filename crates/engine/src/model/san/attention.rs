@@ -10,6 +10,7 @@ use candle_core::{Device, Tensor};
 
 use super::conv::CausalTaps;
 use crate::config::ModelConfig;
+use crate::dataset::Encoded;
 use crate::model::kernels::{causal_softmax, fake_quant_rows, rope, sigmoid, RopeTables};
 use crate::model::linear::{Linear, LowRank};
 use crate::model::norm::ZcRmsNorm;
@@ -95,13 +96,38 @@ impl Masks {
 }
 
 /// One layer's keys and values of the positions decoded so far, `[B, kv_heads, T, head_dim]`
-/// (normed and rotated, before the query groups share them).
+/// (normed and rotated, before the query groups share them), and, for Needle 3's Q/K/V
+/// convolution, the last projections before it (`[taps − 1, width]` each at most).
 #[derive(Debug, Clone, Default)]
 pub struct LayerKv {
     keys: Option<(Tensor, Tensor)>,
+    recent: Option<[Tensor; 3]>,
 }
 
 impl LayerKv {
+    /// The new positions' projections convolved with `taps` after the cached recent ones, which
+    /// they then join (the last `taps − 1` kept).
+    fn convolve(&mut self, [q, k, v]: [Tensor; 3], taps: &[Tensor; 3]) -> Result<[Tensor; 3]> {
+        let (fresh, keep) = (q.dim(0)?, taps[0].dim(0)?.saturating_sub(1));
+        let recent = self.recent.take();
+        let one = |i: usize, new: Tensor| -> Result<(Tensor, Tensor)> {
+            let rows = match &recent {
+                Some(recent) => Tensor::cat(&[&recent[i], &new], 0)?,
+                None => new,
+            };
+            // The recent positions reach back `taps − 1`, or to the row's start, so zeros before
+            // them are what the whole row's convolution would read.
+            let len = rows.dim(0)?;
+            let row = Encoded { ids: vec![0; len], mask: vec![1.0; len], truncated: false };
+            let conv = CausalTaps::new(&Packing::new(&[row], false)?, taps[i].dim(0)?, 1, rows.device())?;
+            let out = conv.apply(&rows, &taps[i])?.narrow(0, len - fresh, fresh)?;
+            Ok((out, rows.narrow(0, len - keep.min(len), keep.min(len))?))
+        };
+        let ((q, recent_q), (k, recent_k), (v, recent_v)) = (one(0, q)?, one(1, k)?, one(2, v)?);
+        self.recent = Some([recent_q, recent_k, recent_v]);
+        Ok([q, k, v])
+    }
+
     /// Appends the new positions' keys and values and returns all of them.
     fn extend(&mut self, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor)> {
         let all = match self.keys.take() {
@@ -283,16 +309,24 @@ impl Attention {
     }
 
     /// The projections of `x`, through the Q/K/V convolution where the model has one.
-    fn projections(&self, x: &Tensor, layout: &AttentionLayout, low_rank: Option<&LowRank>) -> Result<[Tensor; 3]> {
+    /// A decoding step's `cache` holds the projections before it that the convolution reads.
+    fn projections(
+        &self,
+        x: &Tensor,
+        layout: &AttentionLayout,
+        low_rank: Option<&LowRank>,
+        cache: Option<&mut LayerKv>,
+    ) -> Result<[Tensor; 3]> {
         let projected = [&self.q_proj, &self.k_proj, &self.v_proj].map(|p| p.forward(x, low_rank));
         let [q, k, v] = projected;
         let (q, k, v) = (q?, k?, v?);
-        match (&self.conv_taps, &layout.conv) {
-            (None, _) => Ok([q, k, v]),
-            (Some([qt, kt, vt]), Some(conv)) => Ok([conv.apply(&q, qt)?, conv.apply(&k, kt)?, conv.apply(&v, vt)?]),
-            (Some(_), None) => Err(ModelError::Unsupported {
-                what: "decoding a model with Q/K/V convolution taps (Needle 3) step by step".into(),
-            }),
+        match (&self.conv_taps, &layout.conv, cache) {
+            (None, _, _) => Ok([q, k, v]),
+            (Some([qt, kt, vt]), Some(conv), _) => Ok([conv.apply(&q, qt)?, conv.apply(&k, kt)?, conv.apply(&v, vt)?]),
+            (Some(taps), None, Some(cache)) => cache.convolve([q, k, v], taps),
+            (Some(_), None, None) => {
+                Err(ModelError::Unsupported { what: "a decoding step with Q/K/V convolution taps but no cache".into() })
+            }
         }
     }
 
@@ -308,7 +342,7 @@ impl Attention {
     ) -> Result<Tensor> {
         let n = x.dim(0)?;
         let x = &self.activations(x)?;
-        let [q, k, v] = self.projections(x, layout, low_rank)?;
+        let [q, k, v] = self.projections(x, layout, low_rank, cache.as_deref_mut())?;
         let q = self.q_norm.forward(&q.reshape((n, self.num_heads, self.qk_dim))?)?;
         let k = self.k_norm.forward(&k.reshape((n, self.num_kv_heads, self.qk_dim))?)?;
         let v = v.reshape((n, self.num_kv_heads, self.v_dim))?;
