@@ -1,14 +1,17 @@
-"""Time the reference's LoRA training step (cactus-needle 2.0.8, JAX on CPU) on a random-init model.
+"""Time the reference's LoRA training step (cactus-needle 2.0.8, JAX on CPU) on a random-init model;
+with `--preset needle3`, cactus-needle 3.2.8's (which must then be the `needle` on the path).
 
 The step is the one `needle.model.finetune.finetune_local` jits: LoRA on the q/k/v/gate/out
 kernels of the layer stack (`lora_target_paths`, `init_lora`, `merge_lora`), masked next-token
 cross-entropy, `optax.chain(clip_by_global_norm(1.0), adamw(warmup_cosine_decay_schedule))`,
-config.dtype = "float32" and the params cast to float32. Only the weights differ: a random init
+config.dtype = "float32" and the params cast to float32; Needle 3's step goes through its quantizers
+(`cq_ste_params(merge_lora(...))`, `quant=True` after `configure_deploy`). Only the weights differ: a random init
 (as tests/fixtures/make_fixtures.py `init_params` does it) instead of a checkpoint, and random
 tokens instead of a data set, so nothing is read from disk.
 
     python3 bench/reference_step.py --preset tiny --steps 3
     python3 bench/reference_step.py --preset needle --batch 4 --seq 128 --steps 5 --json
+    PYTHONPATH=<site-packages of cactus-needle 3.2.8> python3 bench/reference_step.py --preset needle3
 
 Figures: first_step_s from process start (imports, init, compile included) to the end of step 1;
 step_s the median of steps 2..N; tokens_per_s = batch*seq/step_s; peak_rss_mb from getrusage.
@@ -37,7 +40,7 @@ DATA_SEED = 0
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--preset", choices=("needle", "tiny"), default="needle")
+    p.add_argument("--preset", choices=("needle", "needle3", "tiny"), default="needle")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--steps", type=int, default=5)
@@ -61,19 +64,28 @@ def main():
     import numpy as np
     import optax
 
-    from needle.model.architecture import PRESETS, SimpleAttentionNetwork, TransformerConfig
+    from needle.model import architecture
+    from needle.model.architecture import SimpleAttentionNetwork, TransformerConfig
     from needle.model.finetune import init_lora, lora_target_paths, merge_lora
 
-    shape = dict(PRESETS["needle"]) if args.preset == "needle" else dict(TINY)
+    needle3 = args.preset == "needle3"
+    if needle3 != (not hasattr(architecture, "PRESETS")):
+        sys.exit(f"--preset {args.preset} needs cactus-needle {'3.2.8' if needle3 else '2.0.8'} as `needle`")
+    if needle3:
+        from needle.model.quantize import WEIGHT_BITS, configure_deploy, cq_ste_params
+        shape = {}                                 # 3.x's TransformerConfig defaults are the release
+    else:
+        shape = dict(architecture.PRESETS["needle"]) if args.preset == "needle" else dict(TINY)
     config = TransformerConfig(**shape)
     config.dtype = "float32"                       # as finetune_local does
     t_import = time.time()
 
-    # Random init, as make_fixtures.init_params: every parameter (probe heads too) is created.
+    # Random init, as make_fixtures.init_params: every parameter (2.x's probe heads too) is created.
     def init_everything(module, tokens):
         module(tokens)
-        module.forward_contrastive(tokens, tokens)
-        module.forward_confidence(tokens)
+        if not needle3:
+            module.forward_contrastive(tokens, tokens)
+            module.forward_confidence(tokens)
 
     model = SimpleAttentionNetwork(config)
     init = jax.jit(lambda key: model.init(key, jnp.ones((1, 16), jnp.int32),
@@ -98,8 +110,15 @@ def main():
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule))
     opt_state = optimizer.init(lora)
 
+    if needle3:
+        configure_deploy(act_bits=config.act_bits, kv_bits=config.kv_bits)
+
     def loss_fn(lora, ids, mask):
-        logits = model.apply({"params": merge_lora(params, lora, scale)}, ids)
+        if needle3:
+            merged = cq_ste_params(merge_lora(params, lora, scale), WEIGHT_BITS)
+            logits = model.apply({"params": merged}, ids, quant=True)
+        else:
+            logits = model.apply({"params": merge_lora(params, lora, scale)}, ids)
         logits, targets, mask = logits[:, :-1], ids[:, 1:], mask[:, 1:]
         ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
         return (ce * mask).sum() / jnp.maximum(mask.sum(), 1.0)

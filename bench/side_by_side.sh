@@ -3,9 +3,11 @@
 # and the reference's JAX step (bench/reference_step.py, cactus-needle 2.0.8 on CPU), on the same
 # random-init model shape and batch. Prints both JSON lines, then a table with the ratios.
 #
-#   bench/side_by_side.sh [--preset needle|tiny] [--batch 4] [--seq 128] [--steps 5] [--rank 16]
+#   bench/side_by_side.sh [--preset needle|needle3|tiny] [--batch 4] [--seq 128] [--steps 5] [--rank 16]
 #
-# The reference half runs only where `python3 -c 'import needle, jax'` works. Not used in CI.
+# The reference half runs only where `python3 -c 'import needle, jax'` works; for `--preset needle3`
+# that `needle` must be cactus-needle 3.2.8: put its site-packages in NEEDLE3_PYTHONPATH (it goes
+# first on PYTHONPATH). Not used in CI.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -40,6 +42,9 @@ fi
 echo "needle:    $needle_json"
 
 reference_json=""
+if [[ "$preset" == needle3 && -n "${NEEDLE3_PYTHONPATH:-}" ]]; then
+    export PYTHONPATH="$NEEDLE3_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}"
+fi
 if python3 -c 'import needle, jax' >/dev/null 2>&1; then
     echo "== reference (JAX, CPU) ${flags[*]}" >&2
     reference_json="$(JAX_PLATFORMS=cpu python3 bench/reference_step.py "${flags[@]}" --json | json_line)"

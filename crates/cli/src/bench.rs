@@ -10,7 +10,8 @@ use needle_engine::train::bench::{self, BenchOptions};
 /// Time LoRA training steps on a random-init model held in memory.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Model shape: `needle` (the released Needle 2: d_model 768, 27 layers), `mid` (the whole-run
+    /// Model shape: `needle` (the released Needle 2: d_model 768, 27 layers), `needle3` (the
+    /// released Needle 3: d_model 768, 20 layers, trained quantization-aware), `mid` (the whole-run
     /// benchmarks' d_model 256, 6 layers) or `tiny`
     #[arg(long, default_value = "needle")]
     pub preset: String,
@@ -49,7 +50,7 @@ pub enum Recompute {
 
 pub fn run(args: Args, process_start: Instant) -> Result<()> {
     let config = bench::preset(&args.preset)
-        .ok_or_else(|| anyhow!("--preset {}: unknown; use `needle`, `mid` or `tiny`", args.preset))?;
+        .ok_or_else(|| anyhow!("--preset {}: unknown; use `needle`, `needle3`, `mid` or `tiny`", args.preset))?;
     let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
     noteln!("  {:<9} {}  {}", "backend", selected.info.backend, selected.info.device);
     if let Some(new_tokens) = args.decode {

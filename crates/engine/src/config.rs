@@ -169,6 +169,19 @@ impl ModelConfig {
         }
     }
 
+    /// The released Needle 3 geometry (3.x's `TransformerConfig` defaults): what `needle bench
+    /// --preset needle3` measures.
+    pub fn needle3() -> Self {
+        Self {
+            qk_head_dim: 48,
+            v_head_dim: 64,
+            sliding_window: 1024,
+            global_layers: vec![4, 9, 14, 19],
+            qkv_conv_taps: 3,
+            ..Self::needle3_defaults()
+        }
+    }
+
     /// Needle 3's defaults for the fields a saved config leaves out (3.x's `TransformerConfig` and
     /// `from_saved`: its own geometry, and each Needle 3 feature off unless the config names it).
     pub fn needle3_defaults() -> Self {
@@ -364,6 +377,7 @@ mod tests {
     fn the_released_geometry_and_the_defaults_are_valid() {
         ModelConfig::needle2().validate().unwrap();
         ModelConfig::default().validate().unwrap();
+        ModelConfig::needle3().validate().unwrap();
     }
 
     #[test]

@@ -8,17 +8,18 @@ use serde::Serialize;
 use super::memory::{activation_budget, StepShape};
 use super::schedule::Schedule;
 use super::trainer::Trainer;
-use crate::config::ModelConfig;
+use crate::config::{Generation, ModelConfig};
 use crate::dataset::Encoded;
 use crate::lora::Lora;
 use crate::model::{CpuNetwork, Device, ModelError, Network, Params, Result};
 
-/// The model shapes `--preset` names: the released Needle 2; the model of the whole-run
-/// benchmarks (`bench/finetune_side_by_side.sh`: d_model 256, 6 layers, a 2048-piece vocabulary);
-/// and a tiny one for quick checks.
+/// The model shapes `--preset` names: the released Needle 2 and Needle 3; the model of the
+/// whole-run benchmarks (`bench/finetune_side_by_side.sh`: d_model 256, 6 layers, a 2048-piece
+/// vocabulary); and a tiny one for quick checks.
 pub fn preset(name: &str) -> Option<ModelConfig> {
     match name {
         "needle" => Some(ModelConfig::needle2()),
+        "needle3" => Some(ModelConfig::needle3()),
         "mid" => Some(ModelConfig {
             vocab_size: 2048,
             d_model: 256,
@@ -118,7 +119,16 @@ pub fn run(options: &BenchOptions, device: &Device, process_start: Instant) -> R
         });
     }
     let params = Params::random_init(device);
-    let network = Network::load(&config, &params)?;
+    let mut network = Network::load(&config, &params)?;
+    let params = match config.generation {
+        Generation::Needle2 => params,
+        // Needle 3 trains as its recipe does, through its quantizers (the weights now exist to quantize).
+        Generation::Needle3 => {
+            let params = params.for_qat(&config)?;
+            network = Network::load(&config, &params)?;
+            params
+        }
+    };
     let lora = Lora::init(&params, rank, 2.0 * rank as f64, 0)?;
     let shape = StepShape {
         config: &config,
