@@ -16,6 +16,7 @@ use std::sync::OnceLock;
 use needle_engine::cact::CactFile;
 use needle_engine::checkpoint::pickle::{self, PyValue};
 use needle_engine::checkpoint::Checkpoint;
+use needle_engine::config::Generation;
 use needle_engine::dataset::Dataset;
 use needle_engine::lora::{load_adapter, merge_into_params};
 use needle_engine::model::{Device, Network, Params};
@@ -114,7 +115,7 @@ pub fn fuzz_pickle(data: &[u8]) -> Result<(), String> {
 /// example tokenized with the fixture tokenizer, the rows encoded and the report serialised.
 pub fn fuzz_dataset_jsonl(data: &[u8]) -> Result<(), String> {
     let path = fuzz_scratch_file("input.jsonl", data);
-    let dataset = Dataset::load(&path).map_err(|e| e.to_string())?;
+    let dataset = Dataset::load(&path, Generation::Needle2).map_err(|e| e.to_string())?;
     let tokenizer = fuzz_fixture_tokenizer();
     for cap in [2, 512] {
         if let Ok(prepared) = dataset.prepare(tokenizer, cap) {

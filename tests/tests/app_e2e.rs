@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use fantoccini::elements::Element;
 use fantoccini::{Client, ClientBuilder, Locator};
 use needle_engine::cact::CactFile;
+use needle_engine::config::Generation;
 use needle_engine::dataset::Dataset;
 use needle_engine::tokenizer::Tokenizer;
 use needle_tests::fake_hub::{self, FakeHub, Faults};
@@ -177,7 +178,7 @@ async fn drive(client: &Client, hub: &FakeHub, scratch: &Path, shots: &Path) -> 
 /// How many usable examples the engine finds in `dataset` at the Quick preset's length.
 fn expected_examples(dataset: &Path) -> usize {
     let tokenizer = Tokenizer::load(&fixture(TOKENIZER)).expect("fixture tokenizer");
-    let data = Dataset::load(dataset).expect("fixture dataset");
+    let data = Dataset::load(dataset, Generation::Needle2).expect("fixture dataset");
     data.prepare(&tokenizer, QUICK_MAX_LEN).expect("fixture dataset prepares").report.usable_examples
 }
 

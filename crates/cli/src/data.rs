@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+use needle_engine::config::Generation;
 use needle_engine::dataset::{Dataset, DatasetReport};
 use needle_engine::tokenizer::Tokenizer;
 
@@ -19,11 +20,16 @@ pub struct Args {
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
+    /// Read and render the lines as this Needle generation's package does (3 also reads
+    /// single-turn chat lines and strips the reasoning)
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(2..=3))]
+    generation: u8,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let tokenizer = Tokenizer::load(&crate::download::tokenizer(args.tokenizer.as_deref())?)?;
-    let dataset = Dataset::load(&args.data)?;
+    let generation = if args.generation == 3 { Generation::Needle3 } else { Generation::Needle2 };
+    let dataset = Dataset::load(&args.data, generation)?;
     let report = dataset.prepare(&tokenizer, args.max_len)?.report;
     if args.json {
         writeln!(std::io::stdout().lock(), "{}", serde_json::to_string(&report)?)?;

@@ -62,7 +62,7 @@ pub fn run(args: Args) -> Result<()> {
     let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
     noteln!("  {:<9} {}  {}", "backend", selected.info.backend, selected.info.device);
     let model = args.weights.load(&selected.device)?;
-    let dataset = Dataset::load(&args.data)?;
+    let dataset = Dataset::load(&args.data, model.network.config().generation)?;
     for problem in &dataset.problems {
         noteln!("  {:<9} {}: {problem}", "warning", args.data.display());
     }

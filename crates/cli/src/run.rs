@@ -50,7 +50,8 @@ pub fn run(args: Args) -> Result<()> {
     let text = std::fs::read_to_string(&args.tools).with_context(|| format!("cannot read {}", args.tools.display()))?;
     let tools = parse_tools(&text).map_err(|problem| anyhow::anyhow!("{}: {problem}", args.tools.display()))?;
     let model = args.weights.load(&selected.device)?;
-    let (prompt, _) = render(&Example::question(&tools, &args.query, &args.system));
+    let generation = model.network.config().generation;
+    let (prompt, _) = render(&Example::question(&tools, &args.query, &args.system, generation));
     let answer = answer(&model.network, &model.tokenizer, &prompt, args.max_new)?;
     let mut out = std::io::stdout().lock();
     if args.json {

@@ -11,27 +11,35 @@
 use serde_json::{Number, Value};
 use std::fmt::Write as _;
 
-/// Serialises `value` as `json.dumps(value, separators=(",", ":"))` does (`ensure_ascii=True`).
+/// Serialises `value` as `json.dumps(value, separators=(",", ":"))` does (`ensure_ascii=True`: what
+/// cactus-needle 2.x renders).
 pub fn dumps_compact(value: &Value) -> String {
     let mut out = String::new();
-    write_value(&mut out, value);
+    write_value(&mut out, value, true);
     out
 }
 
-fn write_value(out: &mut String, value: &Value) {
+/// The same with `ensure_ascii=False` (what cactus-needle 3.x renders): text outside ASCII as is.
+pub fn dumps_compact_unicode(value: &Value) -> String {
+    let mut out = String::new();
+    write_value(&mut out, value, false);
+    out
+}
+
+fn write_value(out: &mut String, value: &Value, ascii: bool) {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(true) => out.push_str("true"),
         Value::Bool(false) => out.push_str("false"),
         Value::Number(number) => write_number(out, number),
-        Value::String(text) => write_string(out, text),
+        Value::String(text) => write_string(out, text, ascii),
         Value::Array(items) => {
             out.push('[');
             for (index, item) in items.iter().enumerate() {
                 if index > 0 {
                     out.push(',');
                 }
-                write_value(out, item);
+                write_value(out, item, ascii);
             }
             out.push(']');
         }
@@ -41,9 +49,9 @@ fn write_value(out: &mut String, value: &Value) {
                 if index > 0 {
                     out.push(',');
                 }
-                write_string(out, key);
+                write_string(out, key, ascii);
                 out.push(':');
-                write_value(out, item);
+                write_value(out, item, ascii);
             }
             out.push('}');
         }
@@ -138,7 +146,7 @@ fn write_exponent(out: &mut String, digits: &str, exponent: i32) {
 
 /// `ensure_ascii` string escaping: printable ASCII as is, Python's short escapes, every other
 /// character as lowercase `\uXXXX` (UTF-16 surrogate pairs beyond the BMP).
-fn write_string(out: &mut String, text: &str) {
+fn write_string(out: &mut String, text: &str, ascii: bool) {
     out.push('"');
     for character in text.chars() {
         match character {
@@ -150,6 +158,8 @@ fn write_string(out: &mut String, text: &str) {
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
             ' '..='~' => out.push(character),
+            // Only the control characters are escaped when non-ASCII text may stay as it is.
+            _ if !ascii && character >= ' ' => out.push(character),
             _ => {
                 let mut units = [0u16; 2];
                 for unit in character.encode_utf16(&mut units) {
@@ -244,6 +254,14 @@ mod tests {
             r#"{"name":"get_weather","arguments":{"city":"Paris","days":3,"temp":21.5}}"#,
         ),
     ];
+
+    #[test]
+    fn without_ensure_ascii_only_control_characters_are_escaped() {
+        // Printed by CPython 3.11: json.dumps(["\x01é\x7f\n\"", {"ü": 1.5}], separators=(",", ":"), ensure_ascii=False)
+        let value: Value = serde_json::from_str("[\"\\u0001é\\u007f\\n\\\"\", {\"ü\": 1.5}]").unwrap();
+        assert_eq!(dumps_compact_unicode(&value), "[\"\\u0001é\u{7f}\\n\\\"\",{\"ü\":1.5}]");
+        assert_eq!(dumps_compact(&value), "[\"\\u0001\\u00e9\\u007f\\n\\\"\",{\"\\u00fc\":1.5}]");
+    }
 
     #[test]
     fn matches_python_json_dumps() {

@@ -6,6 +6,7 @@
 //! example once and derives from that the sequence length, the encoded rows and a
 //! [`DatasetReport`].
 
+mod chat;
 mod encode;
 mod lines;
 mod problem;
@@ -18,6 +19,7 @@ pub use render::render;
 pub(crate) use render::{THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START};
 pub use report::{DatasetReport, HistogramBin, LengthStats, Sample};
 
+use crate::config::Generation;
 use crate::pyjson;
 use crate::tokenizer::Tokenizer;
 use serde::Serialize;
@@ -27,6 +29,10 @@ use std::path::{Path, PathBuf};
 /// One usable example, each field already in the text form the chat template splices in.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Example {
+    /// Whose recipe it is read and rendered by: 3.x strips the reasoning and the system prompt,
+    /// keeps non-ASCII text unescaped in the JSON it splices in, and leaves out an empty `<think>`.
+    #[serde(skip)]
+    pub generation: Generation,
     /// 1-based line of the file.
     pub line: usize,
     /// The system prompt; empty means no system turn.
@@ -43,14 +49,15 @@ pub struct Example {
 impl Example {
     /// A question to try a model with: tools, query and an optional system prompt, rendered as a
     /// training example would be (the answer is what the model is asked for).
-    pub fn question(tools: &Value, query: &str, system: &str) -> Self {
+    pub fn question(tools: &Value, query: &str, system: &str, generation: Generation) -> Self {
         let mut ignored = Vec::new();
         Self {
+            generation,
             line: 0,
             system: system.into(),
             query: query.into(),
             reasoning: String::new(),
-            tools: json_text(Field::Tools, Some(tools), &mut ignored),
+            tools: json_text(Field::Tools, Some(tools), generation, &mut ignored),
             answers: "[]".into(),
         }
     }
@@ -113,16 +120,16 @@ enum LineOutcome {
 }
 
 impl Dataset {
-    /// Reads `path` a line at a time; an error only when the file cannot be read or holds no usable
-    /// example.
-    pub fn load(path: &Path) -> Result<Dataset, DatasetError> {
+    /// Reads `path` a line at a time as `generation`'s package reads it; an error only when the
+    /// file cannot be read or holds no usable example.
+    pub fn load(path: &Path, generation: Generation) -> Result<Dataset, DatasetError> {
         let read_error = |source| DatasetError::Read { path: path.to_owned(), source };
         let file = std::fs::File::open(path).map_err(read_error)?;
         let mut examples = Vec::new();
         let mut problems = Problems::default();
         for numbered in lines::numbered_lines(std::io::BufReader::new(file)) {
             let (line, raw) = numbered.map_err(read_error)?;
-            match read_line(line, &raw) {
+            match read_line(line, &raw, generation) {
                 LineOutcome::Blank => {}
                 LineOutcome::Example(example, warnings) => {
                     for issue in warnings {
@@ -155,8 +162,9 @@ impl Dataset {
 }
 
 /// Applies the reference's reading to one line: `strip()`, skip if blank, `json.loads`, skip
-/// unless it has a `query`, then render (which is where the reference crashes on wrong types).
-fn read_line(line: usize, raw: &[u8]) -> LineOutcome {
+/// unless it has a `query` (3.x: or is a single-turn chat), then render (which is where the
+/// reference crashes on wrong types).
+fn read_line(line: usize, raw: &[u8], generation: Generation) -> LineOutcome {
     let text = match std::str::from_utf8(raw) {
         Ok(text) => text,
         Err(error) => {
@@ -185,7 +193,15 @@ fn read_line(line: usize, raw: &[u8]) -> LineOutcome {
     let Value::Object(object) = value else {
         return LineOutcome::Skipped(Issue::NotAnObject { found: kind_of(&value) });
     };
-    match example_from_object(line, &object) {
+    let object = match (generation, object.contains_key("query")) {
+        (Generation::Needle3, false) => match chat::from_chat(&object) {
+            Ok(Some(example)) => example,
+            Ok(None) => return LineOutcome::Skipped(Issue::NotChat),
+            Err(issue) => return LineOutcome::Skipped(issue),
+        },
+        _ => object,
+    };
+    match example_from_object(line, &object, generation) {
         Ok((example, warnings)) => LineOutcome::Example(example, warnings),
         Err(issue) => LineOutcome::Skipped(issue),
     }
@@ -217,30 +233,50 @@ fn json_error_reason(error: &serde_json::Error) -> String {
 }
 
 /// The fields of `render_example`, with its defaults, or why the reference could not use them.
-fn example_from_object(line: usize, object: &Map<String, Value>) -> Result<(Example, Vec<Issue>), Issue> {
+fn example_from_object(
+    line: usize,
+    object: &Map<String, Value>,
+    generation: Generation,
+) -> Result<(Example, Vec<Issue>), Issue> {
     let query = match object.get("query") {
         None => return Err(Issue::MissingQuery),
         Some(value) => required_text(Field::Query, value)?,
     };
-    let reasoning = object.get("reasoning").map_or(Ok(String::new()), |v| required_text(Field::Reasoning, v))?;
     let mut warnings = Vec::new();
-    let system = match object.get("system") {
-        None => String::new(),
-        Some(Value::String(text)) => text.clone(),
-        // `if system` in the reference: a false-y non-string means no system turn ...
-        Some(value) if !python_truthy(value) => {
-            warnings.push(Issue::SystemIgnored { found: kind_of(value) });
-            String::new()
+    let (reasoning, system) = match generation {
+        Generation::Needle2 => {
+            let reasoning =
+                object.get("reasoning").map_or(Ok(String::new()), |v| required_text(Field::Reasoning, v))?;
+            let system = match object.get("system") {
+                None => String::new(),
+                Some(Value::String(text)) => text.clone(),
+                // `if system` in the reference: a false-y non-string means no system turn ...
+                Some(value) if !python_truthy(value) => {
+                    warnings.push(Issue::SystemIgnored { found: kind_of(value) });
+                    String::new()
+                }
+                // ... and a true-y one is concatenated to a string, which raises.
+                Some(value) => return Err(Issue::NotAString { field: Field::System, found: kind_of(value) }),
+            };
+            (reasoning, system)
         }
-        // ... and a true-y one is concatenated to a string, which raises.
-        Some(value) => return Err(Issue::NotAString { field: Field::System, found: kind_of(value) }),
+        // 3.x: `(example.get(field) or "").strip()`: anything false-y is empty, a true-y non-string raises.
+        Generation::Needle3 => {
+            let stripped = |field: Field| match object.get(field.key()) {
+                Some(value) if python_truthy(value) => {
+                    required_text(field, value).map(|text| lines::python_strip(&text).1.to_owned())
+                }
+                _ => Ok(String::new()),
+            };
+            (stripped(Field::Reasoning)?, stripped(Field::System)?)
+        }
     };
-    let tools = json_text(Field::Tools, object.get("tools"), &mut warnings);
+    let tools = json_text(Field::Tools, object.get("tools"), generation, &mut warnings);
     let answers = match object.get("answers") {
-        Some(value) => json_text(Field::Answers, Some(value), &mut warnings),
-        None => json_text(Field::FunctionCalls, object.get("function_calls"), &mut warnings),
+        Some(value) => json_text(Field::Answers, Some(value), generation, &mut warnings),
+        None => json_text(Field::FunctionCalls, object.get("function_calls"), generation, &mut warnings),
     };
-    Ok((Example { line, system, query, reasoning, tools, answers }, warnings))
+    Ok((Example { generation, line, system, query, reasoning, tools, answers }, warnings))
 }
 
 fn required_text(field: Field, value: &Value) -> Result<String, Issue> {
@@ -251,8 +287,8 @@ fn required_text(field: Field, value: &Value) -> Result<String, Issue> {
 }
 
 /// `tools`/`answers` as the template inserts them: strings verbatim, anything else through
-/// `json.dumps`; an absent field is an empty list.
-fn json_text(field: Field, value: Option<&Value>, warnings: &mut Vec<Issue>) -> String {
+/// `json.dumps` (3.x's with `ensure_ascii=False`); an absent field is an empty list.
+fn json_text(field: Field, value: Option<&Value>, generation: Generation, warnings: &mut Vec<Issue>) -> String {
     match value {
         None => "[]".to_owned(),
         Some(Value::String(text)) => text.clone(),
@@ -260,13 +296,16 @@ fn json_text(field: Field, value: Option<&Value>, warnings: &mut Vec<Issue>) -> 
             if !value.is_array() {
                 warnings.push(Issue::RenderedAsJson { field, found: kind_of(value) });
             }
-            pyjson::dumps_compact(value)
+            match generation {
+                Generation::Needle2 => pyjson::dumps_compact(value),
+                Generation::Needle3 => pyjson::dumps_compact_unicode(value),
+            }
         }
     }
 }
 
 /// Python's `bool()` of the value `json.loads` would produce.
-fn python_truthy(value: &Value) -> bool {
+pub(crate) fn python_truthy(value: &Value) -> bool {
     match value {
         Value::Null => false,
         Value::Bool(flag) => *flag,

@@ -65,6 +65,12 @@ pub enum Issue {
         found: &'static str,
     },
     MissingQuery,
+    /// Neither a `query` nor a single-turn chat (`messages`): Needle 3's package skips it.
+    NotChat,
+    /// A chat line Needle 3's package cannot read (it would crash).
+    BadChat {
+        reason: String,
+    },
     /// A field the template concatenates as text holds something else (the reference crashes).
     NotAString {
         field: Field,
@@ -104,6 +110,8 @@ impl Issue {
             Issue::NonFiniteNumber { .. } => "non_finite_number",
             Issue::NotAnObject { .. } => "not_an_object",
             Issue::MissingQuery => "missing_query",
+            Issue::NotChat => "not_chat",
+            Issue::BadChat { .. } => "bad_chat",
             Issue::NotAString { .. } => "not_a_string",
             Issue::RenderedAsJson { .. } => "rendered_as_json",
             Issue::SystemIgnored { .. } => "system_ignored",
@@ -144,6 +152,12 @@ impl fmt::Display for Issue {
             Issue::MissingQuery => {
                 write!(f, "no \"query\" field; add the user request as \"query\": \"...\"")
             }
+            Issue::NotChat => write!(
+                f,
+                "neither a \"query\" nor a single-turn chat; add the user request as \"query\": \"...\", or give \
+                 \"messages\" one user turn answered by one assistant turn"
+            ),
+            Issue::BadChat { reason } => write!(f, "an unreadable chat line: {reason}; fix the messages to the OpenAI chat form"),
             Issue::NotAString { field, found } => write!(
                 f,
                 "\"{}\" is {found} but must be a string; write it as text (or remove the field)",

@@ -1,6 +1,7 @@
-//! The chat template of the reference's `render_example`.
+//! The chat template of the reference's `render_example`, 2.x's and 3.x's.
 
 use super::Example;
+use crate::config::Generation;
 
 const IM_START: &str = "<|im_start|>";
 const IM_END: &str = "<|im_end|>";
@@ -24,9 +25,12 @@ pub fn render(example: &Example) -> (String, String) {
         "{system_turn}{IM_START}user\n{TOOLS_START}{}{TOOLS_END}\n{}{IM_END}\n{IM_START}assistant\n",
         example.tools, example.query
     );
-    let target = format!(
-        "{THINK_START}{}{THINK_END}\n{TOOL_CALL_START}{}{TOOL_CALL_END}{IM_END}",
-        example.reasoning, example.answers
-    );
+    let think = match example.generation {
+        Generation::Needle2 => format!("{THINK_START}{}{THINK_END}\n", example.reasoning),
+        // 3.x puts the reasoning on lines of its own, and leaves the block out when there is none.
+        Generation::Needle3 if example.reasoning.is_empty() => String::new(),
+        Generation::Needle3 => format!("{THINK_START}\n{}\n{THINK_END}\n", example.reasoning),
+    };
+    let target = format!("{think}{TOOL_CALL_START}{}{TOOL_CALL_END}{IM_END}", example.answers);
     (prompt, target)
 }

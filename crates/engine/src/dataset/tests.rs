@@ -11,7 +11,7 @@ fn fixture(relative: &str) -> PathBuf {
 }
 
 fn golden_dataset() -> Dataset {
-    Dataset::load(&fixture("data/tool_calls.jsonl")).expect("the golden dataset loads")
+    Dataset::load(&fixture("data/tool_calls.jsonl"), Generation::Needle2).expect("the golden dataset loads")
 }
 
 fn fixture_tokenizer() -> Tokenizer {
@@ -34,6 +34,7 @@ fn problem_summary(problems: &[Problem]) -> Vec<(usize, Issue)> {
 
 fn example(line: usize, query: &str) -> Example {
     Example {
+        generation: Generation::Needle2,
         line,
         system: String::new(),
         query: query.to_owned(),
@@ -41,6 +42,57 @@ fn example(line: usize, query: &str) -> Example {
         tools: "[]".to_owned(),
         answers: "[]".to_owned(),
     }
+}
+
+#[test]
+fn needle3_reads_and_renders_every_golden_example_as_3_2_8_does() {
+    let goldens: Vec<Value> = std::fs::read_to_string(fixture("data/rendered3.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let mut rendered = Vec::new();
+    for file in ["tool_calls.jsonl", "needle3_chat.jsonl"] {
+        let dataset = Dataset::load(&fixture(&format!("data/{file}")), Generation::Needle3).unwrap();
+        rendered.extend(dataset.examples.iter().map(|e| {
+            let (prompt, target) = render(e);
+            json!({"file": file, "line": e.line, "prompt": prompt, "target": target})
+        }));
+    }
+    assert_eq!(rendered.len(), goldens.len());
+    for (got, want) in rendered.iter().zip(&goldens) {
+        assert_eq!(got, want);
+    }
+    let chat = Dataset::load(&fixture("data/needle3_chat.jsonl"), Generation::Needle3).unwrap();
+    assert_eq!(problem_summary(&chat.problems), vec![(4, Issue::NotChat), (5, Issue::NotChat)]);
+    // Needle 2's package skips every chat line (no query), and crashes on a null reasoning, which
+    // 3.x reads as none.
+    let two = Dataset::load(&fixture("data/needle3_chat.jsonl"), Generation::Needle2).unwrap();
+    assert_eq!(two.examples.iter().map(|e| e.line).collect::<Vec<_>>(), [6, 8]);
+}
+
+#[test]
+fn unreadable_chat_lines_are_named_not_crashed_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chat.jsonl");
+    let lines = [
+        r#"{"messages": [1, 2]}"#,
+        r#"{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "tool_calls": [{"name": "f", "arguments": "{oops"}]}]}"#,
+        r#"{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "tool_calls": 3}]}"#,
+        r#"{"messages": [{"role": "user", "content": "q"}, {"role": "assistant"}], "reasoning": 5}"#,
+        r#"{"messages": [{"role": "user", "content": "q"}, {"role": "assistant"}]}"#,
+    ];
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    let dataset = Dataset::load(&path, Generation::Needle3).unwrap();
+    let kinds: Vec<&str> = dataset.problems.iter().map(|p| p.issue.kind()).collect();
+    assert_eq!(kinds, ["bad_chat", "bad_chat", "bad_chat"]);
+    assert!(
+        dataset.problems[1].issue.to_string().contains("`arguments` text is not JSON"),
+        "{}",
+        dataset.problems[1].issue
+    );
+    // A chat line's `reasoning` is not read: from_chat keeps only query, tools, answers and system.
+    assert_eq!(dataset.examples.len(), 2);
 }
 
 #[test]
@@ -151,7 +203,8 @@ fn system_turn_only_for_a_non_empty_system_string() {
 
 #[test]
 fn reports_each_bad_line_with_its_number() {
-    let dataset = Dataset::load(&fixture("data/bad/mixed.jsonl")).expect("mixed.jsonl has usable lines");
+    let dataset =
+        Dataset::load(&fixture("data/bad/mixed.jsonl"), Generation::Needle2).expect("mixed.jsonl has usable lines");
     let expected = vec![
         (3, Issue::InvalidJson { column: 26, reason: "expected value".to_owned() }),
         (4, Issue::NotAnObject { found: "a list" }),
@@ -174,7 +227,8 @@ fn reports_each_bad_line_with_its_number() {
 
 #[test]
 fn kept_lines_render_as_the_reference_does() {
-    let dataset = Dataset::load(&fixture("data/bad/mixed.jsonl")).expect("mixed.jsonl has usable lines");
+    let dataset =
+        Dataset::load(&fixture("data/bad/mixed.jsonl"), Generation::Needle2).expect("mixed.jsonl has usable lines");
     let tools_object = &dataset.examples[2];
     assert_eq!(tools_object.tools, r#"{"name":"x"}"#);
     // "answers": null wins over "function_calls", as `dict.get` does.
@@ -185,7 +239,8 @@ fn kept_lines_render_as_the_reference_does() {
 
 #[test]
 fn problem_messages_name_line_column_and_fix() {
-    let dataset = Dataset::load(&fixture("data/bad/mixed.jsonl")).expect("mixed.jsonl has usable lines");
+    let dataset =
+        Dataset::load(&fixture("data/bad/mixed.jsonl"), Generation::Needle2).expect("mixed.jsonl has usable lines");
     let messages: Vec<String> = dataset.problems.iter().map(Problem::to_string).collect();
     assert_eq!(
         messages[0],
@@ -202,21 +257,24 @@ fn problem_messages_name_line_column_and_fix() {
 
 #[test]
 fn invalid_utf8_is_reported_with_its_column() {
-    let dataset = Dataset::load(&fixture("data/bad/not_utf8.jsonl")).expect("not_utf8.jsonl has usable lines");
+    let dataset = Dataset::load(&fixture("data/bad/not_utf8.jsonl"), Generation::Needle2)
+        .expect("not_utf8.jsonl has usable lines");
     assert_eq!(problem_summary(&dataset.problems), vec![(2, Issue::NotUtf8 { column: 15 })]);
     assert_eq!(dataset.examples.iter().map(|e| e.line).collect::<Vec<_>>(), vec![1, 3]);
 }
 
 #[test]
 fn byte_order_mark_is_reported() {
-    let dataset = Dataset::load(&fixture("data/bad/bom.jsonl")).expect("bom.jsonl has a usable line");
+    let dataset =
+        Dataset::load(&fixture("data/bad/bom.jsonl"), Generation::Needle2).expect("bom.jsonl has a usable line");
     assert_eq!(problem_summary(&dataset.problems), vec![(1, Issue::ByteOrderMark)]);
     assert_eq!(dataset.examples.len(), 1);
 }
 
 #[test]
 fn crlf_and_lone_cr_end_lines() {
-    let dataset = Dataset::load(&fixture("data/bad/newlines.jsonl")).expect("newlines.jsonl has usable lines");
+    let dataset = Dataset::load(&fixture("data/bad/newlines.jsonl"), Generation::Needle2)
+        .expect("newlines.jsonl has usable lines");
     assert_eq!(problem_summary(&dataset.problems), vec![(3, Issue::MissingQuery)]);
     let queries: Vec<(usize, &str)> = dataset.examples.iter().map(|e| (e.line, e.query.as_str())).collect();
     assert_eq!(queries, vec![(1, "a"), (2, "b"), (4, "c")]);
@@ -225,7 +283,7 @@ fn crlf_and_lone_cr_end_lines() {
 #[test]
 fn a_file_without_usable_examples_is_an_error_naming_it() {
     let path = fixture("data/bad/no_usable.jsonl");
-    let error = Dataset::load(&path).expect_err("no_usable.jsonl has no example");
+    let error = Dataset::load(&path, Generation::Needle2).expect_err("no_usable.jsonl has no example");
     let message = error.to_string();
     assert!(message.contains(&path.display().to_string()), "{message}");
     assert!(message.contains("line 2: no \"query\" field"), "{message}");
@@ -235,21 +293,23 @@ fn a_file_without_usable_examples_is_an_error_naming_it() {
         }
         other => panic!("unexpected error {other}"),
     }
-    let blank = Dataset::load(&fixture("data/bad/blank.jsonl")).expect_err("blank.jsonl has no example");
+    let blank =
+        Dataset::load(&fixture("data/bad/blank.jsonl"), Generation::Needle2).expect_err("blank.jsonl has no example");
     assert!(blank.to_string().contains("the file has no non-blank line"), "{blank}");
 }
 
 #[test]
 fn a_missing_file_is_an_error_naming_it() {
     let path = fixture("data/bad/does_not_exist.jsonl");
-    let error = Dataset::load(&path).expect_err("the file does not exist");
+    let error = Dataset::load(&path, Generation::Needle2).expect_err("the file does not exist");
     assert!(matches!(error, DatasetError::Read { .. }));
     assert!(error.to_string().contains("does_not_exist.jsonl"), "{error}");
 }
 
 #[test]
 fn report_counts_lengths_truncation_and_problems() {
-    let dataset = Dataset::load(&fixture("data/bad/newlines.jsonl")).expect("newlines.jsonl has usable lines");
+    let dataset = Dataset::load(&fixture("data/bad/newlines.jsonl"), Generation::Needle2)
+        .expect("newlines.jsonl has usable lines");
     let tokenized = vec![
         Tokenized { line: 1, prompt_ids: vec![7; 100], target_ids: vec![8; 10] },
         Tokenized { line: 2, prompt_ids: vec![7; 200], target_ids: vec![8; 40] },
@@ -277,7 +337,8 @@ fn report_counts_lengths_truncation_and_problems() {
 
 #[test]
 fn report_serializes_problems_with_kind_and_message() {
-    let dataset = Dataset::load(&fixture("data/bad/newlines.jsonl")).expect("newlines.jsonl has usable lines");
+    let dataset = Dataset::load(&fixture("data/bad/newlines.jsonl"), Generation::Needle2)
+        .expect("newlines.jsonl has usable lines");
     let tokenized: Vec<Tokenized> = dataset
         .examples
         .iter()
@@ -303,7 +364,8 @@ fn report_serializes_problems_with_kind_and_message() {
 
 #[test]
 fn prepare_rejects_a_cap_below_two() {
-    let dataset = Dataset::load(&fixture("data/bad/newlines.jsonl")).expect("newlines.jsonl has usable lines");
+    let dataset = Dataset::load(&fixture("data/bad/newlines.jsonl"), Generation::Needle2)
+        .expect("newlines.jsonl has usable lines");
     let error = dataset.prepare(&fixture_tokenizer(), 1).expect_err("cap 1 cannot train");
     assert!(error.to_string().contains("--max-len"), "{error}");
 }
@@ -317,7 +379,7 @@ fn a_file_of_many_bad_lines_keeps_the_first_problems_and_counts_them_all() {
         text.push_str(if i % 2 == 0 { "{not json\n" } else { "{\"q\": 1}\n" });
     }
     std::fs::write(&path, text).unwrap();
-    let dataset = Dataset::load(&path).unwrap();
+    let dataset = Dataset::load(&path, Generation::Needle2).unwrap();
     assert_eq!(dataset.problems.len(), KEPT_PROBLEMS);
     assert_eq!(dataset.problems.total, 5_000);
     assert_eq!(dataset.problems.counts["invalid_json"], 2_500);
@@ -335,7 +397,7 @@ fn a_huge_line_makes_a_small_report() {
     let path = dir.path().join("long.jsonl");
     let query = "word ".repeat(200_000);
     std::fs::write(&path, format!("{{\"query\": \"{query}\"}}\r")).unwrap();
-    let dataset = Dataset::load(&path).unwrap();
+    let dataset = Dataset::load(&path, Generation::Needle2).unwrap();
     let report = dataset.prepare(&fixture_tokenizer(), 128).unwrap().report;
     let sample = &report.samples[0];
     assert!(sample.query.chars().count() < 20_000 && sample.query.ends_with("more characters)"));

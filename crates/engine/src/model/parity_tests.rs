@@ -5,6 +5,7 @@ use candle_core::{DType, Device};
 
 use super::{evaluate, masked_loss, Network, Params};
 use crate::checkpoint::Checkpoint;
+use crate::config::Generation;
 use crate::dataset::Dataset;
 use crate::tokenizer::Tokenizer;
 
@@ -55,7 +56,10 @@ fn whole_file_loss_matches_the_reference_single_batch() {
     let goldens: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fixture("golden/eval.json")).unwrap()).unwrap();
     let tokenizer = Tokenizer::load(&fixture("models/tokenizer.model")).unwrap();
-    let prepared = Dataset::load(&fixture("data/tool_calls.jsonl")).unwrap().prepare(&tokenizer, 1024).unwrap();
+    let prepared = Dataset::load(&fixture("data/tool_calls.jsonl"), Generation::Needle2)
+        .unwrap()
+        .prepare(&tokenizer, 1024)
+        .unwrap();
     for stem in STEMS {
         let want = &goldens[stem];
         // A batch size that does not divide the file, so a short last batch is exercised.

@@ -165,7 +165,7 @@ impl Session {
         // Built once per run; building it checks the weights against the config before any training.
         let network = Network::load(&cfg, &params)?;
         network.check_tokenizer_vocab(tokenizer.vocab_size(), &options.tokenizer)?;
-        let dataset = Dataset::load(&options.data)?;
+        let dataset = Dataset::load(&options.data, cfg.generation)?;
         // Positions past the model's own length were never trained, and rows that long would only
         // make attention's memory grow with the square of a cap nobody meant.
         let prepared = dataset.prepare(&tokenizer, s.max_len.min(cfg.max_seq_len))?;
