@@ -201,7 +201,11 @@ fn bench_times_training_steps_on_a_random_model_and_names_a_bad_preset() {
     assert!(report["loss"].as_f64().unwrap().is_finite());
     let output = run(&["bench", "--preset", "huge"]);
     assert!(!output.status.success());
-    assert!(stderr(&output).contains("--preset huge: unknown; use `needle`, `needle3`, `mid` or `tiny`"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("--preset huge: unknown; use `needle`, `needle3`, `mid` or `tiny`"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 /// The tools and query of the first golden decode prompt, as `needle run` takes them.

@@ -9,6 +9,7 @@ use crate::inputs::ModelInputs;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use needle_engine::backend::{self, DeviceRequest};
+use needle_engine::config::Generation;
 use needle_engine::hub::BaseModel;
 use needle_engine::settings::{TrainSettings, TRAIN_FIELDS};
 use needle_engine::train::state::state_path;
@@ -56,6 +57,7 @@ pub fn run(args: Args) -> Result<()> {
     if session.plan.may_not_fit() {
         noteln!("  {:<9} {}", "warning", memory_warning(&session.plan));
     }
+    let generation = session.generation();
     let cancel = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&cancel);
     ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)).context("installing the Ctrl-C handler")?;
@@ -83,12 +85,16 @@ pub fn run(args: Args) -> Result<()> {
         Ok(outcome) => {
             if args.events.is_none() {
                 outln!("  {:<9} {}", "adapter", outcome.adapter.display())?;
-                outln!(
-                    "  {:<9} needle build {} --lora {}",
-                    "next",
-                    options.checkpoint.display(),
-                    outcome.adapter.display()
-                )?;
+                let build =
+                    format!("needle build {} --lora {}", options.checkpoint.display(), outcome.adapter.display());
+                match generation {
+                    Generation::Needle2 => outln!("  {:<9} {build}", "next")?,
+                    // Its adapter is in 3.x's own layout, which 3.x's build reads.
+                    Generation::Needle3 => outln!(
+                        "  {:<9} {build}, with cactus-needle 3.x (Needle Studio does not write a Needle 3 .cact yet)",
+                        "next"
+                    )?,
+                }
             }
             Ok(())
         }

@@ -66,6 +66,16 @@ impl Weights {
     }
 
     pub fn load(&self, device: &Device) -> Result<Loaded, WeightsLoadError> {
+        self.load_as(device, false)
+    }
+
+    /// The model as its `.cact` would run it: a checkpoint's weights (the adapter merged) through
+    /// CQ at W4, which is how Needle 3's package scores a run; a `.cact` as it is.
+    pub fn load_shipped(&self, device: &Device) -> Result<Loaded, WeightsLoadError> {
+        self.load_as(device, true)
+    }
+
+    fn load_as(&self, device: &Device, shipped: bool) -> Result<Loaded, WeightsLoadError> {
         fn model(path: &Path) -> impl FnOnce(ModelError) -> WeightsLoadError + '_ {
             move |source| WeightsLoadError::Model { path: path.to_path_buf(), source }
         }
@@ -77,6 +87,7 @@ impl Weights {
                     let adapter = load_adapter(lora)?;
                     lora::merge_into_params(&mut params, &adapter)?;
                 }
+                let params = if shipped { params.through_cq().map_err(model(checkpoint))? } else { params };
                 let network = Network::load(&loaded.config, &params).map_err(model(checkpoint))?;
                 Ok(Loaded { network, tokenizer: None })
             }

@@ -1,7 +1,8 @@
 //! Adapter files. `.safetensors` holds `path/A` and `path/B` (f32) with the scale, rank, alpha,
-//! base and targets as metadata; `.pkl` is the reference's pickle. The extension chooses, for
-//! reading and for writing; writes go to a temporary file that is renamed into place, so a crash
-//! never leaves half an adapter.
+//! base and targets as metadata; a Needle 3 adapter is laid out as cactus-needle 3.x writes it
+//! (`lora/path/A`, and its metadata — scale, base, rank, seed — as JSON text), so either package
+//! reads it. `.pkl` is 2.x's pickle. The extension chooses, for reading and for writing; writes go
+//! to a temporary file that is renamed into place, so a crash never leaves half an adapter.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -11,6 +12,7 @@ use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
 use super::Lora;
 use crate::checkpoint::{CheckpointError, DType, LoraFactors, NdArray, PickledAdapter, RawLayout};
+use crate::config::Generation;
 
 /// What can go wrong reading or writing an adapter.
 #[derive(Debug, thiserror::Error)]
@@ -40,7 +42,14 @@ pub struct AdapterMeta {
     pub base: String,
     /// True when training stopped before the last step (cancelled).
     pub partial: bool,
+    /// The base's generation, whose package's layout the file takes.
+    pub generation: Generation,
+    /// The run's seed (3.x records it).
+    pub seed: u64,
 }
+
+/// Where a Needle 3 adapter's factors sit (3.x's `write_adapter`): `lora/<path>/A`.
+const NEEDLE3_PREFIX: &str = "lora/";
 
 enum Format {
     Safetensors,
@@ -115,15 +124,28 @@ pub(crate) fn serialize_f32(
 
 fn safetensors_bytes(path: &Path, lora: &Lora, meta: &AdapterMeta) -> Result<Vec<u8>, AdapterFileError> {
     let targets: Vec<&str> = lora.factors.iter().map(|f| f.path.as_str()).collect();
-    let metadata = HashMap::from([
-        ("scale".to_string(), lora.scale().to_string()),
+    let mut buffers = factor_buffers(lora)?;
+    // 3.x reads its own fields as JSON (a string quoted, `null` for none) and ignores the rest.
+    let (scale, base) = match meta.generation {
+        Generation::Needle2 => (lora.scale().to_string(), meta.base.clone()),
+        Generation::Needle3 => {
+            buffers.iter_mut().for_each(|(name, _, _)| *name = format!("{NEEDLE3_PREFIX}{name}"));
+            (crate::pyjson::python_float_repr(lora.scale()), serde_json::Value::from(meta.base.as_str()).to_string())
+        }
+    };
+    let mut metadata = HashMap::from([
+        ("scale".to_string(), scale),
         ("rank".to_string(), lora.rank.to_string()),
         ("alpha".to_string(), lora.alpha.to_string()),
-        ("base".to_string(), meta.base.clone()),
+        ("base".to_string(), base),
         ("targets".to_string(), targets.join(",")),
         ("partial".to_string(), meta.partial.to_string()),
     ]);
-    serialize_f32(path, &factor_buffers(lora)?, metadata)
+    if meta.generation == Generation::Needle3 {
+        metadata.insert("seed".into(), meta.seed.to_string());
+        metadata.extend(["pieces", "languages"].map(|key| (key.to_string(), "null".to_string())));
+    }
+    serialize_f32(path, &buffers, metadata)
 }
 
 fn to_pickled(path: &Path, lora: &Lora, meta: &AdapterMeta) -> Result<PickledAdapter, AdapterFileError> {
@@ -188,20 +210,34 @@ fn read_safetensors(path: &Path) -> Result<PickledAdapter, AdapterFileError> {
     let tensors = SafeTensors::deserialize(&bytes)
         .map_err(|e| AdapterFileError::Safetensors { path: path.into(), reason: e.to_string() })?;
     let mut lora = BTreeMap::new();
+    let mut needle3 = false;
     for name in tensors.names() {
         if let Some(weight) = name.strip_suffix("/A") {
             let factors = LoraFactors {
                 a: f32_array(path, &tensors, name)?,
                 b: f32_array(path, &tensors, &format!("{weight}/B"))?,
             };
+            let weight = match weight.strip_prefix(NEEDLE3_PREFIX) {
+                Some(weight) => {
+                    needle3 = true;
+                    weight
+                }
+                None => weight,
+            };
             lora.insert(weight.to_string(), factors);
         }
     }
+    let base: String = metadata_value(path, &metadata, "base")?;
+    // 3.x wrote its base as a JSON string.
+    let base = match (needle3, serde_json::from_str::<serde_json::Value>(&base)) {
+        (true, Ok(serde_json::Value::String(base))) => base,
+        _ => base,
+    };
     Ok(PickledAdapter {
         source: path.into(),
         lora,
         scale: metadata_value(path, &metadata, "scale")?,
-        base: metadata_value(path, &metadata, "base")?,
+        base,
         rank: metadata_value(path, &metadata, "rank")?,
     })
 }

@@ -151,13 +151,13 @@ impl Session {
         check_ranges(&s)?;
         check_writable(&options.out)?;
         let checkpoint = Checkpoint::load(&options.checkpoint)?;
-        if checkpoint.config.generation != Generation::Needle2 {
-            // Needle 3 trains through its quantizers (QAT), which this engine does not have yet.
-            let what =
-                format!("fine-tuning a {} checkpoint ({})", checkpoint.config.generation, options.checkpoint.display());
-            return Err(ModelError::Unsupported { what }.into());
-        }
         let params = Params::from_checkpoint(&checkpoint, device)?;
+        // Needle 3 trains through its quantizers, as its package does: the weights it ships (W4),
+        // int8 activations, queries and KV, and the gradient straight through them.
+        let params = match checkpoint.config.generation {
+            Generation::Needle2 => params,
+            Generation::Needle3 => params.for_qat(&checkpoint.config)?,
+        };
         let cfg = checkpoint.config.clone();
         drop(checkpoint);
         let load_seconds = started.elapsed().as_secs_f64();
@@ -211,6 +211,11 @@ impl Session {
         };
         let prepare_seconds = started.elapsed().as_secs_f64();
         Ok(Self { options, params, network, lora, train, val, val_examples, plan, prepare_seconds, load_seconds })
+    }
+
+    /// The generation of the model the run tunes.
+    pub fn generation(&self) -> Generation {
+        self.network.config().generation
     }
 
     /// Times training steps on the first batch (with fresh factors, so nothing of the run changes;
@@ -286,6 +291,7 @@ impl Session {
     pub fn run(self, backend: &BackendInfo, cancel: &AtomicBool, mut emit: impl FnMut(Event)) -> Result<Outcome> {
         let Session { options, params, network, lora, train, val, val_examples, plan, .. } = self;
         let s = options.settings;
+        let cfg_generation = network.config().generation;
         let schedule = Schedule::reference(s.lr, plan.steps);
         let key = RunKey {
             rank: s.rank,
@@ -328,7 +334,7 @@ impl Session {
         let mut positions = 0usize;
         let mut epochs = Vec::new();
         let save = |trainer: &Trainer, partial: bool, emit: &mut dyn FnMut(Event)| -> Result<()> {
-            let meta = AdapterMeta { base: key.base.clone(), partial };
+            let meta = AdapterMeta { base: key.base.clone(), partial, generation: cfg_generation, seed: s.seed };
             save_adapter(&options.out, &trainer.lora, &meta)?;
             save_state(&state, &trainer.lora, &trainer.optimizer, &key)?;
             emit(Event::Saved { path: options.out.clone() });
@@ -412,13 +418,20 @@ fn score_calls(
 ) -> Result<Option<CallScores>> {
     let tokenizer = Tokenizer::load(&options.tokenizer)?;
     let weights = Weights::Checkpoint { checkpoint: options.checkpoint.clone(), lora: Some(options.out.clone()) };
-    let tuned = weights.load(base.device())?.network;
+    // Needle 3's package scores the weights a `.cact` ships (W4), as the archive will run them.
+    let (base, tuned) = match base.config().generation {
+        Generation::Needle2 => (base.clone(), weights.load(base.device())?.network),
+        Generation::Needle3 => {
+            let base_weights = Weights::Checkpoint { checkpoint: options.checkpoint.clone(), lora: None };
+            (base_weights.load_shipped(base.device())?.network, weights.load_shipped(base.device())?.network)
+        }
+    };
     let score = |network: &Network| -> Result<ModelScore> {
         let rows = tokenized.iter().map(|t| t.row(seq_len));
         let loss = evaluate(network, rows, seq_len, options.settings.batch_size, |_, _| {})?.loss;
         Ok(ModelScore { loss, calls: calls::accuracy(network, &tokenizer, examples, cancel, |_, _| {})? })
     };
-    let scores = CallScores { base: score(base)?, tuned: score(&tuned)? };
+    let scores = CallScores { base: score(&base)?, tuned: score(&tuned)? };
     Ok((!cancel.load(Ordering::Relaxed)).then_some(scores))
 }
 
@@ -558,14 +571,38 @@ mod tests {
     }
 
     #[test]
-    fn a_needle3_checkpoint_is_refused_before_training_with_why() {
+    fn a_needle3_run_trains_quantization_aware_scores_at_w4_and_saves_its_packages_adapter() {
         let dir = tempfile::tempdir().unwrap();
-        let options = FinetuneOptions {
-            checkpoint: fixture("models/needle3_tiny.safetensors"),
-            ..options(&dir.path().join("adapter.safetensors"), false)
-        };
-        let err = Session::prepare(options, &Device::Cpu).err().expect("Needle 3 does not train yet");
-        assert!(err.to_string().starts_with("fine-tuning a Needle 3 checkpoint"), "{err}");
+        let out = dir.path().join("adapter.safetensors");
+        let options =
+            FinetuneOptions { checkpoint: fixture("models/needle3_tiny.safetensors"), ..options(&out, false) };
+        let backend =
+            crate::backend::select(crate::backend::DeviceRequest::Only(crate::backend::Backend::Cpu)).unwrap().info;
+        let session = Session::prepare(options, &Device::Cpu).unwrap();
+        let mut scores = None;
+        let outcome = session
+            .run(&backend, &AtomicBool::new(false), |event| {
+                if let Event::Finished { accuracy, .. } = event {
+                    scores = accuracy;
+                }
+            })
+            .unwrap();
+        assert!(!outcome.partial && outcome.epochs.len() == 1);
+        let (loss, val) = outcome.epochs[0];
+        assert!(loss.is_finite() && val.is_some_and(f32::is_finite));
+        assert!(scores.is_some(), "the held-out calls are scored");
+        // The file is laid out as 3.x's `write_adapter` lays it out, and reads back.
+        let (bytes, metadata) = crate::lora::file::read_safetensors_file(&out).unwrap();
+        let names =
+            safetensors::SafeTensors::deserialize(&bytes).unwrap().names().into_iter().cloned().collect::<Vec<_>>();
+        assert!(names.iter().all(|n| n.starts_with("lora/stack/layers/block/self_attn/")), "{names:?}");
+        assert_eq!(
+            (metadata["scale"].as_str(), metadata["rank"].as_str(), metadata["seed"].as_str()),
+            ("2.0", "4", "0")
+        );
+        let saved = crate::lora::load_adapter(&out).unwrap();
+        assert_eq!(saved.lora.len(), 5);
+        assert!(saved.base.ends_with("needle3_tiny.safetensors"), "{}", saved.base);
     }
 
     #[test]

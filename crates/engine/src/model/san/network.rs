@@ -10,7 +10,7 @@ use super::block::Block;
 use super::engram::{Engram, EngramGeometry, EngramKv, EngramLookup};
 use super::stack::Stack;
 use crate::checkpoint::Checkpoint;
-use crate::config::ModelConfig;
+use crate::config::{Generation, ModelConfig};
 use crate::dataset::Encoded;
 use crate::model::decode::DecodeState;
 use crate::model::kernels::{fake_quant_rows, frozen_matmul};
@@ -116,7 +116,13 @@ impl Network {
 
     /// Fails when a tokenizer's vocabulary (read from `path`) is not this model's.
     pub fn check_tokenizer_vocab(&self, tokenizer_vocab: usize, path: &Path) -> Result<()> {
-        if tokenizer_vocab == self.cfg.vocab_size {
+        // Needle 3's vocabulary may hold more rows than its tokenizer has pieces (code embeddings
+        // past the text slice), as 3.x's `get_tokenizer` allows.
+        let fits = match self.cfg.generation {
+            Generation::Needle2 => tokenizer_vocab == self.cfg.vocab_size,
+            Generation::Needle3 => tokenizer_vocab <= self.cfg.vocab_size,
+        };
+        if fits {
             return Ok(());
         }
         Err(ModelError::VocabMismatch { path: path.into(), tokenizer_vocab, model_vocab: self.cfg.vocab_size })
