@@ -35,7 +35,7 @@ pub(super) fn from_chat(line: &Map<String, Value>) -> Result<Option<Map<String, 
     example.insert("query".into(), query);
     example.insert("tools".into(), Value::Array(tools));
     example.insert("answers".into(), Value::Array(answers));
-    if let Some(system) = messages.iter().find(|m| is_system(&m)).and_then(|m| m.get("content")) {
+    if let Some(system) = messages.iter().find(|m| is_system(m)).and_then(|m| m.get("content")) {
         if python_truthy(system) {
             example.insert("system".into(), system.clone());
         }

@@ -80,6 +80,62 @@ const WAYS: [(bool, bool, usize); 6] = [
     (true, true, 1),
 ];
 
+/// How close a step must come to the reference's: its loss (relative), and each gradient or factor
+/// (relative to its largest entry).
+#[derive(Clone, Copy)]
+struct Tolerance {
+    loss: f32,
+    tensors: f32,
+}
+
+/// The loss and every factor's gradient on `rows` against the golden `loss`, `p/grad_A`, `p/grad_B`.
+fn assert_gradients(
+    trainer: &mut Trainer,
+    rows: &[Encoded],
+    lora: &HashMap<String, Tensor>,
+    way: &str,
+    within: Tolerance,
+) {
+    let (loss, grads) = trainer.loss_and_gradients(rows).unwrap();
+    let want = scalar(lora, "loss");
+    assert!(((loss - want) / want).abs() <= within.loss, "{way}: loss {loss} vs {want}");
+    let names = trainer.lora.factors.iter().flat_map(|f| [format!("{}/grad_A", f.path), format!("{}/grad_B", f.path)]);
+    for (name, grad) in names.zip(&trainer.lora.stacked(&grads).unwrap()) {
+        let error = relative_error(grad, &lora[&name]);
+        assert!(error <= within.tensors, "{way}: {name} off by {error} relative");
+    }
+}
+
+/// Three clipped AdamW steps on `rows` against the golden `loss@k`, `lr@k` (where written) and the
+/// factors after each, `p/A@k` and `p/B@k`.
+fn assert_three_steps(
+    trainer: &mut Trainer,
+    rows: &[Encoded],
+    lora: &HashMap<String, Tensor>,
+    way: &str,
+    within: Tolerance,
+) {
+    for k in 1..=3 {
+        let outcome = trainer.step(rows).unwrap();
+        if let Some(lr) = lora.get(&format!("lr@{}", k - 1)) {
+            assert_eq!(outcome.lr, lr.to_vec1::<f32>().unwrap()[0], "{way}: lr of step {k}");
+        }
+        let want = scalar(lora, &format!("loss@{k}"));
+        assert!(
+            ((outcome.loss - want) / want).abs() <= within.loss,
+            "{way}: loss of step {k} {} vs {want}",
+            outcome.loss
+        );
+        for factor in &trainer.lora.factors {
+            for (side, value) in [("A", factor.stacked_a().unwrap()), ("B", factor.stacked_b().unwrap())] {
+                let name = format!("{}/{side}@{k}", factor.path);
+                let error = relative_error(&value, &lora[&name]);
+                assert!(error <= within.tensors, "{way}: {name} off by {error} relative");
+            }
+        }
+    }
+}
+
 #[test]
 fn loss_and_factor_gradients_match_the_reference() {
     // The whole batch in one pass, recomputed layer by layer, and recomputed in passes of one row
@@ -91,15 +147,7 @@ fn loss_and_factor_gradients_match_the_reference() {
         trainer.recompute = recompute;
         trainer.tokens_per_pass = tokens;
         let way = format!("{stem} (autograd {autograd}, recompute {recompute}, tokens per pass {tokens})");
-        let (loss, grads) = trainer.loss_and_gradients(&forward_batch(stem)).unwrap();
-        let want = scalar(&lora, "loss");
-        assert!(((loss - want) / want).abs() <= 1e-4, "{way}: loss {loss} vs {want}");
-        let names =
-            trainer.lora.factors.iter().flat_map(|f| [format!("{}/grad_A", f.path), format!("{}/grad_B", f.path)]);
-        for (name, grad) in names.zip(&trainer.lora.stacked(&grads).unwrap()) {
-            let error = relative_error(grad, &lora[&name]);
-            assert!(error <= 1e-4, "{way}: {name} off by {error} relative");
-        }
+        assert_gradients(&mut trainer, &forward_batch(stem), &lora, &way, Tolerance { loss: 1e-4, tensors: 1e-4 });
     }
 }
 
@@ -108,24 +156,8 @@ fn three_clipped_adamw_steps_match_the_reference() {
     for (stem, autograd) in STEMS.iter().flat_map(|&stem| [(stem, false), (stem, true)]) {
         let (mut trainer, lora) = golden_trainer(stem);
         trainer.use_autograd(autograd).unwrap();
-        let rows = forward_batch(stem);
-        for k in 1..=3 {
-            let outcome = trainer.step(&rows).unwrap();
-            assert_eq!(outcome.lr, scalar(&lora, &format!("lr@{}", k - 1)), "{stem}: lr of step {k}");
-            let want = scalar(&lora, &format!("loss@{k}"));
-            assert!(
-                ((outcome.loss - want) / want).abs() <= 1e-4,
-                "{stem}: loss of step {k} {} vs {want}",
-                outcome.loss
-            );
-            for factor in &trainer.lora.factors {
-                for (side, value) in [("A", factor.stacked_a().unwrap()), ("B", factor.stacked_b().unwrap())] {
-                    let name = format!("{}/{side}@{k}", factor.path);
-                    let error = relative_error(&value, &lora[&name]);
-                    assert!(error <= 1e-5, "{stem} (autograd {autograd}): {name} off by {error} relative");
-                }
-            }
-        }
+        let way = format!("{stem} (autograd {autograd})");
+        assert_three_steps(&mut trainer, &forward_batch(stem), &lora, &way, Tolerance { loss: 1e-4, tensors: 1e-5 });
     }
 }
 
@@ -141,31 +173,8 @@ fn needle3_quantization_aware_gradients_and_steps_match_the_reference() {
         let (mut trainer, lora) = golden_trainer(stem);
         assert!(!trainer.hand_written(), "Needle 3 trains on candle's path");
         let rows = forward_batch(stem);
-        let (loss, grads) = trainer.loss_and_gradients(&rows).unwrap();
-        let want = scalar(&lora, "loss");
-        assert!(((loss - want) / want).abs() <= 1e-4, "{stem}: loss {loss} vs {want}");
-        let names =
-            trainer.lora.factors.iter().flat_map(|f| [format!("{}/grad_A", f.path), format!("{}/grad_B", f.path)]);
-        for (name, grad) in names.zip(&trainer.lora.stacked(&grads).unwrap()) {
-            let error = relative_error(grad, &lora[&name]);
-            assert!(error <= 4e-2, "{stem}: {name} off by {error} relative");
-        }
-        for k in 1..=3 {
-            let outcome = trainer.step(&rows).unwrap();
-            let want = scalar(&lora, &format!("loss@{k}"));
-            assert!(
-                ((outcome.loss - want) / want).abs() <= 3e-4,
-                "{stem}: loss of step {k} {} vs {want}",
-                outcome.loss
-            );
-            for factor in &trainer.lora.factors {
-                for (side, value) in [("A", factor.stacked_a().unwrap()), ("B", factor.stacked_b().unwrap())] {
-                    let name = format!("{}/{side}@{k}", factor.path);
-                    let error = relative_error(&value, &lora[&name]);
-                    assert!(error <= 4e-2, "{stem}: {name} off by {error} relative");
-                }
-            }
-        }
+        assert_gradients(&mut trainer, &rows, &lora, stem, Tolerance { loss: 1e-4, tensors: 4e-2 });
+        assert_three_steps(&mut trainer, &rows, &lora, stem, Tolerance { loss: 3e-4, tensors: 4e-2 });
     }
 }
 
