@@ -225,7 +225,12 @@ impl ModelConfig {
 
     /// The window layer `layer` attends through: `None` for a global layer or a model without one.
     pub fn attention_window(&self, layer: usize) -> Option<usize> {
-        (self.sliding_window > 0 && !self.global_layers.contains(&layer)).then_some(self.sliding_window)
+        self.window().filter(|_| !self.global_layers.contains(&layer))
+    }
+
+    /// The window of the windowed layers, if the model has any.
+    pub fn window(&self) -> Option<usize> {
+        (self.sliding_window > 0).then_some(self.sliding_window)
     }
 
     /// Per-head width of queries, keys and values; 0 when `num_heads` is 0, which [`Self::validate`]

@@ -10,7 +10,6 @@ use candle_core::{Device, Tensor};
 
 use super::conv::CausalTaps;
 use crate::config::ModelConfig;
-use crate::dataset::Encoded;
 use crate::model::kernels::{causal_softmax, fake_quant_rows, rope, sigmoid, RopeTables};
 use crate::model::linear::{Linear, LowRank};
 use crate::model::norm::ZcRmsNorm;
@@ -107,25 +106,25 @@ pub struct LayerKv {
 impl LayerKv {
     /// The new positions' projections convolved with `taps` after the cached recent ones, which
     /// they then join (the last `taps − 1` kept).
-    fn convolve(&mut self, [q, k, v]: [Tensor; 3], taps: &[Tensor; 3]) -> Result<[Tensor; 3]> {
-        let (fresh, keep) = (q.dim(0)?, taps[0].dim(0)?.saturating_sub(1));
-        let recent = self.recent.take();
-        let one = |i: usize, new: Tensor| -> Result<(Tensor, Tensor)> {
-            let rows = match &recent {
-                Some(recent) => Tensor::cat(&[&recent[i], &new], 0)?,
-                None => new,
-            };
-            // The recent positions reach back `taps − 1`, or to the row's start, so zeros before
-            // them are what the whole row's convolution would read.
-            let len = rows.dim(0)?;
-            let row = Encoded { ids: vec![0; len], mask: vec![1.0; len], truncated: false };
-            let conv = CausalTaps::new(&Packing::new(&[row], false)?, taps[i].dim(0)?, 1, rows.device())?;
-            let out = conv.apply(&rows, &taps[i])?.narrow(0, len - fresh, fresh)?;
-            Ok((out, rows.narrow(0, len - keep.min(len), keep.min(len))?))
+    fn convolve(&mut self, new: [Tensor; 3], taps: &[Tensor; 3]) -> Result<[Tensor; 3]> {
+        let (fresh, count) = (new[0].dim(0)?, taps[0].dim(0)?);
+        let rows = match self.recent.take() {
+            Some(recent) => {
+                let [q, k, v] = [0, 1, 2].map(|i| Tensor::cat(&[&recent[i], &new[i]], 0));
+                [q?, k?, v?]
+            }
+            None => new,
         };
-        let ((q, recent_q), (k, recent_k), (v, recent_v)) = (one(0, q)?, one(1, k)?, one(2, v)?);
-        self.recent = Some([recent_q, recent_k, recent_v]);
-        Ok([q, k, v])
+        // The recent positions reach back `taps − 1`, or to the row's start, so zeros before them
+        // are what the whole row's convolution would read.
+        let len = rows[0].dim(0)?;
+        let conv = CausalTaps::row(len, count, 1, rows[0].device())?;
+        let keep = len.min(count.saturating_sub(1));
+        let [q, k, v] =
+            [0, 1, 2].map(|i| -> Result<Tensor> { Ok(conv.apply(&rows[i], &taps[i])?.narrow(0, len - fresh, fresh)?) });
+        let [recent_q, recent_k, recent_v] = [0, 1, 2].map(|i| rows[i].narrow(0, len - keep, keep));
+        self.recent = Some([recent_q?, recent_k?, recent_v?]);
+        Ok([q?, k?, v?])
     }
 
     /// Appends the new positions' keys and values and returns all of them.
@@ -176,7 +175,7 @@ impl AttentionLayout {
     /// The layout of `packing` for a model of `cfg` on `device`, with rotary tables from `rope`
     /// (positions from 0).
     pub fn new(packing: &Packing, cfg: &ModelConfig, rope: &Rope, device: &Device) -> Result<Self> {
-        let window = (cfg.sliding_window > 0).then_some(cfg.sliding_window);
+        let window = cfg.window();
         let mut groups = Vec::new();
         let mut unshared = Vec::new();
         for family in packing.families() {
@@ -197,7 +196,7 @@ impl AttentionLayout {
 
     /// One row of `len` new tokens after `past` cached positions (a decoding step).
     pub fn decode(past: usize, len: usize, cfg: &ModelConfig, rope: &Rope, device: &Device) -> Result<Self> {
-        let window = (cfg.sliding_window > 0).then_some(cfg.sliding_window);
+        let window = cfg.window();
         let group = Group {
             prefix: None,
             tails: Tails::Block(0),

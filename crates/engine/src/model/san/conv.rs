@@ -16,12 +16,27 @@ pub struct CausalTaps {
 }
 
 impl CausalTaps {
+    /// Over the packed tokens of `packing`.
     pub fn new(packing: &Packing, taps: usize, step: usize, device: &Device) -> Result<Self> {
-        let tokens = packing.len();
+        Self::reading(packing.len(), taps, step, |i, back| packing.earlier(i, back), device)
+    }
+
+    /// Over one row of `len` positions, its first the row's start.
+    pub fn row(len: usize, taps: usize, step: usize, device: &Device) -> Result<Self> {
+        Self::reading(len, taps, step, usize::checked_sub, device)
+    }
+
+    /// `earlier(i, back)`: the index of the token `back` positions before token `i` in its row.
+    fn reading(
+        tokens: usize,
+        taps: usize,
+        step: usize,
+        earlier: impl Fn(usize, usize) -> Option<usize>,
+        device: &Device,
+    ) -> Result<Self> {
         let from = (1..taps)
             .map(|j| {
-                let from: Vec<u32> =
-                    (0..tokens).map(|i| packing.earlier(i, j * step).unwrap_or(tokens) as u32).collect();
+                let from: Vec<u32> = (0..tokens).map(|i| earlier(i, j * step).unwrap_or(tokens) as u32).collect();
                 Tensor::from_vec(from, tokens, device)
             })
             .collect::<candle_core::Result<_>>()?;
