@@ -217,14 +217,10 @@ mod tests {
     use crate::model::Params;
     use crate::tokenizer::{Tokenizer, BOS_ID};
 
-    use crate::fixtures::fixture;
+    use crate::fixtures::{checkpoint_path, fixture};
 
     fn network(stem: &str) -> Network {
-        let file = match stem.starts_with("needle3") {
-            true => format!("models/{stem}.safetensors"),
-            false => format!("models/{stem}.pkl"),
-        };
-        let checkpoint = Checkpoint::load(&fixture(&file)).unwrap();
+        let checkpoint = Checkpoint::load(&checkpoint_path(stem)).unwrap();
         Network::from_checkpoint(&checkpoint, &Device::Cpu).unwrap()
     }
 
@@ -295,7 +291,7 @@ mod tests {
             let golden: serde_json::Value =
                 serde_json::from_slice(&std::fs::read(fixture(&format!("golden/{stem}/decode.json"))).unwrap())
                     .unwrap();
-            let checkpoint = Checkpoint::load(&fixture(&format!("models/{stem}.safetensors"))).unwrap();
+            let checkpoint = Checkpoint::load(&checkpoint_path(stem)).unwrap();
             let load = |params: Params| Network::load(&checkpoint.config, &params).unwrap();
             let stored = load(Params::from_checkpoint(&checkpoint, &Device::Cpu).unwrap());
             let w4 = load(Params::from_checkpoint(&checkpoint, &Device::Cpu).unwrap().through_cq().unwrap());

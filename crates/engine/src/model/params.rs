@@ -13,7 +13,7 @@ use super::linear::Linear;
 use super::{ModelError, Result};
 use crate::cact::quant::{cq_round_trip, Bits};
 use crate::checkpoint::Checkpoint;
-use crate::config::ModelConfig;
+use crate::config::{Generation, ModelConfig};
 
 /// Named f32 tensors on one device, with a record of which ones the network consumed.
 #[derive(Debug)]
@@ -95,21 +95,15 @@ impl Params {
     }
 
     /// The weights a `.cact` ships (the reference's `cq_ste_params`): every kernel, embedding and
-    /// mHC projection through CQ at [`QAT_WEIGHT_BITS`] and back along the axis it reduces, each
-    /// kernel kept as stored too for an adapter to merge into. What the end of a Needle 3 run scores.
-    pub fn through_cq(mut self) -> Result<Self> {
-        for (path, tensor) in self.tensors.get_mut().iter_mut() {
-            let Some(second_last) = quantized_axis(path, tensor.rank()) else { continue };
-            if path.ends_with("/kernel") {
-                self.stored_kernels.insert(path.clone(), tensor.clone());
-            }
-            *tensor = cq_along(tensor, second_last)?;
-        }
-        Ok(self)
+    /// mHC projection through CQ at [`QAT_WEIGHT_BITS`] and back along the axis it reduces. What
+    /// the end of a Needle 3 run scores.
+    pub fn through_cq(self) -> Result<Self> {
+        self.quantized(false)
     }
 
-    /// The weights as quantization-aware training computes with them: [`Params::through_cq`], and
-    /// the network built on them fake-quantizes its activations, queries, keys and values too.
+    /// The weights as quantization-aware training computes with them: [`Params::through_cq`], each
+    /// kernel kept as stored too for an adapter to merge into, and the network built on them
+    /// fake-quantizes its activations, queries, keys and values.
     pub fn for_qat(self, cfg: &ModelConfig) -> Result<Self> {
         if !matches!(cfg.kv_bits, 0 | 8) || cfg.act_bits < 2 {
             let what = format!(
@@ -118,9 +112,29 @@ impl Params {
             );
             return Err(ModelError::Unsupported { what });
         }
-        let mut params = self.through_cq()?;
+        let mut params = self.quantized(true)?;
         params.qat = Some(Qat { act_bits: cfg.act_bits, kv_bits: cfg.kv_bits });
         Ok(params)
+    }
+
+    /// The weights a model of `cfg` trains on, as its generation's package trains: Needle 2's as
+    /// stored, Needle 3's quantization-aware ([`Params::for_qat`]).
+    pub fn for_training(self, cfg: &ModelConfig) -> Result<Self> {
+        match cfg.generation {
+            Generation::Needle2 => Ok(self),
+            Generation::Needle3 => self.for_qat(cfg),
+        }
+    }
+
+    fn quantized(mut self, keep_stored_kernels: bool) -> Result<Self> {
+        for (path, tensor) in self.tensors.get_mut().iter_mut() {
+            let Some(second_last) = quantized_axis(path, tensor.rank()) else { continue };
+            if keep_stored_kernels && path.ends_with("/kernel") {
+                self.stored_kernels.insert(path.clone(), tensor.clone());
+            }
+            *tensor = cq_along(tensor, second_last)?;
+        }
+        Ok(self)
     }
 
     /// Whether the network built on these weights fake-quantizes ([`Params::for_qat`]).

@@ -13,12 +13,10 @@ const STEMS: [&str; 3] = ["tiny_f32", "tiny_f16", "pretrained"];
 /// Needle 3 checkpoints, made by cactus-needle 3.2.8 (`make_needle3_fixtures.py`).
 const NEEDLE3_STEMS: [&str; 2] = ["needle3_tiny", "needle3_tiny_out"];
 
-use crate::fixtures::fixture;
+use crate::fixtures::{checkpoint_path, fixture};
 
 fn network(stem: &str) -> Network {
-    let file =
-        if NEEDLE3_STEMS.contains(&stem) { format!("models/{stem}.safetensors") } else { format!("models/{stem}.pkl") };
-    let checkpoint = Checkpoint::load(&fixture(&file)).unwrap();
+    let checkpoint = Checkpoint::load(&checkpoint_path(stem)).unwrap();
     Network::from_checkpoint(&checkpoint, &Device::Cpu).unwrap()
 }
 
@@ -78,7 +76,7 @@ fn whole_file_loss_matches_the_reference_single_batch() {
 #[test]
 fn needle3_quantization_aware_logits_and_loss_match_the_reference() {
     for stem in NEEDLE3_STEMS {
-        let checkpoint = Checkpoint::load(&fixture(&format!("models/{stem}.safetensors"))).unwrap();
+        let checkpoint = Checkpoint::load(&checkpoint_path(stem)).unwrap();
         let params = Params::from_checkpoint(&checkpoint, &Device::Cpu).unwrap().for_qat(&checkpoint.config).unwrap();
         let network = Network::load(&checkpoint.config, &params).unwrap();
         let golden =

@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::memory::{activation_budget, StepShape};
 use super::schedule::Schedule;
 use super::trainer::Trainer;
-use crate::config::{Generation, ModelConfig};
+use crate::config::ModelConfig;
 use crate::dataset::Encoded;
 use crate::lora::Lora;
 use crate::model::{CpuNetwork, Device, ModelError, Network, Params, Result};
@@ -119,16 +119,10 @@ pub fn run(options: &BenchOptions, device: &Device, process_start: Instant) -> R
         });
     }
     let params = Params::random_init(device);
-    let mut network = Network::load(&config, &params)?;
-    let params = match config.generation {
-        Generation::Needle2 => params,
-        // Needle 3 trains as its recipe does, through its quantizers (the weights now exist to quantize).
-        Generation::Needle3 => {
-            let params = params.for_qat(&config)?;
-            network = Network::load(&config, &params)?;
-            params
-        }
-    };
+    // Building the network invents every weight, which the training recipe (Needle 3 quantizes) needs.
+    Network::load(&config, &params)?;
+    let params = params.for_training(&config)?;
+    let network = Network::load(&config, &params)?;
     let lora = Lora::init(&params, rank, 2.0 * rank as f64, 0)?;
     let shape = StepShape {
         config: &config,

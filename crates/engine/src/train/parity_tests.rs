@@ -11,7 +11,6 @@ use candle_core::{DType, Device, Tensor};
 
 use super::{Schedule, Trainer};
 use crate::checkpoint::Checkpoint;
-use crate::config::Generation;
 use crate::dataset::Encoded;
 use crate::lora::{target_paths, Lora};
 use crate::model::{Network, Params};
@@ -20,7 +19,7 @@ const STEMS: [&str; 3] = ["tiny_f32", "tiny_f16", "pretrained"];
 /// Needle 3 checkpoints, made by cactus-needle 3.2.8 (`make_needle3_fixtures.py`).
 const NEEDLE3_STEMS: [&str; 2] = ["needle3_tiny", "needle3_tiny_out"];
 
-use crate::fixtures::fixture;
+use crate::fixtures::{checkpoint_path, fixture};
 
 fn golden(stem: &str, file: &str) -> HashMap<String, Tensor> {
     candle_core::safetensors::load(fixture(&format!("golden/{stem}/{file}")), &Device::Cpu).unwrap()
@@ -40,16 +39,8 @@ fn relative_error(got: &Tensor, want: &Tensor) -> f32 {
 /// A trainer on `stem`'s checkpoint holding the golden factors, and the golden tensors. Needle 3
 /// trains quantization-aware, as the reference's `finetune_local` does.
 fn golden_trainer(stem: &str) -> (Trainer, HashMap<String, Tensor>) {
-    let file = match NEEDLE3_STEMS.contains(&stem) {
-        true => format!("models/{stem}.safetensors"),
-        false => format!("models/{stem}.pkl"),
-    };
-    let checkpoint = Checkpoint::load(&fixture(&file)).unwrap();
-    let params = Params::from_checkpoint(&checkpoint, &Device::Cpu).unwrap();
-    let params = match checkpoint.config.generation {
-        Generation::Needle3 => params.for_qat(&checkpoint.config).unwrap(),
-        Generation::Needle2 => params,
-    };
+    let checkpoint = Checkpoint::load(&checkpoint_path(stem)).unwrap();
+    let params = Params::from_checkpoint(&checkpoint, &Device::Cpu).unwrap().for_training(&checkpoint.config).unwrap();
     let lora = golden(stem, "lora.safetensors");
     let paths = target_paths(&params).unwrap();
     let mut want: Vec<&str> = lora.keys().filter_map(|k| k.strip_suffix("/A")).collect();

@@ -151,13 +151,7 @@ impl Session {
         check_ranges(&s)?;
         check_writable(&options.out)?;
         let checkpoint = Checkpoint::load(&options.checkpoint)?;
-        let params = Params::from_checkpoint(&checkpoint, device)?;
-        // Needle 3 trains through its quantizers, as its package does: the weights it ships (W4),
-        // int8 activations, queries and KV, and the gradient straight through them.
-        let params = match checkpoint.config.generation {
-            Generation::Needle2 => params,
-            Generation::Needle3 => params.for_qat(&checkpoint.config)?,
-        };
+        let params = Params::from_checkpoint(&checkpoint, device)?.for_training(&checkpoint.config)?;
         let cfg = checkpoint.config.clone();
         drop(checkpoint);
         let load_seconds = started.elapsed().as_secs_f64();
