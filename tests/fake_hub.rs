@@ -281,16 +281,23 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
-/// A hub serving the tiny pre-trained fixture as Needle 2: the checkpoint as a large (LFS) file at
-/// `checkpoints/needle2.pkl`, the tokenizer as a small one at `tokenizer/tokenizer.model`.
-pub fn needle2() -> FakeHub {
-    FakeHub::start([
-        HubFile::new("Cactus-Compute/needle2", "checkpoints/needle2.pkl", crate::read("models/pretrained.pkl"), true),
-        HubFile::new(
-            "Cactus-Compute/needle2",
-            "tokenizer/tokenizer.model",
-            crate::read("models/tokenizer.model"),
-            false,
-        ),
-    ])
+/// A hub serving the tiny fixtures as the published base models, each checkpoint as a large (LFS)
+/// file and the fixture tokenizer (which both tiny models use) as a small one:
+/// `Cactus-Compute/needle2` holds the pre-trained pickle at `checkpoints/needle2.pkl`,
+/// `Cactus-Compute/needle3` the Needle 3 checkpoint at `checkpoints/needle3.safetensors`, each with
+/// `tokenizer/tokenizer.model`.
+pub fn published() -> FakeHub {
+    FakeHub::start(PUBLISHED.iter().flat_map(|(repo, checkpoint, fixture)| {
+        [
+            HubFile::new(repo, checkpoint, crate::read(fixture), true),
+            HubFile::new(repo, "tokenizer/tokenizer.model", crate::read("models/tokenizer.model"), false),
+        ]
+    }))
 }
+
+/// What [`published`] serves as each base model: repository, checkpoint path, and the fixture that
+/// plays it.
+pub const PUBLISHED: [(&str, &str, &str); 2] = [
+    ("Cactus-Compute/needle2", "checkpoints/needle2.pkl", "models/pretrained.pkl"),
+    ("Cactus-Compute/needle3", "checkpoints/needle3.safetensors", "models/needle3_tiny.safetensors"),
+];

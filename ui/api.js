@@ -3,6 +3,7 @@
 // knows their names. One function per command (src-tauri/src/commands.rs), typed with types.js.
 
 /** @typedef {import('./types.js').Answers} Answers */
+/** @typedef {import('./types.js').BaseModel} BaseModel */
 /** @typedef {import('./types.js').BaseModelStatus} BaseModelStatus */
 /** @typedef {import('./types.js').BuildMessage} BuildMessage */
 /** @typedef {import('./types.js').CancelDownload} CancelDownload */
@@ -10,6 +11,7 @@
 /** @typedef {import('./types.js').DatasetReport} DatasetReport */
 /** @typedef {import('./types.js').DownloadMessage} DownloadMessage */
 /** @typedef {import('./types.js').FieldErrors} FieldErrors */
+/** @typedef {import('./types.js').Generation} Generation */
 /** @typedef {import('./types.js').HistoryEntry} HistoryEntry */
 /** @typedef {import('./types.js').Opened} Opened */
 /** @typedef {import('./types.js').Plan} Plan */
@@ -67,8 +69,15 @@ export const saveSettings = (settings) => invoke('save_settings', { settings });
 /** @returns {Promise<BaseModelStatus>} */
 export const baseModel = () => invoke('base_model');
 
-/** @param {(message: DownloadMessage) => void} onEvent @returns {Promise<void>} */
-export const downloadBaseModel = (onEvent) => invoke('download_base_model', { onEvent: channel(onEvent) });
+/**
+ * @param {Generation} generation @param {(message: DownloadMessage) => void} onEvent
+ * @returns {Promise<void>}
+ */
+export const downloadBaseModel = (generation, onEvent) =>
+  invoke('download_base_model', { generation, onEvent: channel(onEvent) });
+
+/** @param {Generation} generation @returns {Promise<BaseModel>} */
+export const useBaseModel = (generation) => invoke('use_base_model', { generation });
 
 /** @returns {Promise<CancelDownload>} */
 export const cancelDownload = () => invoke('cancel_download');
@@ -121,13 +130,13 @@ export const openRun = (id) => invoke('open_run', { id });
 export const reveal = (path) => invoke('reveal', { path });
 
 /**
- * The file dialog (or the save dialog) for one extension; the chosen path or null.
- * @param {{name: string, ext: string, current?: string|null, save?: boolean}} options
+ * The file dialog (or the save dialog) for one extension (or a few); the chosen path or null.
+ * @param {{name: string, ext: string|string[], current?: string|null, save?: boolean}} options
  * @returns {Promise<string|null>}
  */
 export async function choosePath({ name, ext, current, save = false }) {
   const { dialog } = /** @type {TauriGlobal} */ (tauri);
-  const options = { filters: [{ name, extensions: [ext] }], ...(current ? { defaultPath: current } : {}) };
+  const options = { filters: [{ name, extensions: [ext].flat() }], ...(current ? { defaultPath: current } : {}) };
   const path = save ? await dialog.save(options) : await dialog.open({ ...options, multiple: false });
   return typeof path === 'string' ? path : null;
 }

@@ -5,8 +5,8 @@ import * as api from './api.js';
 import { setMessage } from './dom.js';
 
 /**
- * Opens the file dialog (or the save dialog) for one extension; returns the path or null.
- * @param {{name: string, ext: string, current?: string|null, errorEl: HTMLElement, save?: boolean}} options
+ * Opens the file dialog (or the save dialog) for one extension (or a few); returns the path or null.
+ * @param {{name: string, ext: string|string[], current?: string|null, errorEl: HTMLElement, save?: boolean}} options
  */
 export async function pickPath({ errorEl, ...options }) {
   try {

@@ -1,23 +1,25 @@
 // @ts-check
-// The Base model panel: the checkpoint and tokenizer fields, and Needle 2 from the hub (cached, or
-// downloaded with a progress bar and Cancel).
+// The Base model panel: the checkpoint and tokenizer fields, and each published base model (Needle 3,
+// Needle 2) from the hub — cached, or downloaded with a progress bar and Cancel — with its size.
 
 import * as api from './api.js';
-import { $, basename, formatBytes, setMessage, setStatus } from './dom.js';
+import { $, basename, formatBytes, h, setMessage, setStatus } from './dom.js';
 import { scheduleDatasetReload } from './dataset.js';
 import { pickPath } from './files.js';
 import { pathValue, runInputsChanged, saveSettings } from './run.js';
 
 /** @typedef {import('./types.js').BaseModel} BaseModel */
+/** @typedef {import('./types.js').BaseModelOffer} BaseModelOffer */
 /** @typedef {import('./types.js').BaseModelStatus} BaseModelStatus */
 /** @typedef {import('./types.js').DownloadMessage} DownloadMessage */
+/** @typedef {import('./types.js').Generation} Generation */
 
-/** The base model's status, as `base_model` last said. @type {BaseModelStatus|null} */
+/** The base models' status, as `base_model` last said. @type {BaseModelStatus|null} */
 let hub = null;
 
 /**
  * A model file's field and its Choose… button.
- * @param {'checkpoint'|'tokenizer'} name @param {string} label @param {string} ext
+ * @param {'checkpoint'|'tokenizer'} name @param {string} label @param {string[]} ext
  */
 function wireModelPath(name, label, ext) {
   const input = $(`${name}-path`);
@@ -38,88 +40,155 @@ function wireModelPath(name, label, ext) {
 }
 
 /**
- * The hub row: Needle 2 cached (with its path), downloading (bar, Cancel), or offered with its size.
+ * Every published base model, one row each, and a line on the one in use.
  * @param {BaseModelStatus} status
  */
 function renderHub(status) {
   hub = status;
-  const { cached, download } = status;
+  const busy = status.models.some((model) => model.download.state === 'running');
+  $('hub-models').replaceChildren(...status.models.map((model) => hubRow(model, model.generation === status.chosen, busy)));
+  const inUse = status.models.find((model) => isInUse(model));
+  $('hub-status').textContent = inUse
+    ? `Using ${inUse.label} from the hub cache.`
+    : pathValue('checkpoint')
+      ? 'Using the checkpoint below.'
+      : `No base model yet: download one (${status.models[0]?.label ?? 'Needle'} is the newest).`;
+}
+
+/** @param {BaseModelOffer} model */
+const isInUse = (model) => model.cached != null && pathValue('checkpoint') === model.cached.checkpoint;
+
+/**
+ * One base model: its name, size and state, and Download, Use and Cancel.
+ * @param {BaseModelOffer} model @param {boolean} chosen @param {boolean} busy another download runs
+ */
+function hubRow(model, chosen, busy) {
+  const id = (/** @type {string} */ part) => `hub-${part}-${model.generation}`;
+  const { cached, download, label } = model;
   const running = download.state === 'running';
-  $('hub-download').hidden = Boolean(cached) || running;
-  $('hub-use').hidden = !cached || pathValue('checkpoint') === cached.checkpoint;
-  $('hub-cancel').hidden = !running;
-  $('hub-progress').hidden = !running;
+  const size = model.bytes != null ? formatBytes(model.bytes) : running ? '' : 'size unknown';
+  const status = h('p', { id: id('status'), class: 'status', 'data-status': 'idle' });
+  const detail = h('p', { id: id('detail'), class: 'muted small path' });
+  // The chosen generation's Download is the panel's first action.
+  const downloadButton = h('button', { type: 'button', id: id('download'), ...(chosen ? { class: 'primary' } : {}) },
+    model.partial_bytes > 0 ? 'Resume download' : `Download ${label}`);
+  const useButton = h('button', { type: 'button', id: id('use') }, `Use ${label}`);
+  const progress = /** @type {HTMLProgressElement} */ (h('progress', { id: id('progress'), max: '1', value: '0' }));
+  const cancel = h('button', { type: 'button', id: id('cancel') }, 'Cancel');
+  const error = h('p', { id: id('error'), class: 'error', role: 'alert' });
+  downloadButton.hidden = Boolean(cached) || running;
+  downloadButton.toggleAttribute('disabled', busy);
+  useButton.hidden = !cached || isInUse(model);
+  progress.hidden = !running;
+  cancel.hidden = !running;
+  downloadButton.addEventListener('click', () => downloadBaseModel(model.generation));
+  useButton.addEventListener('click', () => useCached(model.generation));
+  cancel.addEventListener('click', cancelDownload);
+  const row = h('li', { id: id('model'), class: 'hub-model', 'data-chosen': String(chosen) },
+    h('div', { class: 'hub-model-head' },
+      h('strong', {}, label),
+      h('span', { class: 'muted small' }, model.repo),
+      h('span', { id: id('size'), class: 'small' }, size),
+      isInUse(model) ? h('span', { class: 'badge' }, 'In use') : null),
+    status, detail, h('div', { class: 'actions' }, downloadButton, useButton, progress, cancel), error);
   if (download.state === 'running') {
-    renderHubProgress(download.file, download.bytes, download.total, null);
+    renderProgress({ status, detail, progress }, label, download.file, download.bytes, download.total, null);
   } else if (cached) {
-    setStatus($('hub-status'), 'cached', 'Needle 2 is on this computer');
-    $('hub-detail').textContent = cached.checkpoint;
+    setStatus(status, 'cached', 'On this computer');
+    detail.textContent = cached.checkpoint;
   } else {
-    setStatus($('hub-status'), 'idle', `Needle 2 is not on this computer yet (${status.repo})`);
-    const resume = status.partial_bytes > 0 ? `; ${formatBytes(status.partial_bytes)} already here, it resumes` : '';
-    $('hub-detail').textContent = status.download_bytes != null
-      ? `${formatBytes(status.download_bytes)} to download${resume}`
-      : status.note ?? '';
-    $('hub-download').textContent = status.partial_bytes > 0 ? 'Resume download' : 'Download Needle 2';
+    setStatus(status, 'idle', 'Not on this computer yet');
+    const resume = model.partial_bytes > 0 ? `${formatBytes(model.partial_bytes)} already here; the download resumes` : '';
+    detail.textContent = model.bytes != null ? resume : model.note ?? '';
   }
   const failed = download.state === 'failed' || download.state === 'cancelled';
-  setMessage($('hub-error'), failed && !cached ? download.message : null);
+  setMessage(error, failed && !cached ? download.message : null);
+  return row;
 }
 
 /**
- * @param {string} file @param {number} bytes @param {number} total
- * @param {number|null} rate bytes per second
+ * A row's elements that show a download's progress.
+ * @typedef {{status: HTMLElement, detail: HTMLElement, progress: HTMLProgressElement}} ProgressParts
  */
-function renderHubProgress(file, bytes, total, rate) {
-  setStatus($('hub-status'), 'running', `Downloading ${basename(file) || 'Needle 2'}…`);
-  $('hub-progress').max = Math.max(1, total);
-  $('hub-progress').value = bytes;
+
+/**
+ * Draws a download's progress into its row.
+ * @param {ProgressParts} parts @param {string} label @param {string} file @param {number} bytes
+ * @param {number} total @param {number|null} rate bytes per second
+ */
+function renderProgress({ status, detail, progress }, label, file, bytes, total, rate) {
+  setStatus(status, 'running', `Downloading ${basename(file) || label}…`);
+  progress.hidden = false;
+  progress.max = Math.max(1, total);
+  progress.value = bytes;
   const speed = rate ? ` · ${formatBytes(rate)}/s` : '';
-  $('hub-detail').textContent = `${formatBytes(bytes)} of ${formatBytes(total)}${speed}`;
+  detail.textContent = `${formatBytes(bytes)} of ${formatBytes(total)}${speed}`;
 }
 
 export async function refreshHub() {
   try {
     renderHub(await api.baseModel());
   } catch (error) {
-    setMessage($('hub-error'), error);
+    setMessage($('app-error'), error);
   }
 }
 
 /**
- * Fills the model fields with Needle 2's files, as if chosen by hand.
+ * Fills the model fields with a published base model's files, which the app now remembers.
  * @param {BaseModel} base
  */
-function useBaseModel(base) {
+function showBaseModel(base) {
   $('checkpoint-path').value = base.checkpoint;
   $('tokenizer-path').value = base.tokenizer;
-  saveSettings();
   runInputsChanged();
   scheduleDatasetReload();
 }
 
-/** @param {DownloadMessage} message */
-function handleDownloadEvent(message) {
-  if (message.kind === 'progress') {
-    if (message.event === 'started') {
-      renderHubProgress(message.file, message.resumed_from, message.total, null);
-    } else if (message.event === 'progress') {
-      renderHubProgress(message.file, message.bytes, message.total, message.bytes_per_s);
-    }
-    return;
+/** @param {Generation} generation */
+async function useCached(generation) {
+  try {
+    showBaseModel(await api.useBaseModel(generation));
+    await refreshHub();
+  } catch (error) {
+    await refreshHub();
+    setMessage($(`hub-error-${generation}`), error);
   }
-  if (message.base) useBaseModel(message.base);
-  refreshHub();
 }
 
-async function downloadBaseModel() {
-  setMessage($('hub-error'), null);
-  if (hub) renderHub({ ...hub, download: { state: 'running', file: '', bytes: 0, total: 0 } });
-  try {
-    await api.downloadBaseModel(handleDownloadEvent);
-  } catch (error) {
-    setMessage($('hub-error'), error);
+/** @param {Generation} generation */
+async function downloadBaseModel(generation) {
+  if (hub) {
+    const running = { state: /** @type {const} */ ('running'), file: '', bytes: 0, total: 0 };
+    renderHub({
+      ...hub,
+      models: hub.models.map((model) => (model.generation === generation ? { ...model, download: running } : model)),
+    });
+  }
+  const label = hub?.models.find((model) => model.generation === generation)?.label ?? 'the base model';
+  /** @param {DownloadMessage} message */
+  const onEvent = (message) => {
+    if (message.kind === 'progress') {
+      /** @type {ProgressParts} */
+      const parts = {
+        status: $(`hub-status-${generation}`),
+        detail: $(`hub-detail-${generation}`),
+        progress: $(`hub-progress-${generation}`),
+      };
+      if (message.event === 'started') {
+        renderProgress(parts, label, message.file, message.resumed_from, message.total, null);
+      } else if (message.event === 'progress') {
+        renderProgress(parts, label, message.file, message.bytes, message.total, message.bytes_per_s);
+      }
+      return;
+    }
+    if (message.base) showBaseModel(message.base);
     refreshHub();
+  };
+  try {
+    await api.downloadBaseModel(generation, onEvent);
+  } catch (error) {
+    await refreshHub();
+    setMessage($(`hub-error-${generation}`), error);
   }
 }
 
@@ -127,7 +196,7 @@ async function cancelDownload() {
   try {
     await api.cancelDownload();
   } catch (error) {
-    setMessage($('hub-error'), error);
+    setMessage($('app-error'), error);
   }
 }
 
@@ -138,9 +207,6 @@ export function showModelPaths({ checkpoint, tokenizer }) {
 }
 
 export function wireModel() {
-  wireModelPath('checkpoint', 'Needle checkpoint', 'pkl');
-  wireModelPath('tokenizer', 'SentencePiece tokenizer', 'model');
-  $('hub-download').addEventListener('click', downloadBaseModel);
-  $('hub-cancel').addEventListener('click', cancelDownload);
-  $('hub-use').addEventListener('click', () => hub?.cached && useBaseModel(hub.cached));
+  wireModelPath('checkpoint', 'Needle checkpoint', ['pkl', 'safetensors']);
+  wireModelPath('tokenizer', 'SentencePiece tokenizer', ['model']);
 }

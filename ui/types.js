@@ -22,6 +22,8 @@
  * @typedef {object} Preferences
  * @property {string|null} checkpoint
  * @property {string|null} tokenizer
+ * @property {Generation} [generation] The published base model chosen by Download or Use; the app
+ *   keeps it, so the window's own save leaves it out.
  * @property {string} device `auto`, or a backend forced by the user.
  * @property {string} preset
  */
@@ -99,15 +101,27 @@
  *   | {state: 'cancelled', message: string}} DownloadState
  */
 
+/** @typedef {'Needle2'|'Needle3'} Generation `needle_engine::config::Generation` */
+
 /**
- * What the Base model panel shows (`base_model::BaseModelStatus`).
- * @typedef {object} BaseModelStatus
+ * One published base model as the Base model panel offers it (`base_model::BaseModelOffer`).
+ * @typedef {object} BaseModelOffer
+ * @property {Generation} generation
+ * @property {string} label `Needle 3`.
  * @property {string} repo
- * @property {BaseModel|null} cached Needle 2's files, when both are in the cache.
- * @property {number|null} download_bytes
+ * @property {BaseModel|null} cached Its files, when both are in the cache.
+ * @property {number|null} bytes Both files' size: on disk when cached, else as the hub announces
+ *   them; null while downloading or when the hub cannot be asked (`note` says why).
  * @property {number} partial_bytes Bytes of a cut download already on disk.
  * @property {string|null} note Why the hub could not be asked.
  * @property {DownloadState} download
+ */
+
+/**
+ * What the Base model panel shows (`base_model::BaseModelStatus`).
+ * @typedef {object} BaseModelStatus
+ * @property {Generation} chosen The generation last chosen by Download or Use.
+ * @property {BaseModelOffer[]} models Newest first.
  */
 
 /**

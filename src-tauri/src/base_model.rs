@@ -1,29 +1,44 @@
-//! The base model in the app: Needle 2 from the Hugging Face cache, or downloaded on first start with
-//! a progress bar and Cancel. The download runs on a thread of the app (it is network and disk, with
-//! bounded memory) through the engine's [`hub`]; a cancelled or cut download resumes next time.
+//! The base model in the app: each published generation (Needle 3, Needle 2) from the Hugging Face
+//! cache, or downloaded with a progress bar and Cancel. The download runs on a thread of the app (it
+//! is network and disk, with bounded memory) through the engine's [`hub`]; a cancelled or cut
+//! download resumes next time. One download at a time.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use needle_engine::hub::{self, BaseModel, Hub, HubError, HubEvent, RepoFile};
+use needle_engine::config::Generation;
+use needle_engine::hub::{self, BaseModel, Hub, HubError, HubEvent, PublishedBase, PUBLISHED};
 use serde::Serialize;
 use tauri::ipc::Channel;
 
 use crate::lock;
 use crate::studio::Studio;
 
-/// What the Base model panel shows.
+/// What the Base model panel shows: every published base model, newest first.
 #[derive(Debug, Clone, Serialize)]
 pub struct BaseModelStatus {
+    /// The generation last chosen by Download or Use (Needle 3 until then).
+    pub chosen: Generation,
+    pub models: Vec<BaseModelOffer>,
+}
+
+/// One published base model as the panel offers it.
+#[derive(Debug, Clone, Serialize)]
+pub struct BaseModelOffer {
+    pub generation: Generation,
+    /// "Needle 3", as the generation is displayed.
+    pub label: String,
     pub repo: &'static str,
-    /// Needle 2's checkpoint and tokenizer, when both are in the cache.
+    /// Its checkpoint and tokenizer, when both are in the cache.
     pub cached: Option<BaseModel>,
-    /// Bytes of both files as the hub announces them; `None` when cached, or when the hub cannot be
-    /// asked (then `note` says why).
-    pub download_bytes: Option<u64>,
+    /// Bytes of both files: on disk when cached, else as the hub announces them; `None` while it
+    /// downloads, or when the hub cannot be asked (then `note` says why).
+    pub bytes: Option<u64>,
     /// Bytes already on disk from a cancelled or cut download, which the next one resumes from.
     pub partial_bytes: u64,
     pub note: Option<String>,
+    /// Its download as the window last heard of it (idle while another generation downloads).
     pub download: DownloadState,
 }
 
@@ -56,42 +71,50 @@ pub enum CancelDownload {
     Stopping,
 }
 
-/// The one download slot: its state and its cancel flag.
+/// The one download slot: the generation it is for, its state and its cancel flag.
 #[derive(Default)]
 pub struct Downloads {
-    state: Mutex<Option<DownloadState>>,
+    state: Mutex<Option<(Generation, DownloadState)>>,
     cancel: Mutex<Option<Arc<AtomicBool>>>,
 }
 
 impl Downloads {
-    fn begin(&self) -> Result<Arc<AtomicBool>, String> {
+    fn begin(&self, generation: Generation) -> Result<Arc<AtomicBool>, String> {
         let mut cancel = lock(&self.cancel);
         if cancel.is_some() {
-            return Err("the base model is already downloading".into());
+            let downloading = lock(&self.state).as_ref().map_or(generation, |(running, _)| *running);
+            return Err(format!("{downloading} is already downloading; wait for it or cancel it"));
         }
         let flag = Arc::new(AtomicBool::new(false));
         *cancel = Some(Arc::clone(&flag));
-        *lock(&self.state) = Some(DownloadState::Running { file: String::new(), bytes: 0, total: 0 });
+        *lock(&self.state) = Some((generation, DownloadState::Running { file: String::new(), bytes: 0, total: 0 }));
         Ok(flag)
     }
 
     fn progress(&self, event: &HubEvent) {
-        let running = match event {
+        let (file, bytes, total) = match event {
             HubEvent::Started { file, total, resumed_from } => (file, *resumed_from, *total),
             HubEvent::Progress { file, bytes, total, .. } => (file, *bytes, *total),
             _ => return,
         };
-        *lock(&self.state) =
-            Some(DownloadState::Running { file: running.0.clone(), bytes: running.1, total: running.2 });
+        if let Some((_, state)) = lock(&self.state).as_mut() {
+            *state = DownloadState::Running { file: file.clone(), bytes, total };
+        }
     }
 
-    fn finish(&self, state: DownloadState) {
-        *lock(&self.state) = Some(state);
+    fn finish(&self, finished: DownloadState) {
+        if let Some((_, state)) = lock(&self.state).as_mut() {
+            *state = finished;
+        }
         *lock(&self.cancel) = None;
     }
 
-    fn state(&self) -> DownloadState {
-        lock(&self.state).clone().unwrap_or(DownloadState::Idle)
+    /// The state of `generation`'s download: idle unless the slot's last download was its.
+    fn state(&self, generation: Generation) -> DownloadState {
+        match lock(&self.state).as_ref() {
+            Some((of, state)) if *of == generation => state.clone(),
+            _ => DownloadState::Idle,
+        }
     }
 
     pub fn cancel(&self) -> CancelDownload {
@@ -105,32 +128,67 @@ impl Downloads {
     }
 }
 
-/// The panel's facts: the cache (no network call when it has the model), else what a download
-/// would fetch and how much of it is already here.
+/// The panel's facts: for each published base model the cache (no network call when it has the
+/// model), else what a download would fetch and how much of it is already here. The hub is asked
+/// about every generation at once, so an unreachable one costs one timeout, not one per model.
 pub fn status(studio: &Studio) -> BaseModelStatus {
     let hub = studio.hub();
-    let download = studio.downloads().state();
-    let mut status = BaseModelStatus {
-        repo: hub::NEEDLE2_REPO,
-        cached: hub::cached_base_model(hub),
-        download_bytes: None,
+    let models = std::thread::scope(|scope| {
+        let asked: Vec<_> = PUBLISHED
+            .iter()
+            .rev()
+            .map(|published| (published, scope.spawn(|| offer(hub, studio, published))))
+            .collect();
+        asked
+            .into_iter()
+            .map(|(published, asking)| {
+                asking.join().unwrap_or_else(|_| BaseModelOffer {
+                    note: Some("could not look this model up; open the Model step again to retry".into()),
+                    ..blank_offer(published, studio.downloads().state(published.generation))
+                })
+            })
+            .collect()
+    });
+    BaseModelStatus { chosen: lock(studio.preferences()).generation, models }
+}
+
+fn blank_offer(published: &PublishedBase, download: DownloadState) -> BaseModelOffer {
+    BaseModelOffer {
+        generation: published.generation,
+        label: published.generation.to_string(),
+        repo: published.repo,
+        cached: None,
+        bytes: None,
         partial_bytes: 0,
         note: None,
         download,
-    };
-    if status.cached.is_none() && !matches!(status.download, DownloadState::Running { .. }) {
-        match announced_sizes(hub) {
-            Ok((total, partial)) => (status.download_bytes, status.partial_bytes) = (Some(total), partial),
-            Err(error) => status.note = Some(error.to_string()),
+    }
+}
+
+fn offer(hub: &Hub, studio: &Studio, published: &PublishedBase) -> BaseModelOffer {
+    let download = studio.downloads().state(published.generation);
+    let running = matches!(download, DownloadState::Running { .. });
+    let mut offer = blank_offer(published, download);
+    offer.cached = hub::cached_base_model(hub, published.generation);
+    if let Some(cached) = &offer.cached {
+        offer.bytes = Some(file_size(&cached.checkpoint).saturating_add(file_size(&cached.tokenizer)));
+    } else if !running {
+        match announced_sizes(hub, published) {
+            Ok((total, partial)) => (offer.bytes, offer.partial_bytes) = (Some(total), partial),
+            Err(error) => offer.note = Some(error.to_string()),
         }
     }
-    status
+    offer
+}
+
+fn file_size(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
 }
 
 /// The announced size of both files, and the bytes of them already on disk.
-fn announced_sizes(hub: &Hub) -> Result<(u64, u64), HubError> {
+fn announced_sizes(hub: &Hub, published: &PublishedBase) -> Result<(u64, u64), HubError> {
     let mut sizes = (0, 0);
-    for file in RepoFile::base_model(hub::NEEDLE2_REPO, hub::DEFAULT_REVISION) {
+    for file in published.hub_files() {
         let announced = hub.announce(&file)?;
         sizes.0 = u64::saturating_add(sizes.0, announced.size);
         sizes.1 = u64::saturating_add(sizes.1, hub.partial_bytes(&file, &announced));
@@ -138,9 +196,18 @@ fn announced_sizes(hub: &Hub) -> Result<(u64, u64), HubError> {
     Ok(sizes)
 }
 
-/// Downloads Needle 2 on a thread, reporting to `channel`; on success the app uses it from then on.
-pub fn start(studio: &Studio, channel: Channel<DownloadMessage>) -> Result<(), String> {
-    let cancel = studio.downloads().begin()?;
+/// `generation`'s cached base model, made the one the app uses (Use).
+pub fn use_cached(studio: &Studio, generation: Generation) -> Result<BaseModel, String> {
+    let base = hub::cached_base_model(studio.hub(), generation)
+        .ok_or_else(|| format!("{generation} is not on this computer; download it first"))?;
+    studio.use_base_model(generation, &base)?;
+    Ok(base)
+}
+
+/// Downloads `generation`'s base model on a thread, reporting to `channel`; on success the app uses
+/// it from then on.
+pub fn start(studio: &Studio, generation: Generation, channel: Channel<DownloadMessage>) -> Result<(), String> {
+    let cancel = studio.downloads().begin(generation)?;
     let studio = studio.clone();
     std::thread::spawn(move || {
         // Frees the slot even if this thread panics, so Download works again.
@@ -150,9 +217,9 @@ pub fn start(studio: &Studio, channel: Channel<DownloadMessage>) -> Result<(), S
             // A window that went away stops listening; the download itself carries on to the cache.
             let _ = channel.send(DownloadMessage::Progress(event));
         };
-        let result = hub::resolve_base_model(studio.hub(), None, None, &mut on_event, &cancel);
+        let result = hub::resolve_base_model(studio.hub(), generation, None, None, &mut on_event, &cancel);
         let (state, base) = match result {
-            Ok(base) => match studio.use_base_model(&base) {
+            Ok(base) => match studio.use_base_model(generation, &base) {
                 Ok(()) => (DownloadState::Done, Some(base)),
                 Err(message) => (DownloadState::Failed { message }, Some(base)),
             },

@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use needle_engine::config::Generation;
+use needle_engine::hub::BaseModel;
 use needle_engine::settings::FieldErrors;
 use needle_engine::train::Plan;
 use tauri::ipc::Channel;
@@ -45,8 +47,18 @@ pub async fn base_model(studio: State<'_, Studio>) -> Result<BaseModelStatus> {
 }
 
 #[tauri::command]
-pub fn download_base_model(studio: State<'_, Studio>, on_event: Channel<DownloadMessage>) -> Result<()> {
-    crate::base_model::start(&studio, on_event)
+pub fn download_base_model(
+    studio: State<'_, Studio>,
+    generation: Generation,
+    on_event: Channel<DownloadMessage>,
+) -> Result<()> {
+    crate::base_model::start(&studio, generation, on_event)
+}
+
+#[tauri::command]
+pub async fn use_base_model(studio: State<'_, Studio>, generation: Generation) -> Result<BaseModel> {
+    let studio = studio.inner().clone();
+    blocking(move || crate::base_model::use_cached(&studio, generation)).await
 }
 
 #[tauri::command]

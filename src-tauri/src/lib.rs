@@ -7,8 +7,8 @@
 //! The rooms: [`run_request`] (a run as the Run panel asks for it, and the presets), [`run_slot`] (the
 //! one run in progress: start, cancel, close), [`training`] and [`building`] (the worker jobs that
 //! train and build a `.cact`, and what the window hears of them), [`tryout`] (Try), [`base_model`]
-//! (the hub download), [`history`] (past runs on disk), [`preferences`] (what the app remembers
-//! between launches), [`chart`] (the loss chart).
+//! (the published base models and their download), [`history`] (past runs on disk), [`preferences`]
+//! (what the app remembers between launches), [`chart`] (the loss chart).
 
 mod base_model;
 mod building;
@@ -35,12 +35,13 @@ pub use worker::{Worker, SUPERSEDED, WORKER_ARG};
 
 /// What the app can be started with (the README's first command opens the bundled example).
 #[derive(Debug, Clone, Default, clap::Parser)]
-#[command(name = "needle-studio", version, about = "Fine-tune Needle 2 on your dataset and build a .cact")]
+#[command(name = "needle-studio", version, about = "Fine-tune Needle on your dataset and build a .cact")]
 pub struct Launch {
     /// A dataset (.jsonl) to open at start
     #[arg(long)]
     pub dataset: Option<PathBuf>,
-    /// A base checkpoint (.pkl) to use instead of the remembered one [default: Needle 2 from the hub cache]
+    /// A base checkpoint (.pkl, or a Needle 3 .safetensors) to use instead of the remembered one [default:
+    /// the chosen generation's from the hub cache, Needle 3 until another is chosen]
     #[arg(long)]
     pub checkpoint: Option<PathBuf>,
     /// Its tokenizer [default: tokenizer.model beside the checkpoint]
@@ -98,6 +99,7 @@ pub fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R
             commands::save_settings,
             commands::base_model,
             commands::download_base_model,
+            commands::use_base_model,
             commands::cancel_download,
             commands::load_dataset,
             commands::validate_run,

@@ -1,7 +1,9 @@
-//! What the app remembers between launches: the base model, the device choice and the preset.
+//! What the app remembers between launches: the base model (its files, and the published generation
+//! chosen in the Model step), the device choice and the preset.
 
 use std::path::{Path, PathBuf};
 
+use needle_engine::config::Generation;
 use serde::{Deserialize, Serialize};
 
 /// The most a settings file may hold; it is a few paths and names.
@@ -12,6 +14,8 @@ const SETTINGS_LIMIT: u64 = 1 << 20;
 pub struct Preferences {
     pub checkpoint: Option<PathBuf>,
     pub tokenizer: Option<PathBuf>,
+    /// The published base model chosen by Download or Use; the app offers Needle 3 first.
+    pub generation: Generation,
     /// `auto`, or a backend forced by the user.
     pub device: String,
     pub preset: String,
@@ -19,7 +23,13 @@ pub struct Preferences {
 
 impl Default for Preferences {
     fn default() -> Self {
-        Self { checkpoint: None, tokenizer: None, device: "auto".into(), preset: "balanced".into() }
+        Self {
+            checkpoint: None,
+            tokenizer: None,
+            generation: Generation::Needle3,
+            device: "auto".into(),
+            preset: "balanced".into(),
+        }
     }
 }
 
@@ -47,10 +57,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("settings.json");
         assert_eq!(Preferences::load(&path), Preferences::default());
-        let settings =
-            Preferences { checkpoint: Some("/m/base.pkl".into()), device: "cpu".into(), ..Preferences::default() };
+        let settings = Preferences {
+            checkpoint: Some("/m/base.pkl".into()),
+            generation: Generation::Needle2,
+            device: "cpu".into(),
+            ..Preferences::default()
+        };
         settings.save(&path).unwrap();
         assert_eq!(Preferences::load(&path), settings);
+        // A file from before the choice of generation: the app's default, Needle 3.
+        std::fs::write(&path, r#"{"checkpoint": "/m/base.pkl", "device": "cpu"}"#).unwrap();
+        assert_eq!(Preferences::load(&path), Preferences { generation: Generation::Needle3, ..settings });
         std::fs::write(&path, "{not json").unwrap();
         assert_eq!(Preferences::load(&path), Preferences::default());
     }

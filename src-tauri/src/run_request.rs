@@ -77,8 +77,12 @@ impl RunDraft {
     pub fn check(&self, devices: &[String]) -> Result<RunRequest, FieldErrors> {
         let mut errors = FieldErrors::new();
         let dataset = existing_file(&mut errors, "dataset", self.dataset.as_deref(), "choose a dataset (.jsonl)");
-        let checkpoint =
-            existing_file(&mut errors, "checkpoint", self.checkpoint.as_deref(), "choose a base checkpoint (.pkl)");
+        let checkpoint = existing_file(
+            &mut errors,
+            "checkpoint",
+            self.checkpoint.as_deref(),
+            "choose a base checkpoint (.pkl, or .safetensors for Needle 3)",
+        );
         let tokenizer =
             existing_file(&mut errors, "tokenizer", self.tokenizer.as_deref(), "choose the tokenizer (.model)");
         let device = self.device.clone().unwrap_or_else(|| "auto".into());

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use needle_engine::backend::BackendInfo;
+use needle_engine::config::Generation;
 use needle_engine::hub::{BaseModel, Hub};
 use needle_engine::settings::{form_fields, BuildWidth, Field, FormField, BUILD_WIDTHS};
 use needle_engine::train::Plan;
@@ -62,7 +63,8 @@ pub struct Opened {
 
 impl Studio {
     /// The state kept in `data_dir`; paths given at launch replace the remembered base model, and
-    /// with neither, Needle 2 from the hub cache is used when it is there.
+    /// with neither, the chosen generation's (Needle 3 unless another was chosen) from the hub cache
+    /// is used when it is there.
     pub fn open(
         data_dir: PathBuf,
         launch: Launch,
@@ -87,7 +89,7 @@ impl Studio {
         }
         if settings.checkpoint.is_none() {
             // Both files of one model: a remembered tokenizer may belong to another.
-            if let Some(base) = needle_engine::hub::cached_base_model(&hub) {
+            if let Some(base) = needle_engine::hub::cached_base_model(&hub, settings.generation) {
                 settings.tokenizer = Some(base.tokenizer);
                 settings.checkpoint = Some(base.checkpoint);
             }
@@ -124,18 +126,26 @@ impl Studio {
         std::iter::once("auto".to_string()).chain(self.0.hardware.compiled.iter().map(ToString::to_string)).collect()
     }
 
+    /// Remembers what the window's fields say. The base model's generation is not a field: it stays
+    /// as Download and Use chose it ([`Studio::use_base_model`]).
     pub fn save_settings(&self, settings: Preferences) -> Result<(), String> {
+        let generation = lock(&self.0.preferences).generation;
+        self.remember(Preferences { generation, ..settings })
+    }
+
+    /// Makes `base`, the published base model of `generation`, the remembered one (Download, Use).
+    pub fn use_base_model(&self, generation: Generation, base: &BaseModel) -> Result<(), String> {
+        let mut settings = lock(&self.0.preferences).clone();
+        settings.generation = generation;
+        settings.checkpoint = Some(base.checkpoint.clone());
+        settings.tokenizer = Some(base.tokenizer.clone());
+        self.remember(settings)
+    }
+
+    fn remember(&self, settings: Preferences) -> Result<(), String> {
         settings.save(&self.0.settings_path)?;
         *lock(&self.0.preferences) = settings;
         Ok(())
-    }
-
-    /// Makes `base` the remembered base model (after a download).
-    pub fn use_base_model(&self, base: &BaseModel) -> Result<(), String> {
-        let mut settings = lock(&self.0.preferences).clone();
-        settings.checkpoint = Some(base.checkpoint.clone());
-        settings.tokenizer = Some(base.tokenizer.clone());
-        self.save_settings(settings)
     }
 
     /// The run, or every problem with it in one message.

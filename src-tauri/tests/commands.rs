@@ -290,7 +290,7 @@ fn cancel_stops_after_the_step_and_a_second_cancel_ends_the_worker() {
 
 #[test]
 fn first_run_downloads_the_base_model_with_resume_and_then_uses_it() {
-    let fake = fake_hub::needle2();
+    let fake = fake_hub::published();
     let dir = tempfile::tempdir().unwrap();
     let hub = Hub { endpoint: fake.endpoint().into(), token: None, offline: false, cache: dir.path().join("hub") };
     let launch =
@@ -299,62 +299,107 @@ fn first_run_downloads_the_base_model_with_resume_and_then_uses_it() {
     let startup = app.ok("startup", json!({}));
     assert!(startup["settings"]["checkpoint"].is_null(), "no base model yet: {startup}");
 
+    // Both generations are offered, Needle 3 first and chosen, each with the size the hub announces.
     let checkpoint = std::fs::read(repo("tests/fixtures/models/pretrained.pkl")).unwrap();
+    let needle3 = std::fs::read(repo("tests/fixtures/models/needle3_tiny.safetensors")).unwrap();
     let tokenizer = std::fs::read(repo("tests/fixtures/models/tokenizer.model")).unwrap();
     let status = app.ok("base_model", json!({}));
-    assert!(status["cached"].is_null(), "{status}");
-    assert_eq!(status["download_bytes"].as_u64(), Some((checkpoint.len() + tokenizer.len()) as u64), "{status}");
-    assert_eq!(status["partial_bytes"], 0);
+    assert_eq!(status["chosen"], "Needle3", "{status}");
+    let offered: Vec<&Value> = status["models"].as_array().unwrap().iter().map(|m| &m["generation"]).collect();
+    assert_eq!(offered, [&json!("Needle3"), &json!("Needle2")], "{status}");
+    let n2 = offer(&status, "Needle2");
+    assert!(n2["cached"].is_null(), "{status}");
+    assert_eq!(n2["bytes"].as_u64(), Some((checkpoint.len() + tokenizer.len()) as u64), "{status}");
+    assert_eq!(n2["partial_bytes"], 0);
+    assert_eq!(offer(&status, "Needle3")["bytes"].as_u64(), Some((needle3.len() + tokenizer.len()) as u64));
     assert_eq!(app.ok("cancel_download", json!({})), "idle");
+    let not_here = app.error("use_base_model", json!({ "generation": "Needle2" }));
+    assert!(not_here.contains("Needle 2 is not on this computer"), "{not_here}");
 
     // A transfer cut half-way fails with the reason and keeps what arrived.
+    let download = |generation: &str| json!({ "generation": generation, "onEvent": CHANNEL });
     let half = checkpoint.len() as u64 / 2;
     fake.set_faults(Faults { cut_at: Some(half), ..Faults::default() });
-    app.ok("download_base_model", json!({ "onEvent": CHANNEL }));
-    let cut = wait_for_download(&app);
+    app.ok("download_base_model", download("Needle2"));
+    let cut = wait_for_download(&app, "Needle2");
     assert_eq!(cut["download"]["state"], "failed", "{cut}");
     assert!(cut["download"]["message"].as_str().unwrap().contains("resume"), "{cut}");
     assert_eq!(cut["partial_bytes"].as_u64(), Some(half), "{cut}");
 
-    // Cancel stops a slow transfer and keeps what arrived too.
+    // Cancel stops a slow transfer and keeps what arrived too; one download at a time.
     fake.set_faults(Faults { bytes_per_s: Some(100_000), ..Faults::default() });
-    app.ok("download_base_model", json!({ "onEvent": CHANNEL }));
-    let again = app.error("download_base_model", json!({ "onEvent": CHANNEL }));
-    assert!(again.contains("already downloading"), "{again}");
+    app.ok("download_base_model", download("Needle2"));
+    let again = app.error("download_base_model", download("Needle3"));
+    assert!(again.contains("Needle 2 is already downloading"), "{again}");
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(app.ok("cancel_download", json!({})), "stopping");
-    let cancelled = wait_for_download(&app);
+    let cancelled = wait_for_download(&app, "Needle2");
     assert_eq!(cancelled["download"]["state"], "cancelled", "{cancelled}");
     let kept = cancelled["partial_bytes"].as_u64().unwrap();
     assert!(kept > half && kept < checkpoint.len() as u64, "{cancelled}");
 
     // The next one resumes, lands in the cache and becomes the app's base model.
     fake.set_faults(Faults::default());
-    app.ok("download_base_model", json!({ "onEvent": CHANNEL }));
-    let done = wait_for_download(&app);
+    app.ok("download_base_model", download("Needle2"));
+    let done = wait_for_download(&app, "Needle2");
     assert_eq!(done["download"]["state"], "done", "{done}");
     let cached = PathBuf::from(done["cached"]["checkpoint"].as_str().unwrap());
     assert_eq!(std::fs::read(&cached).unwrap(), checkpoint);
     assert_eq!(std::fs::read(done["cached"]["tokenizer"].as_str().unwrap()).unwrap(), tokenizer);
+    assert_eq!(done["bytes"].as_u64(), Some((checkpoint.len() + tokenizer.len()) as u64), "the size on disk");
     assert!(fake.seen().iter().any(|seen| seen.range == Some(format!("bytes={kept}-"))), "resumed with a Range");
     assert_eq!(app.ok("startup", json!({}))["settings"]["checkpoint"], json!(cached));
+    assert_eq!(app.ok("base_model", json!({}))["chosen"], "Needle2");
 
-    // Next launch, offline: the cached model is there, found with no network call.
+    // Needle 3 from its own repository; Use goes back to Needle 2 and is remembered.
+    app.ok("download_base_model", download("Needle3"));
+    let n3 = wait_for_download(&app, "Needle3");
+    let cached3 = PathBuf::from(n3["cached"]["checkpoint"].as_str().unwrap());
+    assert_eq!(std::fs::read(&cached3).unwrap(), needle3, "{n3}");
+    assert_eq!(app.ok("startup", json!({}))["settings"]["checkpoint"], json!(cached3));
+    let used = app.ok("use_base_model", json!({ "generation": "Needle2" }));
+    assert_eq!(used["checkpoint"], json!(cached));
+    let settings = app.ok("startup", json!({}))["settings"].clone();
+    assert_eq!((&settings["checkpoint"], &settings["generation"]), (&json!(cached), &json!("Needle2")));
+    // The window's own save keeps the choice, which is not one of its fields.
+    let from_window = json!({ "checkpoint": cached, "tokenizer": null, "device": "auto", "preset": "quick" });
+    app.ok("save_settings", json!({ "settings": from_window }));
+    assert_eq!(app.ok("base_model", json!({}))["chosen"], "Needle2");
+
+    // Next launch, offline and with no settings: the default choice, Needle 3, is found in the cache
+    // with no network call, and both are offered with their sizes on disk.
     let asked = fake.seen().len();
     std::fs::remove_file(dir.path().join("settings.json")).unwrap();
-    let offline = App::open_with(dir.path(), launch, Hub { offline: true, ..hub });
-    assert_eq!(offline.ok("startup", json!({}))["settings"]["checkpoint"], json!(cached));
-    assert_eq!(offline.ok("base_model", json!({}))["cached"]["checkpoint"], json!(cached));
+    let offline = App::open_with(dir.path(), launch.clone(), Hub { offline: true, ..hub.clone() });
+    assert_eq!(offline.ok("startup", json!({}))["settings"]["checkpoint"], json!(cached3));
+    let status = offline.ok("base_model", json!({}));
+    assert_eq!(offer(&status, "Needle2")["cached"]["checkpoint"], json!(cached));
+    assert!(status["models"].as_array().unwrap().iter().all(|m| m["bytes"].as_u64().is_some()), "{status}");
     assert_eq!(fake.seen().len(), asked);
+
+    // Offline with nothing cached: the sizes are unknown, and the note says why.
+    let empty = tempfile::tempdir().unwrap();
+    let hub = Hub { offline: true, cache: empty.path().join("hub"), ..hub };
+    let status = App::open_with(empty.path(), launch, hub).ok("base_model", json!({}));
+    for model in status["models"].as_array().unwrap() {
+        assert!(model["bytes"].is_null() && model["note"].as_str().unwrap().contains("HF_HUB_OFFLINE"), "{status}");
+    }
 }
 
-/// Polls `base_model` until the download is no longer running.
-fn wait_for_download(app: &App) -> Value {
+/// The offer of `generation` in a `base_model` status.
+fn offer<'a>(status: &'a Value, generation: &str) -> &'a Value {
+    let models = status["models"].as_array().expect("models");
+    models.iter().find(|m| m["generation"] == generation).unwrap_or_else(|| panic!("no {generation} in {status}"))
+}
+
+/// Polls `base_model` until `generation`'s download is no longer running; returns its offer.
+fn wait_for_download(app: &App, generation: &str) -> Value {
     let start = Instant::now();
     loop {
         let status = app.ok("base_model", json!({}));
-        if status["download"]["state"] != "running" {
-            return status;
+        let offer = offer(&status, generation);
+        if offer["download"]["state"] != "running" {
+            return offer.clone();
         }
         assert!(start.elapsed() < RUN_TIMEOUT, "the download did not end: {status}");
         std::thread::sleep(Duration::from_millis(50));

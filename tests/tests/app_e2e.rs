@@ -1,7 +1,8 @@
 //! The desktop app end to end, in a real webview: Needle Studio under Xvfb, driven through
-//! `tauri-driver` and WebKitWebDriver as a user would on a first start — download the base model from
-//! the hub (a loopback one), drop a dataset, read its report, start a run, watch it finish and draw
-//! its loss chart, build a `.cact` and check the file.
+//! `tauri-driver` and WebKitWebDriver as a user would on a first start — see both base models offered
+//! with their sizes, download Needle 2 from the hub (a loopback one), drop a dataset, read its report,
+//! start a run, watch it finish and draw its loss chart, build a `.cact` and check the file; then
+//! download Needle 3, tune it with a short run and ask it in Try.
 //!
 //! Needs `Xvfb`, `WebKitWebDriver` (Debian: `xvfb`, `webkit2gtk-driver`) and `tauri-driver`
 //! (`cargo install tauri-driver --locked`); `.ci/run` installs them. Without them this test fails and
@@ -24,6 +25,8 @@ use needle_tests::{fixture, read};
 use serde_json::{json, Value};
 
 const CHECKPOINT: &str = "models/pretrained.pkl";
+/// What the loopback hub serves as Needle 3's checkpoint.
+const NEEDLE3_CHECKPOINT: &str = "models/needle3_tiny.safetensors";
 const TOKENIZER: &str = "models/tokenizer.model";
 /// The Quick preset's sequence cap, which the report shown after choosing it uses.
 const QUICK_MAX_LEN: usize = 512;
@@ -38,7 +41,7 @@ fn drop_a_dataset_train_and_build_a_cact_in_the_real_app() {
     let scratch = tempfile::tempdir().expect("temp dir");
     let shots = screenshot_dir();
     let display = Xvfb::start(&tools.xvfb);
-    let hub = fake_hub::needle2();
+    let hub = fake_hub::published();
     let driver = TauriDriver::start(&tools, &display, scratch.path(), &hub);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     runtime.block_on(async {
@@ -72,29 +75,32 @@ async fn drive(client: &Client, hub: &FakeHub, scratch: &Path, shots: &Path) -> 
     }
     ui.shot("1-start", "hardware").await?;
 
-    // Base model: none on a first start; Needle 2 is offered with its size, downloads with a progress
-    // bar (slowed down so the bar is seen), and fills the model fields.
-    ui.wait("the download offer", "return /to download/.test(document.getElementById('hub-detail').textContent)")
+    // Base model: none on a first start; both generations are offered with the sizes the hub announces,
+    // Needle 3 (the default choice) first. Needle 2 downloads with a progress bar (slowed down so the
+    // bar is seen), and fills the model fields.
+    let sized = "return ['Needle3', 'Needle2'].every((g) => \
+                 /MiB/.test(document.getElementById('hub-size-' + g)?.textContent))";
+    ui.wait("both base models with their sizes", sized).await?;
+    let first = ui
+        .eval(
+            "return document.querySelector('#hub-models li').dataset.chosen + ' ' + \
+                         document.querySelector('#hub-models li strong').textContent",
+        )
         .await?;
+    if first != "true Needle 3" {
+        return Err(format!("the Model step offers first {first:?}, not the chosen Needle 3"));
+    }
     ui.shot("base-model-offer", "model").await?;
     hub.set_faults(Faults { bytes_per_s: Some(400_000), ..Faults::default() });
-    ui.click("hub-download").await?;
+    ui.click("hub-download-Needle2").await?;
     ui.wait(
         "the download's progress",
-        "const p = document.getElementById('hub-progress'); return !p.hidden && p.value > 0",
+        "const p = document.getElementById('hub-progress-Needle2'); return p && !p.hidden && p.value > 0",
     )
     .await?;
     ui.shot("base-model-download", "model").await?;
-    ui.wait_status("hub-status", &["cached"], UI_TIMEOUT).await?;
-    let checkpoint = PathBuf::from(ui.eval("return document.getElementById('checkpoint-path').value").await?);
-    if std::fs::read(&checkpoint).ok() != Some(read(CHECKPOINT)) {
-        return Err(format!("the checkpoint field names {}, not the downloaded model", checkpoint.display()));
-    }
-    ui.wait(
-        "the model fields to pass validation",
-        "return document.getElementById('error-checkpoint').textContent === ''",
-    )
-    .await?;
+    ui.wait_status("hub-status-Needle2", &["cached"], UI_TIMEOUT).await?;
+    ui.wait_for_checkpoint(CHECKPOINT).await?;
     ui.shot("base-model-cached", "model").await?;
     ui.click("tab-train").await?;
     ui.click("preset-quick").await?;
@@ -171,6 +177,31 @@ async fn drive(client: &Client, hub: &FakeHub, scratch: &Path, shots: &Path) -> 
         return Err(format!("history lists {items} runs after one run"));
     }
     ui.shot("6-history", "history").await?;
+
+    // Needle 3: downloaded from its own repository and used, then tuned by a Quick run and asked in Try.
+    hub.set_faults(Faults::default());
+    ui.click("tab-model").await?;
+    ui.click("hub-download-Needle3").await?;
+    ui.wait_status("hub-status-Needle3", &["cached"], UI_TIMEOUT).await?;
+    ui.wait_for_checkpoint(NEEDLE3_CHECKPOINT).await?;
+    ui.shot("base-model-needle3", "model").await?;
+    ui.click("tab-train").await?;
+    ui.click("start-button").await?;
+    // The first run's "finished" is still shown until this one has started.
+    ui.wait_status("run-status", &["running", "stopped", "failed"], UI_TIMEOUT).await?;
+    let status = ui.wait_status("run-status", &["finished", "stopped", "failed"], RUN_TIMEOUT).await?;
+    if status != "finished" {
+        return Err(format!("the Needle 3 run ended {status}: {}", ui.text("run-status").await?));
+    }
+    ui.click("tab-evaluate").await?;
+    // Emptied first, so that the answer waited for is this run's.
+    ui.eval("document.querySelector('#try-tuned .answer-body').textContent = ''; return ''").await?;
+    ui.click("try-button").await?;
+    ui.poll("the tuned Needle 3's answer", answered, RUN_TIMEOUT, |v| v == "true").await?;
+    let error = ui.eval("return document.getElementById('try-error').textContent").await?;
+    if !error.is_empty() {
+        return Err(format!("Try failed on the tuned Needle 3: {error}"));
+    }
     println!("run: {progress}; built {} ({} tensors)", out.display(), file.records.len());
     Ok(())
 }
@@ -206,6 +237,19 @@ impl Ui<'_> {
         input.clear().await.map_err(|e| format!("cannot clear #{id}: {e}"))?;
         let keys = format!("{}\u{E004}", path.display());
         input.send_keys(&keys).await.map_err(|e| format!("cannot type into #{id}: {e}"))
+    }
+
+    /// Waits for the model fields to name the downloaded copy of `fixture` and to pass validation.
+    async fn wait_for_checkpoint(&self, fixture: &str) -> Result<(), String> {
+        let script = "return document.getElementById('checkpoint-path').value";
+        let expected = read(fixture);
+        let named = |path: &str| std::fs::read(path).is_ok_and(|bytes| bytes == expected);
+        self.poll(&format!("the checkpoint field to name the downloaded {fixture}"), script, UI_TIMEOUT, named).await?;
+        self.wait(
+            "the model fields to pass validation",
+            "return document.getElementById('error-checkpoint').textContent === ''",
+        )
+        .await
     }
 
     async fn text(&self, id: &str) -> Result<String, String> {

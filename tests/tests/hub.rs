@@ -1,12 +1,14 @@
 //! The base model from the hub, against a hub on loopback that the tests start ([`fake_hub`]): a
 //! fresh download, the cache with no network call, resume after a cut, wrong bytes and sizes refused,
-//! the 401 and 404 messages, offline with and without a cache — through the engine and the CLI.
+//! the 401 and 404 messages, offline with and without a cache, and each generation's base model from
+//! its own repository — through the engine and the CLI.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::AtomicBool;
 
-use needle_engine::hub::{self, Hub, HubError, HubEvent, RepoFile};
+use needle_engine::config::Generation;
+use needle_engine::hub::{self, Hub, HubError, HubEvent, PublishedBase, RepoFile};
 use needle_tests::fake_hub::{self, FakeHub, Faults, COMMIT};
 use needle_tests::{needle, read};
 
@@ -17,11 +19,16 @@ fn hub(fake: &FakeHub, cache: &Path) -> Hub {
 }
 
 fn checkpoint() -> RepoFile {
-    RepoFile::new(REPO, "main", hub::CHECKPOINT_FILE)
+    PublishedBase::of(Generation::Needle2).hub_files()[0].clone()
 }
 
 fn tokenizer() -> RepoFile {
-    RepoFile::new(REPO, "main", hub::TOKENIZER_FILE)
+    PublishedBase::of(Generation::Needle2).hub_files()[1].clone()
+}
+
+/// The base model of `generation`, from the cache or the hub.
+fn resolve(hub: &Hub, generation: Generation, events: &mut Vec<HubEvent>) -> Result<hub::BaseModel, HubError> {
+    hub::resolve_base_model(hub, generation, None, None, &mut |e| events.push(e), &AtomicBool::new(false))
 }
 
 /// Fetches `file`, returning what happened along the way.
@@ -32,7 +39,7 @@ fn fetch(hub: &Hub, file: &RepoFile) -> (Result<PathBuf, HubError>, Vec<HubEvent
 }
 
 fn blobs(cache: &Path) -> Vec<String> {
-    let dir = cache.join("models--Cactus-Compute--needle2/blobs");
+    let dir = cache.join(format!("models--{}/blobs", REPO.replace('/', "--")));
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .map(|entries| entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
         .unwrap_or_default();
@@ -42,11 +49,11 @@ fn blobs(cache: &Path) -> Vec<String> {
 
 #[test]
 fn a_fresh_download_lands_in_the_hub_cache_and_is_then_used_without_the_network() {
-    let fake = fake_hub::needle2();
+    let fake = fake_hub::published();
     let cache = tempfile::tempdir().unwrap();
     let hub = hub(&fake, cache.path());
     let mut events = Vec::new();
-    let base = hub::resolve_base_model(&hub, None, None, &mut |e| events.push(e), &AtomicBool::new(false)).unwrap();
+    let base = resolve(&hub, Generation::Needle2, &mut events).unwrap();
     assert_eq!(std::fs::read(&base.checkpoint).unwrap(), read("models/pretrained.pkl"));
     assert_eq!(std::fs::read(&base.tokenizer).unwrap(), read("models/tokenizer.model"));
     // The layout huggingface_hub uses, so either tool finds what the other fetched.
@@ -62,16 +69,50 @@ fn a_fresh_download_lands_in_the_hub_cache_and_is_then_used_without_the_network(
     // Once cached: the same paths, and not one request.
     let asked = fake.seen().len();
     let mut again = Vec::new();
-    let cached = hub::resolve_base_model(&hub, None, None, &mut |e| again.push(e), &AtomicBool::new(false)).unwrap();
+    let cached = resolve(&hub, Generation::Needle2, &mut again).unwrap();
     assert_eq!(cached, base);
     assert_eq!(fake.seen().len(), asked, "a cached base model needs no network call");
     assert!(again.iter().all(|e| matches!(e, HubEvent::Cached { .. })), "{again:?}");
-    assert_eq!(hub::cached_base_model(&hub), Some(base));
+    assert_eq!(hub::cached_base_model(&hub, Generation::Needle2), Some(base));
+    assert_eq!(hub::cached_base_model(&hub, Generation::Needle3), None, "one generation is not the other");
+}
+
+#[test]
+fn needle3_comes_from_its_own_repository_and_is_then_used_without_the_network() {
+    let fake = fake_hub::published();
+    let cache = tempfile::tempdir().unwrap();
+    let hub = hub(&fake, cache.path());
+    let mut events = Vec::new();
+    let base = resolve(&hub, Generation::Needle3, &mut events).unwrap();
+    let bytes = std::fs::read(&base.checkpoint).unwrap();
+    assert_eq!(bytes, read("models/needle3_tiny.safetensors"));
+    assert_eq!(needle_engine::checkpoint::generation(&bytes), Some(Generation::Needle3));
+    assert_eq!(std::fs::read(&base.tokenizer).unwrap(), read("models/tokenizer.model"));
+    let repo = cache.path().join("models--Cactus-Compute--needle3");
+    assert_eq!(base.checkpoint, repo.join("snapshots").join(COMMIT).join("checkpoints/needle3.safetensors"));
+    assert_eq!(base.tokenizer, repo.join("snapshots").join(COMMIT).join("tokenizer/tokenizer.model"));
+    let [checkpoint, tokenizer] = PublishedBase::of(Generation::Needle3).hub_files();
+    let total = read("models/needle3_tiny.safetensors").len() as u64;
+    assert!(events.contains(&HubEvent::Started { file: checkpoint.name(), total, resumed_from: 0 }), "{events:?}");
+    assert!(events.iter().any(|e| matches!(e, HubEvent::Downloaded { file, .. } if *file == tokenizer.name())));
+    assert!(fake.seen().iter().all(|seen| !seen.path.contains("needle2")), "nothing of Needle 2 was asked for");
+
+    // The announced size is what a download offer shows, and it is the file's.
+    assert_eq!(hub.announce(&checkpoint).unwrap().size, total);
+    let asked = fake.seen().len();
+    assert_eq!(hub::cached_base_model(&hub, Generation::Needle3), Some(base.clone()));
+    let offline = Hub { offline: true, ..hub.clone() };
+    assert_eq!(resolve(&offline, Generation::Needle3, &mut Vec::new()).unwrap(), base);
+    assert_eq!(fake.seen().len(), asked, "a cached base model needs no network call");
+    assert_eq!(hub::cached_base_model(&hub, Generation::Needle2), None);
+    // Offline, the other generation's message names its own file.
+    let error = resolve(&offline, Generation::Needle2, &mut Vec::new()).unwrap_err().to_string();
+    assert!(error.contains(&fake.url(REPO, "checkpoints/needle2.pkl")), "{error}");
 }
 
 #[test]
 fn a_cut_download_resumes_from_its_partial_file_with_a_range_request() {
-    let fake = fake_hub::needle2();
+    let fake = fake_hub::published();
     let cache = tempfile::tempdir().unwrap();
     let hub = hub(&fake, cache.path());
     let total = read("models/pretrained.pkl").len() as u64;
@@ -99,7 +140,7 @@ fn a_cut_download_resumes_from_its_partial_file_with_a_range_request() {
 
 #[test]
 fn wrong_bytes_and_wrong_sizes_are_refused_and_leave_nothing_behind() {
-    let fake = fake_hub::needle2();
+    let fake = fake_hub::published();
     let cache = tempfile::tempdir().unwrap();
     let hub = hub(&fake, cache.path());
     fake.set_faults(Faults { corrupt: true, ..Faults::default() });
@@ -121,7 +162,7 @@ fn wrong_bytes_and_wrong_sizes_are_refused_and_leave_nothing_behind() {
 
 #[test]
 fn refusals_and_missing_files_say_what_to_do() {
-    let fake = fake_hub::needle2();
+    let fake = fake_hub::published();
     let cache = tempfile::tempdir().unwrap();
     let anonymous = hub(&fake, cache.path());
     fake.set_faults(Faults { token: Some("hf_secret".into()), ..Faults::default() });
@@ -143,7 +184,7 @@ fn refusals_and_missing_files_say_what_to_do() {
     assert!(!storage.is_empty() && storage.iter().all(|s| s.authorization.is_none()), "but not to storage: {seen:?}");
 
     fake.set_faults(Faults::default());
-    let no_repo = fetch(&anonymous, &RepoFile::new("Cactus-Compute/needle9", "main", hub::CHECKPOINT_FILE)).0;
+    let no_repo = fetch(&anonymous, &RepoFile { repo: "Cactus-Compute/needle9".into(), ..checkpoint() }).0;
     let message = no_repo.unwrap_err().to_string();
     assert!(message.contains("no repository Cactus-Compute/needle9") && message.contains("404"), "{message}");
     let no_file = fetch(&anonymous, &RepoFile::new(REPO, "main", "checkpoints/needle3.pkl")).0;
@@ -153,18 +194,17 @@ fn refusals_and_missing_files_say_what_to_do() {
 
 #[test]
 fn offline_uses_the_cache_and_without_one_says_which_files_to_fetch() {
-    let fake = fake_hub::needle2();
+    let fake = fake_hub::published();
     let cache = tempfile::tempdir().unwrap();
     let offline = Hub { offline: true, ..hub(&fake, cache.path()) };
-    let none = AtomicBool::new(false);
-    let error = hub::resolve_base_model(&offline, None, None, &mut |_| {}, &none).unwrap_err().to_string();
-    assert!(error.contains("HF_HUB_OFFLINE") && error.contains(&fake.url(REPO, hub::CHECKPOINT_FILE)), "{error}");
+    let error = resolve(&offline, Generation::Needle2, &mut Vec::new()).unwrap_err().to_string();
+    assert!(error.contains("HF_HUB_OFFLINE") && error.contains(&fake.url(REPO, &checkpoint().path)), "{error}");
     assert!(error.contains("--checkpoint"), "{error}");
     assert_eq!(fake.seen(), [], "offline means no network call");
 
-    hub::resolve_base_model(&hub(&fake, cache.path()), None, None, &mut |_| {}, &none).unwrap();
+    resolve(&hub(&fake, cache.path()), Generation::Needle2, &mut Vec::new()).unwrap();
     let asked = fake.seen().len();
-    let base = hub::resolve_base_model(&offline, None, None, &mut |_| {}, &none).unwrap();
+    let base = resolve(&offline, Generation::Needle2, &mut Vec::new()).unwrap();
     assert_eq!(std::fs::read(base.tokenizer).unwrap(), read("models/tokenizer.model"));
     assert_eq!(fake.seen().len(), asked);
 
@@ -177,11 +217,12 @@ fn offline_uses_the_cache_and_without_one_says_which_files_to_fetch() {
 
 #[test]
 fn a_given_checkpoint_is_used_as_is_and_finds_its_tokenizer_beside_it() {
-    let fake = fake_hub::needle2();
+    let fake = fake_hub::published();
     let cache = tempfile::tempdir().unwrap();
     let hub = hub(&fake, cache.path());
     let given = needle_tests::fixture("models/pretrained.pkl");
-    let base = hub::resolve_base_model(&hub, Some(&given), None, &mut |_| {}, &AtomicBool::new(false)).unwrap();
+    let none = AtomicBool::new(false);
+    let base = hub::resolve_base_model(&hub, Generation::Needle3, Some(&given), None, &mut |_| {}, &none).unwrap();
     assert_eq!(base.checkpoint, given);
     assert_eq!(base.tokenizer, needle_tests::fixture("models/tokenizer.model"));
     assert_eq!(fake.seen(), []);
@@ -205,7 +246,7 @@ fn text(output: &Output) -> (String, String) {
 
 #[test]
 fn needle_download_fetches_the_base_model_and_says_where_it_went() {
-    let fake = fake_hub::needle2();
+    let fake = fake_hub::published();
     let home = tempfile::tempdir().unwrap();
     let out = home.path().join("copies");
     let output = needle_at(&fake, home.path()).args(["download", "--out"]).arg(&out).output().unwrap();
@@ -233,7 +274,7 @@ fn needle_download_fetches_the_base_model_and_says_where_it_went() {
 
 #[test]
 fn model_commands_without_a_checkpoint_fetch_needle2_and_then_work_offline() {
-    let fake = fake_hub::needle2();
+    let fake = fake_hub::published();
     let home = tempfile::tempdir().unwrap();
     let data = needle_tests::fixture("data/tool_calls.jsonl");
 
@@ -268,4 +309,54 @@ fn model_commands_without_a_checkpoint_fetch_needle2_and_then_work_offline() {
     assert!(output.status.success(), "{}", text(&output).1);
     assert!(needle_engine::cact::CactFile::open(&out).is_ok());
     assert_eq!(fake.seen().len(), asked, "offline commands made no request");
+}
+
+#[test]
+fn generation_3_fetches_needle3_for_download_and_the_model_commands() {
+    let fake = fake_hub::published();
+    let home = tempfile::tempdir().unwrap();
+    let out = home.path().join("copies");
+    let output =
+        needle_at(&fake, home.path()).args(["download", "--generation", "3", "--out"]).arg(&out).output().unwrap();
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.contains(&out.join("needle3.safetensors").display().to_string()), "{stdout}");
+    assert_eq!(std::fs::read(out.join("needle3.safetensors")).unwrap(), read("models/needle3_tiny.safetensors"));
+    assert!(home.path().join("hub/models--Cactus-Compute--needle3/refs/main").is_file(), "into the HF_HOME cache");
+    assert!(!home.path().join("hub/models--Cactus-Compute--needle2").exists(), "and nothing of Needle 2");
+
+    // Its repository named alone means its own files; a bad generation is refused by name.
+    let output = needle_at(&fake, home.path())
+        .env("HF_HUB_OFFLINE", "1")
+        .args(["download", "Cactus-Compute/needle3", "--events", "jsonl"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success() && stdout.contains("needle3.safetensors"), "{stdout}{stderr}");
+    let output = needle_at(&fake, home.path()).args(["download", "--generation", "4"]).output().unwrap();
+    let (_, stderr) = text(&output);
+    assert!(!output.status.success() && stderr.contains("use 2 or 3"), "{stderr}");
+
+    // A model command without a checkpoint, offline from the cache: Needle 3 with --generation 3, and
+    // the CLI's default (Needle 2, as cactus-needle 2.0.8) without it.
+    let data = needle_tests::fixture("data/tool_calls.jsonl");
+    let eval = |generation: &[&str]| {
+        needle_at(&fake, home.path())
+            .env("HF_HUB_OFFLINE", "1")
+            .arg("eval")
+            .arg(&data)
+            .args(generation)
+            .args(["--json", "--max-len", "256", "--max-examples", "4"])
+            .output()
+            .unwrap()
+    };
+    let output = eval(&["--generation", "3"]);
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    let loss: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert!(loss["loss"].as_f64().unwrap().is_finite(), "{stdout}");
+    let output = eval(&[]);
+    let (_, stderr) = text(&output);
+    assert!(!output.status.success() && stderr.contains("checkpoints/needle2.pkl"), "{stderr}");
+    assert!(text(&needle_at(&fake, home.path()).args(["eval", "--help"]).output().unwrap()).0.contains("2.0.8"));
 }

@@ -7,11 +7,13 @@ use needle_engine::config::Generation;
 use needle_engine::dataset::{Dataset, DatasetReport};
 use needle_engine::tokenizer::Tokenizer;
 
+use crate::inputs::DEFAULT_GENERATION;
+
 #[derive(clap::Args)]
 pub struct Args {
     /// The JSONL dataset (one example per line).
     data: PathBuf,
-    /// SentencePiece `tokenizer.model` [default: Needle 2's, from the Hugging Face cache or the hub]
+    /// SentencePiece `tokenizer.model` [default: the --generation's, from the Hugging Face cache or the hub]
     #[arg(long)]
     tokenizer: Option<PathBuf>,
     /// Longest sequence a run may use (the reference's `--max-len`).
@@ -21,15 +23,14 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// Read and render the lines as this Needle generation's package does (3 also reads
-    /// single-turn chat lines and strips the reasoning)
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(2..=3))]
-    generation: u8,
+    /// single-turn chat lines and strips the reasoning), with its tokenizer unless --tokenizer is given
+    #[arg(long, default_value_t = DEFAULT_GENERATION)]
+    generation: Generation,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let tokenizer = Tokenizer::load(&crate::download::tokenizer(args.tokenizer.as_deref())?)?;
-    let generation = if args.generation == 3 { Generation::Needle3 } else { Generation::Needle2 };
-    let dataset = Dataset::load(&args.data, generation)?;
+    let tokenizer = Tokenizer::load(&crate::download::tokenizer(args.generation, args.tokenizer.as_deref())?)?;
+    let dataset = Dataset::load(&args.data, args.generation)?;
     let report = dataset.prepare(&tokenizer, args.max_len)?.report;
     if args.json {
         writeln!(std::io::stdout().lock(), "{}", serde_json::to_string(&report)?)?;

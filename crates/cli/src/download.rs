@@ -7,16 +7,23 @@ use std::sync::atomic::AtomicBool;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use needle_engine::hub::{self, BaseModel, Hub, HubEvent, RepoFile};
+use needle_engine::config::Generation;
+use needle_engine::hub::{self, BaseModel, Hub, HubEvent, PublishedBase, RepoFile};
 
 use crate::events::{print_json, EventFormat};
+use crate::inputs::DEFAULT_GENERATION;
 
-/// Download Needle 2's checkpoint and tokenizer (or the file named) into the Hugging Face cache.
+/// Download a base model's checkpoint and tokenizer (or the file named) into the Hugging Face cache.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// `org/repo` for its base-model files, or `org/repo/path/to/file`
-    #[arg(default_value = hub::NEEDLE2_REPO)]
-    pub spec: String,
+    /// `org/repo` for its base-model files, or `org/repo/path/to/file` [default: the --generation's
+    /// repository]
+    pub spec: Option<String>,
+    /// Whose base-model files to fetch: 2 (Cactus-Compute/needle2's checkpoints/needle2.pkl, as
+    /// cactus-needle 2.0.8) or 3 (Cactus-Compute/needle3's checkpoints/needle3.safetensors) [default: the
+    /// repository's own generation when it is one of these two, else 2]
+    #[arg(long)]
+    pub generation: Option<Generation>,
     /// Branch, tag or commit
     #[arg(long, default_value = hub::DEFAULT_REVISION)]
     pub revision: String,
@@ -28,11 +35,25 @@ pub struct Args {
     pub events: Option<EventFormat>,
 }
 
-/// The files a spec names: `org/repo` means its checkpoint and tokenizer, more segments one file.
-fn files(spec: &str, revision: &str) -> Result<Vec<RepoFile>> {
+/// The files a spec names: `org/repo` means a base model's checkpoint and tokenizer in it (those of
+/// `generation`, else of the published base model that repository is, else the CLI's default
+/// generation's), more segments one file; no spec, `generation`'s published base model.
+fn files(spec: Option<&str>, generation: Option<Generation>, revision: &str) -> Result<Vec<RepoFile>> {
+    let Some(spec) = spec else {
+        let base = PublishedBase::of(generation.unwrap_or(DEFAULT_GENERATION));
+        return Ok(base.files(base.repo, revision).to_vec());
+    };
     let parts: Vec<&str> = spec.split('/').filter(|part| !part.is_empty()).collect();
     match parts[..] {
-        [org, name] => Ok(RepoFile::base_model(&format!("{org}/{name}"), revision).to_vec()),
+        [org, name] => {
+            let repo = format!("{org}/{name}");
+            let base = match (generation, PublishedBase::in_repo(&repo)) {
+                (Some(generation), _) => PublishedBase::of(generation),
+                (None, Some(published)) => published,
+                (None, None) => PublishedBase::of(DEFAULT_GENERATION),
+            };
+            Ok(base.files(&repo, revision).to_vec())
+        }
         [org, name, ref path @ ..] if !path.is_empty() => {
             Ok(vec![RepoFile::new(&format!("{org}/{name}"), revision, &path.join("/"))])
         }
@@ -46,7 +67,7 @@ pub fn run(args: Args) -> Result<()> {
     let hub = Hub::from_env();
     let mut stdout = std::io::stdout().lock();
     let mut view = HubView::new(args.events);
-    for file in files(&args.spec, &args.revision)? {
+    for file in files(args.spec.as_deref(), args.generation, &args.revision)? {
         // An explicit download asks the hub, so a moved branch is followed; offline, the cache answers.
         let (mut on_event, cancel) = (|event: HubEvent| view.show(&event), AtomicBool::new(false));
         let fetched =
@@ -78,12 +99,13 @@ fn copy_into(cached: &Path, out: &Path) -> Result<PathBuf> {
     Ok(dest)
 }
 
-/// The checkpoint and tokenizer a model command uses: the paths given, else Needle 2 from the cache,
-/// else from the hub with a progress bar on stderr.
-pub fn base_model(checkpoint: Option<&Path>, tokenizer: Option<&Path>) -> Result<BaseModel> {
+/// The checkpoint and tokenizer a model command uses: the paths given, else `generation`'s published
+/// base model from the cache, else from the hub with a progress bar on stderr.
+pub fn base_model_of(generation: Generation, checkpoint: Option<&Path>, tokenizer: Option<&Path>) -> Result<BaseModel> {
     let mut view = HubView::new(None);
     let resolved = hub::resolve_base_model(
         &Hub::from_env(),
+        generation,
         checkpoint,
         tokenizer,
         &mut |e| view.show(&e),
@@ -92,10 +114,24 @@ pub fn base_model(checkpoint: Option<&Path>, tokenizer: Option<&Path>) -> Result
     Ok(resolved?)
 }
 
-/// The tokenizer a command uses: the one given, else Needle 2's from the cache or the hub.
-pub fn tokenizer(tokenizer: Option<&Path>) -> Result<PathBuf> {
+/// [`base_model_of`] the CLI's default generation, for a command that has no `--generation` yet
+/// (`needle build`, until it builds Needle 3's `.cact`).
+pub fn base_model(checkpoint: Option<&Path>, tokenizer: Option<&Path>) -> Result<BaseModel> {
+    base_model_of(DEFAULT_GENERATION, checkpoint, tokenizer)
+}
+
+/// The tokenizer a command uses: the one given, else `generation`'s from the cache or the hub.
+pub fn tokenizer(generation: Generation, tokenizer: Option<&Path>) -> Result<PathBuf> {
     let mut view = HubView::new(None);
-    Ok(hub::resolve_tokenizer(&Hub::from_env(), tokenizer, None, &mut |e| view.show(&e), &AtomicBool::new(false))?)
+    let resolved = hub::resolve_tokenizer(
+        &Hub::from_env(),
+        generation,
+        tokenizer,
+        None,
+        &mut |e| view.show(&e),
+        &AtomicBool::new(false),
+    );
+    Ok(resolved?)
 }
 
 /// Hub progress in a terminal: a byte bar with rate and ETA on stderr, or JSON lines on stdout.
@@ -153,13 +189,17 @@ mod tests {
 
     #[test]
     fn a_spec_names_the_base_model_files_or_one_file() {
-        let base = files("Cactus-Compute/needle2", "main").unwrap();
-        assert_eq!(
-            base.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(),
-            [hub::CHECKPOINT_FILE, hub::TOKENIZER_FILE]
-        );
-        let one = files("org/repo/weights/model.cact", "v1").unwrap();
+        let [needle2, needle3] = [Generation::Needle2, Generation::Needle3].map(PublishedBase::of);
+        let own = |base: &PublishedBase| base.files(base.repo, "main").to_vec();
+        assert_eq!(files(None, None, "main").unwrap(), own(needle2), "the CLI's default is Needle 2");
+        assert_eq!(files(None, Some(Generation::Needle3), "main").unwrap(), own(needle3));
+        // A published repository names its own files; a mirror takes the generation's layout.
+        assert_eq!(files(Some("Cactus-Compute/needle3"), None, "main").unwrap(), own(needle3));
+        let mirror = files(Some("me/mirror"), Some(Generation::Needle3), "v1").unwrap();
+        assert_eq!(mirror, needle3.files("me/mirror", "v1"));
+        assert_eq!(files(Some("me/mirror"), None, "v1").unwrap(), needle2.files("me/mirror", "v1"));
+        let one = files(Some("org/repo/weights/model.cact"), None, "v1").unwrap();
         assert_eq!(one, [RepoFile::new("org/repo", "v1", "weights/model.cact")]);
-        assert!(files("needle2", "main").unwrap_err().to_string().contains("org/repo"));
+        assert!(files(Some("needle2"), None, "main").unwrap_err().to_string().contains("org/repo"));
     }
 }

@@ -2,32 +2,44 @@
 
 use std::path::PathBuf;
 
+use needle_engine::config::Generation;
 use needle_engine::hub::BaseModel;
+
+/// The generation whose published base model a command falls back to without `--checkpoint` (and
+/// whose tokenizer without `--tokenizer`): Needle 2, as cactus-needle 2.0.8 does, whose commands
+/// these are a drop-in for. (3.x's package falls back to Needle 3.)
+pub const DEFAULT_GENERATION: Generation = Generation::Needle2;
 
 #[derive(Debug, clap::Args)]
 pub struct ModelInputs {
     /// Dataset (.jsonl) in the reference's tool-call format
     pub data: PathBuf,
-    /// Base checkpoint (.pkl) [default: Needle 2 from the Hugging Face cache, downloaded if missing]
+    /// Base checkpoint (.pkl, or a Needle 3 .safetensors) [default: the --generation's base model from the
+    /// Hugging Face cache, downloaded if missing]
     #[arg(long)]
     pub checkpoint: Option<PathBuf>,
-    /// SentencePiece model [default: tokenizer.model beside the checkpoint, else Needle 2's]
+    /// SentencePiece model [default: tokenizer.model beside the checkpoint, else the --generation's]
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
+    /// The published base model used without --checkpoint: 2 (Cactus-Compute/needle2, as cactus-needle
+    /// 2.0.8) or 3 (Cactus-Compute/needle3, 3.x's default)
+    #[arg(long, default_value_t = DEFAULT_GENERATION)]
+    pub generation: Generation,
 }
 
 impl ModelInputs {
     /// The checkpoint and tokenizer to use, fetched from the hub when not given.
     pub fn base_model(&self) -> anyhow::Result<BaseModel> {
-        crate::download::base_model(self.checkpoint.as_deref(), self.tokenizer.as_deref())
+        crate::download::base_model_of(self.generation, self.checkpoint.as_deref(), self.tokenizer.as_deref())
     }
 }
 
-/// The weights a command that answers prompts runs: Needle 2 or a given checkpoint, with an adapter,
+/// The weights a command that answers prompts runs: a published base model or a given checkpoint, with an adapter,
 /// or a built `.cact` (what ships).
 #[derive(Debug, clap::Args)]
 pub struct WeightsInputs {
-    /// Base checkpoint (.pkl) [default: Needle 2 from the Hugging Face cache, downloaded if missing]
+    /// Base checkpoint (.pkl, or a Needle 3 .safetensors) [default: the --generation's base model from the
+    /// Hugging Face cache, downloaded if missing]
     #[arg(long, conflicts_with = "weights")]
     pub checkpoint: Option<PathBuf>,
     /// LoRA adapter (.pkl or .safetensors) to merge into the checkpoint
@@ -36,9 +48,14 @@ pub struct WeightsInputs {
     /// A built .cact to run instead, dequantized (with the tokenizer it carries)
     #[arg(long)]
     pub weights: Option<PathBuf>,
-    /// SentencePiece model [default: the .cact's own; else tokenizer.model beside the checkpoint, else Needle 2's]
+    /// SentencePiece model [default: the .cact's own; else tokenizer.model beside the checkpoint, else the
+    /// --generation's]
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
+    /// The published base model used without --checkpoint or --weights: 2 (Cactus-Compute/needle2, as
+    /// cactus-needle 2.0.8) or 3 (Cactus-Compute/needle3, 3.x's default)
+    #[arg(long, default_value_t = DEFAULT_GENERATION, conflicts_with = "weights")]
+    pub generation: Generation,
 }
 
 /// A network and the tokenizer that goes with it.
@@ -58,7 +75,11 @@ impl WeightsInputs {
         let (weights, tokenizer_path) = match &self.weights {
             Some(cact) => (Weights::Cact(cact.clone()), self.tokenizer.clone()),
             None => {
-                let base = crate::download::base_model(self.checkpoint.as_deref(), self.tokenizer.as_deref())?;
+                let base = crate::download::base_model_of(
+                    self.generation,
+                    self.checkpoint.as_deref(),
+                    self.tokenizer.as_deref(),
+                )?;
                 (Weights::Checkpoint { checkpoint: base.checkpoint, lora: self.lora.clone() }, Some(base.tokenizer))
             }
         };

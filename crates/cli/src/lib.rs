@@ -64,7 +64,7 @@ enum Command {
     Build(build::Args),
     /// Report on a dataset: usable examples, problems by line, token lengths, sequence length.
     Data(data::Args),
-    /// Fetch Needle 2's checkpoint and tokenizer (or a named file) from the Hugging Face hub.
+    /// Fetch a base model's checkpoint and tokenizer (Needle 2 or 3, or a named file) from the Hugging Face hub.
     Download(download::Args),
     /// Masked answer loss of a checkpoint (and optional LoRA adapter) over a dataset.
     Eval(eval::Args),

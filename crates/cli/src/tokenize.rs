@@ -4,14 +4,21 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use needle_engine::config::Generation;
 use needle_engine::tokenizer::Tokenizer;
+
+use crate::inputs::DEFAULT_GENERATION;
 
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("input").required(true).args(["text", "file"])))]
 pub struct Args {
-    /// SentencePiece `tokenizer.model` [default: Needle 2's, from the Hugging Face cache or the hub]
+    /// SentencePiece `tokenizer.model` [default: the --generation's, from the Hugging Face cache or the hub]
     #[arg(long)]
     tokenizer: Option<PathBuf>,
+    /// The published base model whose tokenizer is used without --tokenizer: 2 (Cactus-Compute/needle2, as
+    /// cactus-needle 2.0.8) or 3 (Cactus-Compute/needle3, 3.x's default)
+    #[arg(long, default_value_t = DEFAULT_GENERATION)]
+    generation: Generation,
     /// Text to tokenize; each line is one input.
     #[arg(long)]
     text: Option<String>,
@@ -21,7 +28,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let tokenizer = Tokenizer::load(&crate::download::tokenizer(args.tokenizer.as_deref())?)?;
+    let tokenizer = Tokenizer::load(&crate::download::tokenizer(args.generation, args.tokenizer.as_deref())?)?;
     let text = match (&args.text, &args.file) {
         (Some(text), _) => text.clone(),
         (None, Some(path)) => {

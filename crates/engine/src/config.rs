@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 /// A generation of the Needle model: which network, checkpoint format and `.cact` layout a file
 /// belongs to. Told from the file itself ([`crate::checkpoint::generation`], the `.cact` tag).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Generation {
     #[default]
     /// `cactus-needle` 2.x: pickled format-v2 checkpoints, `.cact` tag `0x05E12A83`.
@@ -34,6 +34,21 @@ impl std::fmt::Display for Generation {
             Generation::Needle2 => "Needle 2",
             Generation::Needle3 => "Needle 3",
         })
+    }
+}
+
+/// The generation as a command line names it: its number (`2`, `3`), or as it is displayed
+/// (`Needle 3`, `needle3`).
+impl std::str::FromStr for Generation {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        let lower = name.trim().to_ascii_lowercase();
+        match lower.strip_prefix("needle").unwrap_or(&lower).trim() {
+            "2" => Ok(Generation::Needle2),
+            "3" => Ok(Generation::Needle3),
+            _ => Err(format!("{name:?} is not a Needle generation; use 2 or 3")),
+        }
     }
 }
 
@@ -366,6 +381,16 @@ impl EngramDims {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_generation_is_named_by_its_number_or_as_displayed() {
+        for generation in [Generation::Needle2, Generation::Needle3] {
+            assert_eq!(generation.to_string().parse::<Generation>(), Ok(generation));
+        }
+        assert_eq!("3".parse::<Generation>(), Ok(Generation::Needle3));
+        assert_eq!("needle2".parse::<Generation>(), Ok(Generation::Needle2));
+        assert!("4".parse::<Generation>().unwrap_err().contains("use 2 or 3"));
+    }
 
     #[test]
     fn missing_keys_take_reference_defaults_and_attn_dim_zero_means_d_model() {

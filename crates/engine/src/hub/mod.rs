@@ -1,8 +1,10 @@
 //! The base model from the Hugging Face hub: where it is cached, how it is fetched, and the one rule
 //! every command and the app use to find the checkpoint and tokenizer.
 //!
-//! The reference downloads `checkpoints/needle2.pkl` and `tokenizer/tokenizer.model` from
-//! `Cactus-Compute/needle2` when no checkpoint is given; so does [`resolve_base_model`], into the
+//! The reference downloads its generation's checkpoint and tokenizer from the hub when no checkpoint
+//! is given (2.x: `checkpoints/needle2.pkl` of `Cactus-Compute/needle2`; 3.x:
+//! `checkpoints/needle3.safetensors` of `Cactus-Compute/needle3`: the table [`PUBLISHED`]); so does
+//! [`resolve_base_model`], into the
 //! cache `huggingface_hub` uses ([`cache`]), with progress as [`HubEvent`]s, resume after a cut,
 //! and the size and content hash the hub announces checked before the file takes its place
 //! (`transfer`). The environment is read as `huggingface_hub` reads it: `HF_ENDPOINT`, `HF_TOKEN`,
@@ -16,13 +18,36 @@ use std::sync::atomic::AtomicBool;
 
 use serde::Serialize;
 
+use crate::config::Generation;
 use cache::RepoCache;
 pub use transfer::Announced;
 
-/// The reference's base model: repository and the two files it fetches from it.
-pub const NEEDLE2_REPO: &str = "Cactus-Compute/needle2";
-pub const CHECKPOINT_FILE: &str = "checkpoints/needle2.pkl";
-pub const TOKENIZER_FILE: &str = "tokenizer/tokenizer.model";
+/// A base model Cactus Compute publishes on the hub: its generation, its repository and the two
+/// files the reference fetches from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PublishedBase {
+    pub generation: Generation,
+    pub repo: &'static str,
+    pub checkpoint: &'static str,
+    pub tokenizer: &'static str,
+}
+
+/// Every published base model, oldest generation first.
+pub const PUBLISHED: [PublishedBase; 2] = [
+    PublishedBase {
+        generation: Generation::Needle2,
+        repo: "Cactus-Compute/needle2",
+        checkpoint: "checkpoints/needle2.pkl",
+        tokenizer: "tokenizer/tokenizer.model",
+    },
+    PublishedBase {
+        generation: Generation::Needle3,
+        repo: "Cactus-Compute/needle3",
+        checkpoint: "checkpoints/needle3.safetensors",
+        tokenizer: "tokenizer/tokenizer.model",
+    },
+];
+
 pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 pub const DEFAULT_REVISION: &str = "main";
 
@@ -123,8 +148,8 @@ pub enum HubError {
 /// The way around the hub: which address to fetch on a connected machine, and how to use the file.
 fn by_hand(url: &str) -> String {
     format!(
-        "fetch {url} on a connected machine and choose that file (--checkpoint for a .pkl, --tokenizer for a \
-         .model; a tokenizer.model beside the checkpoint is found by itself)"
+        "fetch {url} on a connected machine and choose that file (--checkpoint for a .pkl or .safetensors, \
+         --tokenizer for a .model; a tokenizer.model beside the checkpoint is found by itself)"
     )
 }
 
@@ -145,10 +170,31 @@ impl RepoFile {
     pub fn name(&self) -> String {
         format!("{}/{}", self.repo, self.path)
     }
+}
 
-    /// The reference's base checkpoint and tokenizer in `repo` (Needle 2's own, or a mirror of it).
-    pub fn base_model(repo: &str, revision: &str) -> [Self; 2] {
-        [Self::new(repo, revision, CHECKPOINT_FILE), Self::new(repo, revision, TOKENIZER_FILE)]
+impl PublishedBase {
+    /// The published base model of `generation`.
+    pub fn of(generation: Generation) -> &'static Self {
+        // The table's order; its test checks each row is the generation it is taken for.
+        match generation {
+            Generation::Needle2 => &PUBLISHED[0],
+            Generation::Needle3 => &PUBLISHED[1],
+        }
+    }
+
+    /// The published base model whose repository is `repo`, if any.
+    pub fn in_repo(repo: &str) -> Option<&'static Self> {
+        PUBLISHED.iter().find(|base| base.repo == repo)
+    }
+
+    /// Its checkpoint and tokenizer in `repo` (its own, or a mirror of it) at `revision`.
+    pub fn files(&self, repo: &str, revision: &str) -> [RepoFile; 2] {
+        [RepoFile::new(repo, revision, self.checkpoint), RepoFile::new(repo, revision, self.tokenizer)]
+    }
+
+    /// Its checkpoint and tokenizer in its own repository, at the default revision.
+    pub fn hub_files(&self) -> [RepoFile; 2] {
+        self.files(self.repo, DEFAULT_REVISION)
     }
 }
 
@@ -229,28 +275,31 @@ impl Hub {
     }
 }
 
-/// The base model for a command or the app: the checkpoint given, else Needle 2 from the cache, else
-/// from the hub; the tokenizer given, else the `tokenizer.model` beside a given checkpoint, else the
-/// hub's.
+/// The base model for a command or the app: the checkpoint given, else `generation`'s published
+/// one from the cache, else from the hub; the tokenizer given, else the `tokenizer.model` beside a
+/// given checkpoint, else `generation`'s from the hub.
 pub fn resolve_base_model(
     hub: &Hub,
+    generation: Generation,
     checkpoint: Option<&Path>,
     tokenizer: Option<&Path>,
     on_event: &mut dyn FnMut(HubEvent),
     cancel: &AtomicBool,
 ) -> Result<BaseModel, HubError> {
-    let [hub_checkpoint, _] = RepoFile::base_model(NEEDLE2_REPO, DEFAULT_REVISION);
+    let [hub_checkpoint, _] = PublishedBase::of(generation).hub_files();
     let checkpoint = match checkpoint {
         Some(path) => path.to_path_buf(),
         None => hub.get(&hub_checkpoint, on_event, cancel)?,
     };
-    let tokenizer = resolve_tokenizer(hub, tokenizer, Some(&checkpoint), on_event, cancel)?;
+    let tokenizer = resolve_tokenizer(hub, generation, tokenizer, Some(&checkpoint), on_event, cancel)?;
     Ok(BaseModel { checkpoint, tokenizer })
 }
 
-/// The tokenizer given, else the `tokenizer.model` beside `checkpoint`, else the hub's.
+/// The tokenizer given, else the `tokenizer.model` beside `checkpoint`, else `generation`'s from
+/// the hub.
 pub fn resolve_tokenizer(
     hub: &Hub,
+    generation: Generation,
     tokenizer: Option<&Path>,
     checkpoint: Option<&Path>,
     on_event: &mut dyn FnMut(HubEvent),
@@ -262,12 +311,34 @@ pub fn resolve_tokenizer(
     let beside = checkpoint.map(crate::tokenizer::default_path).filter(|path| path.is_file());
     match beside {
         Some(path) => Ok(path),
-        None => hub.get(&RepoFile::new(NEEDLE2_REPO, DEFAULT_REVISION, TOKENIZER_FILE), on_event, cancel),
+        None => {
+            let [_, hub_tokenizer] = PublishedBase::of(generation).hub_files();
+            hub.get(&hub_tokenizer, on_event, cancel)
+        }
     }
 }
 
-/// Needle 2's checkpoint and tokenizer if both are cached (no network call).
-pub fn cached_base_model(hub: &Hub) -> Option<BaseModel> {
-    let [checkpoint, tokenizer] = RepoFile::base_model(NEEDLE2_REPO, DEFAULT_REVISION);
+/// `generation`'s published checkpoint and tokenizer if both are cached (no network call).
+pub fn cached_base_model(hub: &Hub, generation: Generation) -> Option<BaseModel> {
+    let [checkpoint, tokenizer] = PublishedBase::of(generation).hub_files();
     Some(BaseModel { checkpoint: hub.cached(&checkpoint)?, tokenizer: hub.cached(&tokenizer)? })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_generation_has_one_published_base_model() {
+        for generation in [Generation::Needle2, Generation::Needle3] {
+            let rows: Vec<_> = PUBLISHED.iter().filter(|base| base.generation == generation).collect();
+            assert_eq!(rows.len(), 1, "{generation}");
+            assert_eq!(PublishedBase::of(generation), rows[0]);
+            assert_eq!(PublishedBase::in_repo(rows[0].repo), Some(rows[0]));
+        }
+        let [checkpoint, tokenizer] = PublishedBase::of(Generation::Needle3).hub_files();
+        assert_eq!(checkpoint.name(), "Cactus-Compute/needle3/checkpoints/needle3.safetensors");
+        assert_eq!(tokenizer.name(), "Cactus-Compute/needle3/tokenizer/tokenizer.model");
+        assert_eq!(PublishedBase::in_repo("someone/mirror"), None);
+    }
 }
