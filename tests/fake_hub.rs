@@ -132,7 +132,7 @@ fn listen(state: &Arc<Mutex<State>>) -> String {
     origin
 }
 
-fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+pub(crate) fn lock<T>(state: &Mutex<T>) -> MutexGuard<'_, T> {
     state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -252,7 +252,7 @@ fn send_bytes(
     out.shutdown(std::net::Shutdown::Both)
 }
 
-fn respond(out: &mut TcpStream, status: u16, headers: &[(&str, String)], body: &[u8]) -> std::io::Result<()> {
+pub(crate) fn respond(out: &mut TcpStream, status: u16, headers: &[(&str, String)], body: &[u8]) -> std::io::Result<()> {
     let mut headers = headers.to_vec();
     headers.push(("Content-Length", body.len().to_string()));
     write_head(out, status, &headers)?;

@@ -1,7 +1,9 @@
 //! Helpers shared by the cross-crate tests in `tests/tests/`: where the fixtures are, how to read them,
-//! how to run the `needle` binary, and a model hub on loopback ([`fake_hub`]).
+//! how to run the `needle` binary, a model hub on loopback ([`fake_hub`]) and an OpenAI-compatible chat
+//! endpoint on loopback ([`fake_llm`]).
 
 pub mod fake_hub;
+pub mod fake_llm;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use needle_engine::config::Generation;
-use needle_engine::dataset::{Dataset, DatasetReport};
+use needle_engine::dataset::{Checkup, Dataset, DatasetReport, Severity};
 use needle_engine::tokenizer::Tokenizer;
 
 use crate::inputs::DEFAULT_GENERATION;
@@ -26,6 +26,10 @@ pub struct Args {
     /// single-turn chat lines and strips the reasoning), with its tokenizer unless --tokenizer is given
     #[arg(long, default_value_t = DEFAULT_GENERATION)]
     generation: Generation,
+    /// Also write the rows the doctor passes to this file: usable, calls that match their schemas, no
+    /// repeats, within --max-len (its advice, such as ungrounded values, leaves rows in)
+    #[arg(long, value_name = "OUT.jsonl")]
+    fix: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -36,6 +40,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         writeln!(std::io::stdout().lock(), "{}", serde_json::to_string(&report)?)?;
     } else {
         print_report(&mut std::io::stdout().lock(), &report)?;
+    }
+    if let Some(out) = &args.fix {
+        let kept = dataset.write_passing(&report.doctor, out)?;
+        let left_out = report.usable_examples + report.skipped_lines - kept;
+        noteln!("  {:<9} {kept} rows written to {} ({left_out} left out)", "fixed", out.display());
     }
     Ok(())
 }
@@ -62,5 +71,27 @@ fn print_report(out: &mut impl Write, report: &DatasetReport) -> std::io::Result
         let counts: Vec<String> = report.problems.counts.iter().map(|(kind, n)| format!("{n} {kind}")).collect();
         writeln!(out, "  {:<9} … and {unlisted} more; in all: {}", "problem", counts.join(", "))?;
     }
-    Ok(())
+    print_doctor(out, &report.doctor)
+}
+
+/// The doctor's summary first, then each finding, then the calls per tool.
+fn print_doctor(out: &mut impl Write, doctor: &Checkup) -> std::io::Result<()> {
+    writeln!(out, "  {:<9} {}", "doctor", doctor.summary)?;
+    for finding in &doctor.findings {
+        let label = match finding.severity {
+            Severity::Error => "error",
+            Severity::Advice => "advice",
+        };
+        writeln!(out, "  {label:<9} {}", finding.message)?;
+    }
+    let tools: Vec<String> = doctor.calls_per_tool.iter().map(|(tool, n)| format!("{tool} {n}")).collect();
+    writeln!(
+        out,
+        "  {:<9} {}; {} of {} rows ({:.0}%) call no tool",
+        "calls",
+        tools.join(", "),
+        doctor.rows_without_call,
+        doctor.rows,
+        100.0 * doctor.no_call_share
+    )
 }

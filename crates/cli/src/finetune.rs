@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::events::{cancel_on_stdin, print_json, EventFormat};
+use crate::generate::{Job, Llm};
 use crate::inputs::ModelInputs;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -42,9 +43,44 @@ pub struct Args {
     /// Print the plan (examples, seq_len, steps, estimated peak memory) and exit
     #[arg(long)]
     pub dry_run: bool,
+    /// First write this many more rows with an LLM, as `needle generate-data --augment DATA` does, and train on
+    /// DATA.augmented.jsonl (0: off)
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub generate: usize,
+    /// Requests in flight at once while generating
+    #[arg(long, default_value_t = needle_engine::generate::FINETUNE_WORKERS)]
+    pub workers: usize,
+    #[command(flatten)]
+    pub llm: Llm,
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub fn run(mut args: Args) -> Result<()> {
+    let cancel = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&cancel);
+    ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)).context("installing the Ctrl-C handler")?;
+    if args.events.is_some() {
+        cancel_on_stdin(&cancel);
+    }
+    if args.generate > 0 {
+        let job = Job {
+            num_samples: args.generate,
+            batch_size: needle_engine::generate::DEFAULT_BATCH_SIZE,
+            workers: args.workers,
+            llm: &args.llm,
+            events: args.events,
+            cancel: &cancel,
+        };
+        let (augmented, cancelled) = crate::generate::augment(&job, &args.inputs.data, None)?;
+        if cancelled {
+            noteln!(
+                "  {:<9} cancelled while generating: nothing trained; the rows that arrived are in {}",
+                "stopped",
+                augmented.display()
+            );
+            return Ok(());
+        }
+        args.inputs.data = augmented;
+    }
     let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
     let options = options(&args, args.inputs.base_model()?, adapter_path(&args));
     let mut session = Session::prepare(options.clone(), &selected.device)
@@ -58,12 +94,8 @@ pub fn run(args: Args) -> Result<()> {
         noteln!("  {:<9} {}", "warning", memory_warning(&session.plan));
     }
     let generation = session.generation();
-    let cancel = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&cancel);
-    ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)).context("installing the Ctrl-C handler")?;
     let result = match args.events {
         Some(EventFormat::Jsonl) => {
-            cancel_on_stdin(&cancel);
             // When the reader of the events is gone (the app closed), stop at the next step and
             // save what was learned, as a cancel would.
             session.run(&selected.info, &cancel, |event| {

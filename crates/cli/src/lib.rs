@@ -35,6 +35,7 @@ mod download;
 mod eval;
 mod events;
 mod finetune;
+mod generate;
 mod inputs;
 mod inspect;
 mod run;
@@ -70,6 +71,8 @@ enum Command {
     Eval(eval::Args),
     /// Fine-tune LoRA adapters on a dataset with the reference's recipe.
     Finetune(finetune::Args),
+    /// Write training data with an LLM (OpenRouter or any OpenAI-compatible endpoint), each row checked by the doctor.
+    GenerateData(generate::Args),
     /// Describe a `.cact` file: geometry, tensors, sizes; `--verify` dequantizes every tensor.
     Inspect(inspect::Args),
     /// Ask a model (base, tuned or a built .cact) one question and print the calls it makes.
@@ -90,6 +93,7 @@ pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) ->
         Command::Download(args) => download::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Finetune(args) => finetune::run(args),
+        Command::GenerateData(args) => generate::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Run(args) => run::run(args),
         Command::Tokenize(args) => tokenize::run(args),

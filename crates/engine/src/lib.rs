@@ -8,7 +8,8 @@
 //! or its cache ([`hub`]) when no checkpoint is given. [`calls`] tries a model (checkpoint, adapter or
 //! built `.cact`) on prompts and scores its tool calls. [`atomic`] writes every output whole or not at
 //! all; [`pyjson`] prints JSON as Python's `json.dumps` does, which the chat template depends on.
-//! [`settings`] is the one list of what a user chooses for a run and a build — defaults, ranges and
+//! [`generate`] asks an LLM for more training rows, each checked by the dataset doctor
+//! ([`dataset::Checkup`]) before it is kept. [`settings`] is the one list of what a user chooses for a run and a build — defaults, ranges and
 //! messages — that the CLI, the app and its UI all read.
 //!
 //! One boundary splits the crate. Training and evaluation are tensor code: [`model`], [`lora`],
@@ -26,6 +27,7 @@ pub mod calls;
 pub mod checkpoint;
 pub mod config;
 pub mod dataset;
+pub mod generate;
 pub mod hub;
 pub mod lora;
 pub mod model;

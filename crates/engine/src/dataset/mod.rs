@@ -7,17 +7,21 @@
 //! [`DatasetReport`].
 
 mod chat;
+mod doctor;
 mod encode;
 mod lines;
 mod problem;
 mod render;
 mod report;
+mod schema;
 
+pub use doctor::{duplicate_key, Checkup, Finding, Severity, MIN_CALLS_PER_TOOL};
 pub use encode::{fit_max_len, Encoded, Tokenized};
 pub use problem::{Field, Issue, Problem, Problems, KEPT_PROBLEMS};
 pub use render::render;
 pub(crate) use render::{THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START};
 pub use report::{DatasetReport, HistogramBin, LengthStats, Sample};
+pub use schema::{check_row, Kind, RowIssue};
 
 use crate::config::Generation;
 use crate::pyjson;
@@ -61,6 +65,15 @@ impl Example {
             answers: "[]".into(),
         }
     }
+
+    /// An example read from one JSON object (a generated row), as a line of a file would be; the
+    /// issue when the reference could not train on it.
+    pub fn from_object(object: &Map<String, Value>, generation: Generation) -> Result<Self, Issue> {
+        if !object.contains_key("query") {
+            return Err(Issue::MissingQuery);
+        }
+        example_from_object(0, object, generation).map(|(example, _)| example)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +90,8 @@ pub enum DatasetError {
          (BOS and one trained token); use 128 or more"
     )]
     CapTooSmall { cap: usize },
+    #[error("cannot write {path}: {source}; check that its folder is writable and the disk has room")]
+    Write { path: PathBuf, source: std::io::Error },
 }
 
 /// Below this, no target token can be inside a row and nothing would train.
@@ -158,6 +173,27 @@ impl Dataset {
         let seq_len = fit_max_len(longest, cap);
         let report = DatasetReport::new(self, &tokenized, cap, seq_len);
         Ok(Prepared { seq_len, tokenized, report })
+    }
+
+    /// Writes to `out`, atomically, the lines of the usable examples that `checkup` passes, as they
+    /// are in the file; returns how many.
+    pub fn write_passing(&self, checkup: &Checkup, out: &Path) -> Result<usize, DatasetError> {
+        let read_error = |source| DatasetError::Read { path: self.path.clone(), source };
+        let file = std::fs::File::open(&self.path).map_err(read_error)?;
+        let usable: std::collections::BTreeSet<usize> = self.examples.iter().map(|e| e.line).collect();
+        let mut kept = Vec::new();
+        let mut count = 0;
+        for numbered in lines::numbered_lines(std::io::BufReader::new(file)) {
+            let (line, raw) = numbered.map_err(read_error)?;
+            if usable.contains(&line) && checkup.passes(line) {
+                kept.extend_from_slice(&raw);
+                kept.push(b'\n');
+                count += 1;
+            }
+        }
+        crate::atomic::write_atomically(out, &kept)
+            .map_err(|source| DatasetError::Write { path: out.to_owned(), source })?;
+        Ok(count)
     }
 }
 

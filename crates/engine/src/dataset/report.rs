@@ -1,7 +1,7 @@
 //! The summary `needle data --json` prints and the app shows before a run.
 
 use super::encode::FIRST_BUCKET;
-use super::{render, Dataset, Issue, Problem, Problems, Tokenized};
+use super::{render, Checkup, Dataset, Issue, Problem, Problems, Tokenized};
 use serde::Serialize;
 
 /// How many rendered examples the report shows.
@@ -29,6 +29,8 @@ pub struct DatasetReport {
     pub truncated: usize,
     /// The first few examples as the model will see them.
     pub samples: Vec<Sample>,
+    /// The dataset doctor's findings: answers against their schemas, grounding, repeats, balance.
+    pub doctor: Checkup,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -75,7 +77,10 @@ impl DatasetReport {
                 Sample { line: example.line, prompt, target, tokens, tools, query }
             })
             .collect();
+        let too_long: Vec<usize> = tokenized.iter().filter(|t| t.sequence_len() > seq_len).map(|t| t.line).collect();
+        let doctor = Checkup::new(&dataset.examples, &too_long, dataset.problems.skipping);
         DatasetReport {
+            doctor,
             path: dataset.path.display().to_string(),
             usable_examples: dataset.examples.len(),
             skipped_lines: dataset.problems.skipping,

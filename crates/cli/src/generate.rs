@@ -1,0 +1,237 @@
+//! `needle generate-data`: training rows written by an LLM through an OpenAI-compatible endpoint
+//! (the reference's `generate_main` and `augment_jsonl`), every row checked by the dataset doctor
+//! before it is kept; and the same for `needle finetune --generate N`.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use needle_engine::atomic::write_atomically;
+use needle_engine::config::Generation;
+use needle_engine::dataset::{Dataset, Example};
+use needle_engine::generate::{self, Endpoint, GenerateEvent, GenerateSettings, Generated};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::events::{cancel_on_stdin, print_json, EventFormat};
+
+/// Write training data with an LLM: for tool schemas, or more of an existing dataset.
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["tools", "augment"])))]
+pub struct Args {
+    /// Tool schemas (a JSON list) to write examples for
+    #[arg(long)]
+    tools: Option<PathBuf>,
+    /// A dataset to write more of: its rows' tools are asked for, and the output holds its rows, then the new ones
+    #[arg(long)]
+    augment: Option<PathBuf>,
+    /// How many new rows to keep
+    #[arg(long, default_value_t = generate::DEFAULT_NUM_SAMPLES)]
+    num_samples: usize,
+    /// Rows asked for in one request
+    #[arg(long, default_value_t = generate::DEFAULT_BATCH_SIZE)]
+    batch_size: usize,
+    /// Requests in flight at once
+    #[arg(long, default_value_t = generate::DEFAULT_WORKERS)]
+    workers: usize,
+    #[command(flatten)]
+    llm: Llm,
+    /// Output JSONL [default: needle_data.jsonl with --tools, DATA.augmented.jsonl with --augment]
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// Print progress as one JSON event per line on stdout; a line `cancel` on stdin then stops like Ctrl-C
+    #[arg(long, value_enum)]
+    events: Option<EventFormat>,
+}
+
+/// Which model writes the rows, and where it is asked.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Llm {
+    /// The model the endpoint serves
+    #[arg(long, default_value = generate::DEFAULT_MODEL)]
+    pub model: String,
+    /// OpenAI-compatible chat-completions URL [default: OPENROUTER_URL, else OpenRouter's]; the key is read
+    /// from OPENROUTER_API_KEY or OPENAI_API_KEY
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// Seconds one request may take before it counts as failed
+    #[arg(long, default_value_t = generate::DEFAULT_TIMEOUT_S)]
+    pub timeout: u64,
+}
+
+/// How many rows, in what batches, how many requests at once, asked of whom; how progress is shown
+/// and what stops it.
+pub struct Job<'a> {
+    pub num_samples: usize,
+    pub batch_size: usize,
+    pub workers: usize,
+    pub llm: &'a Llm,
+    pub events: Option<EventFormat>,
+    pub cancel: &'a AtomicBool,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let cancel = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&cancel);
+    ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)).context("installing the Ctrl-C handler")?;
+    if args.events.is_some() {
+        cancel_on_stdin(&cancel);
+    }
+    let job = Job {
+        num_samples: args.num_samples,
+        batch_size: args.batch_size,
+        workers: args.workers,
+        llm: &args.llm,
+        events: args.events,
+        cancel: &cancel,
+    };
+    match (&args.tools, &args.augment) {
+        (Some(tools), _) => {
+            let text = std::fs::read_to_string(tools).with_context(|| format!("reading {}", tools.display()))?;
+            let schemas: Value = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not JSON; it must hold a list of tool schemas", tools.display()))?;
+            if !schemas.as_array().is_some_and(|list| !list.is_empty()) {
+                bail!(
+                    "{} must hold a non-empty JSON list of tool schemas ([{{\"name\": ..., \"parameters\": ...}}])",
+                    tools.display()
+                );
+            }
+            let output = args.output.clone().unwrap_or_else(|| PathBuf::from("needle_data.jsonl"));
+            write_generated(&job, &schemas, &[], &[], &output).map(drop)
+        }
+        (None, Some(data)) => augment(&job, data, args.output.as_deref()).map(drop),
+        // clap's group requires one of them.
+        (None, None) => bail!("pass --tools TOOLS.json or --augment DATA.jsonl"),
+    }
+}
+
+/// Writes `data`'s lines and then new rows for its tools to `output` (default `DATA.augmented.jsonl`, as
+/// the reference names it); returns the path, and whether generation was cancelled.
+pub fn augment(job: &Job, data: &Path, output: Option<&Path>) -> Result<(PathBuf, bool)> {
+    let dataset = Dataset::load(data, Generation::Needle2)?;
+    let tools = generate::tools_of_examples(&dataset.examples);
+    if tools.is_empty() {
+        return Err(generate::GenerateError::NoTools { path: data.display().to_string() }.into());
+    }
+    let text = std::fs::read_to_string(data).with_context(|| format!("reading {}", data.display()))?;
+    let originals: Vec<&str> = text.lines().filter(|line| !line.trim().is_empty()).collect();
+    let output = output.map_or_else(|| augmented_path(data), Path::to_owned);
+    let cancelled = write_generated(job, &Value::Array(tools), &dataset.examples, &originals, &output)?;
+    Ok((output, cancelled))
+}
+
+/// The reference's `path.replace(".jsonl", "") + ".augmented.jsonl"`.
+fn augmented_path(data: &Path) -> PathBuf {
+    PathBuf::from(format!("{}.augmented.jsonl", data.display().to_string().replace(".jsonl", "")))
+}
+
+/// Generates, then writes `originals` and the new rows to `output` atomically; says so on stdout.
+/// Returns whether generation was cancelled.
+fn write_generated(job: &Job, tools: &Value, existing: &[Example], originals: &[&str], output: &Path) -> Result<bool> {
+    let endpoint = Endpoint::resolve(job.llm.endpoint.as_deref())?;
+    let settings = GenerateSettings {
+        num_samples: job.num_samples,
+        batch_size: job.batch_size,
+        workers: job.workers,
+        model: job.llm.model.clone(),
+        timeout: Duration::from_secs(job.llm.timeout),
+    };
+    let cancel = job.cancel;
+    let generated = match job.events {
+        Some(EventFormat::Jsonl) => generate::generate(tools, existing, &settings, &endpoint, cancel, |event| {
+            let _ = print_json(event);
+        }),
+        None => {
+            let view = Bar::new(settings.num_samples);
+            let generated = generate::generate(tools, existing, &settings, &endpoint, cancel, |event| view.show(event));
+            view.bar.finish_and_clear();
+            generated
+        }
+    }?;
+    let mut text = String::new();
+    for line in originals {
+        text.push_str(line);
+        text.push('\n');
+    }
+    for row in &generated.rows {
+        text.push_str(&serde_json::to_string(row)?);
+        text.push('\n');
+    }
+    write_atomically(output, text.as_bytes()).with_context(|| format!("writing {}", output.display()))?;
+    let written = originals.len() + generated.rows.len();
+    match job.events {
+        Some(EventFormat::Jsonl) => {
+            print_json(&Written {
+                event: "written",
+                path: output,
+                written,
+                generated: generated.rows.len(),
+                summary: &generated,
+            })?;
+        }
+        None => print_summary(&generated, written, output)?,
+    }
+    Ok(generated.cancelled)
+}
+
+/// The last `--events` line: the file is written. Not `finished`, which `finetune --generate` sends
+/// when training ends.
+#[derive(Serialize)]
+struct Written<'a> {
+    event: &'static str,
+    path: &'a Path,
+    /// Rows in the file: the originals (with --augment) and the new ones.
+    written: usize,
+    generated: usize,
+    #[serde(flatten)]
+    summary: &'a Generated,
+}
+
+fn print_summary(generated: &Generated, written: usize, output: &Path) -> Result<()> {
+    let stopped = if generated.cancelled { "  (cancelled: what arrived is kept)" } else { "" };
+    outln!("  {:<9} {}/{} new rows{stopped}", "generated", generated.rows.len(), generated.wanted)?;
+    if generated.failed_requests > 0 {
+        outln!("  {:<9} {} request(s)", "failed", generated.failed_requests)?;
+    }
+    if !generated.rejected.is_empty() {
+        outln!("  {:<9} {}", "rejected", counts(&generated.rejected))?;
+    }
+    if !generated.advice.is_empty() {
+        outln!("  {:<9} kept, but check: {} (`needle data` lists the lines)", "advice", counts(&generated.advice))?;
+    }
+    outln!("  {:<9} {written} examples  {}", "wrote", output.display())?;
+    Ok(())
+}
+
+fn counts(by_reason: &std::collections::BTreeMap<&'static str, usize>) -> String {
+    by_reason.iter().map(|(reason, n)| format!("{n} {reason}")).collect::<Vec<_>>().join(", ")
+}
+
+/// The terminal view: new rows against the count, failed requests and rejected rows beside it.
+struct Bar {
+    bar: ProgressBar,
+}
+
+impl Bar {
+    fn new(wanted: usize) -> Self {
+        let bar = ProgressBar::new(wanted as u64);
+        let style = ProgressStyle::with_template("  {bar:30} {pos}/{len} rows  {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
+        bar.set_style(style);
+        Self { bar }
+    }
+
+    fn show(&self, event: &GenerateEvent) {
+        match event {
+            GenerateEvent::Progress { generated, failed_requests, rejected, .. } => {
+                self.bar.set_position(*generated as u64);
+                let rejected: usize = rejected.values().sum();
+                self.bar.set_message(format!("failed requests {failed_requests}  rejected rows {rejected}"));
+            }
+            GenerateEvent::RequestFailed { message } => self.bar.println(format!("  {:<9} {message}", "failed")),
+        }
+    }
+}
