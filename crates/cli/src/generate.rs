@@ -93,7 +93,7 @@ pub fn run(args: Args) -> Result<()> {
             let text = std::fs::read_to_string(tools).with_context(|| format!("reading {}", tools.display()))?;
             let schemas: Value = serde_json::from_str(&text)
                 .with_context(|| format!("{} is not JSON; it must hold a list of tool schemas", tools.display()))?;
-            if !schemas.as_array().is_some_and(|list| !list.is_empty()) {
+            if schemas.as_array().is_none_or(Vec::is_empty) {
                 bail!(
                     "{} must hold a non-empty JSON list of tool schemas ([{{\"name\": ..., \"parameters\": ...}}])",
                     tools.display()

@@ -305,7 +305,7 @@ mod tests {
         json!([{"name": "set_thermostat", "arguments": arguments}])
     }
 
-    fn finding<'a>(checkup: &'a Checkup, kind: Kind) -> &'a Finding {
+    fn finding(checkup: &Checkup, kind: Kind) -> &Finding {
         checkup.findings.iter().find(|f| f.kind == kind).unwrap_or_else(|| panic!("no {kind:?} in {checkup:#?}"))
     }
 
