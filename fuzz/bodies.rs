@@ -81,7 +81,7 @@ fn fuzz_exercise_tokenizer(tokenizer: &Tokenizer) {
     let vocab = u32::try_from(tokenizer.vocab_size()).unwrap_or(u32::MAX);
     let _ = tokenizer.decode(&[0, 1, 2, 3, vocab.saturating_sub(1), vocab, u32::MAX]);
     let _ = (tokenizer.add_dummy_prefix(), tokenizer.byte_fallback(), tokenizer.remove_extra_whitespaces());
-    let blob = tokenizer.to_cact_blob();
+    let blob = tokenizer.to_cact_blob(Generation::Needle2);
     if let Ok(again) = Tokenizer::from_cact_blob(&blob) {
         let _ = again.encode(FUZZ_SAMPLE_TEXT);
     }

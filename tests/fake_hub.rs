@@ -252,7 +252,12 @@ fn send_bytes(
     out.shutdown(std::net::Shutdown::Both)
 }
 
-pub(crate) fn respond(out: &mut TcpStream, status: u16, headers: &[(&str, String)], body: &[u8]) -> std::io::Result<()> {
+pub(crate) fn respond(
+    out: &mut TcpStream,
+    status: u16,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> std::io::Result<()> {
     let mut headers = headers.to_vec();
     headers.push(("Content-Length", body.len().to_string()));
     write_head(out, status, &headers)?;

@@ -83,11 +83,14 @@ export const useBaseModel = (generation) => invoke('use_base_model', { generatio
 export const cancelDownload = () => invoke('cancel_download');
 
 /**
- * The report `needle data --json` prints for `path`, its token lengths counted with `tokenizer`.
- * @param {string} path @param {string|null} tokenizer @param {string} maxLen as typed
+ * The report `needle data --json` prints for `path`, its token lengths counted with `tokenizer`, its
+ * lines read and rendered as the generation of `checkpoint` reads them.
+ * @param {string} path @param {string|null} tokenizer @param {string|null} checkpoint
+ * @param {string} maxLen as typed
  * @returns {Promise<DatasetReport>}
  */
-export const loadDataset = (path, tokenizer, maxLen) => invoke('load_dataset', { path, tokenizer, maxLen });
+export const loadDataset = (path, tokenizer, checkpoint, maxLen) =>
+  invoke('load_dataset', { path, tokenizer, checkpoint, maxLen });
 
 /** @param {RunDraft} run @returns {Promise<FieldErrors>} empty when the run can start */
 export const validateRun = (run) => invoke('validate_run', { run });

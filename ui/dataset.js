@@ -23,7 +23,7 @@ export async function loadDataset(path) {
   runInputsChanged();
   try {
     const maxLen = currentRun().settings.max_len ?? '';
-    const report = await api.loadDataset(path, pathValue('tokenizer') || null, maxLen);
+    const report = await api.loadDataset(path, pathValue('tokenizer') || null, pathValue('checkpoint') || null, maxLen);
     if (seq === datasetSeq) renderReport(report);
   } catch (error) {
     if (seq !== datasetSeq) return;

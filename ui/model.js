@@ -27,7 +27,8 @@ function wireModelPath(name, label, ext) {
     saveSettings();
     runInputsChanged();
     if (hub) renderHub(hub);
-    if (name === 'tokenizer') scheduleDatasetReload();
+    // The tokenizer counts the lengths; the checkpoint's generation decides how lines render.
+    scheduleDatasetReload();
   };
   input.addEventListener('input', runInputsChanged);
   input.addEventListener('change', commit);

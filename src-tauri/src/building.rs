@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use needle_engine::cact::{CactFile, ExportEvent};
 use needle_engine::calls::{Accuracy, ModelScore};
+use needle_engine::config::Generation;
 use needle_engine::train::run::SCORED_EXAMPLES;
 use serde::Serialize;
 use tauri::ipc::Channel;
@@ -55,6 +56,9 @@ pub fn start(
     let record = studio.runs().load(run_id)?;
     let entry = &record.entry;
     let adapter = entry.adapter.clone().ok_or("this run saved no adapter yet, so there is nothing to build")?;
+    if bits != 4 && needle_engine::checkpoint::file_generation(&entry.checkpoint) == Some(Generation::Needle3) {
+        return Err("a Needle 3 model ships at 4 bits only (as cactus-needle 3.x builds it); choose 4 bits".into());
+    }
     let args: Vec<OsString> = vec![
         "build".into(),
         "--lora".into(),

@@ -72,10 +72,11 @@ pub async fn load_dataset(
     studio: State<'_, Studio>,
     path: PathBuf,
     tokenizer: Option<PathBuf>,
+    checkpoint: Option<PathBuf>,
     max_len: serde_json::Value,
 ) -> Result<serde_json::Value> {
     let studio = studio.inner().clone();
-    blocking(move || studio.dataset_report(&path, tokenizer.as_deref(), &max_len)).await
+    blocking(move || studio.dataset_report(&path, tokenizer.as_deref(), checkpoint.as_deref(), &max_len)).await
 }
 
 #[tauri::command]

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use needle_engine::calls::{CallScores, ModelScore};
+use needle_engine::config::Generation;
 use needle_engine::settings::TrainSettings;
 use serde::{Deserialize, Serialize};
 
@@ -133,13 +134,18 @@ impl History {
         };
         let record = RunRecord { entry, curve: Curve::default() };
         self.save(&record)?;
-        let adapter = self.adapter_path(&record.entry.id);
+        let adapter = self.adapter_path(&record.entry);
         Ok((record, adapter))
     }
 
-    /// Where run `id` saves its adapter (and, beside it, the state Resume continues from).
-    pub fn adapter_path(&self, id: &str) -> PathBuf {
-        self.dir.join(id).join("adapter.pkl")
+    /// Where a run saves its adapter (and, beside it, the state Resume continues from), in the
+    /// file its base's own package reads: 2.x's pickle for Needle 2, 3.x's safetensors for Needle 3.
+    pub fn adapter_path(&self, entry: &HistoryEntry) -> PathBuf {
+        let name = match needle_engine::checkpoint::file_generation(&entry.checkpoint) {
+            Some(Generation::Needle3) => "adapter.safetensors",
+            _ => "adapter.pkl",
+        };
+        self.dir.join(&entry.id).join(name)
     }
 
     pub fn save(&self, record: &RunRecord) -> Result<(), String> {
@@ -177,7 +183,7 @@ impl History {
             entry.message = Some("interrupted: the app closed while this run was going".into());
         }
         let ended_early = matches!(entry.status, Status::Stopped | Status::Failed | Status::Interrupted);
-        let state = needle_engine::train::state::state_path(&self.adapter_path(&entry.id));
+        let state = needle_engine::train::state::state_path(&self.adapter_path(&entry));
         entry.resumable = ended_early && entry.steps_done < entry.steps && state.is_file();
         entry
     }

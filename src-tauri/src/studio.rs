@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use needle_engine::backend::BackendInfo;
+use needle_engine::checkpoint::file_generation;
 use needle_engine::config::Generation;
 use needle_engine::hub::{BaseModel, Hub};
 use needle_engine::settings::{form_fields, BuildWidth, Field, FormField, BUILD_WIDTHS};
@@ -169,16 +170,19 @@ impl Studio {
 
     /// The dataset report (`needle data --json`) for the Dataset panel, computed in the worker: a
     /// huge or hostile file costs that process, never the window's. A newer request ends this one.
-    /// `max_len` is as typed in the Run panel, read by the run's own max-length field.
+    /// `max_len` is as typed in the Run panel, read by the run's own max-length field; the lines
+    /// are read as the generation of `checkpoint` reads them (Needle 2's when it cannot be told).
     pub fn dataset_report(
         &self,
         path: &Path,
         tokenizer: Option<&Path>,
+        checkpoint: Option<&Path>,
         max_len: &serde_json::Value,
     ) -> Result<serde_json::Value, String> {
         let field = Field::named("max_len").ok_or("the run settings have no max length")?;
         let max_len = field.read(Some(max_len)).map_err(|problem| format!("{}: {problem}", field.label))?;
         let tokenizer = tokenizer.ok_or("choose the base model's tokenizer (.model) to see token lengths")?;
+        let generation = checkpoint.and_then(file_generation).unwrap_or(Generation::Needle2);
         let args: Vec<OsString> = vec![
             "data".into(),
             "--json".into(),
@@ -186,6 +190,8 @@ impl Studio {
             max_len.to_string().into(),
             "--tokenizer".into(),
             tokenizer.into(),
+            "--generation".into(),
+            generation.to_string().into(),
             "--".into(),
             path.into(),
         ];

@@ -77,7 +77,7 @@ pub fn resume(studio: &Studio, id: &str, channel: Channel<RunMessage>, notify: N
         device: e.device.clone(),
         settings: e.settings,
     };
-    let args = request.finetune_args(&studio.runs().adapter_path(id), &["--resume"]);
+    let args = request.finetune_args(&studio.runs().adapter_path(e), &["--resume"]);
     record.entry.status = Status::Running;
     record.entry.message = None;
     launch(studio, claim, record, args, channel, notify)

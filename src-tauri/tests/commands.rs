@@ -461,7 +461,7 @@ fn a_newer_dataset_report_ends_the_older_one_in_its_worker() {
     let studio = app.studio();
     let older = {
         let (huge, tokenizer) = (huge.clone(), tokenizer.clone());
-        std::thread::spawn(move || studio.dataset_report(&huge, Some(&tokenizer), &json!(512)))
+        std::thread::spawn(move || studio.dataset_report(&huge, Some(&tokenizer), None, &json!(512)))
     };
     std::thread::sleep(Duration::from_millis(500));
     let report = app.ok(
@@ -470,4 +470,20 @@ fn a_newer_dataset_report_ends_the_older_one_in_its_worker() {
     );
     assert!(report["usable_examples"].as_u64().unwrap() > 0, "{report}");
     assert_eq!(older.join().unwrap().unwrap_err(), needle_studio::SUPERSEDED);
+}
+
+#[test]
+fn the_dataset_report_reads_lines_as_the_checkpoints_generation_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = App::open(dir.path());
+    let (chat, tokenizer) =
+        (repo("tests/fixtures/data/needle3_chat.jsonl"), repo("tests/fixtures/models/tokenizer.model"));
+    let report = |checkpoint: &str| {
+        let args = json!({ "path": chat, "tokenizer": tokenizer, "checkpoint": repo(checkpoint), "maxLen": 1024 });
+        app.ok("load_dataset", args)["usable_examples"].as_u64().unwrap()
+    };
+    // Chat-format lines are Needle 3's; Needle 2 reads only the plain ones.
+    let (needle3, needle2) =
+        (report("tests/fixtures/models/needle3_tiny.safetensors"), report("tests/fixtures/models/tiny_f32.pkl"));
+    assert!(needle3 > 0 && needle2 < needle3, "Needle 3 read {needle3} examples, Needle 2 {needle2}");
 }

@@ -2,7 +2,7 @@
 //! `tauri-driver` and WebKitWebDriver as a user would on a first start — see both base models offered
 //! with their sizes, download Needle 2 from the hub (a loopback one), drop a dataset, read its report,
 //! start a run, watch it finish and draw its loss chart, build a `.cact` and check the file; then
-//! download Needle 3, tune it with a short run and ask it in Try.
+//! download Needle 3, tune it with a short run, ask it in Try and build its `.cact` (format v3).
 //!
 //! Needs `Xvfb`, `WebKitWebDriver` (Debian: `xvfb`, `webkit2gtk-driver`) and `tauri-driver`
 //! (`cargo install tauri-driver --locked`); `.ci/run` installs them. Without them this test fails and
@@ -202,6 +202,28 @@ async fn drive(client: &Client, hub: &FakeHub, scratch: &Path, shots: &Path) -> 
     if !error.is_empty() {
         return Err(format!("Try failed on the tuned Needle 3: {error}"));
     }
+
+    // Its .cact (format v3) builds in the Export step, reads back as Needle 3, and is scored.
+    ui.click("tab-export").await?;
+    let out3 = scratch.join("tuned-needle3.cact");
+    ui.type_path("cact-path", &out3).await?;
+    // Cleared first, so that the status waited for is this build's.
+    ui.eval("document.getElementById('build-status').dataset.status = 'idle'; return ''").await?;
+    ui.click("build-button").await?;
+    let built = ui.wait_status("build-status", &["built", "failed"], RUN_TIMEOUT).await?;
+    if built != "built" {
+        return Err(format!("the Needle 3 build failed: {}", ui.text("build-status").await?));
+    }
+    let file3 = CactFile::open(&out3).map_err(|e| format!("the built Needle 3 file does not read back: {e}"))?;
+    if file3.header.generation != Generation::Needle3 {
+        return Err(format!("the Needle 3 run built a {} .cact", file3.header.generation));
+    }
+    let shown = ui.text("cact-tensors").await?;
+    if shown != file3.records.len().to_string() {
+        return Err(format!("the window says {shown} tensors, the Needle 3 file has {}", file3.records.len()));
+    }
+    ui.click("tab-evaluate").await?;
+    ui.poll("the Needle 3 .cact's scores", rows, UI_TIMEOUT, |n| n == "3").await?;
     println!("run: {progress}; built {} ({} tensors)", out.display(), file.records.len());
     Ok(())
 }

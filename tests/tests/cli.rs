@@ -1,8 +1,10 @@
 //! The `needle` binary end to end: what a user (or the app's worker) sees on stdout, stderr and in
 //! the exit code.
 
+use std::path::Path;
 use std::process::Output;
 
+use needle_engine::cact::CactFile;
 use needle_tests::{fixture, json, jsonl, needle, read};
 use serde_json::Value;
 
@@ -187,6 +189,67 @@ fn build_then_inspect_verify_agrees_with_the_reference_cact() {
     assert!(!output.status.success());
     let err = stderr(&output);
     assert!(err.contains("truncated.cact") && !err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn a_needle3_build_agrees_with_the_reference_and_its_cact_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (checkpoint, tokenizer) = (fixture("models/needle3_heads.safetensors"), fixture("models/tokenizer.model"));
+    let adapter = fixture("golden/needle3_heads/adapter.safetensors");
+    let build = |out: &Path, extra: &[&str]| {
+        let args = ["build", checkpoint.to_str().unwrap(), "--tokenizer", tokenizer.to_str().unwrap()];
+        run(&[&args[..], &["--out", out.to_str().unwrap()], extra].concat())
+    };
+    for (golden, extra) in [("lora", vec!["--lora", adapter.to_str().unwrap()]), ("layers3", vec!["--layers", "3"])] {
+        let out = dir.path().join(format!("{golden}.cact"));
+        let output = build(&out, &extra);
+        assert!(output.status.success(), "{}", stderr(&output));
+        assert!(stdout(&output).contains("W4A8"), "{}", stdout(&output));
+        let (ours, gold) = (
+            CactFile::open(&out).unwrap(),
+            CactFile::open(&fixture(&format!("golden/needle3_heads/{golden}.cact"))).unwrap(),
+        );
+        assert_eq!(ours.preamble(), gold.preamble(), "{golden}: header, codebooks or directory differ from 3.2.8's");
+        let output = run(&["inspect", out.to_str().unwrap(), "--verify"]);
+        assert!(output.status.success() && stdout(&output).contains("Needle 3 .cact"), "{}", stderr(&output));
+    }
+
+    // The built file answers with the weights and tokenizer it ships.
+    let tools = dir.path().join("tools.json");
+    std::fs::write(
+        &tools,
+        r#"[{"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]"#,
+    )
+    .unwrap();
+    let cact = dir.path().join("lora.cact");
+    let output = run(&[
+        "run",
+        "--weights",
+        cact.to_str().unwrap(),
+        "--tools",
+        tools.to_str().unwrap(),
+        "--query",
+        "weather in Paris",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let answer: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    assert!(answer["text"].is_string(), "{answer}");
+
+    // What a Needle 3 .cact cannot be, and what Needle 2 has no ladder for, are refused by name.
+    let output = build(&dir.path().join("w2.cact"), &["--bits", "2"]);
+    assert!(!output.status.success() && stderr(&output).contains("W4 only"), "{}", stderr(&output));
+    let needle2 = fixture("models/tiny_f16.pkl");
+    let out = dir.path().join("rung.cact");
+    let output = run(&["build", needle2.to_str().unwrap(), "--layers", "2", "--out", out.to_str().unwrap()]);
+    assert!(!output.status.success() && stderr(&output).contains("a Needle 2 model has none"), "{}", stderr(&output));
+    let output = build(&dir.path().join("deep.cact"), &["--layers", "9"]);
+    assert!(
+        !output.status.success() && stderr(&output).contains("--layers must be in [2, 4], got 9"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!dir.path().join("w2.cact").exists() && !out.exists());
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Tokenizer parity with the real `sentencepiece` and with needle's `.cact` tokenizer blob code.
 //! Goldens: tests/fixtures/tokenizer/corpus.jsonl + tokenizer.blob (make_fixtures.py) and
 //! tests/fixtures/tokenizer/variants/ (make_tokenizer_variants.py).
+use needle_engine::config::Generation;
 use needle_engine::tokenizer::{Tokenizer, TokenizerError, VocabularyProblem};
 use needle_tests::{fixture, json, read};
 use serde_json::Value;
@@ -44,7 +45,7 @@ fn fixture_model_encodes_and_decodes_the_corpus_like_sentencepiece() {
 
 #[test]
 fn fixture_model_writes_the_reference_cact_blob() {
-    assert_eq!(fixture_tokenizer().to_cact_blob(), read("tokenizer/tokenizer.blob"));
+    assert_eq!(fixture_tokenizer().to_cact_blob(Generation::Needle2), read("tokenizer/tokenizer.blob"));
 }
 
 #[test]
@@ -58,7 +59,11 @@ fn blob_tokenizer_matches_the_model_it_was_written_from() {
         assert_eq!(tok.encode(input), ids(&row["ids"]), "blob encode({input:?})");
         assert_eq!(tok.decode(&ids(&row["ids"])), text(&row["decoded"]), "blob decode of {input:?}");
     }
-    assert_eq!(tok.to_cact_blob(), read("tokenizer/tokenizer.blob"), "blob → tokenizer → blob round trip");
+    assert_eq!(
+        tok.to_cact_blob(Generation::Needle2),
+        read("tokenizer/tokenizer.blob"),
+        "blob → tokenizer → blob round trip"
+    );
 }
 
 const VARIANTS: [&str; 5] = ["base", "remove_ws", "no_byte_fallback", "no_dummy_prefix", "no_split_ws"];
@@ -81,7 +86,11 @@ fn variant_models_match_sentencepiece() {
         for case in golden["decode_cases"].as_array().expect("decode_cases") {
             assert_eq!(tok.decode(&ids(&case["ids"])), text(&case["text"]), "{name}: decode({})", case["ids"]);
         }
-        assert_eq!(tok.to_cact_blob(), read(&format!("tokenizer/variants/{name}.blob")), "{name}: blob");
+        assert_eq!(
+            tok.to_cact_blob(Generation::Needle2),
+            read(&format!("tokenizer/variants/{name}.blob")),
+            "{name}: blob"
+        );
     }
 }
 

@@ -5,14 +5,17 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use needle_engine::cact::{export, Bits, ExportEvent, ExportOptions};
+use needle_engine::config::Generation;
 use needle_engine::settings::parse_build_width;
 
 use crate::events::{print_json, EventFormat};
+use crate::inputs::DEFAULT_GENERATION;
 
 /// Export a checkpoint to the `.cact` the runtime loads.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Base checkpoint (.pkl) to export [default: Needle 2 from the Hugging Face cache, downloaded if missing]
+    /// Base checkpoint (Needle 2 .pkl or Needle 3 .safetensors) to export [default: the --generation's base
+    /// model from the Hugging Face cache, downloaded if missing]
     pub checkpoint: Option<PathBuf>,
     /// LoRA adapter (.pkl or .safetensors) to merge before export
     #[arg(long)]
@@ -20,12 +23,19 @@ pub struct Args {
     /// Output .cact path [default: the checkpoint's stem + .cact, in the current directory]
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Uniform CQ width [default: the checkpoint's weight_bits map, else 4]
+    /// Uniform CQ width [default: the checkpoint's weight_bits map, else 4; Needle 3 is 4 only]
     #[arg(long, value_parser = parse_build_width)]
     pub bits: Option<Bits>,
-    /// SentencePiece model [default: tokenizer.model beside the checkpoint, else Needle 2's]
+    /// Needle 3: export this rung of the depth ladder (2 to the model's layers) [default: every layer]
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// SentencePiece model [default: tokenizer.model beside the checkpoint, else its generation's]
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
+    /// The published base model built without a checkpoint: 2 (Cactus-Compute/needle2, as cactus-needle
+    /// 2.0.8) or 3 (Cactus-Compute/needle3, 3.x's default)
+    #[arg(long, default_value_t = DEFAULT_GENERATION)]
+    pub generation: Generation,
     /// Print each stage as one JSON event per line on stdout
     #[arg(long, value_enum)]
     pub events: Option<EventFormat>,
@@ -45,13 +55,14 @@ fn python_repr(path: &Path) -> String {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let base = crate::download::base_model(args.checkpoint.as_deref(), args.tokenizer.as_deref())?;
+    let base = crate::download::base_model_of(args.generation, args.checkpoint.as_deref(), args.tokenizer.as_deref())?;
     let options = ExportOptions {
         out: args.out.clone().unwrap_or_else(|| default_out(&base.checkpoint)),
         tokenizer: base.tokenizer,
         checkpoint: base.checkpoint,
         lora: args.lora,
         bits: args.bits,
+        layers: args.layers,
     };
     if args.events.is_some() {
         return export(&options, |event| drop(print_json(&event))).map(drop).map_err(|error| {
@@ -102,7 +113,9 @@ mod tests {
             lora: Some(PathBuf::from(FIXTURES).join("golden/tiny_f16/adapter.pkl")),
             out: Some(out.clone()),
             bits: Some(Bits::Two),
+            layers: None,
             tokenizer: None,
+            generation: DEFAULT_GENERATION,
             events: None,
         };
         run(args).unwrap();

@@ -114,12 +114,6 @@ pub fn base_model_of(generation: Generation, checkpoint: Option<&Path>, tokenize
     Ok(resolved?)
 }
 
-/// [`base_model_of`] the CLI's default generation, for a command that has no `--generation` yet
-/// (`needle build`, until it builds Needle 3's `.cact`).
-pub fn base_model(checkpoint: Option<&Path>, tokenizer: Option<&Path>) -> Result<BaseModel> {
-    base_model_of(DEFAULT_GENERATION, checkpoint, tokenizer)
-}
-
 /// The tokenizer a command uses: the one given, else `generation`'s from the cache or the hub.
 pub fn tokenizer(generation: Generation, tokenizer: Option<&Path>) -> Result<PathBuf> {
     let mut view = HubView::new(None);

@@ -10,7 +10,6 @@ use crate::inputs::ModelInputs;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use needle_engine::backend::{self, DeviceRequest};
-use needle_engine::config::Generation;
 use needle_engine::hub::BaseModel;
 use needle_engine::settings::{TrainSettings, TRAIN_FIELDS};
 use needle_engine::train::state::state_path;
@@ -93,7 +92,6 @@ pub fn run(mut args: Args) -> Result<()> {
     if session.plan.may_not_fit() {
         noteln!("  {:<9} {}", "warning", memory_warning(&session.plan));
     }
-    let generation = session.generation();
     let result = match args.events {
         Some(EventFormat::Jsonl) => {
             // When the reader of the events is gone (the app closed), stop at the next step and
@@ -119,14 +117,7 @@ pub fn run(mut args: Args) -> Result<()> {
                 outln!("  {:<9} {}", "adapter", outcome.adapter.display())?;
                 let build =
                     format!("needle build {} --lora {}", options.checkpoint.display(), outcome.adapter.display());
-                match generation {
-                    Generation::Needle2 => outln!("  {:<9} {build}", "next")?,
-                    // Its adapter is in 3.x's own layout, which 3.x's build reads.
-                    Generation::Needle3 => outln!(
-                        "  {:<9} {build}, with cactus-needle 3.x (Needle Studio does not write a Needle 3 .cact yet)",
-                        "next"
-                    )?,
-                }
+                outln!("  {:<9} {build}", "next")?;
             }
             Ok(())
         }

@@ -9,6 +9,7 @@ use anyhow::Result;
 use needle_engine::cact::reader::VerifyReport;
 use needle_engine::cact::CactFile;
 use needle_engine::cact::{Header, Record};
+use needle_engine::config::Generation;
 use serde::Serialize;
 
 /// Describe a .cact file.
@@ -67,7 +68,7 @@ fn summarise<'a>(args: &Args, cact: &'a CactFile, verify: Option<VerifyReport>) 
 /// Writes the human-readable report; errors (a closed pipe) are returned, never a panic.
 fn print_tables(s: &Summary, out: &mut impl Write) -> std::io::Result<()> {
     let h = s.header;
-    writeln!(out, "{}: {} bytes, {} tensors", s.file, s.bytes, h.num_tensors)?;
+    writeln!(out, "{}: {} .cact, {} bytes, {} tensors", s.file, h.generation, s.bytes, h.num_tensors)?;
     writeln!(
         out,
         "  geometry   vocab {}  d_model {}  heads {}/{}  head_dim {}  layers {}  max_seq_len {}  hada_n {}  mhc_lanes {}",
@@ -84,6 +85,14 @@ fn print_tables(s: &Summary, out: &mut impl Write) -> std::io::Result<()> {
         h.engram_orders,
         h.engram_layers
     )?;
+    if h.generation == Generation::Needle3 {
+        let global: Vec<u32> = (0..64).filter(|l| h.global_layers >> l & 1 == 1).collect();
+        writeln!(
+            out,
+            "  needle 3   v head_dim {}  out_vocab {}  sliding_window {}  global layers {global:?}  qkv conv taps {}  engram seed heads {}",
+            h.v_head_dim, h.out_vocab, h.sliding_window, h.qkv_conv_taps, h.engram_seed_heads
+        )?;
+    }
     writeln!(out, "  runtime    kv_window {}  kv_bits {}  rope_theta {}", h.kv_window, h.kv_bits, h.rope_theta)?;
     writeln!(out, "\n  {:>4}  {:<26} {:<5} {:<16} {:>4} {:>12}", "#", "name", "dtype", "shape", "bits", "bytes")?;
     for (i, t) in s.tensors.iter().enumerate() {
@@ -155,5 +164,26 @@ mod tests {
         assert_eq!(json["tensors"][0]["name"], "embedding");
         assert_eq!(json["tensors"][0]["bits"], "4");
         assert_eq!(json["tensors"].as_array().unwrap().len(), json["header"]["num_tensors"].as_u64().unwrap() as usize);
+    }
+
+    #[test]
+    fn a_needle3_report_names_its_generation_its_own_geometry_and_heads() {
+        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/golden/needle3_heads/layers3.cact");
+        let args = Args { file: file.into(), json: false, verify: true };
+        let cact = CactFile::open(&args.file).unwrap();
+        let summary = summarise(&args, &cact, Some(cact.verify().unwrap()));
+        let mut text = Vec::new();
+        print_tables(&summary, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains("Needle 3 .cact"), "{text}");
+        assert!(
+            text.contains("v head_dim 16  out_vocab 508  sliding_window 16  global layers []  qkv conv taps 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("layer02.v_taps") && text.contains("hada_p2") && text.contains("router_head.calibration"),
+            "{text}"
+        );
+        assert!(text.contains("verify     ok"), "{text}");
     }
 }

@@ -28,6 +28,18 @@ pub enum Generation {
     Needle3,
 }
 
+impl Generation {
+    /// Whether a tokenizer of `pieces` pieces serves a vocabulary of `vocab_size` rows: Needle 2 has
+    /// a row per piece; Needle 3's vocabulary may hold more rows than its tokenizer has pieces (code
+    /// embeddings past the text slice), as 3.x's `get_tokenizer` and `_pack_cact` allow.
+    pub fn tokenizer_fits(self, pieces: usize, vocab_size: usize) -> bool {
+        match self {
+            Generation::Needle2 => pieces == vocab_size,
+            Generation::Needle3 => pieces <= vocab_size,
+        }
+    }
+}
+
 impl std::fmt::Display for Generation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -127,6 +139,9 @@ pub struct ModelConfig {
     pub engram_seed_heads: usize,
     /// Needle 3's width ladder: when it lists widths, the Monarch MLP permutes each half apart.
     pub ladder_widths: Vec<usize>,
+    /// Needle 3's depth ladder: the order blocks join the nested rungs in (empty: the bisection
+    /// order of the depth; a sliced rung carries its parent's, so slicing it again stays nested).
+    pub ladder_order: Vec<usize>,
     /// The generation the config was read for; not a field of the reference's config.
     #[serde(skip)]
     pub generation: Generation,
@@ -166,6 +181,7 @@ impl Default for ModelConfig {
             out_vocab: 0,
             engram_seed_heads: 0,
             ladder_widths: Vec::new(),
+            ladder_order: Vec::new(),
             generation: Generation::Needle2,
         }
     }

@@ -6,9 +6,11 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::needle2::check_params;
+use super::ladder::{rung, LadderError};
+use super::tensors::check_params;
 use super::{build_cact, write_cact, Bits, BitsChoice, BitsMapError, BuildError, WriteError};
 use crate::checkpoint::{Checkpoint, CheckpointError};
+use crate::config::Generation;
 use crate::lora::{load_adapter, merge_into_checkpoint, AdapterFileError, MergeError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 
@@ -21,6 +23,8 @@ pub struct ExportOptions {
     pub tokenizer: PathBuf,
     /// A uniform width; `None` uses the checkpoint's `weight_bits` map, else 4.
     pub bits: Option<Bits>,
+    /// Needle 3: the depth-ladder rung to export (`None`: every layer).
+    pub layers: Option<usize>,
     pub out: PathBuf,
 }
 
@@ -60,6 +64,12 @@ pub enum ExportError {
     Merge(#[from] MergeError),
     #[error("{}: config weight_bits: {source}", checkpoint.display())]
     Bits { checkpoint: PathBuf, source: BitsMapError },
+    #[error("{}: a Needle 3 .cact is W4 only (as cactus-needle 3.x writes it), not W{bits}; leave out --bits", checkpoint.display())]
+    Needle3Bits { checkpoint: PathBuf, bits: Bits },
+    #[error("{}: {source}", checkpoint.display())]
+    Ladder { checkpoint: PathBuf, source: LadderError },
+    #[error("{}: --layers picks a rung of Needle 3's depth ladder; a Needle 2 model has none, so export it whole", checkpoint.display())]
+    NoLadder { checkpoint: PathBuf },
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
     #[error(transparent)]
@@ -67,6 +77,9 @@ pub enum ExportError {
     #[error(transparent)]
     Write(#[from] WriteError),
 }
+
+/// The probe head a Needle 3 build leaves out when it merges an adapter.
+const CONFIDENCE_HEAD: &str = "confidence_head/";
 
 /// Exports `options.checkpoint` (with `options.lora` merged) to `options.out`, written atomically.
 /// Returns the `built` event it emitted last.
@@ -77,18 +90,35 @@ pub fn export(options: &ExportOptions, emit: impl FnMut(ExportEvent)) -> Result<
     // The merge and the quantizer slice and loop over the params' dimensions: those must be the
     // config's before either runs.
     check_params(&ckpt)?;
+    let generation = ckpt.config.generation;
+    let checkpoint = || options.checkpoint.clone();
+    match (generation, options.bits) {
+        (Generation::Needle2, _) if options.layers.is_some() => {
+            return Err(ExportError::NoLadder { checkpoint: checkpoint() })
+        }
+        (Generation::Needle3, Some(bits)) if bits != Bits::Four => {
+            return Err(ExportError::Needle3Bits { checkpoint: checkpoint(), bits })
+        }
+        _ => {}
+    }
     if let Some(lora) = &options.lora {
         progress.stage("Merging the adapter");
         let adapter = load_adapter(lora)?;
         merge_into_checkpoint(&mut ckpt, &adapter)?;
+        if generation == Generation::Needle3 {
+            // As 3.x's build: the confidence head is not trained with the adapter, so it would
+            // score the tuned model's answers with the base's judgement; the runtime then reports none.
+            ckpt.params.retain(|path, _| !path.starts_with(CONFIDENCE_HEAD));
+        }
         (progress.emit)(ExportEvent::Merged { adapter: lora.clone(), groups: adapter.lora.len() });
     }
+    rung(&mut ckpt, options.layers).map_err(|source| ExportError::Ladder { checkpoint: checkpoint(), source })?;
     progress.stage("Loading the tokenizer");
     let tokenizer = Tokenizer::load(&options.tokenizer)?;
     let bits = BitsChoice::resolve(options.bits, &ckpt.config)
-        .map_err(|source| ExportError::Bits { checkpoint: options.checkpoint.clone(), source })?;
+        .map_err(|source| ExportError::Bits { checkpoint: checkpoint(), source })?;
     progress.stage("Quantizing");
-    let built = build_cact(&ckpt, &bits, &tokenizer.to_cact_blob())?;
+    let built = build_cact(&ckpt, &bits, &tokenizer.to_cact_blob(generation))?;
     progress.stage("Writing");
     write_cact(&options.out, &built.bytes)?;
     let done = ExportEvent::Built {
@@ -129,6 +159,7 @@ mod tests {
             lora: Some(PathBuf::from(FIXTURES).join("golden/tiny_f16/adapter.pkl")),
             tokenizer: PathBuf::from(FIXTURES).join("models/tokenizer.model"),
             bits: Some(Bits::Four),
+            layers: None,
             out: dir.path().join("tuned.cact"),
         };
         let mut events = Vec::new();
@@ -159,6 +190,7 @@ mod tests {
             lora: Some(PathBuf::from(FIXTURES).join("golden/tiny_f16/adapter.pkl")),
             tokenizer: PathBuf::from(FIXTURES).join("models/tokenizer.model"),
             bits: Some(Bits::Four),
+            layers: None,
             out: dir.path().join("never.cact"),
         };
         let mut events = Vec::new();

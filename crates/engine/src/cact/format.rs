@@ -12,18 +12,14 @@ use crate::config::Generation;
 
 /// First u32 of every Needle 2 `.cact`.
 pub const TAG: u32 = 0x05E1_2A83;
-/// First u32 of a Needle 3 `.cact` (format v3), recognised so that it is named, not called foreign.
+/// First u32 of a Needle 3 `.cact` (format v3).
 pub const TAG_V3: u32 = 0x05E1_2A84;
 /// Every blob starts on a multiple of this.
 pub const ALIGN: usize = 64;
-/// Header size: the tag, 28 u32 fields and the f32 `rope_theta`.
-pub const HEADER_LEN: usize = 30 * 4;
 /// One directory record.
 pub const RECORD_LEN: usize = 44;
 /// Most dimensions a directory record can describe.
 pub const MAX_NDIM: usize = 4;
-/// Slots the header gives each of its lists (engram orders, engram sites).
-pub const LIST_SLOTS: usize = 4;
 
 /// Rounds a byte position up to the next blob boundary.
 pub fn align_up(pos: usize) -> usize {
@@ -83,27 +79,43 @@ impl TensorKind {
     }
 }
 
-/// The geometry a `.cact` header carries.
+/// The geometry a `.cact` header carries. A Needle 2 header has no room for the fields marked
+/// Needle 3; they are zero there.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Header {
+    /// Told by the tag; decides which fields the file has and what its tensors are.
+    pub generation: Generation,
     pub num_tensors: u32,
     pub codebook_len: u32,
     pub kv_window: u32,
     pub kv_bits: u32,
     pub vocab_size: u32,
+    /// Needle 3: the embedding rows the output head scores (0: all of them).
+    pub out_vocab: u32,
     pub d_model: u32,
     pub num_heads: u32,
     pub num_kv_heads: u32,
     pub num_layers: u32,
+    /// Per-head width of queries and keys (in Needle 2, of values too).
     pub head_dim: u32,
+    /// Needle 3: per-head width of values.
+    pub v_head_dim: u32,
     pub max_seq_len: u32,
     pub hada_n: u32,
     pub mhc_lanes: u32,
+    /// Needle 3: a windowed layer's attention width (0: none).
+    pub sliding_window: u32,
+    /// Needle 3: the layers that attend to the whole row, bit `i` for layer `i`.
+    pub global_layers: u64,
+    /// Needle 3: taps of the causal convolution on Q, K and V (0: none).
+    pub qkv_conv_taps: u32,
     pub engram_slots: u32,
     pub engram_sub_dim: u32,
     pub num_engram_tables: u32,
     pub engram_conv_taps: u32,
     pub engram_conv_dilation: u32,
+    /// Needle 3: the stride of the engram hash seeds (0: the engram heads).
+    pub engram_seed_heads: u32,
     pub engram_orders: Vec<u32>,
     pub engram_layers: Vec<u32>,
     pub rope_theta: f32,
@@ -112,13 +124,26 @@ pub struct Header {
 /// One stretch of the header after the tag.
 enum Field {
     Word(fn(&mut Header) -> &mut u32),
-    /// A count, then [`LIST_SLOTS`] slots, the unused ones zero; named by its count field.
-    List(&'static str, fn(&mut Header) -> &mut Vec<u32>),
+    /// A count, then this many slots, the unused ones zero; named by its count field.
+    List(&'static str, usize, fn(&mut Header) -> &mut Vec<u32>),
+    /// A 64-bit layer mask as two words, low then high.
+    Mask(fn(&mut Header) -> &mut u64),
     Float(fn(&mut Header) -> &mut f32),
 }
 
-/// The header after the tag, in file order: the one statement of it that encoding and parsing share.
-const FIELDS: [Field; 21] = [
+impl Field {
+    const fn words(&self) -> usize {
+        match self {
+            Field::Word(_) | Field::Float(_) => 1,
+            Field::List(_, slots, _) => 1 + *slots,
+            Field::Mask(_) => 2,
+        }
+    }
+}
+
+/// A Needle 2 header after the tag, in file order: the one statement of it that encoding and
+/// parsing share.
+const FIELDS_V2: [Field; 21] = [
     Field::Word(|h| &mut h.num_tensors),
     Field::Word(|h| &mut h.codebook_len),
     Field::Word(|h| &mut h.kv_window),
@@ -137,59 +162,147 @@ const FIELDS: [Field; 21] = [
     Field::Word(|h| &mut h.num_engram_tables),
     Field::Word(|h| &mut h.engram_conv_taps),
     Field::Word(|h| &mut h.engram_conv_dilation),
-    Field::List("num_engram_orders", |h| &mut h.engram_orders),
-    Field::List("num_engram_sites", |h| &mut h.engram_layers),
+    Field::List("num_engram_orders", 4, |h| &mut h.engram_orders),
+    Field::List("num_engram_sites", 4, |h| &mut h.engram_layers),
     Field::Float(|h| &mut h.rope_theta),
 ];
+
+/// A Needle 3 header after the tag (3.x's `<48If`), in file order.
+const FIELDS_V3: [Field; 27] = [
+    Field::Word(|h| &mut h.num_tensors),
+    Field::Word(|h| &mut h.codebook_len),
+    Field::Word(|h| &mut h.kv_window),
+    Field::Word(|h| &mut h.kv_bits),
+    Field::Word(|h| &mut h.vocab_size),
+    Field::Word(|h| &mut h.out_vocab),
+    Field::Word(|h| &mut h.d_model),
+    Field::Word(|h| &mut h.num_heads),
+    Field::Word(|h| &mut h.num_kv_heads),
+    Field::Word(|h| &mut h.num_layers),
+    Field::Word(|h| &mut h.head_dim),
+    Field::Word(|h| &mut h.v_head_dim),
+    Field::Word(|h| &mut h.max_seq_len),
+    Field::Word(|h| &mut h.hada_n),
+    Field::Word(|h| &mut h.mhc_lanes),
+    Field::Word(|h| &mut h.sliding_window),
+    Field::Mask(|h| &mut h.global_layers),
+    Field::Word(|h| &mut h.qkv_conv_taps),
+    Field::Word(|h| &mut h.engram_slots),
+    Field::Word(|h| &mut h.engram_sub_dim),
+    Field::Word(|h| &mut h.num_engram_tables),
+    Field::Word(|h| &mut h.engram_conv_taps),
+    Field::Word(|h| &mut h.engram_conv_dilation),
+    Field::Word(|h| &mut h.engram_seed_heads),
+    Field::List("num_engram_orders", 4, |h| &mut h.engram_orders),
+    Field::List("num_engram_sites", 16, |h| &mut h.engram_layers),
+    Field::Float(|h| &mut h.rope_theta),
+];
+
+/// A generation's header fields.
+fn fields(generation: Generation) -> &'static [Field] {
+    match generation {
+        Generation::Needle2 => &FIELDS_V2,
+        Generation::Needle3 => &FIELDS_V3,
+    }
+}
+
+/// The tag a generation's files start with.
+pub fn tag(generation: Generation) -> u32 {
+    match generation {
+        Generation::Needle2 => TAG,
+        Generation::Needle3 => TAG_V3,
+    }
+}
+
+/// Bytes of a generation's header, tag included: 120 for Needle 2, 196 for Needle 3.
+pub fn header_len(generation: Generation) -> usize {
+    4 * (1 + fields(generation).iter().map(Field::words).sum::<usize>())
+}
+
+/// The most entries a generation's header list `field` holds (engram orders: 4; sites: 4, or 16 in v3).
+pub fn list_slots(generation: Generation, field: &str) -> usize {
+    fields(generation)
+        .iter()
+        .find_map(|f| match f {
+            Field::List(name, slots, _) if *name == field => Some(*slots),
+            _ => None,
+        })
+        .unwrap_or(0)
+}
 
 impl Header {
     /// The header's bytes, tag first. A list longer than its slots is refused.
     pub fn to_bytes(&self) -> Result<Vec<u8>, FormatError> {
         let mut header = self.clone();
-        let mut words = vec![TAG];
-        for field in &FIELDS {
+        let mut words = vec![tag(self.generation)];
+        for field in fields(self.generation) {
             match field {
                 Field::Word(at) => words.push(*at(&mut header)),
-                Field::List(name, at) => {
+                Field::List(name, slots, at) => {
                     let list = at(&mut header);
-                    if list.len() > LIST_SLOTS {
-                        return Err(FormatError::HeaderList { field: name, count: list.len() as u32 });
+                    if list.len() > *slots {
+                        let (field, count, slots) = (*name, list.len() as u32, *slots);
+                        return Err(FormatError::HeaderList { field, count, slots });
                     }
                     words.push(list.len() as u32);
-                    words.extend((0..LIST_SLOTS).map(|i| list.get(i).copied().unwrap_or(0)));
+                    words.extend((0..*slots).map(|i| list.get(i).copied().unwrap_or(0)));
+                }
+                Field::Mask(at) => {
+                    let mask = *at(&mut header);
+                    words.extend([mask as u32, (mask >> 32) as u32]);
                 }
                 Field::Float(at) => words.push(at(&mut header).to_bits()),
             }
         }
-        debug_assert_eq!(words.len() * 4, HEADER_LEN);
+        debug_assert_eq!(words.len() * 4, header_len(self.generation));
         Ok(words.iter().flat_map(|w| w.to_le_bytes()).collect())
     }
 
-    /// Reads the header from the start of `bytes` (at least [`HEADER_LEN`] long), checking the tag.
-    pub fn parse(bytes: &[u8; HEADER_LEN]) -> Result<Self, FormatError> {
-        let mut words = bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-        let mut next = || words.next().unwrap_or(0);
-        match next() {
-            TAG => {}
-            TAG_V3 => return Err(FormatError::Generation(Generation::Needle3)),
+    /// Reads the header from the start of a file's `bytes`: the tag tells the generation, and so
+    /// how long the header is.
+    pub fn parse(bytes: &[u8]) -> Result<Self, FormatError> {
+        let truncated = |what: String, needed: usize| FormatError::Truncated {
+            what,
+            needed: needed as u64,
+            len: bytes.len() as u64,
+        };
+        let word = |i: usize| bytes.get(4 * i..4 * i + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        let generation = match word(0).ok_or_else(|| truncated("4-byte tag".into(), 4))? {
+            TAG => Generation::Needle2,
+            TAG_V3 => Generation::Needle3,
             found => return Err(FormatError::BadTag { found }),
+        };
+        let len = header_len(generation);
+        if bytes.len() < len {
+            return Err(truncated(format!("{len}-byte {generation} header"), len));
         }
-        let mut header = Header::default();
-        for field in &FIELDS {
+        let mut words = (1..len / 4).map(|i| word(i).unwrap_or(0));
+        let mut next = || words.next().unwrap_or(0);
+        let mut header = Header { generation, ..Header::default() };
+        for field in fields(generation) {
             match field {
                 Field::Word(at) => *at(&mut header) = next(),
-                Field::List(name, at) => {
+                Field::List(name, slots, at) => {
                     let count = next();
-                    let slots: Vec<u32> = (0..LIST_SLOTS).map(|_| next()).collect();
-                    if count as usize > LIST_SLOTS {
-                        return Err(FormatError::HeaderList { field: name, count });
+                    let values: Vec<u32> = (0..*slots).map(|_| next()).collect();
+                    if count as usize > *slots {
+                        return Err(FormatError::HeaderList { field: name, count, slots: *slots });
                     }
-                    *at(&mut header) = slots[..count as usize].to_vec();
+                    *at(&mut header) = values[..count as usize].to_vec();
+                }
+                Field::Mask(at) => {
+                    let low = u64::from(next());
+                    *at(&mut header) = low | (u64::from(next()) << 32);
                 }
                 Field::Float(at) => *at(&mut header) = f32::from_bits(next()),
             }
         }
         Ok(header)
+    }
+
+    /// Bytes of this header.
+    pub fn byte_len(&self) -> usize {
+        header_len(self.generation)
     }
 }
 
@@ -273,9 +386,9 @@ impl Record {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_header_reads_back_as_written() {
-        let header = Header {
+    fn needle2_header() -> Header {
+        Header {
+            generation: Generation::Needle2,
             num_tensors: 57,
             codebook_len: 28,
             kv_window: 480,
@@ -297,11 +410,46 @@ mod tests {
             engram_orders: vec![2, 3],
             engram_layers: vec![1, 5, 9],
             rope_theta: 1.0e5,
-        };
-        let bytes: [u8; HEADER_LEN] = header.to_bytes().unwrap().try_into().unwrap();
+            ..Header::default()
+        }
+    }
+
+    #[test]
+    fn a_header_reads_back_as_written() {
+        let header = needle2_header();
+        let bytes = header.to_bytes().unwrap();
+        assert_eq!(bytes.len(), 120);
         assert_eq!(Header::parse(&bytes).unwrap(), header);
         let five = Header { engram_layers: vec![0; 5], ..header };
-        assert_eq!(five.to_bytes().unwrap_err(), FormatError::HeaderList { field: "num_engram_sites", count: 5 });
+        assert_eq!(
+            five.to_bytes().unwrap_err(),
+            FormatError::HeaderList { field: "num_engram_sites", count: 5, slots: 4 }
+        );
+    }
+
+    #[test]
+    fn a_needle3_header_reads_back_as_written_with_its_own_fields() {
+        let header = Header {
+            generation: Generation::Needle3,
+            out_vocab: 8000,
+            v_head_dim: 64,
+            sliding_window: 1024,
+            global_layers: (1 << 40) | 0b1001,
+            qkv_conv_taps: 3,
+            engram_seed_heads: 3,
+            engram_layers: vec![3, 7, 11, 15, 19],
+            ..needle2_header()
+        };
+        let bytes = header.to_bytes().unwrap();
+        assert_eq!(bytes.len(), 196);
+        assert_eq!(u32::from_le_bytes(bytes[..4].try_into().unwrap()), TAG_V3);
+        assert_eq!(Header::parse(&bytes).unwrap(), header);
+        // The v3 fields have no room in a Needle 2 header: it reads back without them.
+        let v2 = Header { generation: Generation::Needle2, engram_layers: vec![3], ..header.clone() };
+        let read = Header::parse(&v2.to_bytes().unwrap()).unwrap();
+        assert_eq!((read.out_vocab, read.global_layers, read.qkv_conv_taps), (0, 0, 0));
+        let err = Header::parse(&bytes[..150]).unwrap_err();
+        assert!(err.to_string().contains("196-byte Needle 3 header"), "{err}");
     }
 
     #[test]

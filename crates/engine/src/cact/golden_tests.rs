@@ -1,5 +1,7 @@
-//! Agreement with the reference exporter: every fixture checkpoint, W4 and W2, with and without its
-//! adapter, against the `.cact` goldens `write_export` produced (see tests/fixtures/README.md).
+//! Agreement with the reference exporters: every Needle 2 fixture checkpoint, W4 and W2, with and
+//! without its adapter, against the `.cact` goldens 2.0.8's `write_export` produced, and the Needle 3
+//! build fixture as 3.2.8's `needle build` exports it — whole, with an adapter, and as a rung of the
+//! depth ladder (see tests/fixtures/README.md).
 //!
 //! Header, codebooks, directory, FP16 and RAW blobs must be byte-identical. CQ indices may differ
 //! only where two correct float32 Hadamard rotations round a coordinate onto opposite sides of a
@@ -10,10 +12,11 @@ use std::path::{Path, PathBuf};
 
 use half::f16;
 
-use super::format::HEADER_LEN;
+use super::format::header_len;
 use super::quant::{cq_split, header_codebooks};
-use super::{build_cact, Bits, BitsChoice, CactFile, TensorKind};
+use super::{build_cact, export, Bits, BitsChoice, CactFile, ExportOptions, TensorKind};
 use crate::checkpoint::{Checkpoint, PickledAdapter};
+use crate::config::Generation;
 use crate::lora::merge_into_checkpoint;
 use crate::tokenizer::Tokenizer;
 
@@ -57,7 +60,7 @@ fn check_fixture(stem: &str) {
     let mut merged = base.clone();
     merge_into_checkpoint(&mut merged, &PickledAdapter::load(&fixture(&format!("golden/{stem}/adapter.pkl"))).unwrap())
         .unwrap();
-    let tokenizer = Tokenizer::load(&fixture("models/tokenizer.model")).unwrap().to_cact_blob();
+    let tokenizer = Tokenizer::load(&fixture("models/tokenizer.model")).unwrap().to_cact_blob(Generation::Needle2);
     for (golden, ckpt, bits) in [
         ("w4", &base, Bits::Four),
         ("w2", &base, Bits::Two),
@@ -89,7 +92,56 @@ fn pretrained_agrees_with_the_reference() {
 
 #[test]
 fn codebook_constants_are_the_reference_header_codebooks() {
-    let gold = std::fs::read(fixture("golden/tiny_f32/w4.cact")).unwrap();
     let stored: Vec<u8> = header_codebooks().iter().flat_map(|c| c.to_le_bytes()).collect();
-    assert_eq!(gold[HEADER_LEN..HEADER_LEN + stored.len()], stored[..]);
+    for (golden, generation) in
+        [("golden/tiny_f32/w4.cact", Generation::Needle2), ("golden/needle3_heads/base.cact", Generation::Needle3)]
+    {
+        let gold = std::fs::read(fixture(golden)).unwrap();
+        let at = header_len(generation);
+        assert_eq!(gold[at..at + stored.len()], stored[..], "{golden}");
+    }
+}
+
+/// `needle build` of the Needle 3 fixture with probe heads, to a temporary file, read back.
+fn build_needle3(lora: bool, layers: Option<usize>) -> CactFile {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ExportOptions {
+        checkpoint: fixture("models/needle3_heads.safetensors"),
+        lora: lora.then(|| fixture("golden/needle3_heads/adapter.safetensors")),
+        tokenizer: fixture("models/tokenizer.model"),
+        bits: None,
+        layers,
+        out: dir.path().join("needle3.cact"),
+    };
+    export(&options, drop).unwrap();
+    CactFile::open(&options.out).unwrap()
+}
+
+#[test]
+fn a_needle3_build_agrees_with_the_reference_whole_tuned_and_as_a_rung() {
+    for (golden, lora, layers) in [("base", false, None), ("lora", true, None), ("layers3", false, Some(3))] {
+        let ours = build_needle3(lora, layers);
+        let gold = CactFile::open(&fixture(&format!("golden/needle3_heads/{golden}.cact"))).unwrap();
+        assert_eq!(ours.header.generation, Generation::Needle3);
+        assert_agrees(&ours, &gold, &format!("needle3_heads/{golden}"));
+        ours.verify().unwrap();
+    }
+}
+
+#[test]
+fn a_needle3_build_drops_the_confidence_head_with_an_adapter_and_keeps_the_rungs_rows() {
+    let names = |file: &CactFile| file.records.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
+    let base = names(&build_needle3(false, None));
+    assert!(
+        base.contains(&"confidence_head.probes".to_string()) && base.contains(&"router_head.calibration".to_string())
+    );
+    assert!(!names(&build_needle3(true, None)).iter().any(|n| n.starts_with("confidence_head.")));
+    let rung = build_needle3(false, Some(3));
+    assert_eq!(rung.header.num_layers, 3);
+    // Blocks 0, 1 and 3 of four: the engram sites at 1 and 3 stay (renumbered), the one at 2 goes,
+    // and so does the only global layer.
+    assert_eq!(rung.header.engram_layers, [1, 2]);
+    assert_eq!(rung.header.global_layers, 0);
+    let probes = rung.records.iter().find(|r| r.name == "embedding_head.probes").unwrap();
+    assert_eq!(probes.shape[0] % 4, 0, "a row per depth (embedding and three blocks) of 4 probes each");
 }

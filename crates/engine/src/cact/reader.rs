@@ -8,10 +8,9 @@ use half::f16;
 use serde::Serialize;
 use thiserror::Error;
 
-use super::format::{Header, Record, TensorKind, ALIGN, HEADER_LEN, MAX_NDIM, RECORD_LEN, TAG};
-use super::needle2;
+use super::format::{Header, Record, TensorKind, ALIGN, MAX_NDIM, RECORD_LEN, TAG, TAG_V3};
+use super::layout::{Layout, TOKENIZER};
 use super::quant::{self, CqBlobError, GROUP};
-use crate::config::Generation;
 use crate::tokenizer;
 
 /// Byte offset of the header's `num_tensors`.
@@ -30,17 +29,12 @@ pub enum ReadError {
 pub enum FormatError {
     #[error("the file is {len} bytes but its {what} needs bytes up to {needed}: the file is truncated; rebuild it with `needle build`")]
     Truncated { what: String, needed: u64, len: u64 },
-    #[error("bad tag {found:#010x} at byte 0 (a .cact starts with {TAG:#010x}): not a Needle 2 .cact file")]
+    #[error("bad tag {found:#010x} at byte 0 (a .cact starts with {TAG:#010x}, or {TAG_V3:#010x} for Needle 3): not a .cact file")]
     BadTag { found: u32 },
-    #[error(
-        "this is a {0} .cact (written by cactus-needle 3.x); Needle Studio reads Needle 2 .cact files so far — \
-         build a Needle 2 model with `needle build`, or run this one with the Needle engine"
-    )]
-    Generation(Generation),
     #[error("header byte 8: codebook_len is {found}, the format has {expected} (cb2|cb3|cb4); the file is corrupt or from another format version")]
     CodebookLen { found: u32, expected: u32 },
-    #[error("header: {field} is {count}, the header holds at most 4; the file is corrupt")]
-    HeaderList { field: &'static str, count: u32 },
+    #[error("header: {field} is {count}, the header holds at most {slots}; the file is corrupt")]
+    HeaderList { field: &'static str, count: u32, slots: usize },
     #[error("tensor {index} (directory record at byte {at}): {problem}; the file is corrupt, rebuild it with `needle build`")]
     Record { index: usize, at: u64, problem: RecordProblem },
     #[error("the directory lists {found} tensors but the header geometry implies {expected}; the file is corrupt")]
@@ -96,18 +90,13 @@ impl<'a> Cursor<'a> {
         at.checked_add(len).and_then(|end| self.bytes.get(at..end)).ok_or_else(|| self.truncated(at, len, what))
     }
 
-    /// [`Cursor::slice`] of a length known at compile time.
-    fn array<const N: usize>(&self, at: usize, what: &str) -> Result<&'a [u8; N], FormatError> {
-        self.bytes.get(at..).and_then(<[u8]>::first_chunk).ok_or_else(|| self.truncated(at, N, what))
-    }
-
     fn truncated(&self, at: usize, len: usize, what: &str) -> FormatError {
         FormatError::Truncated { what: what.into(), needed: at as u64 + len as u64, len: self.bytes.len() as u64 }
     }
 }
 
 fn parse_header(c: &Cursor) -> Result<Header, FormatError> {
-    let header = Header::parse(c.array(0, "120-byte header")?)?;
+    let header = Header::parse(c.bytes)?;
     let expected = quant::header_codebooks().len() as u32;
     if header.codebook_len != expected {
         return Err(FormatError::CodebookLen { found: header.codebook_len, expected });
@@ -179,11 +168,11 @@ impl CactFile {
         let header = parse_header(&c)?;
         let cb_len = quant::header_codebooks().len();
         let codebook: Vec<f32> = c
-            .slice(HEADER_LEN, cb_len * 4, "codebook")?
+            .slice(header.byte_len(), cb_len * 4, "codebook")?
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
-        let dir_start = HEADER_LEN + cb_len * 4;
+        let dir_start = header.byte_len() + cb_len * 4;
         let count = header.num_tensors;
         // Checked against the file size before any allocation sized by the untrusted count.
         let dir_end = u64::from(count) * RECORD_LEN as u64 + dir_start as u64;
@@ -228,7 +217,7 @@ impl CactFile {
 
     /// Header, codebooks and directory: everything before the first blob.
     pub fn preamble(&self) -> &[u8] {
-        let end = HEADER_LEN + self.codebook.len() * 4 + self.records.len() * RECORD_LEN;
+        let end = self.header.byte_len() + self.codebook.len() * 4 + self.records.len() * RECORD_LEN;
         &self.bytes[..end]
     }
 
@@ -241,32 +230,35 @@ impl CactFile {
     /// lists, then the tokenizer.
     fn positional_names(&self) -> Result<Vec<String>, FormatError> {
         let h = &self.header;
+        let layout = Layout::of(h.generation);
+        let taps = h.qkv_conv_taps > 0;
         let found = self.records.len() as u64;
-        let core = needle2::core_count(h.num_layers, h.engram_layers.len() as u32);
+        let core = layout.core_count(h.num_layers, h.engram_layers.len() as u32, taps);
         let tokenizer = u64::from(self.tokenizer_index().is_some());
         let count_error = || FormatError::TensorCount {
             found,
-            expected: format!("{core} through final_norm, then 1 + 3 per probe head, then the tokenizer"),
+            expected: format!("{core} through final_norm, then the probe heads the manifest lists, then the tokenizer"),
         };
         let extra = found.checked_sub(core + tokenizer).ok_or_else(count_error)?;
-        let mut names = needle2::core_names(h.num_layers as usize, h.engram_layers.len());
+        let mut names = layout.core_names(h.num_layers as usize, h.engram_layers.len(), taps);
         if extra > 0 {
-            if (extra - 1) % 3 != 0 {
-                return Err(count_error());
-            }
-            let heads = ((extra - 1) / 3) as usize;
+            // The manifest lists one code per head; it cannot list more heads than tensors follow it.
             let manifest = self
                 .records
                 .get(core as usize)
-                .filter(|r| r.kind == TensorKind::Fp16 && r.elements() == Some(heads as u64));
+                .filter(|r| r.kind == TensorKind::Fp16 && r.elements().is_some_and(|n| n < extra));
             let codes: Vec<u16> = match manifest.and_then(|_| self.blob(core as usize)) {
                 Some(blob) => blob.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32() as u16).collect(),
                 None => return Err(count_error()),
             };
-            names.extend(needle2::head_names(&codes));
+            let heads = layout.head_names(&codes);
+            if heads.len() as u64 != extra {
+                return Err(count_error());
+            }
+            names.extend(heads);
         }
         if tokenizer == 1 {
-            names.push(needle2::TOKENIZER.into());
+            names.push(TOKENIZER.into());
         }
         Ok(names)
     }
@@ -345,7 +337,7 @@ pub struct VerifyReport {
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum VerifyError {
-    #[error("the header's codebooks differ from the format's Lloyd-Max levels; the file was not written by a Needle 2 exporter")]
+    #[error("the header's codebooks differ from the format's Lloyd-Max levels; the file was not written by a Needle exporter")]
     Codebook,
     #[error("tensor {index} ({name}): {problem}")]
     Tensor { index: usize, name: String, problem: String },
@@ -392,7 +384,7 @@ mod tests {
     }
 
     fn record_at(index: usize) -> usize {
-        HEADER_LEN + quant::header_codebooks().len() * 4 + index * RECORD_LEN
+        120 + quant::header_codebooks().len() * 4 + index * RECORD_LEN
     }
 
     #[test]
@@ -416,21 +408,12 @@ mod tests {
     }
 
     #[test]
-    fn a_needle3_file_is_named_as_one() {
-        let mut bytes = IMAGE.clone();
-        bytes[..4].copy_from_slice(&crate::cact::format::TAG_V3.to_le_bytes());
-        let err = CactFile::parse(bytes).unwrap_err();
-        assert_eq!(err, FormatError::Generation(Generation::Needle3));
-        assert!(err.to_string().starts_with("this is a Needle 3 .cact"), "{err}");
-    }
-
-    #[test]
     fn truncation_names_what_is_missing() {
         let len = IMAGE.len();
         let err = CactFile::parse(IMAGE[..len - 1].to_vec()).unwrap_err();
         assert!(matches!(err, FormatError::Record { problem: RecordProblem::PastEnd { .. }, .. }), "{err}");
         let err = CactFile::parse(IMAGE[..100].to_vec()).unwrap_err();
-        assert!(err.to_string().contains("120-byte header"), "{err}");
+        assert!(err.to_string().contains("120-byte Needle 2 header"), "{err}");
     }
 
     #[test]

@@ -40,7 +40,7 @@ pub fn random_checkpoint(config: &ModelConfig, float16: bool, seed: u64) -> Resu
 /// a tokenizer would load: its pieces repeat).
 pub fn placeholder_tokenizer_blob(pieces: usize) -> Vec<u8> {
     let piece = Piece { text: "a".into(), score: 0.0, kind: PieceKind::Normal };
-    tokenizer::write_cact_blob(&vec![piece; pieces])
+    tokenizer::write_cact_blob(&vec![piece; pieces], &[], true)
 }
 
 #[cfg(test)]

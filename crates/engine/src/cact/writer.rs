@@ -1,5 +1,6 @@
-//! Builds a `.cact` from a checkpoint: the generation's tensors ([`super::needle2`]) framed by the
-//! header, the directory and aligned blobs ([`super::format`](mod@super::format)), written atomically.
+//! Builds a `.cact` from a checkpoint: its generation's tensors ([`super::tensors`], in the order
+//! [`super::layout`] gives) framed by the header, the directory and aligned blobs
+//! ([`super::format`](mod@super::format)), written atomically.
 
 use std::path::{Path, PathBuf};
 
@@ -9,9 +10,10 @@ use thiserror::Error;
 use super::bits::BitsChoice;
 use super::format::{align_up, Record, TensorKind, MAX_NDIM, RECORD_LEN};
 use super::geometry::{Geometry, GeometryError};
-use super::needle2;
+use super::layout::TOKENIZER;
 use super::quant::{self, Bits};
 use super::reader::FormatError;
+use super::tensors;
 use crate::checkpoint::{Checkpoint, DType, NdArray};
 use crate::config::Generation;
 use crate::model::ModelError;
@@ -27,7 +29,7 @@ pub struct BuildError {
 
 #[derive(Debug, Error)]
 pub enum BuildProblem {
-    #[error("no parameter `{path}`; `needle build` needs a Needle 2 format-v2 checkpoint")]
+    #[error("no parameter `{path}`; `needle build` needs a complete Needle 2 or Needle 3 checkpoint")]
     MissingParam { path: String },
     #[error(
         "parameter `{path}` has shape {found:?} but the export needs {expected}; the params do not match the config"
@@ -40,8 +42,9 @@ pub enum BuildProblem {
     /// A config the network cannot have, so its parameter tree is unknown (boxed: it is large).
     #[error("{0}")]
     Model(Box<ModelError>),
-    #[error("the tokenizer has {tokenizer} pieces but the config's vocab_size is {config}; pass the tokenizer the model was trained with (--tokenizer)")]
-    TokenizerVocab { tokenizer: usize, config: usize },
+    #[error("the tokenizer has {tokenizer} pieces but the config's vocab_size is {config}{}; pass the tokenizer the model was trained with (--tokenizer)",
+            if *.generation == Generation::Needle3 { " (a Needle 3 tokenizer may have fewer, never more)" } else { "" })]
+    TokenizerVocab { tokenizer: usize, config: usize, generation: Generation },
     #[error("{0}; the tokenizer did not serialise")]
     TokenizerBlob(TokenizerError),
     #[error("tensor `{name}` has {ndim} dimensions; a .cact directory record holds at most {MAX_NDIM}")]
@@ -50,11 +53,6 @@ pub enum BuildProblem {
     TooLarge { what: String, value: usize },
     #[error("{0}")]
     Header(FormatError),
-    #[error(
-        "it is a {0} checkpoint, whose .cact (format v3) Needle Studio does not write yet; build a Needle 2 \
-         model, or this one with cactus-needle 3.x's `needle build`"
-    )]
-    Generation(Generation),
 }
 
 /// The `.cact` could not be written.
@@ -174,6 +172,11 @@ pub(super) fn fp16_tensor(name: impl Into<String>, p: &Param) -> Tensor {
     Tensor { name: name.into(), kind: TensorKind::Fp16, shape: p.shape.clone(), blob }
 }
 
+pub(super) fn fp32_tensor(name: impl Into<String>, p: &Param) -> Tensor {
+    let blob = p.values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    Tensor { name: name.into(), kind: TensorKind::Fp32, shape: p.shape.clone(), blob }
+}
+
 pub(super) fn cq_tensor(name: impl Into<String>, matrix: &Param, bits: &BitsChoice) -> Result<Tensor, BuildProblem> {
     let name = name.into();
     let &[_, in_dim] = matrix.shape.as_slice() else {
@@ -184,15 +187,16 @@ pub(super) fn cq_tensor(name: impl Into<String>, matrix: &Param, bits: &BitsChoi
     Ok(Tensor { name, kind: TensorKind::Cq(width), shape: matrix.shape.clone(), blob })
 }
 
-fn tokenizer_tensor(blob: &[u8], vocab_size: usize) -> Result<Tensor, BuildProblem> {
+/// The RAW tokenizer tensor, whose pieces must fit the vocabulary ([`Generation::tokenizer_fits`]).
+fn tokenizer_tensor(blob: &[u8], vocab_size: usize, generation: Generation) -> Result<Tensor, BuildProblem> {
     let pieces = tokenizer::cact_blob_stated_pieces(blob).map_err(BuildProblem::TokenizerBlob)? as usize;
-    if pieces != vocab_size {
-        return Err(BuildProblem::TokenizerVocab { tokenizer: pieces, config: vocab_size });
+    if !generation.tokenizer_fits(pieces, vocab_size) {
+        return Err(BuildProblem::TokenizerVocab { tokenizer: pieces, config: vocab_size, generation });
     }
-    Ok(Tensor { name: needle2::TOKENIZER.into(), kind: TensorKind::Raw, shape: vec![], blob: blob.to_vec() })
+    Ok(Tensor { name: TOKENIZER.into(), kind: TensorKind::Raw, shape: vec![], blob: blob.to_vec() })
 }
 
-pub(super) fn u32_field(what: &str, value: usize) -> Result<u32, BuildProblem> {
+fn u32_field(what: &str, value: usize) -> Result<u32, BuildProblem> {
     u32::try_from(value).map_err(|_| BuildProblem::TooLarge { what: what.into(), value })
 }
 
@@ -206,23 +210,20 @@ pub struct BuiltCact {
     pub names: Vec<String>,
 }
 
-/// Lays the checkpoint out as a `.cact` exactly as the reference's `_pack_cact` does.
-/// `tokenizer_blob` is the RAW tokenizer dump (`Tokenizer::to_cact_blob`); its piece count must
-/// equal the config's `vocab_size`.
+/// Lays the checkpoint out as a `.cact` of its generation exactly as the reference's `_pack_cact`
+/// does. `tokenizer_blob` is the RAW tokenizer dump (`Tokenizer::to_cact_blob`); its piece count
+/// must fit the config's `vocab_size`.
 pub fn build_cact(ckpt: &Checkpoint, bits: &BitsChoice, tokenizer_blob: &[u8]) -> Result<BuiltCact, BuildError> {
     pack(ckpt, bits, tokenizer_blob).map_err(|problem| BuildError { checkpoint: ckpt.source.clone(), problem })
 }
 
 fn pack(ckpt: &Checkpoint, bits: &BitsChoice, tokenizer_blob: &[u8]) -> Result<BuiltCact, BuildProblem> {
-    if ckpt.config.generation != Generation::Needle2 {
-        return Err(BuildProblem::Generation(ckpt.config.generation));
-    }
     let geo = Geometry::of(&ckpt.config)?;
-    needle2::check_shapes(ckpt)?;
-    let mut tensors = needle2::tensors(ckpt, &geo, bits)?;
-    tensors.push(tokenizer_tensor(tokenizer_blob, ckpt.config.vocab_size)?);
+    tensors::check_shapes(ckpt)?;
+    let mut tensors = tensors::tensors(ckpt, &geo, bits)?;
+    tensors.push(tokenizer_tensor(tokenizer_blob, ckpt.config.vocab_size, ckpt.config.generation)?);
     let codebooks = quant::header_codebooks();
-    let header = needle2::header(&ckpt.config, &geo, tensors.len(), codebooks.len())?;
+    let header = geo.header(&ckpt.config, tensors.len(), codebooks.len())?;
     let mut bytes = header.to_bytes().map_err(BuildProblem::Header)?;
     codebooks.iter().for_each(|c| bytes.extend_from_slice(&c.to_le_bytes()));
 
@@ -253,8 +254,8 @@ pub fn write_cact(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cact::needle2::check_params;
     use crate::cact::synthetic::{placeholder_tokenizer_blob, random_checkpoint};
+    use crate::cact::tensors::check_params;
     use crate::cact::{BitsMap, CactFile};
     use crate::config::ModelConfig;
 
@@ -306,7 +307,7 @@ mod tests {
         let err = build_cact(&ckpt, &BitsChoice::Uniform(Bits::Four), &placeholder_tokenizer_blob(32)).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "<random seed 1>: no parameter `stack/mhc_b_res`; `needle build` needs a Needle 2 format-v2 checkpoint"
+            "<random seed 1>: no parameter `stack/mhc_b_res`; `needle build` needs a complete Needle 2 or Needle 3 checkpoint"
         );
     }
 
@@ -314,7 +315,7 @@ mod tests {
     fn a_tokenizer_of_another_vocabulary_is_refused() {
         let ckpt = random_checkpoint(&small_config(), false, 1).unwrap();
         let err = build_cact(&ckpt, &BitsChoice::Uniform(Bits::Four), &placeholder_tokenizer_blob(31)).unwrap_err();
-        assert!(matches!(err.problem, BuildProblem::TokenizerVocab { tokenizer: 31, config: 32 }), "{err}");
+        assert!(matches!(err.problem, BuildProblem::TokenizerVocab { tokenizer: 31, config: 32, .. }), "{err}");
     }
 
     #[test]
@@ -372,13 +373,6 @@ mod tests {
         ckpt.config.mhc_lanes = 1 << 40;
         let err = build_cact(&ckpt, &BitsChoice::Uniform(Bits::Four), &placeholder_tokenizer_blob(32)).unwrap_err();
         assert!(err.to_string().contains("`mhc_lanes` is 1099511627776; it must be in 1..=64"), "{err}");
-    }
-
-    #[test]
-    fn a_needle3_checkpoint_is_refused_with_what_to_do() {
-        let ckpt = Checkpoint::load(&crate::fixtures::fixture("models/needle3_tiny.safetensors")).unwrap();
-        let err = build_cact(&ckpt, &BitsChoice::Uniform(Bits::Four), &placeholder_tokenizer_blob(512)).unwrap_err();
-        assert!(err.to_string().contains("is a Needle 3 checkpoint, whose .cact (format v3)"), "{err}");
     }
 
     #[test]

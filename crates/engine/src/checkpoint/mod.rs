@@ -45,7 +45,7 @@ pub enum CheckpointError {
     #[error("{} is not a readable safetensors checkpoint: {reason}", path.display())]
     Safetensors { path: PathBuf, reason: String },
     #[error(
-        "{}: parameter `{name}` is {dtype}; Needle Studio reads float32 and float16 weights (save the \
+        "{}: parameter `{name}` is {dtype}; Needle Studio reads float32, float16 and bfloat16 weights (save the \
          checkpoint in one of them)",
         path.display()
     )]
@@ -77,9 +77,34 @@ pub fn generation(bytes: &[u8]) -> Option<Generation> {
     if bytes.first() == Some(&PICKLE_PROTO) {
         return Some(Generation::Needle2);
     }
-    let (_, header) = safetensors::SafeTensors::read_metadata(bytes).ok()?;
-    let metadata = header.metadata().as_ref()?;
+    // A safetensors file: a u64 length, then that much JSON whose `__metadata__` is string pairs.
+    #[derive(serde::Deserialize)]
+    struct Header {
+        #[serde(rename = "__metadata__")]
+        metadata: Option<BTreeMap<String, String>>,
+    }
+    let len = usize::try_from(u64::from_le_bytes(*bytes.first_chunk::<8>()?)).ok()?;
+    let json = bytes.get(8..8usize.checked_add(len)?)?;
+    // Only the metadata is read; the tensor entries beside it are left as they are.
+    let metadata = serde_json::from_slice::<Header>(json).ok()?.metadata?;
     (metadata.contains_key("format_version") && metadata.contains_key("config")).then_some(Generation::Needle3)
+}
+
+/// The generation of the checkpoint at `path`, read from its first bytes (a pickle's protocol, a
+/// safetensors header) without loading its weights. `None`: unreadable, or neither.
+pub fn file_generation(path: &Path) -> Option<Generation> {
+    use std::io::Read;
+    /// A safetensors header is a few kilobytes of JSON; more is not a checkpoint's.
+    const MAX_HEADER: u64 = 1 << 24;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut start = [0u8; 8];
+    file.read_exact(&mut start).ok()?;
+    let header_len = u64::from_le_bytes(start);
+    let mut bytes = start.to_vec();
+    if start[0] != 0x80 && header_len <= MAX_HEADER {
+        file.take(header_len).read_to_end(&mut bytes).ok()?;
+    }
+    generation(&bytes)
 }
 
 /// A format-v2 checkpoint: params flattened to `/`-joined paths (`stack/layers/block/self_attn/q_proj/kernel`).

@@ -29,19 +29,24 @@ impl FileReader<'_> {
             step => Some(step.parse::<i64>().map_err(|e| self.config_value("step", e.to_string()))?),
         };
         let tensors = SafeTensors::deserialize(bytes).map_err(|e| invalid(e.to_string()))?;
+        // 3.x's `load_checkpoint` leaves the multi-token-prediction block out: nothing reads it.
         let params = tensors
             .tensors()
             .into_iter()
+            .filter(|(name, _)| !name.starts_with("mtp_"))
             .map(|(name, view)| {
-                let dtype = match view.dtype() {
-                    Dtype::F32 => DType::F32,
-                    Dtype::F16 => DType::F16,
+                let (dtype, data) = match view.dtype() {
+                    Dtype::F32 => (DType::F32, view.data().to_vec()),
+                    Dtype::F16 => (DType::F16, view.data().to_vec()),
+                    // Widened exactly: bfloat16 is float32's top half. Everything downstream
+                    // (training, the merge, the export) reads float32.
+                    Dtype::BF16 => (DType::F32, bf16_to_f32_bytes(view.data())),
                     other => {
                         let (path, dtype) = (self.path.to_owned(), format!("{other:?}"));
                         return Err(CheckpointError::ParamDtype { path, name, dtype });
                     }
                 };
-                let array = NdArray { dtype, shape: view.shape().to_vec(), data: view.data().to_vec() };
+                let array = NdArray { dtype, shape: view.shape().to_vec(), data };
                 Ok((name.clone(), self.nonempty(&name, array)?))
             })
             .collect::<Result<BTreeMap<_, _>, _>>()?;
@@ -63,4 +68,9 @@ impl FileReader<'_> {
     fn config_value(&self, key: &str, problem: String) -> CheckpointError {
         CheckpointError::ConfigValue { path: self.path.to_owned(), key: key.into(), problem }
     }
+}
+
+/// Little-endian bfloat16 values as little-endian float32 bytes.
+fn bf16_to_f32_bytes(data: &[u8]) -> Vec<u8> {
+    data.chunks_exact(2).flat_map(|b| (u32::from(u16::from_le_bytes([b[0], b[1]])) << 16).to_le_bytes()).collect()
 }

@@ -381,6 +381,50 @@ fn the_generation_is_told_from_the_file() {
 }
 
 #[test]
+fn a_files_generation_is_read_from_its_first_bytes() {
+    let at = |rel: &str| Path::new(FIXTURES).join(rel);
+    assert_eq!(file_generation(&at("models/tiny_f32.pkl")), Some(Generation::Needle2));
+    assert_eq!(file_generation(&at("models/needle3_tiny.safetensors")), Some(Generation::Needle3));
+    // A safetensors file without the checkpoint metadata (an adapter), a tokenizer, nothing at all.
+    assert_eq!(file_generation(&at("golden/needle3_tiny/lora.safetensors")), None);
+    assert_eq!(file_generation(&at("models/tokenizer.model")), None);
+    assert_eq!(file_generation(&at("models/absent.pkl")), None);
+}
+
+#[test]
+fn a_bfloat16_needle3_checkpoint_reads_as_its_exact_float32_widening() {
+    use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+    let path = Path::new(FIXTURES).join("models/needle3_tiny.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let (_, header) = SafeTensors::read_metadata(&bytes).unwrap();
+    let source = SafeTensors::deserialize(&bytes).unwrap();
+    // Each float32 value cut to its top 16 bits: a bfloat16 whose widening is exact.
+    let halves: Vec<(String, Vec<usize>, Vec<u8>)> = source
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            let top = view.data().chunks_exact(4).flat_map(|b| [b[2], b[3]]).collect();
+            (name, view.shape().to_vec(), top)
+        })
+        .collect();
+    let views = halves
+        .iter()
+        .map(|(name, shape, data)| (name.clone(), TensorView::new(Dtype::BF16, shape.clone(), data).unwrap()));
+    let dir = tempfile::tempdir().unwrap();
+    let bf16 = dir.path().join("needle3_bf16.safetensors");
+    safetensors::serialize_to_file(views, header.metadata(), &bf16).unwrap();
+
+    let (wide, narrow) = (Checkpoint::load(&path).unwrap(), Checkpoint::load(&bf16).unwrap());
+    assert_eq!(narrow.config, wide.config);
+    for (name, array) in &narrow.params {
+        assert_eq!(array.dtype, DType::F32, "{name}");
+        let cut: Vec<f32> =
+            wide.params[name].to_f32().iter().map(|v| f32::from_bits(v.to_bits() & 0xFFFF_0000)).collect();
+        assert_eq!(array.to_f32(), cut, "{name}");
+    }
+}
+
+#[test]
 fn needle3_checkpoints_read_as_the_reference_wrote_them() {
     for stem in ["needle3_tiny", "needle3_tiny_out"] {
         let checkpoint = Checkpoint::load(&Path::new(FIXTURES).join(format!("models/{stem}.safetensors"))).unwrap();

@@ -287,9 +287,10 @@ pub fn resolve_base_model(
     cancel: &AtomicBool,
 ) -> Result<BaseModel, HubError> {
     let [hub_checkpoint, _] = PublishedBase::of(generation).hub_files();
-    let checkpoint = match checkpoint {
-        Some(path) => path.to_path_buf(),
-        None => hub.get(&hub_checkpoint, on_event, cancel)?,
+    let (checkpoint, generation) = match checkpoint {
+        // A checkpoint's own generation decides which tokenizer it falls back to.
+        Some(path) => (path.to_path_buf(), crate::checkpoint::file_generation(path).unwrap_or(generation)),
+        None => (hub.get(&hub_checkpoint, on_event, cancel)?, generation),
     };
     let tokenizer = resolve_tokenizer(hub, generation, tokenizer, Some(&checkpoint), on_event, cancel)?;
     Ok(BaseModel { checkpoint, tokenizer })

@@ -290,6 +290,12 @@ impl<'a> ParamPath<'a> {
         Ok(Linear { weight, stored, path, layer })
     }
 
+    /// The stored shape of the parameter `name` here, if there is one (it is not marked as read:
+    /// a [`ParamPath::get`] of the shape it should have does that).
+    pub fn dims(&self, name: &str) -> Option<Vec<usize>> {
+        self.params.tensors.borrow().get(&self.pp(name).prefix).map(|t| t.dims().to_vec())
+    }
+
     /// The parameter `name` here with the (per-layer) shape `shape`.
     pub fn get(&self, shape: &[usize], name: &str) -> Result<Tensor> {
         let path = self.pp(name).prefix;

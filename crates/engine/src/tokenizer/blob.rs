@@ -5,8 +5,8 @@
 //! `surface_len` UTF-8 bytes.
 use super::error::{BlobField, BlobProblem};
 use super::{
-    check_piece_count, Normalization, Piece, PieceKind, Tokenizer, TokenizerError, BOS_ID, CHAT_MARKERS,
-    DEFAULT_UNK_SURFACE, EOS_ID, PAD_ID, UNK_ID,
+    check_piece_count, Normalization, Piece, PieceKind, Tokenizer, TokenizerError, BOS_ID, DEFAULT_UNK_SURFACE, EOS_ID,
+    PAD_ID, UNK_ID,
 };
 
 /// `struct.calcsize("<fBH")`: the fixed part of a piece record.
@@ -20,13 +20,13 @@ const ORIGIN: &str = "the .cact tokenizer blob";
 
 const SPECIAL_IDS: [(&str, u32); 4] = [("pad_id", PAD_ID), ("eos_id", EOS_ID), ("bos_id", BOS_ID), ("unk_id", UNK_ID)];
 
-fn kind_code(piece: &Piece) -> u8 {
+fn kind_code(piece: &Piece, markers: &[&str]) -> u8 {
     match piece.kind {
         PieceKind::Control => 2,
         PieceKind::Unknown => 1,
         PieceKind::Byte => 4,
         // The reference types pieces USER_DEFINED by name, not by what the model says.
-        _ if CHAT_MARKERS.contains(&piece.text.as_str()) => 3,
+        _ if markers.contains(&piece.text.as_str()) => 3,
         _ => 0,
     }
 }
@@ -44,17 +44,17 @@ fn kind_from_code(code: u8) -> Option<PieceKind> {
 
 /// `export._tokenizer_blob`. The piece count must fit a u32 and every piece text a u16 length (as
 /// `Tokenizer::from_parts` guarantees of a tokenizer's pieces), so the narrowing casts below are exact.
-pub(crate) fn write(pieces: &[Piece]) -> Vec<u8> {
+pub(crate) fn write(pieces: &[Piece], markers: &[&str], dummy_prefix: bool) -> Vec<u8> {
     let size = HEADER_LEN + pieces.iter().map(|p| RECORD_LEN + p.text.len()).sum::<usize>();
     let mut out = Vec::with_capacity(size);
     out.extend_from_slice(&(pieces.len() as u32).to_le_bytes());
     for (_, id) in SPECIAL_IDS {
         out.extend_from_slice(&id.to_le_bytes());
     }
-    out.extend_from_slice(&[1, 1, 0, 0]);
+    out.extend_from_slice(&[u8::from(dummy_prefix), 1, 0, 0]);
     for piece in pieces {
         out.extend_from_slice(&piece.score.to_le_bytes());
-        out.push(kind_code(piece));
+        out.push(kind_code(piece, markers));
         out.extend_from_slice(&(piece.text.len() as u16).to_le_bytes());
         out.extend_from_slice(piece.text.as_bytes());
     }
@@ -177,6 +177,7 @@ fn read_piece(reader: &mut Reader, id: usize) -> Result<Piece, TokenizerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Generation;
     use crate::tokenizer::{PieceProblem, VocabularyProblem};
 
     const BASE_BLOB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/tokenizer/variants/base.blob");
@@ -198,7 +199,7 @@ mod tests {
     #[test]
     fn base_blob_round_trips() {
         let blob = base_blob();
-        assert_eq!(parse(&blob).expect("base blob parses").to_cact_blob(), blob);
+        assert_eq!(parse(&blob).expect("base blob parses").to_cact_blob(Generation::Needle2), blob);
     }
 
     #[test]
@@ -267,7 +268,7 @@ mod tests {
         // Piece 0 is "<pad>" and piece 1 "</s>": renaming piece 0 makes piece 1 a duplicate.
         let mut pieces = parse(&base_blob()).expect("base blob parses").pieces().to_vec();
         pieces[0].text = "</s>".into();
-        match parse(&write(&pieces)) {
+        match parse(&write(&pieces, &[], true)) {
             Err(TokenizerError::Piece { origin, id: 1, problem: PieceProblem::Duplicate { first_id: 0, .. } }) => {
                 assert_eq!(origin, ORIGIN)
             }

@@ -21,6 +21,8 @@ use std::path::{Path, PathBuf};
 
 use aho_corasick::{AhoCorasick, MatchKind};
 
+use crate::config::Generation;
+
 pub(crate) use blob::write as write_cact_blob;
 pub use blob::{piece_count as cact_blob_piece_count, stated_piece_count as cact_blob_stated_pieces};
 pub use error::{BlobField, BlobProblem, PieceProblem, ProtoProblem, TokenizerError, VocabularyProblem};
@@ -32,8 +34,9 @@ pub const UNK_ID: u32 = 3;
 /// `<|im_end|>`, the second chat marker: the end of a turn, where decoding stops.
 pub const IM_END_ID: u32 = 5;
 
-/// The chat markers, in id order 4..13 (`needle/model/tokenizer.py`'s `CHAT_MARKERS`).
-pub const CHAT_MARKERS: [&str; 10] = [
+/// The chat markers in id order from 4 (`needle/model/tokenizer.py`'s `CHAT_MARKERS`): Needle 2's
+/// ten, then the six Needle 3 adds.
+const CHAT_MARKERS: [&str; 16] = [
     "<|im_start|>",
     "<|im_end|>",
     "<think>",
@@ -44,7 +47,21 @@ pub const CHAT_MARKERS: [&str; 10] = [
     "</tool_call>",
     "<tool_result>",
     "</tool_result>",
+    "<context>",
+    "</context>",
+    "<extract>",
+    "</extract>",
+    "<schema>",
+    "</schema>",
 ];
+
+/// A generation's chat markers, which its `.cact` tokenizer blob types USER_DEFINED.
+pub fn chat_markers(generation: Generation) -> &'static [&'static str] {
+    match generation {
+        Generation::Needle2 => &CHAT_MARKERS[..10],
+        Generation::Needle3 => &CHAT_MARKERS,
+    }
+}
 
 /// What a piece is for; decides how it encodes and decodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,11 +142,16 @@ impl Tokenizer {
         blob::parse(blob)
     }
 
-    /// The RAW tokenizer blob exactly as needle's `export._tokenizer_blob` writes it. Like the reference, the
-    /// header always declares ids 0/1/2/3, `add_dummy_prefix = 1` and `byte_fallback = 1` whatever this model
-    /// says, and only the ten [`CHAT_MARKERS`] are typed USER_DEFINED (other user-defined pieces become NORMAL).
-    pub fn to_cact_blob(&self) -> Vec<u8> {
-        blob::write(&self.pieces)
+    /// The RAW tokenizer blob exactly as `generation`'s `export._tokenizer_blob` writes it. Like the
+    /// reference, the header always declares ids 0/1/2/3 and `byte_fallback = 1` whatever this model says,
+    /// and only the generation's [`chat_markers`] are typed USER_DEFINED (other user-defined pieces become
+    /// NORMAL). `add_dummy_prefix` is always 1 in Needle 2; Needle 3 states the model's own.
+    pub fn to_cact_blob(&self, generation: Generation) -> Vec<u8> {
+        let dummy_prefix = match generation {
+            Generation::Needle2 => true,
+            Generation::Needle3 => self.add_dummy_prefix(),
+        };
+        blob::write(&self.pieces, chat_markers(generation), dummy_prefix)
     }
 
     /// Token ids for `text`, as `sp.Encode(text, out_type=int)`.

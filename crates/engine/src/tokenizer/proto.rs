@@ -214,6 +214,7 @@ fn check_supported(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Generation;
     use crate::tokenizer::{PieceProblem, VocabularyProblem, MAX_PIECES};
 
     const BASE_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/tokenizer/variants/base.model");
@@ -408,6 +409,10 @@ mod tests {
         let tok = parse_mutated(&model).expect("an extra user-defined piece is fine");
         assert_eq!(tok.pieces()[300].kind, PieceKind::UserDefined);
         let base = parse_mutated(&base_model()).expect("base");
-        assert_eq!(tok.to_cact_blob(), base.to_cact_blob(), "the reference types USER_DEFINED by marker name only");
+        assert_eq!(
+            tok.to_cact_blob(Generation::Needle2),
+            base.to_cact_blob(Generation::Needle2),
+            "the reference types USER_DEFINED by marker name only"
+        );
     }
 }

@@ -207,11 +207,6 @@ impl Session {
         Ok(Self { options, params, network, lora, train, val, val_examples, plan, prepare_seconds, load_seconds })
     }
 
-    /// The generation of the model the run tunes.
-    pub fn generation(&self) -> Generation {
-        self.network.config().generation
-    }
-
     /// Times training steps on the first batch (with fresh factors, so nothing of the run changes;
     /// the first, which also pays for the buffers, left out) and a few decoding steps,
     /// then counts the whole run in the same units ([`super::timing`]): every batch of every epoch,

@@ -42,9 +42,7 @@ impl MonarchMlp {
         let factor = |s: usize| -> Result<(Tensor, Tensor)> {
             Ok((vb.get(&[a, a], &format!("w{s}a"))?, vb.get(&[b, b], &format!("w{s}b"))?))
         };
-        let split = !cfg.ladder_widths.is_empty();
-        let perms = PERM_SEEDS.map(|seed| Tensor::from_vec(permutation(n, seed, split), n, vb.device()));
-        let [p1, p2] = perms;
+        let [p1, p2] = permutations(cfg).map(|perm| Tensor::from_vec(perm, n, vb.device()));
         Ok(Self {
             d_model: d,
             factors: [factor(1)?, factor(2)?, factor(3)?],
@@ -96,6 +94,13 @@ fn kronecker(z: &Tensor, (a, b): &(Tensor, Tensor)) -> Result<Tensor> {
 fn softmax(x: &Tensor) -> Result<Tensor> {
     let shifted = x.broadcast_sub(&x.max_keepdim(D::Minus1)?)?.exp()?;
     Ok(shifted.broadcast_div(&shifted.sum_keepdim(D::Minus1)?)?)
+}
+
+/// The two permutations a model of `cfg` applies, over the transforms' width (the `.cact` v3
+/// stores them as `hada_p1`, `hada_p2`).
+pub fn permutations(cfg: &ModelConfig) -> [Vec<u32>; 2] {
+    let split = !cfg.ladder_widths.is_empty();
+    PERM_SEEDS.map(|seed| permutation(cfg.hadamard_width(), seed, split))
 }
 
 /// NumPy's `RandomState(seed).permutation(n)` (a Mersenne Twister and its legacy Fisher–Yates

@@ -73,18 +73,9 @@ impl Network {
         if ["mtp_block", "mtp_combine", "mtp_emb_norm", "mtp_final_norm"].iter().any(|p| params.has_prefix(p)) {
             check_mtp(&network.cfg, &root)?;
         }
-        if params.has_prefix("contrastive_head") {
-            check_head(
-                &root.pp("contrastive_head"),
-                CONTRASTIVE_PROBES,
-                network.cfg.d_model,
-                network.cfg.contrastive_dim,
-            )?;
-            root.pp("contrastive_head").get(&[], "log_temp")?;
-        }
-        if params.has_prefix("confidence_head") {
-            check_head(&root.pp("confidence_head"), CONFIDENCE_PROBES, network.cfg.d_model, 1)?;
-            root.pp("confidence_head").pp("proj").get(&[1], "bias")?;
+        match network.cfg.generation {
+            Generation::Needle2 => check_needle2_heads(&network.cfg, params, &root)?,
+            Generation::Needle3 => check_needle3_heads(&network.cfg, params, &root)?,
         }
         params.ensure_all_used()?;
         Ok(network)
@@ -116,13 +107,7 @@ impl Network {
 
     /// Fails when a tokenizer's vocabulary (read from `path`) is not this model's.
     pub fn check_tokenizer_vocab(&self, tokenizer_vocab: usize, path: &Path) -> Result<()> {
-        // Needle 3's vocabulary may hold more rows than its tokenizer has pieces (code embeddings
-        // past the text slice), as 3.x's `get_tokenizer` allows.
-        let fits = match self.cfg.generation {
-            Generation::Needle2 => tokenizer_vocab == self.cfg.vocab_size,
-            Generation::Needle3 => tokenizer_vocab <= self.cfg.vocab_size,
-        };
-        if fits {
+        if self.cfg.generation.tokenizer_fits(tokenizer_vocab, self.cfg.vocab_size) {
             return Ok(());
         }
         Err(ModelError::VocabMismatch { path: path.into(), tokenizer_vocab, model_vocab: self.cfg.vocab_size })
@@ -350,6 +335,53 @@ fn check_mtp(cfg: &ModelConfig, root: &ParamPath) -> Result<()> {
     root.pp("mtp_combine").get(&[2 * d, d], "kernel")?;
     ZcRmsNorm::new(d, root.pp("mtp_emb_norm"))?;
     ZcRmsNorm::new(d, root.pp("mtp_final_norm"))?;
+    Ok(())
+}
+
+/// Checks the probe heads a Needle 2 checkpoint may carry (the network does not run them).
+fn check_needle2_heads(cfg: &ModelConfig, params: &Params, root: &ParamPath) -> Result<()> {
+    if params.has_prefix("contrastive_head") {
+        check_head(&root.pp("contrastive_head"), CONTRASTIVE_PROBES, cfg.d_model, cfg.contrastive_dim)?;
+        root.pp("contrastive_head").get(&[], "log_temp")?;
+    }
+    if params.has_prefix("confidence_head") {
+        check_head(&root.pp("confidence_head"), CONFIDENCE_PROBES, cfg.d_model, 1)?;
+        root.pp("confidence_head").pp("proj").get(&[1], "bias")?;
+    }
+    Ok(())
+}
+
+/// Checks the probe heads a Needle 3 checkpoint may carry (3.x's `ProbeHead`s; the network does
+/// not run them, the `.cact` ships them). Each pools a row per depth (the embedding, then every
+/// block): `k` probes per row with their gains, `q` queries with a bias per row and probe, then
+/// projects the `q` pooled rows; `k`, `q` and the output width are the head's own.
+fn check_needle3_heads(cfg: &ModelConfig, params: &Params, root: &ParamPath) -> Result<()> {
+    let (rows, d) = (cfg.num_layers + 1, cfg.d_model);
+    for (key, bias) in [("embedding_head", false), ("confidence_head", true), ("router_head", true)] {
+        if !params.has_prefix(key) {
+            continue;
+        }
+        let head = root.pp(key);
+        let proj = head.pp("proj");
+        // Sizes read off the head's own arrays; a missing or misshapen one fails its `get` below.
+        let k = head.dims("probes").and_then(|s| s.get(1).copied()).unwrap_or(0);
+        let q = head.dims("query").and_then(|s| s.first().copied()).unwrap_or(0);
+        let out = proj.dims("kernel").and_then(|s| s.get(1).copied()).unwrap_or(0);
+        head.get(&[rows, k, d], "probes")?;
+        head.get(&[rows, k], "gain")?;
+        head.get(&[q, d], "query")?;
+        head.get(&[q, rows, k], "row_bias")?;
+        proj.get(&[q.saturating_mul(d), out], "kernel")?;
+        if bias {
+            proj.get(&[out], "bias")?;
+        } else {
+            head.get(&[], "log_temp")?;
+            head.get(&[], "bias")?;
+        }
+        if head.dims("calibration").is_some() {
+            head.get(&[3], "calibration")?;
+        }
+    }
     Ok(())
 }
 

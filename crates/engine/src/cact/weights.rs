@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 
 use candle_core::{Device, Tensor};
 
-use super::{engram_name, layer_name, FINAL_NORM, LAYER_TENSORS, MHC_FP16_TENSORS, MHC_PHI_TENSORS};
+use super::layout::{
+    engram_name, layer_name, LayerStore, Layout, ENGRAM_TENSORS, FINAL_NORM, MHC_FP16_TENSORS, MHC_PHI_TENSORS,
+};
 use crate::cact::reader::CactFile;
 use crate::config::ModelConfig;
 use crate::model::{ModelError, Params};
@@ -17,7 +19,7 @@ use crate::model::{ModelError, Params};
 /// Why a `.cact`'s weights could not be read back.
 #[derive(Debug, thiserror::Error)]
 pub enum WeightsError {
-    #[error("the .cact has no tensor `{0}`; it is not a complete Needle 2 export (rebuild it with `needle build`)")]
+    #[error("the .cact has no tensor `{0}`; it is not a complete export (rebuild it with `needle build`)")]
     Missing(String),
     #[error("tensor `{name}`: {problem}")]
     Tensor { name: String, problem: String },
@@ -28,7 +30,7 @@ pub enum WeightsError {
 impl CactFile {
     /// The model config the header describes (the fields a forward pass reads).
     pub fn model_config(&self) -> ModelConfig {
-        super::model_config(&self.header)
+        super::geometry::model_config(&self.header)
     }
 
     /// Every weight the network reads, dequantized to f32 under its checkpoint path, on `device`.
@@ -52,15 +54,15 @@ impl CactFile {
         let mut params = BTreeMap::new();
         params.insert("embedding/embedding".to_string(), tensor("embedding")?);
 
-        for spec in LAYER_TENSORS {
+        for spec in Layout::of(h.generation).layer_tensors(h.qkv_conv_taps > 0) {
             let layers = (0..h.num_layers as usize)
                 .map(|layer| {
                     let name = layer_name(layer, spec.name);
                     let t = tensor(&name)?;
-                    match (spec.kernel, spec.name) {
-                        (true, _) => shaped(&name, t.t()),
-                        (false, "attn_gate") => shaped(&name, t.squeeze(0)),
-                        _ => Ok(t),
+                    match spec.store {
+                        LayerStore::Kernel => shaped(&name, t.t()),
+                        LayerStore::Scalar => shaped(&name, t.squeeze(0)),
+                        LayerStore::Fp16 | LayerStore::ConvTap => Ok(t),
                     }
                 })
                 .collect::<Result<Vec<_>, _>>()?;
@@ -83,11 +85,11 @@ impl CactFile {
         let table_shape = [h.num_engram_tables, h.engram_slots, h.engram_sub_dim].map(|d| d as usize);
         let table_elements = table_shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
         for site in 0..h.engram_layers.len() {
-            let name = |t: &str| engram_name(site, t);
-            let tables = tensor(&name("tables"))?;
+            let [tables_name, key_name, value_name, taps_name] = ENGRAM_TENSORS.map(|t| engram_name(site, t));
+            let tables = tensor(&tables_name)?;
             if table_elements != Some(tables.elem_count()) {
                 return Err(WeightsError::Tensor {
-                    name: name("tables"),
+                    name: tables_name,
                     problem: format!(
                         "holds {} values, but the header's num_engram_tables × engram_slots × engram_sub_dim is {table_shape:?}",
                         tables.elem_count()
@@ -96,16 +98,10 @@ impl CactFile {
             }
             let tables = tables.reshape(table_shape.as_slice());
             let prefix = format!("engrams_{site}");
-            params.insert(format!("{prefix}/embedding"), shaped(&name("tables"), tables)?);
-            params.insert(
-                format!("{prefix}/key_proj/kernel"),
-                shaped(&name("key_proj"), tensor(&name("key_proj"))?.t())?,
-            );
-            params.insert(
-                format!("{prefix}/value_proj/kernel"),
-                shaped(&name("value_proj"), tensor(&name("value_proj"))?.t())?,
-            );
-            params.insert(format!("{prefix}/taps"), tensor(&name("taps"))?);
+            params.insert(format!("{prefix}/embedding"), shaped(&tables_name, tables)?);
+            params.insert(format!("{prefix}/key_proj/kernel"), shaped(&key_name, tensor(&key_name)?.t())?);
+            params.insert(format!("{prefix}/value_proj/kernel"), shaped(&value_name, tensor(&value_name)?.t())?);
+            params.insert(format!("{prefix}/taps"), tensor(&taps_name)?);
         }
         params.insert("stack/final_norm/scale".to_string(), tensor(FINAL_NORM)?);
         let contiguous = params
@@ -157,19 +153,39 @@ mod tests {
 
     #[test]
     fn a_built_cact_runs_as_the_network_it_was_built_from() {
-        for stem in ["tiny_f32", "pretrained"] {
-            let checkpoint = Checkpoint::load(&fixture(&format!("models/{stem}.pkl"))).unwrap();
+        for (checkpoint, built) in [
+            ("models/tiny_f32.pkl", "golden/tiny_f32/w4.cact"),
+            ("models/pretrained.pkl", "golden/pretrained/w4.cact"),
+            ("models/needle3_heads.safetensors", "golden/needle3_heads/base.cact"),
+        ] {
+            let checkpoint = Checkpoint::load(&fixture(checkpoint)).unwrap();
             let base = Network::from_checkpoint(&checkpoint, &Device::Cpu).unwrap();
-            let cact = CactFile::open(&fixture(&format!("golden/{stem}/w4.cact"))).unwrap();
-            let shipped = Network::load(&cact.model_config(), &cact.params(&Device::Cpu).unwrap()).unwrap();
-            let ids = Tensor::new(&[[2u32, 40, 41, 7, 300, 12, 99, 5]], &Device::Cpu).unwrap();
+            let cact = CactFile::open(&fixture(built)).unwrap();
+            let config = cact.model_config();
+            assert_eq!(config.generation, checkpoint.config.generation, "{built}");
+            let shipped = Network::load(&config, &cact.params(&Device::Cpu).unwrap()).unwrap();
+            // Longer than the Needle 3 fixture's window of 16, so its windowed layers drop keys.
+            let ids: Vec<u32> = (0..40).map(|i| [2, 40, 41, 7, 300, 12, 99, 5][i % 8] + i as u32).collect();
+            let ids = Tensor::new(ids.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
             let (want, got) = (base.forward(&ids).unwrap(), shipped.forward(&ids).unwrap());
             // 4-bit weights move the logits a little, never the shape or the scale.
             let diff = (&want - &got).unwrap().abs().unwrap().mean_all().unwrap().to_scalar::<f32>().unwrap();
             let size = want.abs().unwrap().mean_all().unwrap().to_scalar::<f32>().unwrap();
             assert_eq!(want.dims(), got.dims());
-            assert!(diff < 0.25 * size, "{stem}: mean |Δ| {diff} against mean |logit| {size}");
+            assert!(diff < 0.25 * size, "{built}: mean |Δ| {diff} against mean |logit| {size}");
             assert_eq!(got.dtype(), DType::F32);
         }
+    }
+
+    #[test]
+    fn a_needle3_header_gives_back_the_config_it_was_written_from() {
+        let checkpoint = Checkpoint::load(&fixture("models/needle3_heads.safetensors")).unwrap();
+        let cact = CactFile::open(&fixture("golden/needle3_heads/base.cact")).unwrap();
+        let (want, got) = (&checkpoint.config, cact.model_config());
+        assert_eq!(
+            (got.qk_head_dim(), got.v_head_dim(), got.sliding_window, &got.global_layers, got.qkv_conv_taps),
+            (want.qk_head_dim(), want.v_head_dim(), want.sliding_window, &want.global_layers, want.qkv_conv_taps)
+        );
+        assert_eq!((got.out_vocab, got.engram_seed_heads, &got.engram_layers), (508, 2, &want.engram_layers));
     }
 }
