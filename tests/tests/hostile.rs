@@ -173,6 +173,38 @@ fn huge_but_valid_datasets_are_read_within_the_limits() {
     }
 }
 
+/// One chat log of a row, evaluated with no length limit to speak of: the pass is planned against
+/// the memory, and a row no pass can hold is an error that says what to do (it once aborted asking
+/// for 1.66 GB at once); with a limit that fits, it is evaluated.
+#[test]
+fn an_evaluation_of_a_huge_row_is_planned_against_the_memory_within_the_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = dir.path().join("long.jsonl");
+    let query = "turn on the lights ".repeat(50_000);
+    let row = format!("{{\"query\": \"{query}\", \"tools\": \"[]\", \"answers\": \"[]\"}}\n");
+    std::fs::write(&long, row.repeat(2)).unwrap();
+    let eval = |max_len: &str| {
+        let args = ["eval", "--json", "--max-len", max_len, "--checkpoint", &path("models/pretrained.pkl")];
+        limited(&[&args[..], &["--tokenizer", &path(TOKENIZER), &long.to_string_lossy()]].concat())
+    };
+    let output = eval("100000000");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && !stderr.contains("panicked") && !stderr.contains("memory allocation"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("long.jsonl")
+            && stderr.contains("tokens needs more than")
+            && stderr.contains("lower --max-len"),
+        "{stderr}"
+    );
+    let output = eval("1024");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("one JSON report");
+    assert_eq!((report["examples"].as_u64(), report["seq_len"].as_u64()), (Some(2), Some(1024)), "{report}");
+}
+
 /// Valid, but scanning every user piece at every position made it take 13 s (one automaton pass,
 /// now, 0.1 s; the unit tests of `tokenizer::encode` pin the linear scan itself).
 #[test]

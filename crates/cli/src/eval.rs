@@ -11,6 +11,7 @@ use needle_engine::backend::{self, DeviceRequest};
 use needle_engine::calls::{accuracy, Accuracy};
 use needle_engine::dataset::{Dataset, Encoded, Example};
 use needle_engine::model::{evaluate, EvalSummary};
+use needle_engine::train::memory::{activation_budget, forward_rows};
 use needle_engine::train::run::split;
 use serde::Serialize;
 
@@ -25,7 +26,7 @@ pub struct Args {
     /// Longest sequence length; rows use the reference's fit_max_len bucket under it
     #[arg(long, default_value_t = 1024)]
     pub max_len: usize,
-    /// Examples per forward pass (memory grows with it; the result does not change)
+    /// Examples per forward pass, fewer when the device's memory holds fewer (the result does not change)
     #[arg(long, default_value_t = 16)]
     pub batch_size: usize,
     /// Only the examples a `needle finetune` with this --val-split (and --seed) holds out
@@ -67,6 +68,18 @@ pub fn run(args: Args) -> Result<()> {
         noteln!("  {:<9} {}: {problem}", "warning", args.data.display());
     }
     let prepared = dataset.prepare(&model.tokenizer, args.max_len)?;
+    // Passes of as many rows as the device's memory holds. Rows are not cut at the model's own
+    // length, as the reference's whole-file loss does not cut them; one too long for any pass is
+    // an error that says so, not an allocation that fails.
+    let budget = activation_budget(&selected.device);
+    let rows_per_pass = forward_rows(model.network.config(), prepared.seq_len, args.batch_size, budget);
+    anyhow::ensure!(
+        rows_per_pass > 0,
+        "{}: a row of {} tokens needs more than the {} MB one pass may hold on this device; lower --max-len",
+        args.data.display(),
+        prepared.seq_len,
+        budget >> 20
+    );
     let mut pairs: Vec<(Encoded, Example)> = prepared.rows().zip(dataset.examples).collect();
     if let Some(fraction) = args.val_split {
         anyhow::ensure!((0.0..1.0).contains(&fraction), "--val-split {fraction}: use a fraction in [0, 1)");
@@ -75,7 +88,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     pairs.truncate(args.max_examples.unwrap_or(usize::MAX));
     let (rows, examples): (Vec<Encoded>, Vec<Example>) = pairs.into_iter().unzip();
-    let loss = evaluate(&model.network, rows.into_iter(), prepared.seq_len, args.batch_size, |done, total| {
+    let loss = evaluate(&model.network, rows.into_iter(), prepared.seq_len, rows_per_pass, |done, total| {
         report_progress("eval", done, total)
     })
     .with_context(|| format!("evaluating {}", model.label))?;

@@ -30,6 +30,23 @@ pub fn activation_budget(device: &Device) -> u64 {
     device_memory_free(device).map_or(ACTIVATION_BUDGET, |free| (free / 2).max(ACTIVATION_BUDGET))
 }
 
+/// Rows of `seq_len` positions that one forward pass without gradients (evaluation) may hold
+/// within `budget`, at most `batch`. Such a pass keeps nothing for a backward one: it holds one
+/// layer's working set at a time (the training counts of lane-, model- and MLP-wide tensors, but
+/// only the scores and their softmax of the attention rows) and every position's logits. Zero
+/// when not even one row fits.
+pub fn forward_rows(config: &ModelConfig, seq_len: usize, batch: usize, budget: u64) -> usize {
+    const FORWARD_ATTENTION_ROWS: f64 = 2.0;
+    let (d, t) = (config.d_model as f64, seq_len as f64);
+    let per_token = LANE_WIDE * (config.mhc_lanes * config.d_model) as f64
+        + MODEL_WIDE * d
+        + MLP_WIDE * config.hadamard_width() as f64
+        + FORWARD_ATTENTION_ROWS * config.num_heads as f64 * t
+        + config.vocab_size as f64;
+    let per_row = (4.0 * t * per_token).max(1.0);
+    ((budget as f64 / per_row) as usize).min(batch)
+}
+
 /// Scored positions the CPU path projects to the vocabulary at a time (its logits buffer).
 const LOGIT_ROWS: f64 = 512.0;
 /// The CPU path's fixed cost: code, allocator and thread-pool slack, the tokenizer and dataset.
@@ -186,6 +203,17 @@ mod tests {
             hand_written,
             activation_budget: ACTIVATION_BUDGET,
         }
+    }
+
+    #[test]
+    fn evaluation_passes_hold_as_many_rows_as_the_budget_does() {
+        let cfg = ModelConfig::needle2();
+        let tiny = ModelConfig { num_layers: 2, d_model: 64, vocab_size: 512, ..cfg.clone() };
+        assert_eq!(forward_rows(&tiny, 128, 16, ACTIVATION_BUDGET), 16, "a small model: the whole batch");
+        let (short, long) =
+            (forward_rows(&cfg, 128, 64, ACTIVATION_BUDGET), forward_rows(&cfg, 1024, 64, ACTIVATION_BUDGET));
+        assert!(short > long && long >= 1, "rows of 128: {short} a pass, of 1024: {long}");
+        assert_eq!(forward_rows(&cfg, 1 << 20, 16, ACTIVATION_BUDGET), 0, "a million-token row fits no pass");
     }
 
     #[test]
