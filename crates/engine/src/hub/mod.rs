@@ -277,7 +277,8 @@ impl Hub {
 
 /// The base model for a command or the app: the checkpoint given, else `generation`'s published
 /// one from the cache, else from the hub; the tokenizer given, else the `tokenizer.model` beside a
-/// given checkpoint, else `generation`'s from the hub.
+/// given checkpoint, else from the hub that of the checkpoint's own generation (read from the file;
+/// `generation` when it cannot be told).
 pub fn resolve_base_model(
     hub: &Hub,
     generation: Generation,
