@@ -335,7 +335,7 @@ fn run_answers_with_the_calls_the_reference_decodes_and_so_does_the_built_cact()
 fn eval_accuracy_scores_exact_calls_per_tool() {
     let data = fixture("data/tool_calls.jsonl");
     let checkpoint = fixture("models/pretrained.pkl");
-    let output = run(&[
+    let args = [
         "eval",
         data.to_str().unwrap(),
         "--checkpoint",
@@ -346,7 +346,8 @@ fn eval_accuracy_scores_exact_calls_per_tool() {
         "512",
         "--max-examples",
         "24",
-    ]);
+    ];
+    let output = run(&args);
     assert!(output.status.success(), "{}", stderr(&output));
     let report: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
     let accuracy = &report["accuracy"];
@@ -358,4 +359,20 @@ fn eval_accuracy_scores_exact_calls_per_tool() {
     let tally = |key: &str| -> u64 { per_tool.values().map(|t| t[key].as_u64().unwrap()).sum() };
     // An example counts once per tool it expects (or once as "(no call)").
     assert!(tally("total") >= examples && tally("right") >= exact, "{accuracy}");
+
+    // `--answers` writes the ones answered wrong, each with what was expected and what was given.
+    let dir = tempfile::tempdir().unwrap();
+    let answers = dir.path().join("wrong.jsonl");
+    let output = run(&[&args[..], &["--answers", answers.to_str().unwrap()]].concat());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = std::fs::read_to_string(&answers).unwrap();
+    let wrong: Vec<Value> = text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    assert_eq!(wrong.len() as u64, examples - exact, "one line per wrong answer");
+    for row in &wrong {
+        assert_eq!(row["right"], false, "{row}");
+        assert!(row["line"].as_u64().unwrap() > 0 && row["query"].is_string() && row["text"].is_string(), "{row}");
+        assert!(row["expected"].is_array() && row["expected"] != row["given"], "{row}");
+    }
+    let output = run(&["eval", data.to_str().unwrap(), "--answers", answers.to_str().unwrap()]);
+    assert!(!output.status.success() && stderr(&output).contains("--accuracy"), "{}", stderr(&output));
 }

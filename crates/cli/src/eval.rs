@@ -2,13 +2,13 @@
 //! `.cact`) over a whole dataset file, and with `--accuracy` its exact-call accuracy.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use crate::inputs::WeightsInputs;
 use anyhow::{Context, Result};
 use needle_engine::backend::{self, DeviceRequest};
-use needle_engine::calls::{accuracy, Accuracy};
+use needle_engine::calls::{accuracy, Accuracy, Answered};
 use needle_engine::dataset::{Dataset, Encoded, Example};
 use needle_engine::model::{evaluate, EvalSummary};
 use needle_engine::train::memory::{activation_budget, forward_rows};
@@ -42,6 +42,10 @@ pub struct Args {
     /// share of answers that parse, and accuracy per tool
     #[arg(long)]
     pub accuracy: bool,
+    /// With --accuracy, write the examples answered wrong to this .jsonl, one a line: its file line, the
+    /// query, the expected and the given calls (null when they do not parse), and the whole answer
+    #[arg(long, requires = "accuracy")]
+    pub answers: Option<PathBuf>,
     /// Force a backend (auto, cpu, cuda, metal); default: NEEDLE_DEVICE, else auto
     #[arg(long)]
     pub device: Option<String>,
@@ -94,15 +98,40 @@ pub fn run(args: Args) -> Result<()> {
     .with_context(|| format!("evaluating {}", model.label))?;
     noteln!();
     let accuracy = if args.accuracy {
-        let score = accuracy(&model.network, &model.tokenizer, &examples, &AtomicBool::new(false), |done, total| {
-            report_progress("answer", done, total)
-        })?;
+        let mut wrong = Vec::new();
+        let score = accuracy(
+            &model.network,
+            &model.tokenizer,
+            &examples,
+            &AtomicBool::new(false),
+            |done, total| report_progress("answer", done, total),
+            |answered| {
+                if !answered.right {
+                    wrong.push(answered)
+                }
+            },
+        )?;
         noteln!();
+        if let Some(path) = &args.answers {
+            write_answers(path, &wrong)?;
+            noteln!("  {:<9} {} wrong answers in {}", "answers", wrong.len(), path.display());
+        }
         Some(score)
     } else {
         None
     };
     print_summary(&Printed { loss, accuracy }, args.json)
+}
+
+/// The wrong answers as JSON lines, written atomically.
+fn write_answers(path: &Path, wrong: &[Answered]) -> Result<()> {
+    let mut text = String::new();
+    for answered in wrong {
+        text.push_str(&serde_json::to_string(answered)?);
+        text.push('\n');
+    }
+    needle_engine::atomic::write_atomically(path, text.as_bytes())
+        .with_context(|| format!("cannot write {}; check that the directory exists and is writable", path.display()))
 }
 
 fn report_progress(what: &str, done: usize, total: usize) {

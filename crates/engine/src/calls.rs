@@ -238,6 +238,7 @@ pub fn accuracy(
     examples: &[Example],
     cancel: &AtomicBool,
     mut progress: impl FnMut(usize, usize),
+    mut answered: impl FnMut(Answered),
 ) -> crate::model::Result<Accuracy> {
     let mut score = Accuracy::default();
     let (mut tokens, mut seconds) = (0usize, 0f64);
@@ -280,6 +281,14 @@ pub fn accuracy(
         seconds += answer.completion.prefill_seconds + answer.completion.decode_seconds;
         let expected: Option<Vec<Value>> = serde_json::from_str(&example.answers).ok();
         let right = answer.calls.is_some() && answer.calls == expected;
+        answered(Answered {
+            line: example.line,
+            query: example.query.clone(),
+            expected: expected.clone(),
+            given: answer.calls.clone(),
+            text: answer.text.clone(),
+            right,
+        });
         score.parsed += usize::from(answer.calls.is_some());
         score.exact += usize::from(right);
         let tools = match &expected {
@@ -298,6 +307,21 @@ pub fn accuracy(
     score.parse_rate = share(score.parsed);
     score.tokens_per_s = tokens as f64 / seconds.max(1e-9);
     Ok(score)
+}
+
+/// One example as the model answered it, beside what was expected (`needle eval --answers`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Answered {
+    /// The example's line in its file.
+    pub line: usize,
+    pub query: String,
+    /// The expected calls; `None` when the file's answer is not a JSON list.
+    pub expected: Option<Vec<Value>>,
+    /// The calls the model made; `None` when its answer holds no call list that parses.
+    pub given: Option<Vec<Value>>,
+    /// The model's whole answer, reasoning included.
+    pub text: String,
+    pub right: bool,
 }
 
 /// The distinct tool names an expected answer calls, or [`NO_CALL`].

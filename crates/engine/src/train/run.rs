@@ -418,7 +418,7 @@ fn score_calls(
     let score = |network: &Network| -> Result<ModelScore> {
         let rows = tokenized.iter().map(|t| t.row(seq_len));
         let loss = evaluate(network, rows, seq_len, options.settings.batch_size, |_, _| {})?.loss;
-        Ok(ModelScore { loss, calls: calls::accuracy(network, &tokenizer, examples, cancel, |_, _| {})? })
+        Ok(ModelScore { loss, calls: calls::accuracy(network, &tokenizer, examples, cancel, |_, _| {}, drop)? })
     };
     let scores = CallScores { base: score(&base)?, tuned: score(&tuned)? };
     Ok((!cancel.load(Ordering::Relaxed)).then_some(scores))
