@@ -96,7 +96,6 @@ pub const ATTENTION_OUT: [LayerTensor; 7] = [
 
 /// Everything that differs between the generations' files.
 pub struct Layout {
-    pub generation: Generation,
     /// A layer's tensors in file order, in stretches.
     layer: &'static [&'static [LayerTensor]],
     /// Needle 3 stores the Monarch MLP's two permutations, FP32, after the mHC tensors.
@@ -131,14 +130,13 @@ pub fn engram_name(site: usize, tensor: &str) -> String {
 
 impl Layout {
     pub const fn new(
-        generation: Generation,
         layer: &'static [&'static [LayerTensor]],
         hada_perms: bool,
         heads: &'static [Head],
         head_tensors: &'static [HeadTensor],
         pooled_by: &'static str,
     ) -> Self {
-        Self { generation, layer, hada_perms, heads, head_tensors, pooled_by }
+        Self { layer, hada_perms, heads, head_tensors, pooled_by }
     }
 
     pub fn of(generation: Generation) -> &'static Layout {

@@ -2,16 +2,9 @@
 //! projections and norms and the Walsh MLP's three gains, and two FP16 probe heads.
 
 use super::layout::{fp16, Head, HeadSource, HeadTensor, LayerTensor, Layout, ATTENTION_IN, ATTENTION_OUT};
-use crate::config::Generation;
 
-pub const LAYOUT: Layout = Layout::new(
-    Generation::Needle2,
-    &[&ATTENTION_IN, &ATTENTION_OUT, &WALSH_MLP],
-    false,
-    &HEADS,
-    &HEAD_TENSORS,
-    "probes",
-);
+pub const LAYOUT: Layout =
+    Layout::new(&[&ATTENTION_IN, &ATTENTION_OUT, &WALSH_MLP], false, &HEADS, &HEAD_TENSORS, "probes");
 
 /// The Walsh MLP's gains, after the attention's tensors.
 const WALSH_MLP: [LayerTensor; 3] =

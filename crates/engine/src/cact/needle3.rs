@@ -4,16 +4,9 @@
 //! tensors; three probe heads whose matrices are CQ.
 
 use super::layout::{conv_tap, fp16, Head, HeadSource, HeadTensor, LayerTensor, Layout, ATTENTION_IN, ATTENTION_OUT};
-use crate::config::Generation;
 
-pub const LAYOUT: Layout = Layout::new(
-    Generation::Needle3,
-    &[&ATTENTION_IN, &CONV_TAPS, &ATTENTION_OUT, &MONARCH_MLP],
-    true,
-    &HEADS,
-    &HEAD_TENSORS,
-    "query",
-);
+pub const LAYOUT: Layout =
+    Layout::new(&[&ATTENTION_IN, &CONV_TAPS, &ATTENTION_OUT, &MONARCH_MLP], true, &HEADS, &HEAD_TENSORS, "query");
 
 /// The Q/K/V convolution's taps, after the projections (only when the model has them).
 const CONV_TAPS: [LayerTensor; 3] = [
