@@ -6,6 +6,7 @@ import * as api from './api.js';
 import { $, formatLoss, h, percent, setMessage } from './dom.js';
 import { state } from './state.js';
 
+/** @typedef {import('./types.js').Answered} Answered */
 /** @typedef {import('./types.js').HistoryEntry} HistoryEntry */
 /** @typedef {import('./types.js').ModelScore} ModelScore */
 /** @typedef {import('./types.js').Sample} Sample */
@@ -36,6 +37,41 @@ export function renderEvaluation(entry) {
     `${percent(scores.tuned.calls.exact_rate)}, loss ${formatLoss(cact.loss)} against ${formatLoss(scores.tuned.loss)}): ` +
     'quantization costs this model accuracy. Build it at 4 bits rather than 2, or check it with Try before shipping.');
   $('evaluation-note').textContent = scores && entry ? evaluationNote(entry, scores.base.calls.examples) : '';
+  setMessage($('evaluation-advice'), scores && entry && parseAdvice(entry, scores.base, scores.tuned));
+  $('evaluation-wrong').replaceChildren(...rows
+    .filter(([, score]) => score.wrong?.length)
+    .map(([name, score]) => wrongAnswers(name, score.wrong ?? [])));
+}
+
+/**
+ * Why a tuned model's answers may parse less often than its base's, in one line; null when they do not.
+ * @param {HistoryEntry} entry @param {ModelScore} base @param {ModelScore} tuned
+ */
+function parseAdvice(entry, base, tuned) {
+  if (tuned.calls.parse_rate >= base.calls.parse_rate) return null;
+  const { epochs, lr } = entry.settings;
+  return `The tuned model's answers parse less often than the base's (${percent(tuned.calls.parse_rate)} against ` +
+    `${percent(base.calls.parse_rate)}): it has learned the examples' wording but not yet the call format. ` +
+    `The usual causes are too few examples (add more, or have \`needle generate-data --augment\` write them), ` +
+    `a learning rate too high for them ` +
+    `(this run: ${lr}; try half) or too many epochs (this run: ${epochs}).`;
+}
+
+/**
+ * The held-out rows one model answered wrong, the expected and the given calls side by side.
+ * @param {string} name @param {Answered[]} wrong
+ */
+function wrongAnswers(name, wrong) {
+  const calls = (/** @type {unknown[]|null} */ value) => value ? JSON.stringify(value) : 'no call list that parses';
+  return h('details', { class: 'wrong-answers' },
+    h('summary', {}, `${name}: ${wrong.length} answered wrong`),
+    h('table', { class: 'scores' },
+      h('thead', {}, h('tr', {}, h('th', {}, 'Line'), h('th', {}, 'Query'), h('th', {}, 'Expected'), h('th', {}, 'Given'))),
+      h('tbody', {}, ...wrong.map((row) => h('tr', {},
+        h('td', {}, String(row.line)),
+        h('td', {}, row.query),
+        h('td', {}, h('code', {}, calls(row.expected))),
+        h('td', { title: row.text }, h('code', {}, calls(row.given))))))));
 }
 
 /**

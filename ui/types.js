@@ -226,7 +226,18 @@
  * @property {number} tokens_per_s
  */
 
-/** @typedef {{loss: number, calls: Accuracy}} ModelScore `needle_engine::calls::ModelScore` */
+/**
+ * One held-out example a model answered wrong (`needle_engine::calls::Answered`).
+ * @typedef {object} Answered
+ * @property {number} line the example's line in the dataset file
+ * @property {string} query
+ * @property {unknown[]|null} expected the expected calls; null when the file's answer is not a list
+ * @property {unknown[]|null} given the calls made; null when the answer holds none that parse
+ * @property {string} text the whole answer
+ * @property {boolean} right
+ */
+
+/** @typedef {{loss: number, calls: Accuracy, wrong?: Answered[]}} ModelScore `needle_engine::calls::ModelScore` */
 
 /** @typedef {{base: ModelScore, tuned: ModelScore}} CallScores `needle_engine::calls::CallScores` */
 

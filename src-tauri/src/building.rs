@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use needle_engine::cact::{CactFile, ExportEvent};
-use needle_engine::calls::{Accuracy, ModelScore};
+use needle_engine::calls::{Accuracy, Answered, ModelScore};
 use needle_engine::config::Generation;
 use needle_engine::train::run::SCORED_EXAMPLES;
 use serde::Serialize;
@@ -142,6 +142,8 @@ impl BuildWatcher {
         if entry.scores.is_none() {
             return Ok(None);
         }
+        let scratch = tempfile::tempdir().map_err(|error| format!("no scratch folder for the scoring: {error}"))?;
+        let answers = scratch.path().join("wrong.jsonl");
         let args: Vec<OsString> = vec![
             "eval".into(),
             "--weights".into(),
@@ -149,6 +151,8 @@ impl BuildWatcher {
             "--tokenizer".into(),
             entry.tokenizer.clone().into(),
             "--accuracy".into(),
+            "--answers".into(),
+            answers.clone().into(),
             "--json".into(),
             "--val-split".into(),
             entry.settings.val_split.to_string().into(),
@@ -169,7 +173,13 @@ impl BuildWatcher {
         let out = self.worker.output(args)?;
         let printed: Printed = serde_json::from_str(out.trim())
             .map_err(|error| format!("the .cact's evaluation was not understood ({error}): {out}"))?;
-        Ok(Some(ModelScore { loss: printed.loss, calls: printed.accuracy }))
+        let wrong = std::fs::read_to_string(&answers)
+            .map_err(|error| format!("the .cact's wrong answers could not be read: {error}"))?
+            .lines()
+            .map(serde_json::from_str)
+            .collect::<Result<Vec<Answered>, _>>()
+            .map_err(|error| format!("the .cact's wrong answers were not understood ({error})"))?;
+        Ok(Some(ModelScore { loss: printed.loss, calls: printed.accuracy, wrong }))
     }
 
     fn send(&self, message: BuildMessage) {

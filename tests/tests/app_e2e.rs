@@ -163,6 +163,31 @@ async fn drive(client: &Client, hub: &FakeHub, scratch: &Path, shots: &Path) -> 
     // the dataset's first question.
     ui.click("tab-evaluate").await?;
     ui.poll("the .cact's scores", rows, UI_TIMEOUT, |n| n == "3").await?;
+    // The rows each model answered wrong, expected beside given: as many as its score says.
+    let wrong_listed = r#"
+        const listed = [...document.querySelectorAll('#evaluation-wrong details')]
+            .map((d) => `${d.querySelector('summary').textContent} (${d.querySelectorAll('tbody tr').length} rows)`);
+        const missed = [...document.querySelectorAll('#evaluation-rows tr')].flatMap((r) => {
+            const [exact, total] = r.children[2].textContent.split(' (')[0].split(' / ').map(Number);
+            const n = total - exact;
+            return n ? [`${r.children[0].textContent}: ${n} answered wrong (${n} rows)`] : [];
+        });
+        return JSON.stringify(listed) === JSON.stringify(missed) ? 'ok' : `listed ${listed}; scores say ${missed}`;
+    "#;
+    let listed = ui.eval(wrong_listed).await?;
+    if listed != "ok" {
+        return Err(format!("Evaluate's wrong answers disagree with its scores: {listed}"));
+    }
+    // A tuned model whose answers parse less often than the base's gets a line on why.
+    let advice = r#"
+        const rate = (row) => parseFloat(document.querySelectorAll('#evaluation-rows tr')[row].children[3].textContent);
+        const advice = document.getElementById('evaluation-advice');
+        return String((rate(1) < rate(0)) === (!advice.hidden && advice.textContent.includes('parse less often')));
+    "#;
+    if ui.eval(advice).await? != "true" {
+        return Err(format!("the parse-rate advice is wrong: {:?}", ui.text("evaluation-advice").await?));
+    }
+    ui.eval("const d = document.querySelector('#evaluation-wrong details'); if (d) d.open = true; return ''").await?;
     ui.shot("7-evaluate", "evaluation").await?;
     ui.wait("the Try panel's question", "return document.getElementById('try-query').value").await?;
     ui.click("try-button").await?;

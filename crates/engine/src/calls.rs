@@ -196,6 +196,10 @@ pub struct ModelScore {
     #[serde(deserialize_with = "crate::train::events::number::f64")]
     pub loss: f64,
     pub calls: Accuracy,
+    /// The examples it answered wrong, what was expected beside what it gave (for the app's
+    /// Evaluate step; runs recorded before it was kept have none).
+    #[serde(default)]
+    pub wrong: Vec<Answered>,
 }
 
 /// Exact-call accuracy over a set of examples.
@@ -310,7 +314,7 @@ pub fn accuracy(
 }
 
 /// One example as the model answered it, beside what was expected (`needle eval --answers`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Answered {
     /// The example's line in its file.
     pub line: usize,

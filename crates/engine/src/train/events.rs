@@ -108,7 +108,7 @@ pub(crate) mod number {
 mod tests {
     use super::*;
 
-    use crate::calls::{Accuracy, ModelScore};
+    use crate::calls::{Accuracy, Answered, ModelScore};
 
     #[test]
     fn every_event_reads_back_from_its_json_line() {
@@ -145,10 +145,19 @@ mod tests {
                             tokens_per_s: 12.5,
                             ..Default::default()
                         },
+                        wrong: vec![Answered {
+                            line: 3,
+                            query: "lights on".into(),
+                            expected: Some(vec![serde_json::json!({"name": "lights", "arguments": {}})]),
+                            given: None,
+                            text: "<think></think>".into(),
+                            right: false,
+                        }],
                     },
                     tuned: ModelScore {
                         loss: 1.25,
                         calls: Accuracy { examples: 2, exact: 2, exact_rate: 1.0, ..Default::default() },
+                        wrong: vec![],
                     },
                 }),
             },

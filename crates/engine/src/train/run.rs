@@ -418,7 +418,20 @@ fn score_calls(
     let score = |network: &Network| -> Result<ModelScore> {
         let rows = tokenized.iter().map(|t| t.row(seq_len));
         let loss = evaluate(network, rows, seq_len, options.settings.batch_size, |_, _| {})?.loss;
-        Ok(ModelScore { loss, calls: calls::accuracy(network, &tokenizer, examples, cancel, |_, _| {}, drop)? })
+        let mut wrong = Vec::new();
+        let calls = calls::accuracy(
+            network,
+            &tokenizer,
+            examples,
+            cancel,
+            |_, _| {},
+            |answered| {
+                if !answered.right {
+                    wrong.push(answered)
+                }
+            },
+        )?;
+        Ok(ModelScore { loss, calls, wrong })
     };
     let scores = CallScores { base: score(&base)?, tuned: score(&tuned)? };
     Ok((!cancel.load(Ordering::Relaxed)).then_some(scores))
