@@ -7,4 +7,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 scripts/setup.sh
 args=("$@")
 ((${#args[@]})) || args=(--dataset examples/smart_home.jsonl --checkpoint tests/fixtures/models/pretrained.pkl --preset quick)
-exec cargo run -p needle-studio -- "${args[@]}"
+# The build the test command (`cargo test --workspace`) makes, app included: built by either README
+# command, it is reused by the other. (`cargo run -p needle-studio` would resolve the app's crates with
+# other features than the tests' — tauri's `test`, tokio's net and macros — and rebuild nearly all of them.)
+cargo test --workspace --no-run
+exec "${CARGO_TARGET_DIR:-target}/debug/needle-studio" "${args[@]}"
