@@ -11,8 +11,12 @@
 /** @typedef {import('./types.js').DatasetReport} DatasetReport */
 /** @typedef {import('./types.js').DownloadMessage} DownloadMessage */
 /** @typedef {import('./types.js').FieldErrors} FieldErrors */
+/** @typedef {import('./types.js').GenerateMessage} GenerateMessage */
+/** @typedef {import('./types.js').GenerateRequest} GenerateRequest */
+/** @typedef {import('./types.js').GenerateSetup} GenerateSetup */
 /** @typedef {import('./types.js').Generation} Generation */
 /** @typedef {import('./types.js').HistoryEntry} HistoryEntry */
+/** @typedef {import('./types.js').KeySource} KeySource */
 /** @typedef {import('./types.js').Opened} Opened */
 /** @typedef {import('./types.js').Plan} Plan */
 /** @typedef {import('./types.js').Preferences} Preferences */
@@ -91,6 +95,31 @@ export const cancelDownload = () => invoke('cancel_download');
  */
 export const loadDataset = (path, tokenizer, checkpoint, maxLen) =>
   invoke('load_dataset', { path, tokenizer, checkpoint, maxLen });
+
+/**
+ * Line `line` of the dataset at `path` as written (a doctor's finding, clicked).
+ * @param {string} path @param {number} line @returns {Promise<string>}
+ */
+export const datasetLine = (path, line) => invoke('dataset_line', { path, line });
+
+/** @returns {Promise<GenerateSetup>} */
+export const generateSetup = () => invoke('generate_setup');
+
+/** @param {string} key @returns {Promise<KeySource>} where it is kept */
+export const rememberKey = (key) => invoke('remember_key', { key });
+
+/** @returns {Promise<KeySource>} */
+export const forgetKey = () => invoke('forget_key');
+
+/**
+ * @param {GenerateRequest} request @param {(message: GenerateMessage) => void} onEvent
+ * @returns {Promise<void>}
+ */
+export const generateExamples = (request, onEvent) =>
+  invoke('generate_examples', { request, onEvent: channel(onEvent) });
+
+/** @returns {Promise<CancelRun>} */
+export const cancelGeneration = () => invoke('cancel_generation');
 
 /** @param {RunDraft} run @returns {Promise<FieldErrors>} empty when the run can start */
 export const validateRun = (run) => invoke('validate_run', { run });

@@ -1,5 +1,6 @@
 // @ts-check
-// The Dataset panel: choose or drop a .jsonl file, and show the report the worker makes of it.
+// The Dataset panel: choose or drop a .jsonl file, and show the report the worker makes of it, with
+// the doctor's findings beside it (each line a button that shows the file's line).
 
 import * as api from './api.js';
 import { $, debounce, errorText, formatCount, h, setMessage } from './dom.js';
@@ -9,6 +10,7 @@ import { currentRun, pathValue, runInputsChanged } from './run.js';
 import { state } from './state.js';
 
 /** @typedef {import('./api.js').DragDrop} DragDrop */
+/** @typedef {import('./types.js').Checkup} Checkup */
 /** @typedef {import('./types.js').DatasetReport} DatasetReport */
 /** @typedef {import('./types.js').Sample} Sample */
 
@@ -68,6 +70,51 @@ function renderReport(report) {
   renderHistogram(report.histogram);
   renderProblems(report);
   renderSamples(report.samples.slice(0, 3));
+  renderDoctor(report.doctor);
+}
+
+/** How many of a finding's lines get a button (the message counts them all). */
+const LINE_BUTTONS = 12;
+
+/** @param {Checkup} doctor */
+function renderDoctor(doctor) {
+  $('doctor-summary').textContent = doctor.summary;
+  $('doctor-line-box').hidden = true;
+  $('doctor-findings').replaceChildren(
+    ...doctor.findings.map((finding) => {
+      const buttons = finding.lines.slice(0, LINE_BUTTONS).map((line) =>
+        h('button', { type: 'button', class: 'line-link', 'data-line': String(line), 'aria-pressed': 'false',
+          title: `Show line ${line}` }, String(line)));
+      const more = finding.count - buttons.length;
+      return h('li', { 'data-kind': finding.kind },
+        h('span', { class: 'tag', 'data-severity': finding.severity }, finding.severity), finding.message,
+        buttons.length ? h('div', { class: 'lines' }, ...buttons,
+          more > 0 && finding.kind !== 'few_examples' ? h('span', { class: 'muted small' }, `+${formatCount(more)}`) : null)
+          : null);
+    }),
+  );
+  const tools = Object.entries(doctor.calls_per_tool).map(([tool, n]) => `${tool} ${formatCount(n)}`);
+  $('doctor-tools').textContent = `Calls per tool: ${tools.join(', ') || 'none'} · ` +
+    `${formatCount(doctor.rows_without_call)} of ${formatCount(doctor.rows)} rows call nothing`;
+}
+
+let lineSeq = 0;
+/** Shows line `line` of the dataset as it is written. @param {number} line */
+async function showLine(line) {
+  const path = state.dataset;
+  if (!path) return;
+  const seq = ++lineSeq;
+  for (const button of document.querySelectorAll('#doctor-findings .line-link')) {
+    button.setAttribute('aria-pressed', String(/** @type {HTMLElement} */ (button).dataset.line === String(line)));
+  }
+  $('doctor-line-box').hidden = false;
+  $('doctor-line-title').textContent = `Line ${line}`;
+  try {
+    const text = await api.datasetLine(path, line);
+    if (seq === lineSeq) $('doctor-line').textContent = text;
+  } catch (error) {
+    if (seq === lineSeq) $('doctor-line').textContent = errorText(error);
+  }
 }
 
 /** @param {DatasetReport['histogram']} bins */
@@ -112,6 +159,10 @@ function renderSamples(samples) {
 }
 
 export function wireDataset() {
+  $('doctor-findings').addEventListener('click', (/** @type {MouseEvent} */ event) => {
+    const button = event.target instanceof Element ? event.target.closest('.line-link') : null;
+    if (button instanceof HTMLElement) showLine(Number(button.dataset.line));
+  });
   $('drop-zone').addEventListener('click', chooseDataset);
   $('dataset-choose').addEventListener('click', chooseDataset);
   api.onDragDrop(handleDragDrop)

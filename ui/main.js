@@ -8,6 +8,7 @@ import * as api from './api.js';
 import { loadDataset, wireDataset } from './dataset.js';
 import { $, errorText, setMessage } from './dom.js';
 import { wireEvaluate } from './evaluate.js';
+import { showGenerateSetup, wireGenerate } from './generate.js';
 import { renderHardware, wireHardware } from './hardware.js';
 import { renderHistory } from './history.js';
 import { refreshHub, showModelPaths, wireModel } from './model.js';
@@ -28,6 +29,7 @@ async function init() {
   wireProgress();
   wireResult();
   wireEvaluate();
+  wireGenerate();
   wireSteps();
   try {
     const startup = await api.startup();
@@ -41,6 +43,7 @@ async function init() {
     renderHistory(startup.history);
     if (startup.dataset) loadDataset(startup.dataset);
     refreshHub();
+    showGenerateSetup();
   } catch (error) {
     setMessage($('app-error'), `Could not start: ${errorText(error)}`);
   }

@@ -177,6 +177,91 @@
  * @property {number} seq_len
  * @property {number} truncated
  * @property {Sample[]} samples
+ * @property {Checkup} doctor
+ */
+
+/**
+ * One kind of problem the doctor found (`needle_engine::dataset::Finding`).
+ * @typedef {object} Finding
+ * @property {string} kind
+ * @property {'error'|'advice'} severity Errors are the rows `needle data --fix` leaves out.
+ * @property {string|null} tool
+ * @property {string|null} argument
+ * @property {number} count Rows (for `few_examples`: calls of the tool).
+ * @property {number[]} lines The rows' 1-based lines, the first hundred.
+ * @property {string} message
+ */
+
+/**
+ * The dataset doctor's report (`needle_engine::dataset::Checkup`).
+ * @typedef {object} Checkup
+ * @property {string} summary What to fix first, in one sentence.
+ * @property {Finding[]} findings Errors first, then advice.
+ * @property {number} rows
+ * @property {number} failing_rows
+ * @property {number} rows_without_call
+ * @property {number} no_call_share
+ * @property {Record<string, number>} calls_per_tool
+ */
+
+// ---------- generate ----------
+
+/**
+ * Where the key to the endpoint comes from (`api_key::KeySource`).
+ * @typedef {{source: 'environment', variable: string}
+ *   | {source: 'keychain'}
+ *   | {source: 'session', note: string}
+ *   | {source: 'none'}} KeySource
+ */
+
+/**
+ * The generation as the app last heard of it (`generating::GenerationState`).
+ * @typedef {{state: 'idle'}
+ *   | {state: 'running', generated: number, wanted: number, failed_requests: number,
+ *       rejected: Record<string, number>, stopping: boolean}
+ *   | ({state: 'written'} & Written)
+ *   | {state: 'failed', message: string}} GenerationState
+ */
+
+/**
+ * The written file (`generating::Written`): the dataset's rows, then the new ones.
+ * @typedef {object} Written
+ * @property {string} path
+ * @property {number} written Rows in the file.
+ * @property {number} generated New rows, the last ones.
+ * @property {number} wanted
+ * @property {number} failed_requests
+ * @property {Record<string, number>} rejected
+ * @property {Record<string, number>} advice
+ * @property {boolean} cancelled
+ * @property {{query?: string, answers?: unknown}[]} rows The first new rows.
+ */
+
+/**
+ * What the Generate form starts with (`generating::GenerateSetup`).
+ * @typedef {object} GenerateSetup
+ * @property {number} count
+ * @property {string} model
+ * @property {string} endpoint Used when the field is left empty.
+ * @property {KeySource} key
+ * @property {GenerationState} state
+ */
+
+/**
+ * What Generate sends, as typed (`generating::GenerateRequest`).
+ * @typedef {object} GenerateRequest
+ * @property {string} dataset
+ * @property {string} output Empty: beside the dataset, as `DATA.augmented.jsonl`.
+ * @property {string} count
+ * @property {string} model
+ * @property {string} endpoint
+ */
+
+/**
+ * The generation channel (`generating::GenerateMessage`).
+ * @typedef {{kind: 'progress', state: GenerationState}
+ *   | {kind: 'request_failed', message: string}
+ *   | {kind: 'finished', state: GenerationState}} GenerateMessage
  */
 
 // ---------- runs ----------

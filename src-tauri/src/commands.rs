@@ -11,8 +11,10 @@ use tauri::ipc::Channel;
 use tauri::{AppHandle, Runtime, State};
 use tauri_plugin_notification::NotificationExt;
 
+use crate::api_key::KeySource;
 use crate::base_model::{BaseModelStatus, CancelDownload, DownloadMessage};
 use crate::building::BuildMessage;
+use crate::generating::{GenerateMessage, GenerateRequest, GenerateSetup};
 use crate::history::HistoryEntry;
 use crate::preferences::Preferences;
 use crate::run_request::RunDraft;
@@ -77,6 +79,47 @@ pub async fn load_dataset(
 ) -> Result<serde_json::Value> {
     let studio = studio.inner().clone();
     blocking(move || studio.dataset_report(&path, tokenizer.as_deref(), checkpoint.as_deref(), &max_len)).await
+}
+
+/// Line `line` of the dataset at `path`, as written (a doctor's finding, clicked).
+#[tauri::command]
+pub async fn dataset_line(studio: State<'_, Studio>, path: PathBuf, line: usize) -> Result<String> {
+    let studio = studio.inner().clone();
+    blocking(move || studio.dataset_line(&path, line)).await
+}
+
+#[tauri::command]
+pub async fn generate_setup(studio: State<'_, Studio>) -> Result<GenerateSetup> {
+    let studio = studio.inner().clone();
+    blocking(move || Ok(crate::generating::setup(&studio))).await
+}
+
+/// Keeps a typed key in the keychain (or, without one, in memory until the app closes).
+#[tauri::command]
+pub async fn remember_key(studio: State<'_, Studio>, key: String) -> Result<KeySource> {
+    let studio = studio.inner().clone();
+    blocking(move || studio.keys().remember(&key)).await
+}
+
+#[tauri::command]
+pub async fn forget_key(studio: State<'_, Studio>) -> Result<KeySource> {
+    let studio = studio.inner().clone();
+    blocking(move || Ok(studio.keys().forget())).await
+}
+
+#[tauri::command]
+pub async fn generate_examples(
+    studio: State<'_, Studio>,
+    request: GenerateRequest,
+    on_event: Channel<GenerateMessage>,
+) -> Result<()> {
+    let studio = studio.inner().clone();
+    blocking(move || crate::generating::start(&studio, &request, on_event)).await
+}
+
+#[tauri::command]
+pub fn cancel_generation(studio: State<'_, Studio>) -> CancelRun {
+    studio.generations().cancel()
 }
 
 #[tauri::command]

@@ -6,14 +6,17 @@
 //!
 //! The rooms: [`run_request`] (a run as the Run panel asks for it, and the presets), [`run_slot`] (the
 //! one run in progress: start, cancel, close), [`training`] and [`building`] (the worker jobs that
-//! train and build a `.cact`, and what the window hears of them), [`tryout`] (Try), [`base_model`]
+//! train and build a `.cact`, and what the window hears of them), [`generating`] (more examples for the
+//! dataset, written by an LLM) and [`api_key`] (its key), [`tryout`] (Try), [`base_model`]
 //! (the published base models and their download), [`history`] (past runs on disk), [`preferences`]
 //! (what the app remembers between launches), [`chart`] (the loss chart).
 
+mod api_key;
 mod base_model;
 mod building;
 mod chart;
 mod commands;
+mod generating;
 mod history;
 mod preferences;
 mod run_request;
@@ -102,6 +105,12 @@ pub fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R
             commands::use_base_model,
             commands::cancel_download,
             commands::load_dataset,
+            commands::dataset_line,
+            commands::generate_setup,
+            commands::remember_key,
+            commands::forget_key,
+            commands::generate_examples,
+            commands::cancel_generation,
             commands::validate_run,
             commands::plan_run,
             commands::start_run,

@@ -8,18 +8,24 @@ use std::sync::{Arc, Mutex};
 use needle_engine::backend::BackendInfo;
 use needle_engine::checkpoint::file_generation;
 use needle_engine::config::Generation;
+use needle_engine::dataset::Dataset;
 use needle_engine::hub::{BaseModel, Hub};
 use needle_engine::settings::{form_fields, BuildWidth, Field, FormField, BUILD_WIDTHS};
 use needle_engine::train::Plan;
 use serde::Serialize;
 
+use crate::api_key::Keys;
 use crate::base_model::Downloads;
+use crate::generating::Generations;
 use crate::history::{History, HistoryEntry};
 use crate::preferences::Preferences;
 use crate::run_request::{presets, Preset, RunDraft, RunRequest};
 use crate::run_slot::RunSlot;
 use crate::worker::{Slot, Worker};
 use crate::{chart, lock, Launch};
+
+/// How much of a dataset line the window is shown.
+const SHOWN_LINE_CHARS: usize = 16_384;
 
 /// Shared by every command and by the threads that follow workers; cloning is cheap.
 #[derive(Clone)]
@@ -38,6 +44,9 @@ struct Inner {
     /// The dataset report being computed: a newer request (another file, max length or tokenizer)
     /// ends it.
     report: Slot,
+    /// The key to the endpoint that writes new examples, and the generation in progress.
+    keys: Keys,
+    generations: Generations,
 }
 
 /// Everything the window shows when it opens.
@@ -106,6 +115,8 @@ impl Studio {
             preferences: Mutex::new(settings),
             run: RunSlot::default(),
             report: Slot::default(),
+            keys: Keys::default(),
+            generations: Generations::default(),
         })))
     }
 
@@ -199,6 +210,28 @@ impl Studio {
         serde_json::from_str(out.trim()).map_err(|error| format!("the worker's report was not understood ({error})"))
     }
 
+    /// Line `line` of the dataset at `path` as it is written (a finding's line, shown when clicked);
+    /// pretty-printed when it is JSON, and cut at [`SHOWN_LINE_CHARS`] characters.
+    pub fn dataset_line(&self, path: &Path, line: usize) -> Result<String, String> {
+        let text = Dataset::line_of(path, line)
+            .map_err(|error| error.to_string())?
+            .ok_or_else(|| format!("{} has no line {line}", path.display()))?;
+        let text = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|value| serde_json::to_string_pretty(&value).ok())
+            .unwrap_or(text);
+        Ok(match text.char_indices().nth(SHOWN_LINE_CHARS) {
+            Some((cut, _)) => format!("{}… (cut: the line is longer)", &text[..cut]),
+            None => text,
+        })
+    }
+
+    /// Keys typed from now on stay in this process's memory, and the environment's keys are not
+    /// read: the tests' app, which must neither use the developer's keys nor write their keychain.
+    pub fn isolate_keys(&self) {
+        self.0.keys.isolate();
+    }
+
     pub fn history(&self) -> Vec<HistoryEntry> {
         self.0.history.list(self.0.run.running().as_deref())
     }
@@ -231,6 +264,14 @@ impl Studio {
 
     pub(crate) fn worker(&self) -> &Worker {
         &self.0.worker
+    }
+
+    pub(crate) fn keys(&self) -> &Keys {
+        &self.0.keys
+    }
+
+    pub(crate) fn generations(&self) -> &Generations {
+        &self.0.generations
     }
 
     pub(crate) fn runs(&self) -> &History {

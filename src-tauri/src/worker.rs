@@ -139,9 +139,27 @@ impl Worker {
     pub fn spawn<I: Into<OsString>>(
         &self,
         args: impl IntoIterator<Item = I>,
+        watcher: impl Watcher,
+    ) -> Result<Arc<Job>, String> {
+        self.spawn_with_env(args, &[], watcher)
+    }
+
+    /// [`Self::spawn`] with these environment variables set (`Some`) or removed (`None`): how a secret
+    /// such as an API key reaches the worker, never on its command line.
+    pub fn spawn_with_env<I: Into<OsString>>(
+        &self,
+        args: impl IntoIterator<Item = I>,
+        env: &[(&str, Option<&str>)],
         mut watcher: impl Watcher,
     ) -> Result<Arc<Job>, String> {
-        let mut child = self.command(args).spawn().map_err(|error| self.start_error(&error))?;
+        let mut command = self.command(args);
+        for (name, value) in env {
+            match value {
+                Some(value) => command.env(name, value),
+                None => command.env_remove(name),
+            };
+        }
+        let mut child = command.spawn().map_err(|error| self.start_error(&error))?;
         let (lines, received) = mpsc::channel();
         let stdout = child.stdout.take().map(|out| forward(out, lines.clone(), Line::Stdout));
         let stderr = child.stderr.take().map(|err| forward(err, lines, Line::Stderr));

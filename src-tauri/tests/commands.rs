@@ -1,5 +1,6 @@
 //! The app's commands through Tauri's IPC on the mock runtime: what the window sends, what it gets
-//! back, and the runs and builds they start in a real worker (this package's binary in worker mode).
+//! back, and the runs, builds and generations they start in a real worker (this package's binary in
+//! worker mode; generations ask an OpenAI-compatible endpoint on loopback).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -8,6 +9,7 @@ use needle_engine::cact::CactFile;
 use needle_engine::hub::Hub;
 use needle_studio::{with_commands, Launch, Studio, Worker};
 use needle_tests::fake_hub::{self, Faults};
+use needle_tests::fake_llm::{Answer, FakeLlm};
 use serde_json::{json, Value};
 use tauri::ipc::{CallbackFn, InvokeBody};
 use tauri::test::{get_ipc_response, mock_builder, mock_context, noop_assets, MockRuntime, INVOKE_KEY};
@@ -486,4 +488,167 @@ fn the_dataset_report_reads_lines_as_the_checkpoints_generation_does() {
     let (needle3, needle2) =
         (report("tests/fixtures/models/needle3_tiny.safetensors"), report("tests/fixtures/models/tiny_f32.pkl"));
     assert!(needle3 > 0 && needle2 < needle3, "Needle 3 read {needle3} examples, Needle 2 {needle2}");
+}
+
+// ---------- Generate more examples, against an OpenAI-compatible endpoint on loopback ----------
+
+/// A row the example's tools accept, its values in its query.
+fn thermostat(room: &str, celsius: u32) -> Value {
+    json!({"query": format!("Set the {room} to {celsius} degrees"), "reasoning": "room and degrees from the query",
+           "answers": [{"name": "set_thermostat", "arguments": {"room": room, "celsius": celsius}}]})
+}
+
+fn reply(rows: &[Value]) -> Answer {
+    Answer::Reply(Value::Array(rows.to_vec()).to_string())
+}
+
+/// An app whose keys are only those typed in the test, with a copy of the example in `dir` (so
+/// that the default output lands there too).
+fn generating_app(dir: &Path) -> (App, PathBuf) {
+    let app = App::open(&dir.join("data"));
+    app.studio().isolate_keys();
+    let dataset = dir.join("smart_home.jsonl");
+    std::fs::copy(repo("examples/smart_home.jsonl"), &dataset).unwrap();
+    (app, dataset)
+}
+
+fn generate(app: &App, llm: &FakeLlm, dataset: &Path, count: u32) {
+    let request = json!({"dataset": dataset, "output": "", "count": count.to_string(), "model": "stub/model",
+                         "endpoint": llm.url()});
+    app.ok("generate_examples", json!({ "request": request, "onEvent": CHANNEL }));
+}
+
+/// Polls the generation until `done` says so; its state.
+fn wait_for_generation(app: &App, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let start = Instant::now();
+    loop {
+        let state = app.ok("generate_setup", json!({}))["state"].clone();
+        if done(&state) {
+            return state;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "timed out waiting for the generation to {what}: {state}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn lines_of(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path).unwrap().lines().map(str::to_owned).collect()
+}
+
+#[test]
+fn generate_writes_new_rows_after_the_dataset_with_the_typed_key_in_the_workers_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let (app, dataset) = generating_app(dir.path());
+    let llm = FakeLlm::start(
+        [reply(&[thermostat("office", 20), thermostat("garage", 12)]), reply(&[thermostat("attic", 15)])],
+        reply(&[thermostat("hallway", 19), thermostat("study", 22)]),
+    );
+    llm.require_key("sk-typed");
+    let setup = app.ok("generate_setup", json!({}));
+    assert_eq!((setup["key"]["source"].as_str(), setup["state"]["state"].as_str()), (Some("none"), Some("idle")));
+    assert_eq!(setup["model"], "deepseek/deepseek-v4-flash");
+    let kept = app.ok("remember_key", json!({ "key": " sk-typed " }));
+    assert_eq!(kept["source"], "session", "no keychain in the tests' app: {kept}");
+
+    generate(&app, &llm, &dataset, 4);
+    let written = wait_for_generation(&app, "finish", |state| state["state"] != "running");
+    assert_eq!(written["state"], "written", "{written}");
+    assert_eq!((written["generated"].as_u64(), written["cancelled"].as_bool()), (Some(4), Some(false)));
+    let output = dir.path().join("smart_home.augmented.jsonl");
+    assert_eq!(written["path"], json!(output), "beside the dataset, as --augment names it");
+    let (originals, lines) = (lines_of(&dataset), lines_of(&output));
+    assert_eq!(lines.len(), originals.len() + 4);
+    assert_eq!(lines[..originals.len()], originals[..]);
+    // Two requests in flight: the replies arrive in either order, the first four rows are kept.
+    let shown: Vec<&str> = written["rows"].as_array().unwrap().iter().map(|r| r["query"].as_str().unwrap()).collect();
+    assert!(shown.len() == 4 && shown.iter().all(|query| query.starts_with("Set the ")), "{shown:?}");
+    assert_eq!(lines[originals.len()..].iter().filter(|line| line.contains("Set the")).count(), 4);
+
+    let seen = llm.seen();
+    assert!(seen.iter().all(|request| request.authorization.as_deref() == Some("Bearer sk-typed")));
+    assert_eq!(seen[0].body["model"], "stub/model");
+    // The key is in no file of the app's.
+    for entry in walk(&dir.path().join("data")) {
+        let text = std::fs::read(&entry).unwrap();
+        assert!(!String::from_utf8_lossy(&text).contains("sk-typed"), "{} holds the key", entry.display());
+    }
+
+    // A new row's line, as the doctor's line buttons show it.
+    let line = app.ok("dataset_line", json!({ "path": output, "line": originals.len() + 1 }));
+    assert!(line.as_str().unwrap().contains("\"query\": \"Set the "), "{line}");
+    let past = app.error("dataset_line", json!({ "path": output, "line": lines.len() + 1 }));
+    assert!(past.contains(&format!("has no line {}", lines.len() + 1)), "{past}");
+    // The doctor's findings come with the report.
+    let tokenizer = repo("tests/fixtures/models/tokenizer.model");
+    let report = app.ok("load_dataset", json!({ "path": output, "tokenizer": tokenizer, "maxLen": 512 }));
+    assert_eq!(report["doctor"]["rows"], lines.len(), "{report}");
+    assert!(report["doctor"]["summary"].as_str().is_some_and(|s| !s.is_empty()), "{report}");
+}
+
+#[test]
+fn a_wrong_key_fails_with_the_endpoints_refusal_and_no_key_names_the_variables() {
+    let dir = tempfile::tempdir().unwrap();
+    let (app, dataset) = generating_app(dir.path());
+    let llm = FakeLlm::start([], reply(&[thermostat("office", 20)]));
+    llm.require_key("sk-right");
+    app.ok("remember_key", json!({ "key": "sk-wrong" }));
+    generate(&app, &llm, &dataset, 2);
+    let failed = wait_for_generation(&app, "fail", |state| state["state"] != "running");
+    assert_eq!(failed["state"], "failed", "{failed}");
+    let message = failed["message"].as_str().unwrap();
+    assert!(message.contains("refused the key") && message.contains("OPENROUTER_API_KEY"), "{message}");
+    assert!(!dir.path().join("smart_home.augmented.jsonl").exists());
+
+    // Forgotten, and OpenRouter's own endpoint: the worker says which variables to set.
+    assert_eq!(app.ok("forget_key", json!({}))["source"], "none");
+    let request = json!({"dataset": dataset, "output": "", "count": "2", "model": "", "endpoint": ""});
+    app.ok("generate_examples", json!({ "request": request, "onEvent": CHANNEL }));
+    let failed = wait_for_generation(&app, "fail", |state| state["state"] != "running");
+    let message = failed["message"].as_str().unwrap_or_default();
+    assert!(message.contains("no API key") && message.contains("OPENROUTER_API_KEY"), "{failed}");
+    let typed = app.error("remember_key", json!({ "key": "  " }));
+    assert!(typed.contains("type the key"), "{typed}");
+    let count = app.error(
+        "generate_examples",
+        json!({ "request": {"dataset": dataset, "output": "", "count": "0", "model": "", "endpoint": ""},
+                "onEvent": CHANNEL }),
+    );
+    assert!(count.starts_with("Count:"), "{count}");
+}
+
+#[test]
+fn cancel_keeps_the_rows_that_arrived_and_writes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (app, dataset) = generating_app(dir.path());
+    let llm = FakeLlm::start(
+        [reply(&[thermostat("office", 20), thermostat("garage", 12)])],
+        Answer::Stall(Duration::from_secs(60)),
+    );
+    assert_eq!(app.ok("cancel_generation", json!({})), "idle");
+    let output = dir.path().join("more.jsonl");
+    let request = json!({"dataset": dataset, "output": dir.path().join("more"), "count": "10", "model": "", "endpoint": llm.url()});
+    app.ok("generate_examples", json!({ "request": request, "onEvent": CHANNEL }));
+    wait_for_generation(&app, "keep two rows", |state| state["generated"] == 2);
+    let again = app.error("generate_examples", json!({ "request": request, "onEvent": CHANNEL }));
+    assert!(again.contains("already being generated"), "{again}");
+    assert_eq!(app.ok("cancel_generation", json!({})), "stopping");
+    let written = wait_for_generation(&app, "write what arrived", |state| state["state"] != "running");
+    assert_eq!(written["state"], "written", "{written}");
+    assert_eq!((written["generated"].as_u64(), written["cancelled"].as_bool()), (Some(2), Some(true)));
+    assert_eq!(written["path"], json!(output), "a .jsonl, as the output is always named");
+    assert_eq!(lines_of(&output).len(), lines_of(&dataset).len() + 2);
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
 }

@@ -2,7 +2,9 @@
 //! `tauri-driver` and WebKitWebDriver as a user would on a first start — see both base models offered
 //! with their sizes, download Needle 2 from the hub (a loopback one), drop a dataset, read its report,
 //! start a run, watch it finish and draw its loss chart, build a `.cact` and check the file; then
-//! download Needle 3, tune it with a short run, ask it in Try and build its `.cact` (format v3).
+//! download Needle 3, tune it with a short run, ask it in Try and build its `.cact` (format v3); then
+//! generate more examples from an OpenAI-compatible endpoint on loopback, with progress, and open a
+//! doctor's finding's line.
 //!
 //! Needs `Xvfb`, `WebKitWebDriver` (Debian: `xvfb`, `webkit2gtk-driver`) and `tauri-driver`
 //! (`cargo install tauri-driver --locked`); `.ci/run` installs them. Without them this test fails and
@@ -21,6 +23,7 @@ use needle_engine::config::Generation;
 use needle_engine::dataset::Dataset;
 use needle_engine::tokenizer::Tokenizer;
 use needle_tests::fake_hub::{self, FakeHub, Faults};
+use needle_tests::fake_llm::{Answer, FakeLlm};
 use needle_tests::{fixture, read};
 use serde_json::{json, Value};
 
@@ -33,6 +36,8 @@ const QUICK_MAX_LEN: usize = 512;
 /// A Quick run on the example takes well under a minute; this is a bound for a slow CI machine.
 const RUN_TIMEOUT: Duration = Duration::from_secs(600);
 const UI_TIMEOUT: Duration = Duration::from_secs(60);
+/// The key the app finds in its environment, and the one the loopback endpoint wants.
+const LLM_KEY: &str = "sk-e2e";
 
 #[test]
 fn drop_a_dataset_train_and_build_a_cact_in_the_real_app() {
@@ -42,11 +47,13 @@ fn drop_a_dataset_train_and_build_a_cact_in_the_real_app() {
     let shots = screenshot_dir();
     let display = Xvfb::start(&tools.xvfb);
     let hub = fake_hub::published();
+    let llm = FakeLlm::start(generated_replies(), Answer::Status { status: 500, retry_now: true });
+    llm.require_key(LLM_KEY);
     let driver = TauriDriver::start(&tools, &display, scratch.path(), &hub);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     runtime.block_on(async {
         let client = connect(&driver, &app).await;
-        let outcome = drive(&client, &hub, scratch.path(), &shots).await;
+        let outcome = drive(&client, &hub, &llm, scratch.path(), &shots).await;
         if outcome.is_err() {
             // The whole window as it was when the test gave up.
             if let Ok(png) = client.screenshot().await {
@@ -61,7 +68,7 @@ fn drop_a_dataset_train_and_build_a_cact_in_the_real_app() {
 }
 
 /// The user's path through the window, checked at every stage.
-async fn drive(client: &Client, hub: &FakeHub, scratch: &Path, shots: &Path) -> Result<(), String> {
+async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, shots: &Path) -> Result<(), String> {
     let ui = Ui { client, shots };
 
     // Hardware: the badge names the backend the engine picked (CPU on a machine without a GPU).
@@ -249,8 +256,57 @@ async fn drive(client: &Client, hub: &FakeHub, scratch: &Path, shots: &Path) -> 
     }
     ui.click("tab-evaluate").await?;
     ui.poll("the Needle 3 .cact's scores", rows, UI_TIMEOUT, |n| n == "3").await?;
+    generate_more(&ui, llm, &dataset, scratch).await?;
     println!("run: {progress}; built {} ({} tensors)", out.display(), file.records.len());
     Ok(())
+}
+
+/// The Data step's Generate: six rows from the loopback endpoint (the key from the app's environment),
+/// the progress bar full, the rows shown, the written file the dataset; then a doctor's line opened.
+async fn generate_more(ui: &Ui<'_>, llm: &FakeLlm, dataset: &Path, scratch: &Path) -> Result<(), String> {
+    ui.click("tab-data").await?;
+    let source = ui.text("generate-key-source").await?;
+    if source != "From OPENROUTER_API_KEY" {
+        return Err(format!("the key's source reads {source:?}"));
+    }
+    ui.eval("document.getElementById('generate-count').value = '6'; return ''").await?;
+    ui.type_path("generate-endpoint", Path::new(llm.url())).await?;
+    let out = scratch.join("more.jsonl");
+    ui.type_path("generate-output", &out).await?;
+    ui.click("generate-button").await?;
+    let ended = ui.wait_status("generate-status", &["written", "failed"], UI_TIMEOUT).await?;
+    if ended != "written" {
+        return Err(format!("generation {ended}: {}", ui.text("generate-status").await?));
+    }
+    let progress =
+        ui.eval("const p = document.getElementById('generate-progress'); return p.value + '/' + p.max").await?;
+    let shown = ui.eval("return String(document.querySelectorAll('#generate-rows li').length)").await?;
+    let written = std::fs::read_to_string(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let originals = std::fs::read_to_string(dataset).map_err(|e| format!("{}: {e}", dataset.display()))?;
+    if (progress.as_str(), shown.as_str()) != ("6/6", "6") || written.lines().count() != originals.lines().count() + 6 {
+        return Err(format!("progress {progress}, {shown} rows shown, {} lines written", written.lines().count()));
+    }
+    ui.wait_for_text("dataset-path", &out.display().to_string()).await?;
+    ui.wait("the written file's report", "return !document.getElementById('dataset-report').hidden").await?;
+    ui.shot("9-generate", "generate").await?;
+    // A finding's line number shows that line of the file.
+    ui.wait("a finding's line", "return document.querySelector('#doctor-findings .line-link') !== null").await?;
+    ui.eval("document.querySelector('#doctor-findings .line-link').click(); return ''").await?;
+    ui.wait("the line's text", "return document.getElementById('doctor-line').textContent.includes('\"query\"')")
+        .await?;
+    ui.shot("2-doctor", "doctor").await
+}
+
+/// Three replies of two new rows for the example's tools.
+fn generated_replies() -> Vec<Answer> {
+    let row = |room: &str, celsius: u32| {
+        json!({"query": format!("Set the {room} to {celsius} degrees"), "reasoning": "from the query",
+               "answers": [{"name": "set_thermostat", "arguments": {"room": room, "celsius": celsius}}]})
+    };
+    [[("office", 20), ("garage", 12)], [("attic", 15), ("hallway", 19)], [("study", 22), ("porch", 10)]]
+        .iter()
+        .map(|pair| Answer::Reply(Value::Array(pair.iter().map(|(room, c)| row(room, *c)).collect()).to_string()))
+        .collect()
 }
 
 /// How many usable examples the engine finds in `dataset` at the Quick preset's length.
@@ -489,6 +545,10 @@ impl TauriDriver {
                 .env("WEBKIT_DISABLE_DMABUF_RENDERER", "1")
                 .env("LIBGL_ALWAYS_SOFTWARE", "1")
                 .env_remove("NEEDLE_DEVICE")
+                // Generate's key, from the environment as the CLI reads it; its endpoint is typed.
+                .env("OPENROUTER_API_KEY", LLM_KEY)
+                .env_remove("OPENAI_API_KEY")
+                .env_remove("OPENROUTER_URL")
                 .stdout(log_file.try_clone().expect("log file handle"))
                 .stderr(log_file),
         );

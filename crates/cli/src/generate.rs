@@ -118,14 +118,9 @@ pub fn augment(job: &Job, data: &Path, output: Option<&Path>) -> Result<(PathBuf
     }
     let text = std::fs::read_to_string(data).with_context(|| format!("reading {}", data.display()))?;
     let originals: Vec<&str> = text.lines().filter(|line| !line.trim().is_empty()).collect();
-    let output = output.map_or_else(|| augmented_path(data), Path::to_owned);
+    let output = output.map_or_else(|| generate::augmented_path(data), Path::to_owned);
     let cancelled = write_generated(job, &Value::Array(tools), &dataset.examples, &originals, &output)?;
     Ok((output, cancelled))
-}
-
-/// The reference's `path.replace(".jsonl", "") + ".augmented.jsonl"`.
-fn augmented_path(data: &Path) -> PathBuf {
-    PathBuf::from(format!("{}.augmented.jsonl", data.display().to_string().replace(".jsonl", "")))
 }
 
 /// Generates, then writes `originals` and the new rows to `output` atomically; says so on stdout.

@@ -162,6 +162,20 @@ impl Dataset {
         Ok(Dataset { path: path.to_owned(), examples, problems })
     }
 
+    /// Line `number` (1-based, counted as [`Dataset::load`] counts them, so a finding's line is this
+    /// one) of the file at `path` as it is written, or `None` past the file's end.
+    pub fn line_of(path: &Path, number: usize) -> Result<Option<String>, DatasetError> {
+        let read_error = |source| DatasetError::Read { path: path.to_owned(), source };
+        let file = std::fs::File::open(path).map_err(read_error)?;
+        for numbered in lines::numbered_lines(std::io::BufReader::new(file)) {
+            let (line, raw) = numbered.map_err(read_error)?;
+            if line == number {
+                return Ok(Some(String::from_utf8_lossy(&raw).into_owned()));
+            }
+        }
+        Ok(None)
+    }
+
     /// Tokenizes every example once, picks the sequence length for `cap` (`--max-len`) and
     /// reports on the result.
     pub fn prepare(&self, tokenizer: &Tokenizer, cap: usize) -> Result<Prepared, DatasetError> {

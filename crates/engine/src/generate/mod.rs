@@ -14,6 +14,7 @@ pub use client::Endpoint;
 pub use prompt::REFUSALS_PER_BATCH;
 
 use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -88,6 +89,12 @@ impl Endpoint {
         }
         Ok(Self { url, key })
     }
+}
+
+/// Where `--augment DATA.jsonl` writes by default, as the reference names it
+/// (`path.replace(".jsonl", "") + ".augmented.jsonl"`); the app offers the same.
+pub fn augmented_path(data: &Path) -> PathBuf {
+    PathBuf::from(format!("{}.augmented.jsonl", data.display().to_string().replace(".jsonl", "")))
 }
 
 /// Progress, after every reply.
