@@ -6,11 +6,9 @@
 
 use std::collections::BTreeMap;
 
+use super::needle3;
 use crate::checkpoint::{Checkpoint, NdArray};
 use crate::config::ModelConfig;
-
-/// The probe heads whose pooling has a row per depth (the embedding, then each block).
-const HEAD_KEYS: [&str; 3] = ["embedding_head", "confidence_head", "router_head"];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LadderError {
@@ -82,7 +80,8 @@ pub fn rung(ckpt: &mut Checkpoint, layers: Option<usize>) -> Result<(), LadderEr
         let key = path.split('/').next().unwrap_or_default();
         let sliced = if key == "stack" && path != "stack/final_norm/scale" {
             Some(take(&path, &array, 0, &selected, "block")?)
-        } else if HEAD_KEYS.contains(&key) {
+        } else if needle3::LAYOUT.heads.iter().any(|head| head.key == key) {
+            // A probe head pools a row per depth: the embedding's, then each block's.
             let leaf = path.rsplit('/').next().unwrap_or_default();
             match leaf {
                 "probes" | "gain" => Some(take(&path, &array, 0, &rows, "depth row")?),

@@ -37,14 +37,18 @@ pub fn activation_budget(device: &Device) -> u64 {
 /// when not even one row fits.
 pub fn forward_rows(config: &ModelConfig, seq_len: usize, batch: usize, budget: u64) -> usize {
     const FORWARD_ATTENTION_ROWS: f64 = 2.0;
-    let (d, t) = (config.d_model as f64, seq_len as f64);
-    let per_token = LANE_WIDE * (config.mhc_lanes * config.d_model) as f64
-        + MODEL_WIDE * d
-        + MLP_WIDE * config.hadamard_width() as f64
-        + FORWARD_ATTENTION_ROWS * config.num_heads as f64 * t
-        + config.vocab_size as f64;
-    let per_row = (4.0 * t * per_token).max(1.0);
+    let per_token = layer_floats_per_token(config, seq_len, FORWARD_ATTENTION_ROWS) + config.vocab_size as f64;
+    let per_row = (4.0 * seq_len as f64 * per_token).max(1.0);
     ((budget as f64 / per_row) as usize).min(batch)
+}
+
+/// Floats one layer's working set holds per token of a row of `seq_len`, with `attention_rows`
+/// per-head attention rows of the row's length (see the constants above).
+fn layer_floats_per_token(cfg: &ModelConfig, seq_len: usize, attention_rows: f64) -> f64 {
+    LANE_WIDE * (cfg.mhc_lanes * cfg.d_model) as f64
+        + MODEL_WIDE * cfg.d_model as f64
+        + MLP_WIDE * cfg.hadamard_width() as f64
+        + attention_rows * (cfg.num_heads * seq_len) as f64
 }
 
 /// Scored positions the CPU path projects to the vocabulary at a time (its logits buffer).
@@ -101,14 +105,8 @@ pub struct StepShape<'a> {
 impl StepShape<'_> {
     /// Activation bytes one layer keeps for the backward pass.
     fn layer_bytes(&self) -> f64 {
-        let cfg = self.config;
         let tokens = (self.batch * self.seq_len) as f64;
-        let d = cfg.d_model as f64;
-        let per_token = LANE_WIDE * (cfg.mhc_lanes * cfg.d_model) as f64
-            + MODEL_WIDE * d
-            + MLP_WIDE * cfg.hadamard_width() as f64
-            + ATTENTION_ROWS * (cfg.num_heads * self.seq_len) as f64;
-        4.0 * tokens * per_token
+        4.0 * tokens * layer_floats_per_token(self.config, self.seq_len, ATTENTION_ROWS)
     }
 
     /// The lanes between two layers: what a recomputing step keeps of every layer.
