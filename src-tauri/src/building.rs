@@ -45,14 +45,7 @@ pub fn start(
     if out.as_os_str().is_empty() {
         return Err("choose where to save the .cact".into());
     }
-    // Always a `.cact`: a save dialog that kept `notes.txt` must not overwrite that file.
-    let out = if out.extension().is_some_and(|ext| ext.eq_ignore_ascii_case("cact")) {
-        out
-    } else {
-        let mut name = out.clone().into_os_string();
-        name.push(".cact");
-        PathBuf::from(name)
-    };
+    let out = crate::ending_in(&out, "cact");
     let record = studio.runs().load(run_id)?;
     let entry = &record.entry;
     let adapter = entry.adapter.clone().ok_or("this run saved no adapter yet, so there is nothing to build")?;

@@ -184,12 +184,7 @@ pub fn output_path(dataset: &Path, output: &Path) -> PathBuf {
     if output.as_os_str().is_empty() {
         return generate::augmented_path(dataset);
     }
-    if output.extension().is_some_and(|ext| ext.eq_ignore_ascii_case("jsonl")) {
-        return output.to_owned();
-    }
-    let mut name = output.to_owned().into_os_string();
-    name.push(".jsonl");
-    PathBuf::from(name)
+    crate::ending_in(output, "jsonl")
 }
 
 /// Starts writing `request.count` more rows of `request.dataset`; the outcome comes on `channel`.

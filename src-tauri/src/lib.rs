@@ -27,7 +27,7 @@ mod tryout;
 mod worker;
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -89,6 +89,18 @@ pub fn on_run_event<R: Runtime>(app: &AppHandle<R>, event: RunEvent) {
 /// A poisoned lock only means a thread panicked mid-update; the state itself is still whole.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// `path`, with `.{extension}` added unless it already ends in it: a save dialog that kept
+/// `notes.txt` must not overwrite that file.
+pub(crate) fn ending_in(path: &Path, extension: &str) -> PathBuf {
+    if path.extension().is_some_and(|ext| ext.eq_ignore_ascii_case(extension)) {
+        return path.to_owned();
+    }
+    let mut name = path.as_os_str().to_owned();
+    name.push(".");
+    name.push(extension);
+    PathBuf::from(name)
 }
 
 /// The plugins and commands; the command tests build their mock app with the same.
