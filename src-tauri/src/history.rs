@@ -214,7 +214,7 @@ pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run_request::presets;
+    use needle_engine::settings::presets;
 
     fn request() -> RunRequest {
         RunRequest {

@@ -4,7 +4,7 @@
 //! renders what their channels send. Training and building run in a worker process ([`worker`]) that
 //! speaks `--events jsonl`, so a crash, an out-of-memory kill or a cancel never takes the window down.
 //!
-//! The rooms: [`run_request`] (a run as the Run panel asks for it, and the presets), [`run_slot`] (the
+//! The rooms: [`run_request`] (a run as the Run panel asks for it), [`run_slot`] (the
 //! one run in progress: start, cancel, close), [`training`] and [`building`] (the worker jobs that
 //! train and build a `.cact`, and what the window hears of them), [`generating`] (more examples for the
 //! dataset, written by an LLM) and [`api_key`] (its key), [`tryout`] (Try), [`base_model`]

@@ -1,55 +1,13 @@
-//! A training run as the app asks for it: the draft the Run panel sends while the user types, the
-//! checked request, and the presets that fill the settings. What each setting means, its range and
-//! its messages are the engine's ([`needle_engine::settings`]).
+//! A training run as the app asks for it: the draft the Run panel sends while the user types, and
+//! the checked request. What each setting means, its range, its messages and the presets that fill
+//! them are the engine's ([`needle_engine::settings`]).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use needle_engine::settings::{FieldErrors, TrainSettings};
-use serde::{Deserialize, Serialize};
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Preset {
-    pub name: &'static str,
-    pub label: &'static str,
-    pub description: &'static str,
-    pub settings: TrainSettings,
-}
-
-/// Quick, Balanced (the reference's recipe) and Thorough.
-pub fn presets() -> Vec<Preset> {
-    let balanced = TrainSettings::default();
-    vec![
-        Preset {
-            name: "quick",
-            label: "Quick",
-            description: "Short passes at a high learning rate with a small adapter: a first look in minutes.",
-            settings: TrainSettings {
-                epochs: 6,
-                lr: 2e-3,
-                rank: 8,
-                alpha: 16.0,
-                batch_size: 4,
-                max_len: 512,
-                val_split: 0.2,
-                ..balanced
-            },
-        },
-        Preset {
-            name: "balanced",
-            label: "Balanced",
-            description: "The recipe of the reference's `needle finetune`: three epochs, rank 16.",
-            settings: balanced,
-        },
-        Preset {
-            name: "thorough",
-            label: "Thorough",
-            description: "More epochs at a gentler rate with a larger adapter and validation split.",
-            settings: TrainSettings { epochs: 6, lr: 5e-5, rank: 32, alpha: 64.0, val_split: 0.15, ..balanced },
-        },
-    ]
-}
+use serde::Deserialize;
 
 /// A run as the UI sends it: each setting as typed (text, or a number), possibly missing or wrong.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -131,6 +89,7 @@ fn existing_file(errors: &mut FieldErrors, field: &'static str, path: Option<&st
 #[cfg(test)]
 mod tests {
     use super::*;
+    use needle_engine::settings::presets;
 
     fn draft(settings: serde_json::Value) -> RunDraft {
         let file = env!("CARGO_MANIFEST_PATH");

@@ -10,7 +10,7 @@ use needle_engine::checkpoint::file_generation;
 use needle_engine::config::Generation;
 use needle_engine::dataset::Dataset;
 use needle_engine::hub::{BaseModel, Hub};
-use needle_engine::settings::{form_fields, BuildWidth, Field, FormField, BUILD_WIDTHS};
+use needle_engine::settings::{form_fields, preset, presets, BuildWidth, Field, FormField, Preset, BUILD_WIDTHS};
 use needle_engine::train::Plan;
 use serde::Serialize;
 
@@ -19,7 +19,7 @@ use crate::base_model::Downloads;
 use crate::generating::Generations;
 use crate::history::{History, HistoryEntry};
 use crate::preferences::Preferences;
-use crate::run_request::{presets, Preset, RunDraft, RunRequest};
+use crate::run_request::{RunDraft, RunRequest};
 use crate::run_slot::RunSlot;
 use crate::worker::{Slot, Worker};
 use crate::{chart, lock, Launch};
@@ -94,7 +94,7 @@ impl Studio {
         if let Some(tokenizer) = launch.tokenizer.map(absolute) {
             settings.tokenizer = Some(tokenizer);
         }
-        if let Some(preset) = launch.preset.filter(|name| presets().iter().any(|p| p.name == name)) {
+        if let Some(preset) = launch.preset.filter(|name| preset(name).is_some()) {
             settings.preset = preset;
         }
         if settings.checkpoint.is_none() {
@@ -126,7 +126,7 @@ impl Studio {
             devices: self.devices(),
             settings: lock(&self.0.preferences).clone(),
             dataset: self.0.launch_dataset.clone(),
-            presets: presets(),
+            presets: presets().to_vec(),
             run_fields: form_fields(),
             build_widths: &BUILD_WIDTHS,
             history: self.history(),

@@ -132,6 +132,26 @@ fn dry_run_prints_the_plan_and_writes_nothing() {
 }
 
 #[test]
+fn a_preset_fills_the_settings_that_no_flag_beside_it_gives() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = |extra: &[&str]| {
+        let plan = events(&finetune("tiny_f32", &dir.path().join("plan.pkl"), &[&["--dry-run"], extra].concat()));
+        (plan[0]["validation"].as_u64(), plan[0]["steps"].as_u64(), plan[0]["trainable_parameters"].as_u64().unwrap())
+    };
+    // Quick: val split 0.2 (19 of 97 held out), batch 4 (20 steps an epoch), 6 epochs, rank 8.
+    let (validation, steps, quick_rank) = plan(&["--preset", "quick"]);
+    assert_eq!((validation, steps), (Some(19), Some(120)));
+    let (_, steps, half_rank) = plan(&["--preset", "quick", "--epochs", "2", "--lora-rank", "4"]);
+    assert_eq!((steps, half_rank * 2), (Some(40), quick_rank));
+    // Without a preset the reference's recipe: val split 0.1, batch 16, 3 epochs, rank 16.
+    let (validation, steps, recipe_rank) = plan(&[]);
+    assert_eq!((validation, steps, recipe_rank), (Some(9), Some(18), quick_rank * 2));
+    let refused = finetune("tiny_f32", &dir.path().join("plan.pkl"), &["--preset", "fast"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && stderr.contains("quick, balanced, thorough"), "{stderr}");
+}
+
+#[test]
 fn a_worker_whose_reader_goes_away_saves_what_it_learned_and_exits_cleanly() {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;

@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use needle_engine::backend::{self, DeviceRequest};
 use needle_engine::hub::BaseModel;
-use needle_engine::settings::{TrainSettings, TRAIN_FIELDS};
+use needle_engine::settings::{preset, presets, Field, TrainSettings};
 use needle_engine::train::state::state_path;
 use needle_engine::train::{Event, FinetuneOptions, Plan, Session};
 
@@ -130,14 +130,25 @@ pub fn run(mut args: Args) -> Result<()> {
     }
 }
 
-/// The run's hyper-parameters as flags, one per entry of the engine's [`TRAIN_FIELDS`] (so names,
-/// defaults and help are the ones the app shows); a value that is not a number, or not a whole one
-/// where a count is asked for, is refused here, and ranges by the engine when the run is prepared.
+/// The run's hyper-parameters as flags, one per entry of the engine's
+/// [`TRAIN_FIELDS`](needle_engine::settings::TRAIN_FIELDS) (so names,
+/// defaults and help are the ones the app shows), and `--preset`, the app's presets by name: it
+/// fills every setting that no flag beside it gives. A value that is not a number, or not a whole
+/// one where a count is asked for, is refused here, and ranges by the engine when the run is prepared.
 #[derive(Debug, Clone)]
 pub struct Settings(pub TrainSettings);
 
+const PRESET: &str = "preset";
+
 impl clap::Args for Settings {
     fn augment_args(command: clap::Command) -> clap::Command {
+        let names = presets().map(|preset| preset.name);
+        let command = command.arg(
+            clap::Arg::new(PRESET)
+                .long(PRESET)
+                .help("Start from the app's preset of that name; flags given beside it still apply")
+                .value_parser(clap::builder::PossibleValuesParser::new(names)),
+        );
         TrainSettings::default().written().fold(command, |command, (field, default)| {
             command.arg(
                 clap::Arg::new(field.name)
@@ -157,10 +168,19 @@ impl clap::Args for Settings {
 
 impl clap::FromArgMatches for Settings {
     fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
-        let values = TRAIN_FIELDS
-            .iter()
-            .filter_map(|field| {
-                Some((field.name.to_string(), matches.get_one::<serde_json::Value>(field.name)?.clone()))
+        let start = match matches.get_one::<String>(PRESET).and_then(|name| preset(name)) {
+            Some(preset) => preset.settings,
+            None => TrainSettings::default(),
+        };
+        let typed = |field: &Field| matches.value_source(field.name) == Some(clap::parser::ValueSource::CommandLine);
+        let values = start
+            .written()
+            .filter_map(|(field, start)| {
+                let value = match typed(field) {
+                    true => matches.get_one::<serde_json::Value>(field.name)?.clone(),
+                    false => field.parse(&start).ok()?,
+                };
+                Some((field.name.to_string(), value))
             })
             .collect();
         serde_json::from_value(serde_json::Value::Object(values))

@@ -35,6 +35,55 @@ impl Default for TrainSettings {
     }
 }
 
+/// A named set of [`TrainSettings`]: what the app's Run panel offers as one click and
+/// `needle finetune --preset` fills before any flag given beside it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Preset {
+    pub name: &'static str,
+    pub label: &'static str,
+    pub description: &'static str,
+    pub settings: TrainSettings,
+}
+
+/// Quick (the first run's), Balanced (the reference's recipe) and Thorough.
+pub fn presets() -> [Preset; 3] {
+    let balanced = TrainSettings::default();
+    [
+        Preset {
+            name: "quick",
+            label: "Quick",
+            description: "Short passes at a high learning rate with a small adapter: a first look in minutes.",
+            settings: TrainSettings {
+                epochs: 6,
+                lr: 2e-3,
+                rank: 8,
+                alpha: 16.0,
+                batch_size: 4,
+                max_len: 512,
+                val_split: 0.2,
+                ..balanced
+            },
+        },
+        Preset {
+            name: "balanced",
+            label: "Balanced",
+            description: "The recipe of the reference's `needle finetune`: three epochs, rank 16.",
+            settings: balanced,
+        },
+        Preset {
+            name: "thorough",
+            label: "Thorough",
+            description: "More epochs at a gentler rate with a larger adapter and validation split.",
+            settings: TrainSettings { epochs: 6, lr: 5e-5, rank: 32, alpha: 64.0, val_split: 0.15, ..balanced },
+        },
+    ]
+}
+
+/// The preset called `name`.
+pub fn preset(name: &str) -> Option<Preset> {
+    presets().into_iter().find(|preset| preset.name == name)
+}
+
 /// One end of a field's range.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Bound {
