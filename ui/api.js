@@ -20,9 +20,12 @@
 /** @typedef {import('./types.js').Opened} Opened */
 /** @typedef {import('./types.js').Plan} Plan */
 /** @typedef {import('./types.js').Preferences} Preferences */
+/** @typedef {import('./types.js').PublishMessage} PublishMessage */
+/** @typedef {import('./types.js').PublishSetup} PublishSetup */
 /** @typedef {import('./types.js').Question} Question */
 /** @typedef {import('./types.js').RunDraft} RunDraft */
 /** @typedef {import('./types.js').RunMessage} RunMessage */
+/** @typedef {import('./types.js').SecretName} SecretName */
 /** @typedef {import('./types.js').Startup} Startup */
 
 /**
@@ -105,11 +108,11 @@ export const datasetLine = (path, line) => invoke('dataset_line', { path, line }
 /** @returns {Promise<GenerateSetup>} */
 export const generateSetup = () => invoke('generate_setup');
 
-/** @param {string} key @returns {Promise<KeySource>} where it is kept */
-export const rememberKey = (key) => invoke('remember_key', { key });
+/** @param {SecretName} name @param {string} key @returns {Promise<KeySource>} where it is kept */
+export const rememberKey = (name, key) => invoke('remember_key', { name, key });
 
-/** @returns {Promise<KeySource>} */
-export const forgetKey = () => invoke('forget_key');
+/** @param {SecretName} name @returns {Promise<KeySource>} */
+export const forgetKey = (name) => invoke('forget_key', { name });
 
 /**
  * @param {GenerateRequest} request @param {(message: GenerateMessage) => void} onEvent
@@ -148,6 +151,15 @@ export const cancelRun = () => invoke('cancel_run');
  */
 export const buildCact = (runId, bits, out, onEvent) =>
   invoke('build_cact', { runId, bits, out, onEvent: channel(onEvent) });
+
+/** @returns {Promise<PublishSetup>} */
+export const publishSetup = () => invoke('publish_setup');
+
+/**
+ * @param {string} runId @param {string} repo @param {(message: PublishMessage) => void} onEvent
+ * @returns {Promise<void>}
+ */
+export const publishCact = (runId, repo, onEvent) => invoke('publish_cact', { runId, repo, onEvent: channel(onEvent) });
 
 /** @param {Question} question @returns {Promise<Answers>} */
 export const tryModel = (question) => invoke('try_model', { question });

@@ -13,7 +13,7 @@ import { renderHardware, wireHardware } from './hardware.js';
 import { renderHistory } from './history.js';
 import { refreshHub, showModelPaths, wireModel } from './model.js';
 import { wireProgress } from './progress.js';
-import { showBuildWidths, wireResult } from './result.js';
+import { showBuildWidths, showPublishSetup, wireResult } from './result.js';
 import { runInputsChanged, showRunSettings, wireRun } from './run.js';
 import { showTab, wireSteps } from './steps.js';
 
@@ -44,6 +44,7 @@ async function init() {
     if (startup.dataset) loadDataset(startup.dataset);
     refreshHub();
     showGenerateSetup();
+    showPublishSetup();
   } catch (error) {
     setMessage($('app-error'), `Could not start: ${errorText(error)}`);
   }

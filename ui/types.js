@@ -130,7 +130,18 @@
  *   | {event: 'started', file: string, total: number, resumed_from: number}
  *   | {event: 'progress', file: string, bytes: number, total: number, bytes_per_s: number, eta_s: number}
  *   | {event: 'downloaded', file: string, path: string, bytes: number}
+ *   | {event: 'uploading', file: string, total: number}
+ *   | ({event: 'uploaded'} & Uploaded)
  *   | {event: 'failed', message: string}} HubEvent
+ */
+
+/**
+ * A file committed to a repository on the hub (`needle_engine::hub::Uploaded`).
+ * @typedef {object} Uploaded
+ * @property {string} file `org/model/path`
+ * @property {number} bytes
+ * @property {string} url The repository's page.
+ * @property {string|null} commit `null`: the repository already held these bytes there.
  */
 
 /**
@@ -206,8 +217,10 @@
 
 // ---------- generate ----------
 
+/** @typedef {'generate_key'|'hub_token'} SecretName Which secret (`api_key::SecretName`). */
+
 /**
- * Where the key to the endpoint comes from (`api_key::KeySource`).
+ * Where a secret (Generate's key, Publish's token) comes from (`api_key::KeySource`).
  * @typedef {{source: 'environment', variable: string}
  *   | {source: 'keychain'}
  *   | {source: 'session', note: string}
@@ -401,6 +414,30 @@
  *   | {kind: 'scoring'}
  *   | {kind: 'built', cact: CactInfo, entry: HistoryEntry}
  *   | {kind: 'failed', message: string}} BuildMessage
+ */
+
+// ---------- publish ----------
+
+/**
+ * The upload as the app last heard of it (`publishing::PublishState`).
+ * @typedef {{state: 'idle'}
+ *   | {state: 'running', file: string, bytes: number, total: number}
+ *   | ({state: 'published'} & Uploaded)
+ *   | {state: 'failed', message: string}} PublishState
+ */
+
+/**
+ * What the Publish form starts with (`publishing::PublishSetup`).
+ * @typedef {object} PublishSetup
+ * @property {string|null} repo `NEEDLE_HF_REPO`, when set.
+ * @property {KeySource} token
+ * @property {PublishState} state
+ */
+
+/**
+ * The publish channel (`publishing::PublishMessage`).
+ * @typedef {({kind: 'progress'} & HubEvent)
+ *   | {kind: 'finished', state: PublishState}} PublishMessage
  */
 
 // ---------- try ----------

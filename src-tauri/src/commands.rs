@@ -11,12 +11,13 @@ use tauri::ipc::Channel;
 use tauri::{AppHandle, Runtime, State};
 use tauri_plugin_notification::NotificationExt;
 
-use crate::api_key::KeySource;
+use crate::api_key::{KeySource, SecretName};
 use crate::base_model::{BaseModelStatus, CancelDownload, DownloadMessage};
 use crate::building::BuildMessage;
 use crate::generating::{GenerateMessage, GenerateRequest, GenerateSetup};
 use crate::history::HistoryEntry;
 use crate::preferences::Preferences;
+use crate::publishing::{PublishMessage, PublishSetup};
 use crate::run_request::RunDraft;
 use crate::run_slot::CancelRun;
 use crate::studio::{Opened, Startup, Studio};
@@ -94,17 +95,17 @@ pub async fn generate_setup(studio: State<'_, Studio>) -> Result<GenerateSetup> 
     blocking(move || Ok(crate::generating::setup(&studio))).await
 }
 
-/// Keeps a typed key in the keychain (or, without one, in memory until the app closes).
+/// Keeps a typed key or token in the keychain (or, without one, in memory until the app closes).
 #[tauri::command]
-pub async fn remember_key(studio: State<'_, Studio>, key: String) -> Result<KeySource> {
+pub async fn remember_key(studio: State<'_, Studio>, name: SecretName, key: String) -> Result<KeySource> {
     let studio = studio.inner().clone();
-    blocking(move || studio.keys().remember(&key)).await
+    blocking(move || studio.secret(name).remember(&key)).await
 }
 
 #[tauri::command]
-pub async fn forget_key(studio: State<'_, Studio>) -> Result<KeySource> {
+pub async fn forget_key(studio: State<'_, Studio>, name: SecretName) -> Result<KeySource> {
     let studio = studio.inner().clone();
-    blocking(move || Ok(studio.keys().forget())).await
+    blocking(move || Ok(studio.secret(name).forget())).await
 }
 
 #[tauri::command]
@@ -176,6 +177,21 @@ pub async fn build_cact(
     on_event: Channel<BuildMessage>,
 ) -> Result<()> {
     crate::building::start(&studio, &run_id, bits, out, on_event)
+}
+
+#[tauri::command]
+pub fn publish_setup(studio: State<'_, Studio>) -> PublishSetup {
+    crate::publishing::setup(&studio)
+}
+
+#[tauri::command]
+pub fn publish_cact(
+    studio: State<'_, Studio>,
+    run_id: String,
+    repo: String,
+    on_event: Channel<PublishMessage>,
+) -> Result<()> {
+    crate::publishing::start(&studio, &run_id, &repo, on_event)
 }
 
 #[tauri::command]

@@ -173,7 +173,7 @@ pub fn setup(studio: &Studio) -> GenerateSetup {
         count: DEFAULT_NUM_SAMPLES,
         model: DEFAULT_MODEL,
         endpoint,
-        key: studio.keys().source(),
+        key: studio.generate_key().source(),
         state: studio.generations().state(),
     }
 }
@@ -221,7 +221,7 @@ pub fn start(studio: &Studio, request: &GenerateRequest, channel: Channel<Genera
     if !request.endpoint.trim().is_empty() {
         args.extend(["--endpoint".into(), request.endpoint.trim().into()]);
     }
-    let env = studio.keys().worker_env();
+    let env = studio.generate_key().worker_env();
     let env: Vec<(&str, Option<&str>)> = env.iter().map(|(name, value)| (*name, value.as_deref())).collect();
 
     let generations = studio.generations();

@@ -7,7 +7,8 @@
 //! The rooms: [`run_request`] (a run as the Run panel asks for it, and the presets), [`run_slot`] (the
 //! one run in progress: start, cancel, close), [`training`] and [`building`] (the worker jobs that
 //! train and build a `.cact`, and what the window hears of them), [`generating`] (more examples for the
-//! dataset, written by an LLM) and [`api_key`] (its key), [`tryout`] (Try), [`base_model`]
+//! dataset, written by an LLM), [`publishing`] (a built `.cact` pushed to the hub), [`api_key`] (their
+//! key and token), [`tryout`] (Try), [`base_model`]
 //! (the published base models and their download), [`history`] (past runs on disk), [`preferences`]
 //! (what the app remembers between launches), [`chart`] (the loss chart).
 
@@ -19,6 +20,7 @@ mod commands;
 mod generating;
 mod history;
 mod preferences;
+mod publishing;
 mod run_request;
 mod run_slot;
 mod studio;
@@ -129,6 +131,8 @@ pub fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R
             commands::resume_run,
             commands::cancel_run,
             commands::build_cact,
+            commands::publish_setup,
+            commands::publish_cact,
             commands::try_model,
             commands::history,
             commands::open_run,

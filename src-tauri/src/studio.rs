@@ -14,11 +14,12 @@ use needle_engine::settings::{form_fields, BuildWidth, Field, FormField, BUILD_W
 use needle_engine::train::Plan;
 use serde::Serialize;
 
-use crate::api_key::Keys;
+use crate::api_key::{Keys, SecretName, GENERATE_KEY, HUB_TOKEN};
 use crate::base_model::Downloads;
 use crate::generating::Generations;
 use crate::history::{History, HistoryEntry};
 use crate::preferences::Preferences;
+use crate::publishing::Publishing;
 use crate::run_request::{presets, Preset, RunDraft, RunRequest};
 use crate::run_slot::RunSlot;
 use crate::worker::{Slot, Worker};
@@ -45,8 +46,11 @@ struct Inner {
     /// ends it.
     report: Slot,
     /// The key to the endpoint that writes new examples, and the generation in progress.
-    keys: Keys,
+    generate_key: Keys,
     generations: Generations,
+    /// The token Publish uploads with, and the upload in progress.
+    hub_token: Keys,
+    publishing: Publishing,
 }
 
 /// Everything the window shows when it opens.
@@ -115,8 +119,10 @@ impl Studio {
             preferences: Mutex::new(settings),
             run: RunSlot::default(),
             report: Slot::default(),
-            keys: Keys::default(),
+            generate_key: Keys::new(GENERATE_KEY),
             generations: Generations::default(),
+            hub_token: Keys::new(HUB_TOKEN),
+            publishing: Publishing::default(),
         })))
     }
 
@@ -229,7 +235,8 @@ impl Studio {
     /// Keys typed from now on stay in this process's memory, and the environment's keys are not
     /// read: the tests' app, which must neither use the developer's keys nor write their keychain.
     pub fn isolate_keys(&self) {
-        self.0.keys.isolate();
+        self.0.generate_key.isolate();
+        self.0.hub_token.isolate();
     }
 
     pub fn history(&self) -> Vec<HistoryEntry> {
@@ -266,8 +273,23 @@ impl Studio {
         &self.0.worker
     }
 
-    pub(crate) fn keys(&self) -> &Keys {
-        &self.0.keys
+    pub(crate) fn secret(&self, name: SecretName) -> &Keys {
+        match name {
+            SecretName::GenerateKey => &self.0.generate_key,
+            SecretName::HubToken => &self.0.hub_token,
+        }
+    }
+
+    pub(crate) fn generate_key(&self) -> &Keys {
+        &self.0.generate_key
+    }
+
+    pub(crate) fn hub_token(&self) -> &Keys {
+        &self.0.hub_token
+    }
+
+    pub(crate) fn publishing(&self) -> &Publishing {
+        &self.0.publishing
     }
 
     pub(crate) fn generations(&self) -> &Generations {

@@ -32,14 +32,19 @@ struct App {
 impl App {
     /// Opened with the fixture model, and a hub that is offline with an empty cache.
     fn open(data_dir: &Path) -> Self {
+        let hub =
+            Hub { endpoint: "http://127.0.0.1:9".into(), token: None, offline: true, cache: data_dir.join("hub") };
+        Self::open_on(data_dir, hub)
+    }
+
+    /// Opened with the fixture model, and `hub`.
+    fn open_on(data_dir: &Path, hub: Hub) -> Self {
         let launch = Launch {
             dataset: Some(repo("examples/smart_home.jsonl")),
             checkpoint: Some(repo("tests/fixtures/models/pretrained.pkl")),
             tokenizer: None,
             preset: None,
         };
-        let hub =
-            Hub { endpoint: "http://127.0.0.1:9".into(), token: None, offline: true, cache: data_dir.join("hub") };
         Self::open_with(data_dir, launch, hub)
     }
 
@@ -205,9 +210,12 @@ fn validation_marks_each_bad_field_and_start_refuses_the_run() {
 }
 
 #[test]
-fn a_run_trains_in_the_worker_and_builds_a_cact() {
+fn a_run_trains_in_the_worker_builds_a_cact_and_publishes_it() {
     let dir = tempfile::tempdir().unwrap();
-    let app = App::open(dir.path());
+    // A hub on loopback for Publish; nothing else asks it anything.
+    let fake = fake_hub::published();
+    let hub = Hub { endpoint: fake.endpoint().into(), token: None, offline: false, cache: dir.path().join("hub") };
+    let app = App::open_on(dir.path(), hub);
     let plan = app.ok("plan_run", json!({ "run": run(json!({})) }));
     let steps = plan["steps"].as_u64().unwrap();
     assert!(steps > 0 && plan["memory_estimate_bytes"].as_u64().unwrap() > 0, "{plan}");
@@ -246,6 +254,23 @@ fn a_run_trains_in_the_worker_and_builds_a_cact() {
     // The file's own weights answered the same held-out examples.
     assert_eq!(built["cact"]["scores"]["calls"]["examples"].as_u64(), Some(held_out), "{built}");
     assert!(built["cact"]["scores"]["loss"].as_f64().unwrap().is_finite(), "{built}");
+
+    // Publish: the built file to a model repository on the hub, with a token typed in the window.
+    app.studio().isolate_keys();
+    let setup = app.ok("publish_setup", json!({}));
+    assert_eq!((setup["token"]["source"].as_str(), setup["state"]["state"].as_str()), (Some("none"), Some("idle")));
+    let publish = |repo: &str| json!({ "runId": id, "repo": repo, "onEvent": CHANNEL });
+    assert!(app.error("publish_cact", publish("needle")).contains("<you>/<model>"));
+    assert!(app.error("publish_cact", publish("alice/needle-home")).contains("token with write access"));
+    app.ok("remember_key", json!({ "name": "hub_token", "key": "hf_typed" }));
+    app.ok("publish_cact", publish("alice/needle-home"));
+    let setup_state = || app.ok("publish_setup", json!({}))["state"].clone();
+    let published = poll("the upload to end", setup_state, |state| state["state"] != "running");
+    assert_eq!(published["state"], "published", "{published}");
+    assert_eq!(published["url"], format!("{}/alice/needle-home", fake.endpoint()));
+    let pushed = fake.file("alice/needle-home", "tuned.cact").expect("the .cact is on the hub");
+    assert_eq!(pushed.bytes, std::fs::read(&out).unwrap());
+    assert!(fake.seen().iter().all(|seen| seen.path.starts_with("/upload/") || seen.authorization.as_deref() == Some("Bearer hf_typed")));
 
     // Try: the base and the tuned model answer the same question side by side.
     let sample = &app.ok(
@@ -520,13 +545,18 @@ fn generate(app: &App, llm: &FakeLlm, dataset: &Path, count: u32) {
 
 /// Polls the generation until `done` says so; its state.
 fn wait_for_generation(app: &App, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    poll(&format!("the generation to {what}"), || app.ok("generate_setup", json!({}))["state"].clone(), done)
+}
+
+/// Polls `state` until `done` says so; that state.
+fn poll(what: &str, state: impl Fn() -> Value, done: impl Fn(&Value) -> bool) -> Value {
     let start = Instant::now();
     loop {
-        let state = app.ok("generate_setup", json!({}))["state"].clone();
-        if done(&state) {
-            return state;
+        let now = state();
+        if done(&now) {
+            return now;
         }
-        assert!(start.elapsed() < Duration::from_secs(60), "timed out waiting for the generation to {what}: {state}");
+        assert!(start.elapsed() < Duration::from_secs(60), "timed out waiting for {what}: {now}");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -547,7 +577,7 @@ fn generate_writes_new_rows_after_the_dataset_with_the_typed_key_in_the_workers_
     let setup = app.ok("generate_setup", json!({}));
     assert_eq!((setup["key"]["source"].as_str(), setup["state"]["state"].as_str()), (Some("none"), Some("idle")));
     assert_eq!(setup["model"], "deepseek/deepseek-v4-flash");
-    let kept = app.ok("remember_key", json!({ "key": " sk-typed " }));
+    let kept = app.ok("remember_key", json!({ "name": "generate_key", "key": " sk-typed " }));
     assert_eq!(kept["source"], "session", "no keychain in the tests' app: {kept}");
 
     generate(&app, &llm, &dataset, 4);
@@ -591,7 +621,7 @@ fn a_wrong_key_fails_with_the_endpoints_refusal_and_no_key_names_the_variables()
     let (app, dataset) = generating_app(dir.path());
     let llm = FakeLlm::start([], reply(&[thermostat("office", 20)]));
     llm.require_key("sk-right");
-    app.ok("remember_key", json!({ "key": "sk-wrong" }));
+    app.ok("remember_key", json!({ "name": "generate_key", "key": "sk-wrong" }));
     generate(&app, &llm, &dataset, 2);
     let failed = wait_for_generation(&app, "fail", |state| state["state"] != "running");
     assert_eq!(failed["state"], "failed", "{failed}");
@@ -600,13 +630,13 @@ fn a_wrong_key_fails_with_the_endpoints_refusal_and_no_key_names_the_variables()
     assert!(!dir.path().join("smart_home.augmented.jsonl").exists());
 
     // Forgotten, and OpenRouter's own endpoint: the worker says which variables to set.
-    assert_eq!(app.ok("forget_key", json!({}))["source"], "none");
+    assert_eq!(app.ok("forget_key", json!({ "name": "generate_key" }))["source"], "none");
     let request = json!({"dataset": dataset, "output": "", "count": "2", "model": "", "endpoint": ""});
     app.ok("generate_examples", json!({ "request": request, "onEvent": CHANNEL }));
     let failed = wait_for_generation(&app, "fail", |state| state["state"] != "running");
     let message = failed["message"].as_str().unwrap_or_default();
     assert!(message.contains("no API key") && message.contains("OPENROUTER_API_KEY"), "{failed}");
-    let typed = app.error("remember_key", json!({ "key": "  " }));
+    let typed = app.error("remember_key", json!({ "name": "generate_key", "key": "  " }));
     assert!(typed.contains("type the key"), "{typed}");
     let count = app.error(
         "generate_examples",
