@@ -35,10 +35,10 @@ async function init() {
     const startup = await api.startup();
     showRunSettings(startup);
     showBuildWidths(startup.build_widths);
-    renderHardware(startup.hardware, startup.devices, startup.settings.device);
-    showModelPaths(startup.settings);
+    renderHardware(startup.hardware, startup.devices, startup.preferences.device);
+    showModelPaths(startup.preferences);
     // A first start has no base model yet: that is the first step. Otherwise start with the data.
-    showTab(startup.settings.checkpoint ? 'data' : 'model');
+    showTab(startup.preferences.checkpoint ? 'data' : 'model');
     runInputsChanged();
     renderHistory(startup.history);
     if (startup.dataset) loadDataset(startup.dataset);

@@ -64,7 +64,7 @@
  */
 
 /**
- * @typedef {object} Preset `run_request::Preset`
+ * @typedef {object} Preset `training_request::Preset`
  * @property {string} name
  * @property {string} label
  * @property {string} description
@@ -76,10 +76,10 @@
  * @typedef {object} Startup
  * @property {BackendInfo} hardware
  * @property {string[]} devices The device selector's choices: `auto`, then the compiled backends.
- * @property {Preferences} settings
+ * @property {Preferences} preferences
  * @property {string|null} dataset The dataset given at launch.
  * @property {Preset[]} presets
- * @property {FormField[]} run_fields The Run panel's fields, in display order.
+ * @property {FormField[]} training_fields The Run panel's fields, in display order.
  * @property {BuildWidth[]} build_widths
  * @property {HistoryEntry[]} history
  */
@@ -277,11 +277,11 @@
  *   | {kind: 'finished', state: GenerationState}} GenerateMessage
  */
 
-// ---------- runs ----------
+// ---------- training ----------
 
 /**
- * A run as the window sends it (`run_request::RunDraft`): each setting as typed, checked by the app.
- * @typedef {object} RunDraft
+ * A training as the window sends it (`training_request::TrainingDraft`): each setting as typed, checked by the app.
+ * @typedef {object} TrainingDraft
  * @property {string} dataset
  * @property {string} checkpoint
  * @property {string} tokenizer
@@ -351,16 +351,22 @@
  */
 
 /**
- * One run as the History panel lists it (`history::HistoryEntry`).
- * @typedef {object} HistoryEntry
- * @property {string} id
- * @property {number} started_at Unix seconds.
+ * A checked training, as its history entry keeps it (`training_request::TrainingRequest`).
+ * @typedef {object} TrainingRequest
  * @property {string} dataset
  * @property {string} checkpoint
  * @property {string} tokenizer
  * @property {string} device
- * @property {string|null} backend
  * @property {TrainSettings} settings
+ */
+
+/**
+ * One training as the History panel lists it (`history::HistoryEntry`).
+ * @typedef {object} HistoryEntry
+ * @property {string} id
+ * @property {number} started_at Unix seconds.
+ * @property {TrainingRequest} request
+ * @property {string|null} backend
  * @property {RunStatus} status
  * @property {number|null} seconds
  * @property {number} steps_done
@@ -389,15 +395,15 @@
  */
 
 /**
- * The run channel (`training::RunMessage`).
+ * The run channel (`training::TrainingMessage`).
  * @typedef {({kind: 'progress'} & TrainEvent)
  *   | {kind: 'chart', svg: string}
  *   | {kind: 'log', line: string}
  *   | {kind: 'finished', entry: HistoryEntry}
- *   | {kind: 'failed', message: string, entry: HistoryEntry}} RunMessage
+ *   | {kind: 'failed', message: string, entry: HistoryEntry}} TrainingMessage
  */
 
-/** @typedef {'stopping'|'killed'|'idle'} CancelRun The answer to Cancel (`run_slot::CancelRun`). */
+/** @typedef {'stopping'|'killed'|'idle'} CancelAnswer The answer to Cancel (`training_slot::CancelAnswer`). */
 
 // ---------- build ----------
 

@@ -16,8 +16,8 @@ use tauri::ipc::Channel;
 
 use crate::api_key::KeySource;
 use crate::lock;
-use crate::run_slot::CancelRun;
 use crate::studio::Studio;
+use crate::training_slot::CancelAnswer;
 use crate::worker::{Exit, Job, Line, Watcher};
 
 /// How many of the new rows the window is shown (the file has them all).
@@ -126,18 +126,18 @@ impl Generations {
     }
 
     /// First press: the worker stops asking and writes what arrived. Second press: it is ended.
-    pub fn cancel(&self) -> CancelRun {
+    pub fn cancel(&self) -> CancelAnswer {
         let mut slot = lock(&self.0);
-        let Slot { state, job: Some(job) } = &mut *slot else { return CancelRun::Idle };
+        let Slot { state, job: Some(job) } = &mut *slot else { return CancelAnswer::Idle };
         match state {
             Some(GenerationState::Running { stopping, .. }) if !*stopping => {
                 *stopping = true;
                 job.ask_to_stop();
-                CancelRun::Stopping
+                CancelAnswer::Stopping
             }
             _ => {
                 job.kill();
-                CancelRun::Killed
+                CancelAnswer::Killed
             }
         }
     }

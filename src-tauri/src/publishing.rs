@@ -86,7 +86,7 @@ pub fn start(studio: &Studio, run_id: &str, repo: &str, channel: Channel<Publish
     if !is_repo_name(repo) {
         return Err("type the model repository as <you>/<model>".into());
     }
-    let cact = studio.runs().load(run_id)?.entry.cact.ok_or("build the .cact first, then publish it")?;
+    let cact = studio.history().load(run_id)?.entry.cact.ok_or("build the .cact first, then publish it")?;
     let name = cact.path.file_name().ok_or("the built file has no name")?.to_string_lossy().into_owned();
     let token = studio.hub_token().value().or_else(|| studio.hub().token.clone());
     let token = token.ok_or("type a Hugging Face token with write access (https://huggingface.co/settings/tokens)")?;
