@@ -1,11 +1,13 @@
-//! A model hub on loopback for the download tests: it serves files at the Hugging Face hub's URL
-//! layout with its headers (`X-Repo-Commit`, `X-Linked-Etag`/`X-Linked-Size` and a redirect to
-//! storage for large files, a git-blob `ETag` for small ones, `Range` requests), and can misbehave on
-//! request: cut a transfer part-way, send wrong bytes, ask for a token, send slowly. No test touches
-//! the internet.
+//! A model hub on loopback for the download and upload tests: it serves files at the Hugging Face
+//! hub's URL layout with its headers (`X-Repo-Commit`, `X-Linked-Etag`/`X-Linked-Size` and a redirect
+//! to storage for large files, a git-blob `ETag` for small ones, `Range` requests), takes new ones
+//! through the hub's upload API ([`writes`]), and can misbehave on request: cut a transfer part-way,
+//! send wrong bytes, ask for a token, send slowly, refuse to write. No test touches the internet.
+
+mod writes;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -39,6 +41,10 @@ pub struct Faults {
     pub short_size: bool,
     /// Send the body at about this many bytes per second.
     pub bytes_per_s: Option<u64>,
+    /// Answer 403 to every write, as the hub does for a token that may only read.
+    pub read_only: bool,
+    /// Have LFS uploads sent in parts of this many bytes (the hub's multipart transfer).
+    pub part_bytes: Option<usize>,
 }
 
 /// One request as the hub saw it.
@@ -52,8 +58,16 @@ pub struct Seen {
 
 #[derive(Default)]
 struct State {
-    /// The origin of the storage that large files redirect to.
+    /// The hub's own origin.
+    endpoint: String,
+    /// The origin of the storage that large files redirect to (and uploads go to).
     storage: String,
+    /// Repositories made through the API (those of `files` exist too).
+    repos: std::collections::BTreeSet<String>,
+    /// LFS objects in storage by sha256, uploaded and not yet (or already) committed.
+    objects: BTreeMap<String, Vec<u8>>,
+    /// Parts of multipart uploads, by sha256 and part number.
+    parts: BTreeMap<(String, usize), Vec<u8>>,
     files: BTreeMap<String, HubFile>,
     faults: Faults,
     seen: Vec<Seen>,
@@ -92,6 +106,7 @@ impl FakeHub {
         let storage = listen(&state);
         lock(&state).storage = storage;
         let endpoint = listen(&state);
+        lock(&state).endpoint = endpoint.clone();
         Self { endpoint, state }
     }
 
@@ -107,6 +122,11 @@ impl FakeHub {
     /// Every request so far, in order.
     pub fn seen(&self) -> Vec<Seen> {
         lock(&self.state).seen.clone()
+    }
+
+    /// The file at `path` in `repo`, as served (an uploaded one included).
+    pub fn file(&self, repo: &str, path: &str) -> Option<HubFile> {
+        lock(&self.state).files.get(&format!("{repo}/{path}")).cloned()
     }
 
     /// The file's resolve URL, as error messages print it.
@@ -168,6 +188,12 @@ fn serve(stream: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
     };
     let head = method == "HEAD";
     let mut out = stream;
+    if writes::is_write(&method, &target) {
+        let length = headers.get("content-length").and_then(|n| n.parse().ok()).unwrap_or(0);
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body)?;
+        return writes::serve(&mut out, state, &method, &target, &headers, &body);
+    }
 
     // Storage: `/cdn/<sha256>` serves an LFS file's bytes, as the hub's redirect target does.
     if let Some(sha) = target.strip_prefix("/cdn/") {
@@ -280,7 +306,9 @@ fn reason(status: u16) -> &'static str {
         206 => "Partial Content",
         302 => "Found",
         401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "Not Found",
+        409 => "Conflict",
         416 => "Range Not Satisfiable",
         _ => "Status",
     }

@@ -7,7 +7,7 @@
 /** @typedef {import('./types.js').BaseModelStatus} BaseModelStatus */
 /** @typedef {import('./types.js').BuildMessage} BuildMessage */
 /** @typedef {import('./types.js').CancelDownload} CancelDownload */
-/** @typedef {import('./types.js').CancelRun} CancelRun */
+/** @typedef {import('./types.js').CancelAnswer} CancelAnswer */
 /** @typedef {import('./types.js').DatasetReport} DatasetReport */
 /** @typedef {import('./types.js').DownloadMessage} DownloadMessage */
 /** @typedef {import('./types.js').FieldErrors} FieldErrors */
@@ -20,9 +20,12 @@
 /** @typedef {import('./types.js').Opened} Opened */
 /** @typedef {import('./types.js').Plan} Plan */
 /** @typedef {import('./types.js').Preferences} Preferences */
+/** @typedef {import('./types.js').PublishMessage} PublishMessage */
+/** @typedef {import('./types.js').PublishSetup} PublishSetup */
 /** @typedef {import('./types.js').Question} Question */
-/** @typedef {import('./types.js').RunDraft} RunDraft */
-/** @typedef {import('./types.js').RunMessage} RunMessage */
+/** @typedef {import('./types.js').TrainingDraft} TrainingDraft */
+/** @typedef {import('./types.js').TrainingMessage} TrainingMessage */
+/** @typedef {import('./types.js').SecretName} SecretName */
 /** @typedef {import('./types.js').Startup} Startup */
 
 /**
@@ -67,8 +70,8 @@ function channel(onMessage) {
 /** @returns {Promise<Startup>} */
 export const startup = () => invoke('startup');
 
-/** @param {Preferences} settings @returns {Promise<void>} */
-export const saveSettings = (settings) => invoke('save_settings', { settings });
+/** @param {Preferences} preferences @returns {Promise<void>} */
+export const savePreferences = (preferences) => invoke('save_preferences', { preferences });
 
 /** @returns {Promise<BaseModelStatus>} */
 export const baseModel = () => invoke('base_model');
@@ -105,11 +108,11 @@ export const datasetLine = (path, line) => invoke('dataset_line', { path, line }
 /** @returns {Promise<GenerateSetup>} */
 export const generateSetup = () => invoke('generate_setup');
 
-/** @param {string} key @returns {Promise<KeySource>} where it is kept */
-export const rememberKey = (key) => invoke('remember_key', { key });
+/** @param {SecretName} name @param {string} key @returns {Promise<KeySource>} where it is kept */
+export const rememberKey = (name, key) => invoke('remember_key', { name, key });
 
-/** @returns {Promise<KeySource>} */
-export const forgetKey = () => invoke('forget_key');
+/** @param {SecretName} name @returns {Promise<KeySource>} */
+export const forgetKey = (name) => invoke('forget_key', { name });
 
 /**
  * @param {GenerateRequest} request @param {(message: GenerateMessage) => void} onEvent
@@ -118,29 +121,29 @@ export const forgetKey = () => invoke('forget_key');
 export const generateExamples = (request, onEvent) =>
   invoke('generate_examples', { request, onEvent: channel(onEvent) });
 
-/** @returns {Promise<CancelRun>} */
+/** @returns {Promise<CancelAnswer>} */
 export const cancelGeneration = () => invoke('cancel_generation');
 
-/** @param {RunDraft} run @returns {Promise<FieldErrors>} empty when the run can start */
-export const validateRun = (run) => invoke('validate_run', { run });
+/** @param {TrainingDraft} draft @returns {Promise<FieldErrors>} empty when the run can start */
+export const validateTraining = (draft) => invoke('validate_training', { draft });
 
-/** @param {RunDraft} run @returns {Promise<Plan>} */
-export const planRun = (run) => invoke('plan_run', { run });
+/** @param {TrainingDraft} draft @returns {Promise<Plan>} */
+export const planTraining = (draft) => invoke('plan_training', { draft });
 
 /**
- * @param {RunDraft} run @param {(message: RunMessage) => void} onEvent
+ * @param {TrainingDraft} draft @param {(message: TrainingMessage) => void} onEvent
  * @returns {Promise<HistoryEntry>} the run's record as it starts
  */
-export const startRun = (run, onEvent) => invoke('start_run', { run, onEvent: channel(onEvent) });
+export const startTraining = (draft, onEvent) => invoke('start_training', { draft, onEvent: channel(onEvent) });
 
 /**
- * @param {string} id @param {(message: RunMessage) => void} onEvent
+ * @param {string} id @param {(message: TrainingMessage) => void} onEvent
  * @returns {Promise<HistoryEntry>}
  */
-export const resumeRun = (id, onEvent) => invoke('resume_run', { id, onEvent: channel(onEvent) });
+export const resumeTraining = (id, onEvent) => invoke('resume_training', { id, onEvent: channel(onEvent) });
 
-/** @returns {Promise<CancelRun>} */
-export const cancelRun = () => invoke('cancel_run');
+/** @returns {Promise<CancelAnswer>} */
+export const cancelTraining = () => invoke('cancel_training');
 
 /**
  * @param {string} runId @param {number} bits @param {string} out @param {(message: BuildMessage) => void} onEvent
@@ -149,6 +152,15 @@ export const cancelRun = () => invoke('cancel_run');
 export const buildCact = (runId, bits, out, onEvent) =>
   invoke('build_cact', { runId, bits, out, onEvent: channel(onEvent) });
 
+/** @returns {Promise<PublishSetup>} */
+export const publishSetup = () => invoke('publish_setup');
+
+/**
+ * @param {string} runId @param {string} repo @param {(message: PublishMessage) => void} onEvent
+ * @returns {Promise<void>}
+ */
+export const publishCact = (runId, repo, onEvent) => invoke('publish_cact', { runId, repo, onEvent: channel(onEvent) });
+
 /** @param {Question} question @returns {Promise<Answers>} */
 export const tryModel = (question) => invoke('try_model', { question });
 
@@ -156,7 +168,7 @@ export const tryModel = (question) => invoke('try_model', { question });
 export const history = () => invoke('history');
 
 /** @param {string} id @returns {Promise<Opened>} */
-export const openRun = (id) => invoke('open_run', { id });
+export const openTraining = (id) => invoke('open_training', { id });
 
 /** @param {string} path @returns {Promise<void>} */
 export const reveal = (path) => invoke('reveal', { path });

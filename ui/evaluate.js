@@ -49,7 +49,7 @@ export function renderEvaluation(entry) {
  */
 function parseAdvice(entry, base, tuned) {
   if (tuned.calls.parse_rate >= base.calls.parse_rate) return null;
-  const { epochs, lr } = entry.settings;
+  const { epochs, lr } = entry.request.settings;
   return `The tuned model's answers parse less often than the base's (${percent(tuned.calls.parse_rate)} against ` +
     `${percent(base.calls.parse_rate)}): it has learned the examples' wording but not yet the call format. ` +
     `The usual causes are too few examples (add more, or have \`needle generate-data --augment\` write them), ` +

@@ -7,12 +7,12 @@ import * as api from './api.js';
 import { loadDataset } from './dataset.js';
 import { $, errorText, formatCount, h, setMessage, setStatus } from './dom.js';
 import { pickPath } from './files.js';
+import { renderKey, wireKey } from './keys.js';
 import { state } from './state.js';
 
 /** @typedef {import('./types.js').GenerateMessage} GenerateMessage */
 /** @typedef {import('./types.js').GenerateSetup} GenerateSetup */
 /** @typedef {import('./types.js').GenerationState} GenerationState */
-/** @typedef {import('./types.js').KeySource} KeySource */
 /** @typedef {import('./types.js').Written} Written */
 
 /** @param {boolean} running */
@@ -24,20 +24,6 @@ function setGenerating(running) {
 /** @param {Record<string, number>} counts */
 const byReason = (counts) =>
   Object.entries(counts).map(([reason, n]) => `${formatCount(n)} ${reason.replaceAll('_', ' ')}`).join(', ');
-
-/** @param {KeySource} key */
-function renderKey(key) {
-  const typed = key.source === 'keychain' || key.source === 'session';
-  $('generate-key-source').textContent =
-    key.source === 'environment' ? `From ${key.variable}`
-      : key.source === 'keychain' ? 'Kept in the keychain'
-        : key.source === 'session' ? `Typed: ${key.note}`
-          : '';
-  $('generate-key').hidden = key.source !== 'none';
-  $('generate-key-keep').hidden = key.source !== 'none';
-  $('generate-key-forget').hidden = !typed;
-  $('generate-key').value = '';
-}
 
 /** @param {GenerationState} generation */
 function renderState(generation) {
@@ -130,16 +116,6 @@ async function cancel() {
   }
 }
 
-/** @param {() => Promise<KeySource>} change */
-async function changeKey(change) {
-  setMessage($('generate-error'), null);
-  try {
-    renderKey(await change());
-  } catch (error) {
-    setMessage($('generate-error'), error);
-  }
-}
-
 /** Fills the form with the defaults the app gives, the key's source and the last generation. */
 export async function showGenerateSetup() {
   try {
@@ -147,7 +123,7 @@ export async function showGenerateSetup() {
     $('generate-count').value = String(setup.count);
     $('generate-model').value = setup.model;
     $('generate-endpoint').placeholder = setup.endpoint;
-    renderKey(setup.key);
+    renderKey('generate-key', setup.key);
     renderState(setup.state);
     setGenerating(setup.state.state === 'running');
   } catch (error) {
@@ -159,8 +135,7 @@ export function wireGenerate() {
   const errorEl = $('generate-error');
   $('generate-button').addEventListener('click', generate);
   $('generate-cancel').addEventListener('click', cancel);
-  $('generate-key-keep').addEventListener('click', () => changeKey(() => api.rememberKey($('generate-key').value)));
-  $('generate-key-forget').addEventListener('click', () => changeKey(api.forgetKey));
+  wireKey('generate-key', 'generate_key', errorEl);
   $('generate-output-choose').addEventListener('click', async () => {
     const current = $('generate-output').value.trim() || state.dataset;
     const path = await pickPath({ name: 'JSONL dataset', ext: 'jsonl', current, errorEl, save: true });

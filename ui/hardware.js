@@ -2,7 +2,7 @@
 // The Hardware panel: the backend the engine picked, and the device choice.
 
 import { $, backendLabel, formatBytes, h } from './dom.js';
-import { runInputsChanged, saveSettings } from './run.js';
+import { runInputsChanged, savePreferences } from './run.js';
 
 /** @typedef {import('./types.js').BackendInfo} BackendInfo */
 
@@ -27,7 +27,7 @@ export function renderHardware(hardware, devices, selected) {
 
 export function wireHardware() {
   $('device-select').addEventListener('change', () => {
-    saveSettings();
+    savePreferences();
     runInputsChanged();
   });
 }

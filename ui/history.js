@@ -3,7 +3,7 @@
 
 import * as api from './api.js';
 import { $, basename, formatDate, formatLoss, h, setMessage } from './dom.js';
-import { renderEntryStatus, resumeRun, setChart } from './progress.js';
+import { renderEntryStatus, resumeTraining, setChart } from './progress.js';
 import { showResult } from './result.js';
 import { fillFields, runInputsChanged } from './run.js';
 import { state } from './state.js';
@@ -23,14 +23,14 @@ export function renderHistory(entries) {
 function historyItem(entry) {
   const button = h('button', { type: 'button', class: 'history-item', 'data-id': entry.id },
     h('span', {}, formatDate(entry.started_at)),
-    h('span', { class: 'path' }, basename(entry.dataset)),
+    h('span', { class: 'path' }, basename(entry.request.dataset)),
     h('span', { class: 'status-text', 'data-status': entry.status }, entry.status),
     h('span', {}, entry.final_loss != null ? `loss ${formatLoss(entry.final_loss)}` : '–'));
   if (entry.id === state.viewedId) button.setAttribute('aria-current', 'true');
-  button.addEventListener('click', () => openRun(entry.id));
+  button.addEventListener('click', () => openTraining(entry.id));
   if (!entry.resumable) return h('li', {}, button);
   const resume = h('button', { type: 'button', class: 'history-resume', 'data-id': entry.id }, 'Resume');
-  resume.addEventListener('click', () => resumeRun(entry.id));
+  resume.addEventListener('click', () => resumeTraining(entry.id));
   return h('li', {}, button, resume);
 }
 
@@ -47,11 +47,11 @@ export async function refreshHistory() {
  * Shows a past run everywhere: its settings, chart, status, result and scores.
  * @param {string} id
  */
-export async function openRun(id) {
+export async function openTraining(id) {
   try {
-    const { entry, chart } = await api.openRun(id);
+    const { entry, chart } = await api.openTraining(id);
     state.viewedId = id;
-    fillFields(entry.settings);
+    fillFields(entry.request.settings);
     runInputsChanged();
     setChart(chart, 'No loss chart was recorded for this run.');
     renderEntryStatus(entry);

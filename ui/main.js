@@ -13,7 +13,7 @@ import { renderHardware, wireHardware } from './hardware.js';
 import { renderHistory } from './history.js';
 import { refreshHub, showModelPaths, wireModel } from './model.js';
 import { wireProgress } from './progress.js';
-import { showBuildWidths, wireResult } from './result.js';
+import { showBuildWidths, showPublishSetup, wireResult } from './result.js';
 import { runInputsChanged, showRunSettings, wireRun } from './run.js';
 import { showTab, wireSteps } from './steps.js';
 
@@ -35,15 +35,16 @@ async function init() {
     const startup = await api.startup();
     showRunSettings(startup);
     showBuildWidths(startup.build_widths);
-    renderHardware(startup.hardware, startup.devices, startup.settings.device);
-    showModelPaths(startup.settings);
+    renderHardware(startup.hardware, startup.devices, startup.preferences.device);
+    showModelPaths(startup.preferences);
     // A first start has no base model yet: that is the first step. Otherwise start with the data.
-    showTab(startup.settings.checkpoint ? 'data' : 'model');
+    showTab(startup.preferences.checkpoint ? 'data' : 'model');
     runInputsChanged();
     renderHistory(startup.history);
     if (startup.dataset) loadDataset(startup.dataset);
     refreshHub();
     showGenerateSetup();
+    showPublishSetup();
   } catch (error) {
     setMessage($('app-error'), `Could not start: ${errorText(error)}`);
   }

@@ -6,7 +6,7 @@ import * as api from './api.js';
 import { $, basename, formatBytes, h, setMessage, setStatus } from './dom.js';
 import { scheduleDatasetReload } from './dataset.js';
 import { pickPath } from './files.js';
-import { pathValue, runInputsChanged, saveSettings } from './run.js';
+import { pathValue, runInputsChanged, savePreferences } from './run.js';
 
 /** @typedef {import('./types.js').BaseModel} BaseModel */
 /** @typedef {import('./types.js').BaseModelOffer} BaseModelOffer */
@@ -24,7 +24,7 @@ let hub = null;
 function wireModelPath(name, label, ext) {
   const input = $(`${name}-path`);
   const commit = () => {
-    saveSettings();
+    savePreferences();
     runInputsChanged();
     if (hub) renderHub(hub);
     // The tokenizer counts the lengths; the checkpoint's generation decides how lines render.
@@ -201,7 +201,7 @@ async function cancelDownload() {
   }
 }
 
-/** @param {{checkpoint: string|null, tokenizer: string|null}} remembered the settings' model files */
+/** @param {{checkpoint: string|null, tokenizer: string|null}} remembered the preferences' model files */
 export function showModelPaths({ checkpoint, tokenizer }) {
   $('checkpoint-path').value = checkpoint ?? '';
   $('tokenizer-path').value = tokenizer ?? '';

@@ -5,14 +5,14 @@
 import * as api from './api.js';
 import { $, backendLabel, errorText, formatBytes, formatClock, formatCount, formatElapsed, formatLoss, h, setMessage,
   setStatus } from './dom.js';
-import { openRun, refreshHistory } from './history.js';
+import { openTraining, refreshHistory } from './history.js';
 import { showResult } from './result.js';
 import { currentRun } from './run.js';
 import { state } from './state.js';
 import { badgeTab, showTab, updateButtons } from './steps.js';
 
 /** @typedef {import('./types.js').HistoryEntry} HistoryEntry */
-/** @typedef {import('./types.js').RunMessage} RunMessage */
+/** @typedef {import('./types.js').TrainingMessage} TrainingMessage */
 /** @typedef {import('./types.js').RunStatus} RunStatus */
 /** @typedef {import('./types.js').TrainEvent} TrainEvent */
 
@@ -96,7 +96,7 @@ export function renderEntryStatus(entry, message) {
 
 /**
  * Starts a run (fresh: the panel starts empty) or resumes one; its messages arrive on a channel.
- * @param {(onEvent: (message: RunMessage) => void) => Promise<HistoryEntry>} launch
+ * @param {(onEvent: (message: TrainingMessage) => void) => Promise<HistoryEntry>} launch
  * @param {boolean} fresh
  */
 async function runInWorker(launch, fresh) {
@@ -115,20 +115,20 @@ async function runInWorker(launch, fresh) {
   }
 }
 
-const startRun = () => runInWorker((onEvent) => api.startRun(currentRun(), onEvent), true);
+const startTraining = () => runInWorker((onEvent) => api.startTraining(currentRun(), onEvent), true);
 
 /**
  * Continues a run that ended early from its saved state; its chart goes on where it stopped.
  * @param {string} id
  */
-export async function resumeRun(id) {
-  await openRun(id); // the run's own chart and status, which the resumed steps carry on
+export async function resumeTraining(id) {
+  await openTraining(id); // the run's own chart and status, which the resumed steps carry on
   $('log-lines').textContent = '';
   showTab('train');
-  return runInWorker((onEvent) => api.resumeRun(id, onEvent), false);
+  return runInWorker((onEvent) => api.resumeTraining(id, onEvent), false);
 }
 
-/** @param {RunMessage} message */
+/** @param {TrainingMessage} message */
 function handleRunEvent(message) {
   switch (message.kind) {
     case 'progress':
@@ -190,9 +190,9 @@ function runEnded(entry, message) {
   refreshHistory();
 }
 
-async function cancelRun() {
+async function cancelTraining() {
   try {
-    const answer = await api.cancelRun();
+    const answer = await api.cancelTraining();
     if (answer === 'stopping') {
       setRunStatus('stopping', 'Stopping after this step… (press again to stop now)');
       $('cancel-button').textContent = 'Stop now';
@@ -207,7 +207,7 @@ async function cancelRun() {
 }
 
 export function wireProgress() {
-  $('start-button').addEventListener('click', startRun);
-  $('cancel-button').addEventListener('click', cancelRun);
-  $('resume-button').addEventListener('click', () => state.statusEntry && resumeRun(state.statusEntry.id));
+  $('start-button').addEventListener('click', startTraining);
+  $('cancel-button').addEventListener('click', cancelTraining);
+  $('resume-button').addEventListener('click', () => state.statusEntry && resumeTraining(state.statusEntry.id));
 }

@@ -1,11 +1,13 @@
 // @ts-check
-// The Export panel: the run's adapter, and its build into a .cact at the chosen width.
+// The Export panel: the run's adapter, its build into a .cact at the chosen width, and Publish, which
+// pushes the built file to a model repository on the hub.
 
 import * as api from './api.js';
 import { $, basename, errorText, formatBytes, h, setMessage, setStatus } from './dom.js';
 import { renderEvaluation } from './evaluate.js';
 import { pickPath, reveal } from './files.js';
 import { refreshHistory } from './history.js';
+import { renderKey, wireKey } from './keys.js';
 import { state } from './state.js';
 import { badgeTab, updateButtons } from './steps.js';
 
@@ -13,6 +15,8 @@ import { badgeTab, updateButtons } from './steps.js';
 /** @typedef {import('./types.js').BuildWidth} BuildWidth */
 /** @typedef {import('./types.js').CactInfo} CactInfo */
 /** @typedef {import('./types.js').HistoryEntry} HistoryEntry */
+/** @typedef {import('./types.js').PublishMessage} PublishMessage */
+/** @typedef {import('./types.js').PublishState} PublishState */
 
 /**
  * Shows `entry` in the Export and Evaluate panels (or that there is no run to show).
@@ -35,6 +39,7 @@ export function showResult(entry) {
 /** @param {CactInfo|null} cact */
 function renderBuilt(cact) {
   $('build-result').hidden = !cact;
+  $('publish-form').hidden = !cact;
   if (!cact) return;
   $('cact-size').textContent = formatBytes(cact.bytes);
   $('cact-tensors').textContent = String(cact.tensors);
@@ -103,6 +108,65 @@ function handleBuildEvent(runId, message) {
   }
 }
 
+/** @param {'idle'|'publishing'|'published'|'failed'} status @param {string} text */
+const setPublishStatus = (status, text) => setStatus($('publish-status'), status, text);
+
+/** @param {PublishState} publish */
+function renderPublish(publish) {
+  $('publish-button').disabled = publish.state === 'running';
+  switch (publish.state) {
+    case 'idle':
+      setPublishStatus('idle', '');
+      break;
+    case 'running':
+      $('publish-progress').max = publish.total || 1;
+      $('publish-progress').value = publish.bytes;
+      setPublishStatus('publishing', `Uploading ${publish.file}: ${formatBytes(publish.bytes)} of ${formatBytes(publish.total)}`);
+      break;
+    case 'published':
+      $('publish-progress').value = $('publish-progress').max;
+      setPublishStatus('published', publish.commit ? `Published at ${publish.url}` : `Already published at ${publish.url}`);
+      break;
+    case 'failed':
+      setPublishStatus('failed', publish.message);
+      break;
+  }
+}
+
+/** @param {PublishMessage} message */
+function handlePublishEvent(message) {
+  if (message.kind === 'finished') {
+    renderPublish(message.state);
+  } else if (message.event === 'uploading' || message.event === 'progress') {
+    const bytes = message.event === 'progress' ? message.bytes : 0;
+    renderPublish({ state: 'running', file: message.file, bytes, total: message.total });
+  }
+}
+
+async function publishCact() {
+  const entry = state.entry;
+  if (!entry?.cact) return;
+  $('publish-progress').value = 0;
+  renderPublish({ state: 'running', file: basename(entry.cact.path), bytes: 0, total: 0 });
+  try {
+    await api.publishCact(entry.id, $('publish-repo').value.trim(), handlePublishEvent);
+  } catch (error) {
+    renderPublish({ state: 'failed', message: errorText(error) });
+  }
+}
+
+/** Fills the Publish form: the repository NEEDLE_HF_REPO names, the token's source, the last upload. */
+export async function showPublishSetup() {
+  try {
+    const setup = await api.publishSetup();
+    if (setup.repo && !$('publish-repo').value) $('publish-repo').value = setup.repo;
+    renderKey('publish-token', setup.token);
+    renderPublish(setup.state);
+  } catch (error) {
+    setPublishStatus('failed', `Publishing is unavailable: ${errorText(error)}`);
+  }
+}
+
 /**
  * The widths Build offers, as the app lists them, its default chosen.
  * @param {BuildWidth[]} widths
@@ -125,4 +189,6 @@ export function wireResult() {
     if (path) $('cact-path').value = path;
   });
   $('build-button').addEventListener('click', buildCact);
+  $('publish-button').addEventListener('click', publishCact);
+  wireKey('publish-token', 'hub_token', errorEl);
 }

@@ -13,7 +13,7 @@ import { updateButtons } from './steps.js';
 /** @typedef {import('./types.js').FormField} FormField */
 /** @typedef {import('./types.js').Plan} Plan */
 /** @typedef {import('./types.js').Preset} Preset */
-/** @typedef {import('./types.js').RunDraft} RunDraft */
+/** @typedef {import('./types.js').TrainingDraft} TrainingDraft */
 /** @typedef {import('./types.js').Startup} Startup */
 /** @typedef {import('./types.js').TrainField} TrainField */
 /** @typedef {import('./types.js').TrainSettings} TrainSettings */
@@ -65,7 +65,7 @@ export function pathValue(field) {
 
 /**
  * The run the fields describe now, for validation, planning and Start.
- * @returns {RunDraft}
+ * @returns {TrainingDraft}
  */
 export function currentRun() {
   return {
@@ -78,18 +78,18 @@ export function currentRun() {
 }
 
 /** Remembers the base model, the device and the preset for the next launch. */
-export async function saveSettings() {
-  const settings = {
+export async function savePreferences() {
+  const preferences = {
     checkpoint: pathValue('checkpoint') || null,
     tokenizer: pathValue('tokenizer') || null,
     device: $('device-select').value,
     preset: chosenPreset,
   };
   try {
-    await api.saveSettings(settings);
+    await api.savePreferences(preferences);
     setMessage($('app-error'), null);
   } catch (error) {
-    setMessage($('app-error'), `Could not save settings: ${errorText(error)}`);
+    setMessage($('app-error'), `Could not save preferences: ${errorText(error)}`);
   }
 }
 
@@ -99,7 +99,7 @@ async function validate() {
   /** @type {FieldErrors} */
   let errors;
   try {
-    errors = await api.validateRun(currentRun());
+    errors = await api.validateTraining(currentRun());
   } catch (error) {
     errors = { request: errorText(error) };
   }
@@ -179,7 +179,7 @@ function applyPreset(preset) {
   const oldMaxLen = typedNumber('max_len');
   chosenPreset = preset.name;
   fillFields(preset.settings);
-  saveSettings();
+  savePreferences();
   runInputsChanged();
   if (preset.settings.max_len !== oldMaxLen) scheduleDatasetReload();
 }
@@ -187,12 +187,12 @@ function applyPreset(preset) {
 /**
  * Lays out the settings' fields and the presets as the app describes them, filled with the
  * remembered preset (else the first, else the fields' defaults).
- * @param {Pick<Startup, 'run_fields'|'presets'|'settings'>} startup
+ * @param {Pick<Startup, 'training_fields'|'presets'|'preferences'>} startup
  */
-export function showRunSettings({ run_fields, presets: offered, settings }) {
-  fields = run_fields;
+export function showRunSettings({ training_fields, presets: offered, preferences }) {
+  fields = training_fields;
   presets = offered;
-  chosenPreset = settings.preset;
+  chosenPreset = preferences.preset;
   $('run-fields').replaceChildren(...fields.map(fieldInput));
   $('preset-description').before(...presets.map(presetButton));
   const preset = presets.find((p) => p.name === chosenPreset) ?? presets[0];
@@ -207,7 +207,7 @@ async function checkPlan() {
   updateButtons();
   $('plan').textContent = 'Planning…';
   try {
-    renderPlan(await api.planRun(currentRun()));
+    renderPlan(await api.planTraining(currentRun()));
   } catch (error) {
     $('plan').replaceChildren(h('p', { class: 'error' }, errorText(error)));
   } finally {

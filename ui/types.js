@@ -64,7 +64,7 @@
  */
 
 /**
- * @typedef {object} Preset `run_request::Preset`
+ * @typedef {object} Preset `training_request::Preset`
  * @property {string} name
  * @property {string} label
  * @property {string} description
@@ -76,10 +76,10 @@
  * @typedef {object} Startup
  * @property {BackendInfo} hardware
  * @property {string[]} devices The device selector's choices: `auto`, then the compiled backends.
- * @property {Preferences} settings
+ * @property {Preferences} preferences
  * @property {string|null} dataset The dataset given at launch.
  * @property {Preset[]} presets
- * @property {FormField[]} run_fields The Run panel's fields, in display order.
+ * @property {FormField[]} training_fields The Run panel's fields, in display order.
  * @property {BuildWidth[]} build_widths
  * @property {HistoryEntry[]} history
  */
@@ -130,7 +130,18 @@
  *   | {event: 'started', file: string, total: number, resumed_from: number}
  *   | {event: 'progress', file: string, bytes: number, total: number, bytes_per_s: number, eta_s: number}
  *   | {event: 'downloaded', file: string, path: string, bytes: number}
+ *   | {event: 'uploading', file: string, total: number}
+ *   | ({event: 'uploaded'} & Uploaded)
  *   | {event: 'failed', message: string}} HubEvent
+ */
+
+/**
+ * A file committed to a repository on the hub (`needle_engine::hub::Uploaded`).
+ * @typedef {object} Uploaded
+ * @property {string} file `org/model/path`
+ * @property {number} bytes
+ * @property {string} url The repository's page.
+ * @property {string|null} commit `null`: the repository already held these bytes there.
  */
 
 /**
@@ -206,8 +217,10 @@
 
 // ---------- generate ----------
 
+/** @typedef {'generate_key'|'hub_token'} SecretName Which secret (`api_key::SecretName`). */
+
 /**
- * Where the key to the endpoint comes from (`api_key::KeySource`).
+ * Where a secret (Generate's key, Publish's token) comes from (`api_key::KeySource`).
  * @typedef {{source: 'environment', variable: string}
  *   | {source: 'keychain'}
  *   | {source: 'session', note: string}
@@ -264,11 +277,11 @@
  *   | {kind: 'finished', state: GenerationState}} GenerateMessage
  */
 
-// ---------- runs ----------
+// ---------- training ----------
 
 /**
- * A run as the window sends it (`run_request::RunDraft`): each setting as typed, checked by the app.
- * @typedef {object} RunDraft
+ * A training as the window sends it (`training_request::TrainingDraft`): each setting as typed, checked by the app.
+ * @typedef {object} TrainingDraft
  * @property {string} dataset
  * @property {string} checkpoint
  * @property {string} tokenizer
@@ -338,16 +351,22 @@
  */
 
 /**
- * One run as the History panel lists it (`history::HistoryEntry`).
- * @typedef {object} HistoryEntry
- * @property {string} id
- * @property {number} started_at Unix seconds.
+ * A checked training, as its history entry keeps it (`training_request::TrainingRequest`).
+ * @typedef {object} TrainingRequest
  * @property {string} dataset
  * @property {string} checkpoint
  * @property {string} tokenizer
  * @property {string} device
- * @property {string|null} backend
  * @property {TrainSettings} settings
+ */
+
+/**
+ * One training as the History panel lists it (`history::HistoryEntry`).
+ * @typedef {object} HistoryEntry
+ * @property {string} id
+ * @property {number} started_at Unix seconds.
+ * @property {TrainingRequest} request
+ * @property {string|null} backend
  * @property {RunStatus} status
  * @property {number|null} seconds
  * @property {number} steps_done
@@ -376,15 +395,15 @@
  */
 
 /**
- * The run channel (`training::RunMessage`).
+ * The run channel (`training::TrainingMessage`).
  * @typedef {({kind: 'progress'} & TrainEvent)
  *   | {kind: 'chart', svg: string}
  *   | {kind: 'log', line: string}
  *   | {kind: 'finished', entry: HistoryEntry}
- *   | {kind: 'failed', message: string, entry: HistoryEntry}} RunMessage
+ *   | {kind: 'failed', message: string, entry: HistoryEntry}} TrainingMessage
  */
 
-/** @typedef {'stopping'|'killed'|'idle'} CancelRun The answer to Cancel (`run_slot::CancelRun`). */
+/** @typedef {'stopping'|'killed'|'idle'} CancelAnswer The answer to Cancel (`training_slot::CancelAnswer`). */
 
 // ---------- build ----------
 
@@ -401,6 +420,30 @@
  *   | {kind: 'scoring'}
  *   | {kind: 'built', cact: CactInfo, entry: HistoryEntry}
  *   | {kind: 'failed', message: string}} BuildMessage
+ */
+
+// ---------- publish ----------
+
+/**
+ * The upload as the app last heard of it (`publishing::PublishState`).
+ * @typedef {{state: 'idle'}
+ *   | {state: 'running', file: string, bytes: number, total: number}
+ *   | ({state: 'published'} & Uploaded)
+ *   | {state: 'failed', message: string}} PublishState
+ */
+
+/**
+ * What the Publish form starts with (`publishing::PublishSetup`).
+ * @typedef {object} PublishSetup
+ * @property {string|null} repo `NEEDLE_HF_REPO`, when set.
+ * @property {KeySource} token
+ * @property {PublishState} state
+ */
+
+/**
+ * The publish channel (`publishing::PublishMessage`).
+ * @typedef {({kind: 'progress'} & HubEvent)
+ *   | {kind: 'finished', state: PublishState}} PublishMessage
  */
 
 // ---------- try ----------

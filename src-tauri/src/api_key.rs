@@ -1,26 +1,57 @@
-//! The key to the endpoint that writes new examples: read from the environment as the CLI reads it
-//! ([`KEY_VARS`]), or typed once in the window and kept in the operating system's keychain (macOS
-//! Keychain, Windows Credential Manager, the Secret Service on Linux). Where there is no keychain, a
-//! typed key lives in this process's memory until the app closes. Never in a file of the app's, never
-//! in its history, never on a worker's command line: it reaches the worker through its environment.
+//! The app's secrets ([`Secret`]): the key to the endpoint that writes new examples, and the hub token
+//! Publish uploads with. Each is read from the environment as the CLI reads it, or typed once in the
+//! window and kept in the operating system's keychain (macOS Keychain, Windows Credential Manager, the
+//! Secret Service on Linux). Where there is no keychain, a typed one lives in this process's memory
+//! until the app closes. Never in a file of the app's, never in its history, never on a worker's
+//! command line: the generation key reaches the worker through its environment.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use needle_engine::generate::KEY_VARS;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::lock;
 
-/// Where the keychain holds the key.
+/// Where the keychain holds the secrets.
 const SERVICE: &str = "needle-studio";
-const ACCOUNT: &str = "generate-data api key";
 
-/// Where the key the worker will use comes from.
+/// One secret the app asks for: the variables the CLI reads it from, its keychain entry, and what
+/// the window says when none was typed.
+#[derive(Debug)]
+pub struct Secret {
+    vars: &'static [&'static str],
+    account: &'static str,
+    missing: &'static str,
+}
+
+/// The key to the endpoint that writes new examples.
+pub const GENERATE_KEY: Secret = Secret {
+    vars: &KEY_VARS,
+    account: "generate-data api key",
+    missing: "type the key (an OpenRouter key starts with sk-or-)",
+};
+
+/// The Hugging Face token Publish uploads with.
+pub const HUB_TOKEN: Secret = Secret {
+    vars: &["HF_TOKEN"],
+    account: "hugging face token",
+    missing: "type a Hugging Face token with write access (it starts with hf_)",
+};
+
+/// Which secret the window means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SecretName {
+    GenerateKey,
+    HubToken,
+}
+
+/// Where a secret comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "source", rename_all = "snake_case")]
 pub enum KeySource {
-    /// The app's environment has it (the first of [`KEY_VARS`] that is set).
+    /// The app's environment has it (the first of its variables that is set).
     Environment { variable: &'static str },
     /// Typed once, kept in the operating system's keychain.
     Keychain,
@@ -30,21 +61,20 @@ pub enum KeySource {
     None,
 }
 
-/// The keys: the environment's, the keychain's, and one typed this session.
+/// One secret's values: the environment's, the keychain's, and one typed this session.
 #[derive(Debug)]
 pub struct Keys {
+    secret: Secret,
     /// Off for the tests' app, which must neither read the developer's keys nor write their keychain.
     system: AtomicBool,
     session: Mutex<Option<(String, String)>>,
 }
 
-impl Default for Keys {
-    fn default() -> Self {
-        Self { system: AtomicBool::new(true), session: Mutex::new(None) }
-    }
-}
-
 impl Keys {
+    pub fn new(secret: Secret) -> Self {
+        Self { secret, system: AtomicBool::new(true), session: Mutex::new(None) }
+    }
+
     /// From now on, only keys typed in this process count: the environment and the keychain are left
     /// alone.
     pub fn isolate(&self) {
@@ -57,7 +87,7 @@ impl Keys {
 
     fn env_variable(&self) -> Option<&'static str> {
         let set = |name: &&str| std::env::var(name).is_ok_and(|value| !value.trim().is_empty());
-        self.system().then(|| KEY_VARS.iter().copied().find(set)).flatten()
+        self.system().then(|| self.secret.vars.iter().copied().find(set)).flatten()
     }
 
     pub fn source(&self) -> KeySource {
@@ -67,7 +97,7 @@ impl Keys {
         if let Some((_, note)) = lock(&self.session).as_ref() {
             return KeySource::Session { note: note.clone() };
         }
-        if self.system() && entry().and_then(|entry| entry.get_password().map_err(|e| e.to_string())).is_ok() {
+        if self.system() && self.entry().and_then(|entry| entry.get_password().map_err(|e| e.to_string())).is_ok() {
             return KeySource::Keychain;
         }
         KeySource::None
@@ -77,10 +107,10 @@ impl Keys {
     pub fn remember(&self, key: &str) -> Result<KeySource, String> {
         let key = key.trim();
         if key.is_empty() {
-            return Err("type the key (an OpenRouter key starts with sk-or-)".into());
+            return Err(self.secret.missing.into());
         }
         let kept = if self.system() {
-            entry().and_then(|entry| entry.set_password(key).map_err(|error| error.to_string()))
+            self.entry().and_then(|entry| entry.set_password(key).map_err(|error| error.to_string()))
         } else {
             Err("the keychain is not used here".to_owned())
         };
@@ -95,26 +125,37 @@ impl Keys {
     pub fn forget(&self) -> KeySource {
         *lock(&self.session) = None;
         if self.system() {
-            if let Ok(entry) = entry() {
+            if let Ok(entry) = self.entry() {
                 let _ = entry.delete_credential();
             }
         }
         self.source()
     }
 
-    /// The environment a worker that asks the endpoint gets: the typed key as the first of
-    /// [`KEY_VARS`] (the others removed, so it is the one used); nothing to change when the app's
-    /// environment has one; every key variable removed when there is no key.
+    /// The environment a worker that uses the secret gets: the typed one as the first of its
+    /// variables (the others removed, so it is the one used); nothing to change when the app's
+    /// environment has one; every one of its variables removed when there is none.
     pub fn worker_env(&self) -> Vec<(&'static str, Option<String>)> {
         if self.env_variable().is_some() {
             return Vec::new();
         }
-        let typed = lock(&self.session).as_ref().map(|(key, _)| key.clone());
-        let key = typed.or_else(|| self.system().then(|| entry().ok()?.get_password().ok()).flatten());
-        KEY_VARS.iter().enumerate().map(|(i, &name)| (name, key.clone().filter(|_| i == 0))).collect()
+        let key = self.typed();
+        self.secret.vars.iter().enumerate().map(|(i, &name)| (name, key.clone().filter(|_| i == 0))).collect()
     }
-}
 
-fn entry() -> Result<keyring::Entry, String> {
-    keyring::Entry::new(SERVICE, ACCOUNT).map_err(|error| error.to_string())
+    /// The secret itself, wherever it is: the environment's, else the typed one.
+    pub fn value(&self) -> Option<String> {
+        let from_env = self.env_variable().and_then(|name| std::env::var(name).ok());
+        from_env.map(|value| value.trim().to_string()).or_else(|| self.typed())
+    }
+
+    /// The one typed this session, else the keychain's.
+    fn typed(&self) -> Option<String> {
+        let typed = lock(&self.session).as_ref().map(|(key, _)| key.clone());
+        typed.or_else(|| self.system().then(|| self.entry().ok()?.get_password().ok()).flatten())
+    }
+
+    fn entry(&self) -> Result<keyring::Entry, String> {
+        keyring::Entry::new(SERVICE, self.secret.account).map_err(|error| error.to_string())
+    }
 }

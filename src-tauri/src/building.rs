@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use needle_engine::cact::{CactFile, ExportEvent};
 use needle_engine::calls::{Accuracy, Answered, ModelScore};
 use needle_engine::config::Generation;
-use needle_engine::train::run::SCORED_EXAMPLES;
+use needle_engine::train::finetune::SCORED_EXAMPLES;
 use serde::Serialize;
 use tauri::ipc::Channel;
 
-use crate::history::{CactInfo, History, HistoryEntry, RunRecord};
+use crate::history::{CactInfo, History, HistoryEntry, TrainingRecord};
 use crate::studio::Studio;
 use crate::worker::{Exit, Line, Watcher, Worker};
 
@@ -46,10 +46,10 @@ pub fn start(
         return Err("choose where to save the .cact".into());
     }
     let out = crate::ending_in(&out, "cact");
-    let record = studio.runs().load(run_id)?;
+    let record = studio.history().load(run_id)?;
     let entry = &record.entry;
     let adapter = entry.adapter.clone().ok_or("this run saved no adapter yet, so there is nothing to build")?;
-    if bits != 4 && needle_engine::checkpoint::file_generation(&entry.checkpoint) == Some(Generation::Needle3) {
+    if bits != 4 && needle_engine::checkpoint::file_generation(&entry.request.checkpoint) == Some(Generation::Needle3) {
         return Err("a Needle 3 model ships at 4 bits only (as cactus-needle 3.x builds it); choose 4 bits".into());
     }
     let args: Vec<OsString> = vec![
@@ -57,7 +57,7 @@ pub fn start(
         "--lora".into(),
         adapter.into(),
         "--tokenizer".into(),
-        entry.tokenizer.clone().into(),
+        entry.request.tokenizer.clone().into(),
         "--bits".into(),
         bits.to_string().into(),
         "--out".into(),
@@ -65,15 +65,16 @@ pub fn start(
         "--events".into(),
         "jsonl".into(),
         "--".into(),
-        entry.checkpoint.clone().into(),
+        entry.request.checkpoint.clone().into(),
     ];
     let worker = studio.worker().clone();
-    let watcher = BuildWatcher { record, history: studio.runs().clone(), worker, channel, built: None, failure: None };
+    let watcher =
+        BuildWatcher { record, history: studio.history().clone(), worker, channel, built: None, failure: None };
     studio.worker().spawn(args, watcher).map(drop)
 }
 
 struct BuildWatcher {
-    record: RunRecord,
+    record: TrainingRecord,
     history: History,
     /// Scores the written file (`needle eval --weights`) after the build.
     worker: Worker,
@@ -142,21 +143,21 @@ impl BuildWatcher {
             "--weights".into(),
             cact.into(),
             "--tokenizer".into(),
-            entry.tokenizer.clone().into(),
+            entry.request.tokenizer.clone().into(),
             "--accuracy".into(),
             "--answers".into(),
             answers.clone().into(),
             "--json".into(),
             "--val-split".into(),
-            entry.settings.val_split.to_string().into(),
+            entry.request.settings.val_split.to_string().into(),
             "--seed".into(),
-            entry.settings.seed.to_string().into(),
+            entry.request.settings.seed.to_string().into(),
             "--max-len".into(),
-            entry.settings.max_len.to_string().into(),
+            entry.request.settings.max_len.to_string().into(),
             "--max-examples".into(),
             SCORED_EXAMPLES.to_string().into(),
             "--".into(),
-            entry.dataset.clone().into(),
+            entry.request.dataset.clone().into(),
         ];
         #[derive(serde::Deserialize)]
         struct Printed {

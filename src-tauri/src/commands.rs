@@ -11,16 +11,17 @@ use tauri::ipc::Channel;
 use tauri::{AppHandle, Runtime, State};
 use tauri_plugin_notification::NotificationExt;
 
-use crate::api_key::KeySource;
+use crate::api_key::{KeySource, SecretName};
 use crate::base_model::{BaseModelStatus, CancelDownload, DownloadMessage};
 use crate::building::BuildMessage;
 use crate::generating::{GenerateMessage, GenerateRequest, GenerateSetup};
 use crate::history::HistoryEntry;
 use crate::preferences::Preferences;
-use crate::run_request::RunDraft;
-use crate::run_slot::CancelRun;
+use crate::publishing::{PublishMessage, PublishSetup};
 use crate::studio::{Opened, Startup, Studio};
-use crate::training::{Notify, RunMessage};
+use crate::training::{Notify, TrainingMessage};
+use crate::training_request::TrainingDraft;
+use crate::training_slot::CancelAnswer;
 use crate::tryout::{Answers, Question};
 
 type Result<T> = std::result::Result<T, String>;
@@ -37,9 +38,9 @@ pub async fn startup(studio: State<'_, Studio>) -> Result<Startup> {
 }
 
 #[tauri::command]
-pub async fn save_settings(studio: State<'_, Studio>, settings: Preferences) -> Result<()> {
+pub async fn save_preferences(studio: State<'_, Studio>, preferences: Preferences) -> Result<()> {
     let studio = studio.inner().clone();
-    blocking(move || studio.save_settings(settings)).await
+    blocking(move || studio.save_preferences(preferences)).await
 }
 
 #[tauri::command]
@@ -94,17 +95,17 @@ pub async fn generate_setup(studio: State<'_, Studio>) -> Result<GenerateSetup> 
     blocking(move || Ok(crate::generating::setup(&studio))).await
 }
 
-/// Keeps a typed key in the keychain (or, without one, in memory until the app closes).
+/// Keeps a typed key or token in the keychain (or, without one, in memory until the app closes).
 #[tauri::command]
-pub async fn remember_key(studio: State<'_, Studio>, key: String) -> Result<KeySource> {
+pub async fn remember_key(studio: State<'_, Studio>, name: SecretName, key: String) -> Result<KeySource> {
     let studio = studio.inner().clone();
-    blocking(move || studio.keys().remember(&key)).await
+    blocking(move || studio.secret(name).remember(&key)).await
 }
 
 #[tauri::command]
-pub async fn forget_key(studio: State<'_, Studio>) -> Result<KeySource> {
+pub async fn forget_key(studio: State<'_, Studio>, name: SecretName) -> Result<KeySource> {
     let studio = studio.inner().clone();
-    blocking(move || Ok(studio.keys().forget())).await
+    blocking(move || Ok(studio.secret(name).forget())).await
 }
 
 #[tauri::command]
@@ -118,38 +119,38 @@ pub async fn generate_examples(
 }
 
 #[tauri::command]
-pub fn cancel_generation(studio: State<'_, Studio>) -> CancelRun {
+pub fn cancel_generation(studio: State<'_, Studio>) -> CancelAnswer {
     studio.generations().cancel()
 }
 
 #[tauri::command]
-pub fn validate_run(studio: State<'_, Studio>, run: RunDraft) -> FieldErrors {
-    run.check(&studio.devices()).err().unwrap_or_default()
+pub fn validate_training(studio: State<'_, Studio>, draft: TrainingDraft) -> FieldErrors {
+    draft.check(&studio.devices()).err().unwrap_or_default()
 }
 
 #[tauri::command]
-pub async fn plan_run(studio: State<'_, Studio>, run: RunDraft) -> Result<Plan> {
+pub async fn plan_training(studio: State<'_, Studio>, draft: TrainingDraft) -> Result<Plan> {
     let studio = studio.inner().clone();
-    blocking(move || studio.plan(&run)).await
+    blocking(move || studio.plan(&draft)).await
 }
 
 #[tauri::command]
-pub async fn start_run<R: Runtime>(
+pub async fn start_training<R: Runtime>(
     app: AppHandle<R>,
     studio: State<'_, Studio>,
-    run: RunDraft,
-    on_event: Channel<RunMessage>,
+    draft: TrainingDraft,
+    on_event: Channel<TrainingMessage>,
 ) -> Result<HistoryEntry> {
-    let request = studio.check(&run)?;
+    let request = studio.check(&draft)?;
     crate::training::start(&studio, &request, on_event, notifier(app))
 }
 
 #[tauri::command]
-pub async fn resume_run<R: Runtime>(
+pub async fn resume_training<R: Runtime>(
     app: AppHandle<R>,
     studio: State<'_, Studio>,
     id: String,
-    on_event: Channel<RunMessage>,
+    on_event: Channel<TrainingMessage>,
 ) -> Result<HistoryEntry> {
     crate::training::resume(&studio, &id, on_event, notifier(app))
 }
@@ -163,8 +164,8 @@ fn notifier<R: Runtime>(app: AppHandle<R>) -> Notify {
 }
 
 #[tauri::command]
-pub fn cancel_run(studio: State<'_, Studio>) -> CancelRun {
-    studio.run_slot().cancel()
+pub fn cancel_training(studio: State<'_, Studio>) -> CancelAnswer {
+    studio.training_slot().cancel()
 }
 
 #[tauri::command]
@@ -179,6 +180,21 @@ pub async fn build_cact(
 }
 
 #[tauri::command]
+pub fn publish_setup(studio: State<'_, Studio>) -> PublishSetup {
+    crate::publishing::setup(&studio)
+}
+
+#[tauri::command]
+pub fn publish_cact(
+    studio: State<'_, Studio>,
+    run_id: String,
+    repo: String,
+    on_event: Channel<PublishMessage>,
+) -> Result<()> {
+    crate::publishing::start(&studio, &run_id, &repo, on_event)
+}
+
+#[tauri::command]
 pub async fn try_model(studio: State<'_, Studio>, question: Question) -> Result<Answers> {
     let studio = studio.inner().clone();
     blocking(move || crate::tryout::ask(&studio, &question)).await
@@ -187,13 +203,13 @@ pub async fn try_model(studio: State<'_, Studio>, question: Question) -> Result<
 #[tauri::command]
 pub async fn history(studio: State<'_, Studio>) -> Result<Vec<HistoryEntry>> {
     let studio = studio.inner().clone();
-    blocking(move || Ok(studio.history())).await
+    blocking(move || Ok(studio.list_history())).await
 }
 
 #[tauri::command]
-pub async fn open_run(studio: State<'_, Studio>, id: String) -> Result<Opened> {
+pub async fn open_training(studio: State<'_, Studio>, id: String) -> Result<Opened> {
     let studio = studio.inner().clone();
-    blocking(move || studio.open_run(&id)).await
+    blocking(move || studio.open_training(&id)).await
 }
 
 #[tauri::command]

@@ -16,8 +16,8 @@ use tauri::ipc::Channel;
 
 use crate::api_key::KeySource;
 use crate::lock;
-use crate::run_slot::CancelRun;
 use crate::studio::Studio;
+use crate::training_slot::CancelAnswer;
 use crate::worker::{Exit, Job, Line, Watcher};
 
 /// How many of the new rows the window is shown (the file has them all).
@@ -126,18 +126,18 @@ impl Generations {
     }
 
     /// First press: the worker stops asking and writes what arrived. Second press: it is ended.
-    pub fn cancel(&self) -> CancelRun {
+    pub fn cancel(&self) -> CancelAnswer {
         let mut slot = lock(&self.0);
-        let Slot { state, job: Some(job) } = &mut *slot else { return CancelRun::Idle };
+        let Slot { state, job: Some(job) } = &mut *slot else { return CancelAnswer::Idle };
         match state {
             Some(GenerationState::Running { stopping, .. }) if !*stopping => {
                 *stopping = true;
                 job.ask_to_stop();
-                CancelRun::Stopping
+                CancelAnswer::Stopping
             }
             _ => {
                 job.kill();
-                CancelRun::Killed
+                CancelAnswer::Killed
             }
         }
     }
@@ -173,7 +173,7 @@ pub fn setup(studio: &Studio) -> GenerateSetup {
         count: DEFAULT_NUM_SAMPLES,
         model: DEFAULT_MODEL,
         endpoint,
-        key: studio.keys().source(),
+        key: studio.generate_key().source(),
         state: studio.generations().state(),
     }
 }
@@ -221,7 +221,7 @@ pub fn start(studio: &Studio, request: &GenerateRequest, channel: Channel<Genera
     if !request.endpoint.trim().is_empty() {
         args.extend(["--endpoint".into(), request.endpoint.trim().into()]);
     }
-    let env = studio.keys().worker_env();
+    let env = studio.generate_key().worker_env();
     let env: Vec<(&str, Option<&str>)> = env.iter().map(|(name, value)| (*name, value.as_deref())).collect();
 
     let generations = studio.generations();

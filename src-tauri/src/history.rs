@@ -1,4 +1,4 @@
-//! Past runs, one folder each under the app's data directory: `runs/<id>/run.json` (settings, status,
+//! Past trainings, one folder each under the app's data directory: `runs/<id>/run.json` (the request, status,
 //! losses, outputs) beside the run's adapter and `.cact`.
 
 use std::io::Read;
@@ -7,10 +7,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use needle_engine::calls::{CallScores, ModelScore};
 use needle_engine::config::Generation;
-use needle_engine::settings::TrainSettings;
 use serde::{Deserialize, Serialize};
 
-use crate::run_request::RunRequest;
+use crate::training_request::TrainingRequest;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -40,19 +39,16 @@ pub struct CactInfo {
     pub scores_error: Option<String>,
 }
 
-/// One run as the History panel lists it.
+/// One training as the History panel lists it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HistoryEntry {
     pub id: String,
     /// Unix seconds.
     pub started_at: u64,
-    pub dataset: PathBuf,
-    pub checkpoint: PathBuf,
-    pub tokenizer: PathBuf,
-    pub device: String,
+    /// What was asked for; Resume asks for it again.
+    pub request: TrainingRequest,
     /// The backend and device the worker reported, e.g. `cpu (AMD EPYC)`.
     pub backend: Option<String>,
-    pub settings: TrainSettings,
     pub status: Status,
     pub seconds: Option<f64>,
     pub steps_done: usize,
@@ -84,7 +80,7 @@ pub struct Curve {
 
 /// What `run.json` holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunRecord {
+pub struct TrainingRecord {
     pub entry: HistoryEntry,
     pub curve: Curve,
 }
@@ -103,7 +99,7 @@ impl History {
     }
 
     /// A new run's record and folder; the adapter goes in that folder.
-    pub fn create(&self, request: &RunRequest) -> Result<(RunRecord, PathBuf), String> {
+    pub fn create(&self, request: &TrainingRequest) -> Result<(TrainingRecord, PathBuf), String> {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         let id = format!("run-{}", now.as_millis());
         let dir = self.dir.join(&id);
@@ -113,12 +109,8 @@ impl History {
         let entry = HistoryEntry {
             id,
             started_at: now.as_secs(),
-            dataset: request.dataset.clone(),
-            checkpoint: request.checkpoint.clone(),
-            tokenizer: request.tokenizer.clone(),
-            device: request.device.clone(),
+            request: request.clone(),
             backend: None,
-            settings: request.settings,
             status: Status::Running,
             seconds: None,
             steps_done: 0,
@@ -132,7 +124,7 @@ impl History {
             suggested_cact: dir.join(format!("{stem}.cact")),
             resumable: false,
         };
-        let record = RunRecord { entry, curve: Curve::default() };
+        let record = TrainingRecord { entry, curve: Curve::default() };
         self.save(&record)?;
         let adapter = self.adapter_path(&record.entry);
         Ok((record, adapter))
@@ -141,21 +133,21 @@ impl History {
     /// Where a run saves its adapter (and, beside it, the state Resume continues from), in the
     /// file its base's own package reads: 2.x's pickle for Needle 2, 3.x's safetensors for Needle 3.
     pub fn adapter_path(&self, entry: &HistoryEntry) -> PathBuf {
-        let name = match needle_engine::checkpoint::file_generation(&entry.checkpoint) {
+        let name = match needle_engine::checkpoint::file_generation(&entry.request.checkpoint) {
             Some(Generation::Needle3) => "adapter.safetensors",
             _ => "adapter.pkl",
         };
         self.dir.join(&entry.id).join(name)
     }
 
-    pub fn save(&self, record: &RunRecord) -> Result<(), String> {
+    pub fn save(&self, record: &TrainingRecord) -> Result<(), String> {
         let path = self.dir.join(&record.entry.id).join(RECORD);
         let json = serde_json::to_vec_pretty(record).map_err(|e| e.to_string())?;
         needle_engine::atomic::write_atomically(&path, &json)
             .map_err(|error| format!("could not save the run record {}: {error}", path.display()))
     }
 
-    pub fn load(&self, id: &str) -> Result<RunRecord, String> {
+    pub fn load(&self, id: &str) -> Result<TrainingRecord, String> {
         // Ids name folders: refuse anything that could reach outside `runs/`.
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
             return Err(format!("no run {id:?}"));
@@ -192,9 +184,27 @@ impl History {
 /// The most a run record may hold: a long run's loss curve is a few MB; more is not a record.
 const RECORD_LIMIT: u64 = 64 << 20;
 
-fn read_record(path: &Path) -> Result<RunRecord, String> {
+fn read_record(path: &Path) -> Result<TrainingRecord, String> {
     let bytes = read_limited(path, RECORD_LIMIT)?;
-    serde_json::from_slice(&bytes).map_err(|error| format!("{} is not a run record: {error}", path.display()))
+    let not_a_record = |error: serde_json::Error| format!("{} is not a run record: {error}", path.display());
+    let mut record: serde_json::Value = serde_json::from_slice(&bytes).map_err(not_a_record)?;
+    nest_request(&mut record);
+    serde_json::from_value(record).map_err(not_a_record)
+}
+
+/// The fields of the request, as records written before the entry held its [`TrainingRequest`]
+/// have them: beside the entry's own.
+const REQUEST_FIELDS: [&str; 5] = ["dataset", "checkpoint", "tokenizer", "device", "settings"];
+
+/// Moves the request's fields of such a record into its `request`, so that it reads as a new one.
+fn nest_request(record: &mut serde_json::Value) {
+    let Some(entry) = record.get_mut("entry").and_then(serde_json::Value::as_object_mut) else { return };
+    if entry.contains_key("request") {
+        return;
+    }
+    let request: serde_json::Map<String, serde_json::Value> =
+        REQUEST_FIELDS.iter().filter_map(|&field| Some((field.to_string(), entry.remove(field)?))).collect();
+    entry.insert("request".into(), request.into());
 }
 
 /// The bytes of one of the app's own files, refusing one larger than `limit` before reading it: a
@@ -216,8 +226,8 @@ mod tests {
     use super::*;
     use needle_engine::settings::presets;
 
-    fn request() -> RunRequest {
-        RunRequest {
+    fn request() -> TrainingRequest {
+        TrainingRequest {
             dataset: "/data/smart_home.jsonl".into(),
             checkpoint: "/m/base.pkl".into(),
             tokenizer: "/m/tokenizer.model".into(),
@@ -241,6 +251,35 @@ mod tests {
         assert_eq!(history.load(&first.entry.id).unwrap(), first);
         let listed = history.list(Some(&second.entry.id));
         assert_eq!(listed, vec![second.entry.clone(), first.entry.clone()]);
+    }
+
+    #[test]
+    fn a_record_from_before_the_entry_held_its_request_still_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::new(dir.path().to_path_buf());
+        // The request's fields beside the entry's, as records were written before.
+        let old = serde_json::json!({
+            "entry": {
+                "id": "run-1", "started_at": 1, "dataset": "/data/smart_home.jsonl", "checkpoint": "/m/base.pkl",
+                "tokenizer": "/m/tokenizer.model", "device": "auto", "backend": null,
+                "settings": presets()[0].settings, "status": "finished", "seconds": 7.5, "steps_done": 3,
+                "steps": 3, "final_loss": 4.5, "final_val": null, "adapter": "/r/run-1/adapter.pkl",
+                "message": null, "cact": null, "suggested_cact": "/r/run-1/smart_home.cact"
+            },
+            "curve": {"train": [[1, 8.0]], "val": []}
+        });
+        std::fs::create_dir_all(dir.path().join("run-1")).unwrap();
+        std::fs::write(dir.path().join("run-1").join(RECORD), serde_json::to_vec_pretty(&old).unwrap()).unwrap();
+        let record = history.load("run-1").unwrap();
+        assert_eq!(record.entry.request, request());
+        assert_eq!((record.entry.status, record.entry.steps_done), (Status::Finished, 3));
+        assert_eq!(record.curve.train, [(1, 8.0)]);
+        // Saved again, it is written in the new form and reads back the same.
+        history.save(&record).unwrap();
+        let saved: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("run-1").join(RECORD)).unwrap()).unwrap();
+        assert_eq!(saved["entry"]["request"]["dataset"], "/data/smart_home.jsonl");
+        assert_eq!(history.load("run-1").unwrap(), record);
     }
 
     #[test]

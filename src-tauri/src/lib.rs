@@ -4,11 +4,12 @@
 //! renders what their channels send. Training and building run in a worker process ([`worker`]) that
 //! speaks `--events jsonl`, so a crash, an out-of-memory kill or a cancel never takes the window down.
 //!
-//! The rooms: [`run_request`] (a run as the Run panel asks for it), [`run_slot`] (the
-//! one run in progress: start, cancel, close), [`training`] and [`building`] (the worker jobs that
+//! The rooms: [`training_request`] (a training as the Run panel asks for it),
+//! [`training_slot`] (the one training in progress: start, cancel, close), [`training`] and [`building`] (the worker jobs that
 //! train and build a `.cact`, and what the window hears of them), [`generating`] (more examples for the
-//! dataset, written by an LLM) and [`api_key`] (its key), [`tryout`] (Try), [`base_model`]
-//! (the published base models and their download), [`history`] (past runs on disk), [`preferences`]
+//! dataset, written by an LLM), [`publishing`] (a built `.cact` pushed to the hub), [`api_key`] (their
+//! key and token), [`tryout`] (Try), [`base_model`]
+//! (the published base models and their download), [`history`] (past trainings on disk), [`preferences`]
 //! (what the app remembers between launches), [`chart`] (the loss chart).
 
 mod api_key;
@@ -19,10 +20,11 @@ mod commands;
 mod generating;
 mod history;
 mod preferences;
-mod run_request;
-mod run_slot;
+mod publishing;
 mod studio;
 mod training;
+mod training_request;
+mod training_slot;
 mod tryout;
 mod worker;
 
@@ -55,8 +57,8 @@ pub struct Launch {
     pub preset: Option<String>,
 }
 
-/// Starts the app and returns when its window closes.
-pub fn run(launch: Launch) -> ExitCode {
+/// Opens the app's window with what it was launched with, and returns when the window closes.
+pub fn open_window(launch: Launch) -> ExitCode {
     let app = with_commands(tauri::Builder::default()).setup(move |app| {
         let (worker, hardware) = worker::discover()?;
         let hub = needle_engine::hub::Hub::from_env();
@@ -111,7 +113,7 @@ pub fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R
         .plugin(tauri_plugin_opener::init())
         .invoke_handler(tauri::generate_handler![
             commands::startup,
-            commands::save_settings,
+            commands::save_preferences,
             commands::base_model,
             commands::download_base_model,
             commands::use_base_model,
@@ -123,15 +125,17 @@ pub fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R
             commands::forget_key,
             commands::generate_examples,
             commands::cancel_generation,
-            commands::validate_run,
-            commands::plan_run,
-            commands::start_run,
-            commands::resume_run,
-            commands::cancel_run,
+            commands::validate_training,
+            commands::plan_training,
+            commands::start_training,
+            commands::resume_training,
+            commands::cancel_training,
             commands::build_cact,
+            commands::publish_setup,
+            commands::publish_cact,
             commands::try_model,
             commands::history,
-            commands::open_run,
+            commands::open_training,
             commands::reveal,
         ])
 }

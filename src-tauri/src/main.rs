@@ -15,5 +15,5 @@ fn main() -> ExitCode {
         let needle_args = std::iter::once(OsString::from("needle")).chain(args.into_iter().skip(2));
         return needle_cli::main_with(needle_args);
     }
-    needle_studio::run(needle_studio::Launch::parse_from(args))
+    needle_studio::open_window(needle_studio::Launch::parse_from(args))
 }

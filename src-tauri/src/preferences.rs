@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use needle_engine::config::Generation;
 use serde::{Deserialize, Serialize};
 
-/// The most a settings file may hold; it is a few paths and names.
+/// The most a preferences file may hold; it is a few paths and names.
 const SETTINGS_LIMIT: u64 = 1 << 20;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -34,7 +34,7 @@ impl Default for Preferences {
 }
 
 impl Preferences {
-    /// The saved settings (a few paths and names); the defaults when there are none or the file is unreadable (it is only a
+    /// The saved preferences (a few paths and names); the defaults when there are none or the file is unreadable (it is only a
     /// convenience, and the next save replaces it).
     pub fn load(path: &Path) -> Self {
         let bytes = crate::history::read_limited(path, SETTINGS_LIMIT).ok();
@@ -44,7 +44,7 @@ impl Preferences {
     pub fn save(&self, path: &Path) -> Result<(), String> {
         let json = serde_json::to_vec_pretty(self).map_err(|e| e.to_string())?;
         needle_engine::atomic::write_atomically(path, &json)
-            .map_err(|error| format!("could not save the settings to {}: {error}", path.display()))
+            .map_err(|error| format!("could not save the preferences to {}: {error}", path.display()))
     }
 }
 
@@ -57,17 +57,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("settings.json");
         assert_eq!(Preferences::load(&path), Preferences::default());
-        let settings = Preferences {
+        let preferences = Preferences {
             checkpoint: Some("/m/base.pkl".into()),
             generation: Generation::Needle2,
             device: "cpu".into(),
             ..Preferences::default()
         };
-        settings.save(&path).unwrap();
-        assert_eq!(Preferences::load(&path), settings);
+        preferences.save(&path).unwrap();
+        assert_eq!(Preferences::load(&path), preferences);
         // A file from before the choice of generation: the app's default, Needle 3.
         std::fs::write(&path, r#"{"checkpoint": "/m/base.pkl", "device": "cpu"}"#).unwrap();
-        assert_eq!(Preferences::load(&path), Preferences { generation: Generation::Needle3, ..settings });
+        assert_eq!(Preferences::load(&path), Preferences { generation: Generation::Needle3, ..preferences });
         std::fs::write(&path, "{not json").unwrap();
         assert_eq!(Preferences::load(&path), Preferences::default());
     }

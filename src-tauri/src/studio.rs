@@ -1,5 +1,5 @@
-//! The app's state: where its files live, the worker, the hardware, the remembered settings and the
-//! run in progress. Commands are thin calls into here; everything here works without a window.
+//! The app's state: where its files live, the worker, the hardware, the remembered preferences and
+//! the training in progress. Commands are thin calls into here; everything here works without a window.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -14,13 +14,14 @@ use needle_engine::settings::{form_fields, preset, presets, BuildWidth, Field, F
 use needle_engine::train::Plan;
 use serde::Serialize;
 
-use crate::api_key::Keys;
+use crate::api_key::{Keys, SecretName, GENERATE_KEY, HUB_TOKEN};
 use crate::base_model::Downloads;
 use crate::generating::Generations;
 use crate::history::{History, HistoryEntry};
 use crate::preferences::Preferences;
-use crate::run_request::{RunDraft, RunRequest};
-use crate::run_slot::RunSlot;
+use crate::publishing::Publishing;
+use crate::training_request::{TrainingDraft, TrainingRequest};
+use crate::training_slot::TrainingSlot;
 use crate::worker::{Slot, Worker};
 use crate::{chart, lock, Launch};
 
@@ -32,7 +33,7 @@ const SHOWN_LINE_CHARS: usize = 16_384;
 pub struct Studio(Arc<Inner>);
 
 struct Inner {
-    settings_path: PathBuf,
+    preferences_path: PathBuf,
     launch_dataset: Option<PathBuf>,
     worker: Worker,
     hardware: BackendInfo,
@@ -40,13 +41,16 @@ struct Inner {
     downloads: Downloads,
     history: History,
     preferences: Mutex<Preferences>,
-    run: RunSlot,
+    training: TrainingSlot,
     /// The dataset report being computed: a newer request (another file, max length or tokenizer)
     /// ends it.
     report: Slot,
     /// The key to the endpoint that writes new examples, and the generation in progress.
-    keys: Keys,
+    generate_key: Keys,
     generations: Generations,
+    /// The token Publish uploads with, and the upload in progress.
+    hub_token: Keys,
+    publishing: Publishing,
 }
 
 /// Everything the window shows when it opens.
@@ -54,11 +58,11 @@ struct Inner {
 pub struct Startup {
     pub hardware: BackendInfo,
     pub devices: Vec<String>,
-    pub settings: Preferences,
+    pub preferences: Preferences,
     pub dataset: Option<PathBuf>,
     pub presets: Vec<Preset>,
     /// The Run panel's fields: names, labels, ranges and the reference's defaults.
-    pub run_fields: Vec<FormField>,
+    pub training_fields: Vec<FormField>,
     /// The widths Build offers.
     pub build_widths: &'static [BuildWidth],
     pub history: Vec<HistoryEntry>,
@@ -83,40 +87,43 @@ impl Studio {
         hub: Hub,
     ) -> std::io::Result<Self> {
         std::fs::create_dir_all(&data_dir)?;
-        let settings_path = data_dir.join("settings.json");
-        let mut settings = Preferences::load(&settings_path);
+        // Named before the preferences had their name; kept so that earlier choices still load.
+        let preferences_path = data_dir.join("settings.json");
+        let mut preferences = Preferences::load(&preferences_path);
         // Relative paths from the command line mean the directory the app was started in.
         let absolute = |path: PathBuf| std::path::absolute(&path).unwrap_or(path);
         if let Some(checkpoint) = launch.checkpoint.map(absolute) {
-            settings.tokenizer = Some(needle_engine::tokenizer::default_path(&checkpoint));
-            settings.checkpoint = Some(checkpoint);
+            preferences.tokenizer = Some(needle_engine::tokenizer::default_path(&checkpoint));
+            preferences.checkpoint = Some(checkpoint);
         }
         if let Some(tokenizer) = launch.tokenizer.map(absolute) {
-            settings.tokenizer = Some(tokenizer);
+            preferences.tokenizer = Some(tokenizer);
         }
         if let Some(preset) = launch.preset.filter(|name| preset(name).is_some()) {
-            settings.preset = preset;
+            preferences.preset = preset;
         }
-        if settings.checkpoint.is_none() {
+        if preferences.checkpoint.is_none() {
             // Both files of one model: a remembered tokenizer may belong to another.
-            if let Some(base) = needle_engine::hub::cached_base_model(&hub, settings.generation) {
-                settings.tokenizer = Some(base.tokenizer);
-                settings.checkpoint = Some(base.checkpoint);
+            if let Some(base) = needle_engine::hub::cached_base_model(&hub, preferences.generation) {
+                preferences.tokenizer = Some(base.tokenizer);
+                preferences.checkpoint = Some(base.checkpoint);
             }
         }
         Ok(Self(Arc::new(Inner {
-            settings_path,
+            preferences_path,
             launch_dataset: launch.dataset.map(absolute),
             worker,
             hardware,
             hub,
             downloads: Downloads::default(),
             history: History::new(data_dir.join("runs")),
-            preferences: Mutex::new(settings),
-            run: RunSlot::default(),
+            preferences: Mutex::new(preferences),
+            training: TrainingSlot::default(),
             report: Slot::default(),
-            keys: Keys::default(),
+            generate_key: Keys::new(GENERATE_KEY),
             generations: Generations::default(),
+            hub_token: Keys::new(HUB_TOKEN),
+            publishing: Publishing::default(),
         })))
     }
 
@@ -124,12 +131,12 @@ impl Studio {
         Startup {
             hardware: self.0.hardware.clone(),
             devices: self.devices(),
-            settings: lock(&self.0.preferences).clone(),
+            preferences: lock(&self.0.preferences).clone(),
             dataset: self.0.launch_dataset.clone(),
             presets: presets().to_vec(),
-            run_fields: form_fields(),
+            training_fields: form_fields(),
             build_widths: &BUILD_WIDTHS,
-            history: self.history(),
+            history: self.list_history(),
         }
     }
 
@@ -140,36 +147,36 @@ impl Studio {
 
     /// Remembers what the window's fields say. The base model's generation is not a field: it stays
     /// as Download and Use chose it ([`Studio::use_base_model`]).
-    pub fn save_settings(&self, settings: Preferences) -> Result<(), String> {
+    pub fn save_preferences(&self, preferences: Preferences) -> Result<(), String> {
         let generation = lock(&self.0.preferences).generation;
-        self.remember(Preferences { generation, ..settings })
+        self.remember(Preferences { generation, ..preferences })
     }
 
     /// Makes `base`, the published base model of `generation`, the remembered one (Download, Use).
     pub fn use_base_model(&self, generation: Generation, base: &BaseModel) -> Result<(), String> {
-        let mut settings = lock(&self.0.preferences).clone();
-        settings.generation = generation;
-        settings.checkpoint = Some(base.checkpoint.clone());
-        settings.tokenizer = Some(base.tokenizer.clone());
-        self.remember(settings)
+        let mut preferences = lock(&self.0.preferences).clone();
+        preferences.generation = generation;
+        preferences.checkpoint = Some(base.checkpoint.clone());
+        preferences.tokenizer = Some(base.tokenizer.clone());
+        self.remember(preferences)
     }
 
-    fn remember(&self, settings: Preferences) -> Result<(), String> {
-        settings.save(&self.0.settings_path)?;
-        *lock(&self.0.preferences) = settings;
+    fn remember(&self, preferences: Preferences) -> Result<(), String> {
+        preferences.save(&self.0.preferences_path)?;
+        *lock(&self.0.preferences) = preferences;
         Ok(())
     }
 
-    /// The run, or every problem with it in one message.
-    pub fn check(&self, draft: &RunDraft) -> Result<RunRequest, String> {
+    /// The training as asked for, or every problem with it in one message.
+    pub fn check(&self, draft: &TrainingDraft) -> Result<TrainingRequest, String> {
         draft.check(&self.devices()).map_err(|errors| {
             let problems: Vec<String> = errors.iter().map(|(field, message)| format!("{field}: {message}")).collect();
-            format!("the run is not ready: {}", problems.join("; "))
+            format!("the training is not ready: {}", problems.join("; "))
         })
     }
 
     /// `needle finetune --dry-run` in the worker: steps, sequence length, memory estimate.
-    pub fn plan(&self, draft: &RunDraft) -> Result<Plan, String> {
+    pub fn plan(&self, draft: &TrainingDraft) -> Result<Plan, String> {
         let request = self.check(draft)?;
         // Its own scratch folder: plans run side by side never share a file.
         let scratch = tempfile::tempdir().map_err(|error| format!("could not make a scratch folder: {error}"))?;
@@ -229,16 +236,18 @@ impl Studio {
     /// Keys typed from now on stay in this process's memory, and the environment's keys are not
     /// read: the tests' app, which must neither use the developer's keys nor write their keychain.
     pub fn isolate_keys(&self) {
-        self.0.keys.isolate();
+        self.0.generate_key.isolate();
+        self.0.hub_token.isolate();
     }
 
-    pub fn history(&self) -> Vec<HistoryEntry> {
-        self.0.history.list(self.0.run.running().as_deref())
+    /// The past trainings, newest first, the one going marked as such.
+    pub fn list_history(&self) -> Vec<HistoryEntry> {
+        self.0.history.list(self.0.training.running().as_deref())
     }
 
-    pub fn open_run(&self, id: &str) -> Result<Opened, String> {
+    pub fn open_training(&self, id: &str) -> Result<Opened, String> {
         let record = self.0.history.load(id)?;
-        let entry = self.0.history.listed(record.entry, self.0.run.running().as_deref());
+        let entry = self.0.history.listed(record.entry, self.0.training.running().as_deref());
         let chart = (!record.curve.train.is_empty()).then(|| chart::loss_chart(&record.curve, entry.steps));
         Ok(Opened { entry, chart })
     }
@@ -246,7 +255,7 @@ impl Studio {
     /// The app is closing: the training run saves what it learned (or is killed after a grace),
     /// then every other worker ends at once.
     pub fn shutdown(&self) {
-        self.0.run.close();
+        self.0.training.close();
         self.0.worker.kill_all();
     }
 
@@ -266,19 +275,34 @@ impl Studio {
         &self.0.worker
     }
 
-    pub(crate) fn keys(&self) -> &Keys {
-        &self.0.keys
+    pub(crate) fn secret(&self, name: SecretName) -> &Keys {
+        match name {
+            SecretName::GenerateKey => &self.0.generate_key,
+            SecretName::HubToken => &self.0.hub_token,
+        }
+    }
+
+    pub(crate) fn generate_key(&self) -> &Keys {
+        &self.0.generate_key
+    }
+
+    pub(crate) fn hub_token(&self) -> &Keys {
+        &self.0.hub_token
+    }
+
+    pub(crate) fn publishing(&self) -> &Publishing {
+        &self.0.publishing
     }
 
     pub(crate) fn generations(&self) -> &Generations {
         &self.0.generations
     }
 
-    pub(crate) fn runs(&self) -> &History {
+    pub(crate) fn history(&self) -> &History {
         &self.0.history
     }
 
-    pub(crate) fn run_slot(&self) -> &RunSlot {
-        &self.0.run
+    pub(crate) fn training_slot(&self) -> &TrainingSlot {
+        &self.0.training
     }
 }

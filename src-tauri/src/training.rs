@@ -9,16 +9,16 @@ use serde::Serialize;
 use tauri::ipc::Channel;
 
 use crate::chart::loss_chart;
-use crate::history::{History, HistoryEntry, RunRecord, Status};
-use crate::run_request::RunRequest;
-use crate::run_slot::{Claim, RunSlot};
+use crate::history::{History, HistoryEntry, Status, TrainingRecord};
 use crate::studio::Studio;
+use crate::training_request::TrainingRequest;
+use crate::training_slot::{Claim, TrainingSlot};
 use crate::worker::{Exit, Line, Watcher};
 
 /// What the window hears about a run.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum RunMessage {
+pub enum TrainingMessage {
     /// The worker's `started`, `step` and `epoch` events, as they are.
     Progress(Event),
     /// The loss chart, redrawn.
@@ -48,59 +48,56 @@ const LONG_RUN: Duration = Duration::from_secs(30);
 /// Starts `request` in the worker; messages go to `channel` until `finished` or `failed`.
 pub fn start(
     studio: &Studio,
-    request: &RunRequest,
-    channel: Channel<RunMessage>,
+    request: &TrainingRequest,
+    channel: Channel<TrainingMessage>,
     notify: Notify,
 ) -> Result<HistoryEntry, String> {
-    let claim = studio.run_slot().begin()?;
-    let (record, adapter) = studio.runs().create(request)?;
-    launch(studio, claim, record, request.finetune_args(&adapter, &[]), channel, notify)
+    let claim = studio.training_slot().begin()?;
+    let (record, adapter) = studio.history().create(request)?;
+    start_worker(studio, claim, record, request.finetune_args(&adapter, &[]), channel, notify)
 }
 
 /// Continues run `id`, which ended early, from the state it saved: same settings, same folder,
 /// same record, its loss curve carried on.
-pub fn resume(studio: &Studio, id: &str, channel: Channel<RunMessage>, notify: Notify) -> Result<HistoryEntry, String> {
-    let claim = studio.run_slot().begin()?;
-    let mut record = studio.runs().load(id)?;
-    let entry = studio.runs().listed(record.entry.clone(), None);
+pub fn resume(
+    studio: &Studio,
+    id: &str,
+    channel: Channel<TrainingMessage>,
+    notify: Notify,
+) -> Result<HistoryEntry, String> {
+    let claim = studio.training_slot().begin()?;
+    let mut record = studio.history().load(id)?;
+    let entry = studio.history().listed(record.entry.clone(), None);
     if !entry.resumable {
         return Err(match entry.status {
             Status::Finished => "this run finished; there is nothing to resume".into(),
             _ => "this run saved no training state to resume from; start it again instead".into(),
         });
     }
-    let e = &entry;
-    let request = RunRequest {
-        dataset: e.dataset.clone(),
-        checkpoint: e.checkpoint.clone(),
-        tokenizer: e.tokenizer.clone(),
-        device: e.device.clone(),
-        settings: e.settings,
-    };
-    let args = request.finetune_args(&studio.runs().adapter_path(e), &["--resume"]);
+    let args = entry.request.finetune_args(&studio.history().adapter_path(&entry), &["--resume"]);
     record.entry.status = Status::Running;
     record.entry.message = None;
-    launch(studio, claim, record, args, channel, notify)
+    start_worker(studio, claim, record, args, channel, notify)
 }
 
 /// Runs `args` in the worker for `record`, in the run slot `claim` holds.
-fn launch(
+fn start_worker(
     studio: &Studio,
     claim: Claim<'_>,
-    mut record: RunRecord,
+    mut record: TrainingRecord,
     args: Vec<OsString>,
-    channel: Channel<RunMessage>,
+    channel: Channel<TrainingMessage>,
     notify: Notify,
 ) -> Result<HistoryEntry, String> {
     let saved = record.clone();
     let entry = record.entry.clone();
     let earlier_seconds = record.entry.seconds.take().unwrap_or(0.0);
-    let watcher = RunWatcher {
+    let watcher = TrainingWatcher {
         record,
-        history: studio.runs().clone(),
+        history: studio.history().clone(),
         channel,
         notify,
-        slot: studio.run_slot().clone(),
+        slot: studio.training_slot().clone(),
         started: Instant::now(),
         earlier_seconds,
         last_chart: None,
@@ -109,23 +106,23 @@ fn launch(
     claim.fill(entry.id.clone(), job);
     // Only once the worker runs: a resume that could not start leaves the record as it was. Its
     // watcher saves it again at every epoch and at the end, so a failure here loses nothing.
-    let _ = studio.runs().save(&saved);
+    let _ = studio.history().save(&saved);
     Ok(entry)
 }
 
-struct RunWatcher {
-    record: RunRecord,
+struct TrainingWatcher {
+    record: TrainingRecord,
     history: History,
-    channel: Channel<RunMessage>,
+    channel: Channel<TrainingMessage>,
     notify: Notify,
-    slot: RunSlot,
+    slot: TrainingSlot,
     started: Instant,
     /// Time spent in the invocations before this one (a resumed run).
     earlier_seconds: f64,
     last_chart: Option<Instant>,
 }
 
-impl Watcher for RunWatcher {
+impl Watcher for TrainingWatcher {
     fn line(&mut self, line: Line) {
         match line {
             Line::Stdout(text) => match serde_json::from_str::<Event>(&text) {
@@ -165,21 +162,21 @@ impl Watcher for RunWatcher {
         if let Err(error) = self.slot.finish(&id, || self.history.save(&self.record)) {
             self.log(error);
         }
-        self.send(RunMessage::Chart { svg: self.chart() });
+        self.send(TrainingMessage::Chart { svg: self.chart() });
         let entry = self.history.listed(self.record.entry.clone(), None);
         if elapsed >= LONG_RUN {
             (self.notify)("Needle Studio", &summary(&entry));
         }
         match (entry.status, entry.message.clone()) {
             (Status::Failed, message) => {
-                self.send(RunMessage::Failed { message: message.unwrap_or_default(), entry });
+                self.send(TrainingMessage::Failed { message: message.unwrap_or_default(), entry });
             }
-            _ => self.send(RunMessage::Finished { entry }),
+            _ => self.send(TrainingMessage::Finished { entry }),
         }
     }
 }
 
-impl RunWatcher {
+impl TrainingWatcher {
     fn event(&mut self, event: Event) {
         let entry = &mut self.record.entry;
         let mut redraw = false;
@@ -241,10 +238,10 @@ impl RunWatcher {
                 return;
             }
         }
-        self.send(RunMessage::Progress(event));
+        self.send(TrainingMessage::Progress(event));
         if redraw {
             self.last_chart = Some(Instant::now());
-            self.send(RunMessage::Chart { svg: self.chart() });
+            self.send(TrainingMessage::Chart { svg: self.chart() });
         }
     }
 
@@ -253,10 +250,10 @@ impl RunWatcher {
     }
 
     fn log(&self, line: String) {
-        self.send(RunMessage::Log { line });
+        self.send(TrainingMessage::Log { line });
     }
 
-    fn send(&self, message: RunMessage) {
+    fn send(&self, message: TrainingMessage) {
         // A closed window drops its channel; the run goes on and its record is still saved.
         let _ = self.channel.send(message);
     }
@@ -264,7 +261,7 @@ impl RunWatcher {
 
 /// One line for the notification.
 fn summary(entry: &HistoryEntry) -> String {
-    let name = entry.dataset.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let name = entry.request.dataset.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     match (entry.status, entry.final_loss) {
         (Status::Failed, _) => format!("Fine-tuning on {name} failed: {}", entry.message.as_deref().unwrap_or("")),
         (Status::Stopped, _) => format!("Fine-tuning on {name} stopped; the adapter is saved."),

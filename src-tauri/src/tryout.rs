@@ -48,9 +48,9 @@ pub fn ask(studio: &Studio, question: &Question) -> Result<Answers, String> {
     }
     let (checkpoint, tokenizer, adapter) = match &question.run_id {
         Some(id) => {
-            let entry = studio.runs().load(id)?.entry;
+            let entry = studio.history().load(id)?.entry;
             let adapter = entry.adapter.ok_or("this run saved no adapter yet; wait for its first epoch")?;
-            (entry.checkpoint, entry.tokenizer, Some(adapter))
+            (entry.request.checkpoint, entry.request.tokenizer, Some(adapter))
         }
         None => {
             let settings = lock(studio.preferences()).clone();

@@ -32,14 +32,19 @@ struct App {
 impl App {
     /// Opened with the fixture model, and a hub that is offline with an empty cache.
     fn open(data_dir: &Path) -> Self {
+        let hub =
+            Hub { endpoint: "http://127.0.0.1:9".into(), token: None, offline: true, cache: data_dir.join("hub") };
+        Self::open_on(data_dir, hub)
+    }
+
+    /// Opened with the fixture model, and `hub`.
+    fn open_on(data_dir: &Path, hub: Hub) -> Self {
         let launch = Launch {
             dataset: Some(repo("examples/smart_home.jsonl")),
             checkpoint: Some(repo("tests/fixtures/models/pretrained.pkl")),
             tokenizer: None,
             preset: None,
         };
-        let hub =
-            Hub { endpoint: "http://127.0.0.1:9".into(), token: None, offline: true, cache: data_dir.join("hub") };
         Self::open_with(data_dir, launch, hub)
     }
 
@@ -108,8 +113,8 @@ impl App {
     }
 }
 
-/// A run as the UI sends it: the launch paths and one pass of small settings, with `changes` applied.
-fn run(changes: Value) -> Value {
+/// A training as the UI sends it: the launch paths and one pass of small settings, with `changes` applied.
+fn draft(changes: Value) -> Value {
     let mut settings = json!({
         "epochs": 1, "lr": 2e-4, "rank": 8, "alpha": 16.0, "batch_size": 8, "max_len": 512,
         "val_split": 0.2, "seed": 0
@@ -139,11 +144,11 @@ fn startup_shows_the_hardware_the_presets_and_the_launch_paths() {
     let presets: Vec<&str> =
         startup["presets"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
     assert_eq!(presets, ["quick", "balanced", "thorough"]);
-    let checkpoint = PathBuf::from(startup["settings"]["checkpoint"].as_str().unwrap());
+    let checkpoint = PathBuf::from(startup["preferences"]["checkpoint"].as_str().unwrap());
     assert!(checkpoint.ends_with("tests/fixtures/models/pretrained.pkl") && checkpoint.is_absolute());
     // The tokenizer defaults to the one beside the checkpoint.
     assert_eq!(
-        PathBuf::from(startup["settings"]["tokenizer"].as_str().unwrap()),
+        PathBuf::from(startup["preferences"]["tokenizer"].as_str().unwrap()),
         checkpoint.with_file_name("tokenizer.model")
     );
     assert!(startup["dataset"].as_str().unwrap().ends_with("examples/smart_home.jsonl"));
@@ -154,11 +159,11 @@ fn startup_shows_the_hardware_the_presets_and_the_launch_paths() {
 fn settings_are_remembered_between_launches() {
     let dir = tempfile::tempdir().unwrap();
     let settings = json!({ "checkpoint": "/models/base.pkl", "tokenizer": "/models/tok.model", "device": "cpu", "preset": "thorough" });
-    App::open(dir.path()).ok("save_settings", json!({ "settings": settings }));
+    App::open(dir.path()).ok("save_preferences", json!({ "preferences": settings }));
     let reopened = App::open(dir.path()).ok("startup", json!({}));
     // The launch's checkpoint replaces the remembered base model; the rest is as saved.
-    assert_eq!(reopened["settings"]["device"], "cpu");
-    assert_eq!(reopened["settings"]["preset"], "thorough");
+    assert_eq!(reopened["preferences"]["device"], "cpu");
+    assert_eq!(reopened["preferences"]["preset"], "thorough");
 }
 
 #[test]
@@ -190,32 +195,35 @@ fn the_dataset_report_counts_examples_and_names_bad_lines() {
 fn validation_marks_each_bad_field_and_start_refuses_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let app = App::open(dir.path());
-    assert_eq!(app.ok("validate_run", json!({ "run": run(json!({})) })), json!({}));
+    assert_eq!(app.ok("validate_training", json!({ "draft": draft(json!({})) })), json!({}));
 
-    let mut bad = run(json!({ "epochs": 0, "lr": "fast", "batch_size": 2.5 }));
+    let mut bad = draft(json!({ "epochs": 0, "lr": "fast", "batch_size": 2.5 }));
     bad["checkpoint"] = json!("/no/such/base.pkl");
-    let errors = app.ok("validate_run", json!({ "run": bad }));
+    let errors = app.ok("validate_training", json!({ "draft": bad }));
     assert_eq!(errors["lr"], "enter a number");
     assert_eq!(errors["batch_size"], "use a whole number");
     assert_eq!(errors["checkpoint"], "no file at /no/such/base.pkl");
 
-    let refused = app.error("start_run", json!({ "run": bad, "onEvent": CHANNEL }));
-    assert!(refused.starts_with("the run is not ready") && refused.contains("checkpoint"), "{refused}");
+    let refused = app.error("start_training", json!({ "draft": bad, "onEvent": CHANNEL }));
+    assert!(refused.starts_with("the training is not ready") && refused.contains("checkpoint"), "{refused}");
     assert_eq!(app.ok("history", json!({})), json!([]), "a refused run leaves no record");
 }
 
 #[test]
-fn a_run_trains_in_the_worker_and_builds_a_cact() {
+fn a_run_trains_in_the_worker_builds_a_cact_and_publishes_it() {
     let dir = tempfile::tempdir().unwrap();
-    let app = App::open(dir.path());
-    let plan = app.ok("plan_run", json!({ "run": run(json!({})) }));
+    // A hub on loopback for Publish; nothing else asks it anything.
+    let fake = fake_hub::published();
+    let hub = Hub { endpoint: fake.endpoint().into(), token: None, offline: false, cache: dir.path().join("hub") };
+    let app = App::open_on(dir.path(), hub);
+    let plan = app.ok("plan_training", json!({ "draft": draft(json!({})) }));
     let steps = plan["steps"].as_u64().unwrap();
     assert!(steps > 0 && plan["memory_estimate_bytes"].as_u64().unwrap() > 0, "{plan}");
 
-    let entry = app.ok("start_run", json!({ "run": run(json!({})), "onEvent": CHANNEL }));
+    let entry = app.ok("start_training", json!({ "draft": draft(json!({})), "onEvent": CHANNEL }));
     assert_eq!(entry["status"], "running");
     let id = entry["id"].as_str().unwrap();
-    let again = app.error("start_run", json!({ "run": run(json!({})), "onEvent": CHANNEL }));
+    let again = app.error("start_training", json!({ "draft": draft(json!({})), "onEvent": CHANNEL }));
     assert!(again.contains("already going"), "{again}");
 
     let done = app.wait_for(id, "end", |e| e["status"] != "running");
@@ -229,11 +237,11 @@ fn a_run_trains_in_the_worker_and_builds_a_cact() {
     assert!(done["scores"]["tuned"]["loss"].as_f64().unwrap() < done["scores"]["base"]["loss"].as_f64().unwrap());
     let adapter = PathBuf::from(done["adapter"].as_str().unwrap());
     assert!(adapter.is_file() && adapter.starts_with(dir.path()), "{}", adapter.display());
-    assert_eq!(app.ok("cancel_run", json!({})), "idle", "nothing runs after the run ended");
+    assert_eq!(app.ok("cancel_training", json!({})), "idle", "nothing runs after the run ended");
 
-    let opened = app.ok("open_run", json!({ "id": id }));
+    let opened = app.ok("open_training", json!({ "id": id }));
     assert!(opened["chart"].as_str().unwrap().contains("polyline"), "the reopened run has its loss chart");
-    assert!(app.error("open_run", json!({ "id": "../settings" })).contains("settings"));
+    assert!(app.error("open_training", json!({ "id": "../settings" })).contains("settings"));
 
     let out = dir.path().join("built").join("tuned.cact");
     let odd = app.error("build_cact", json!({ "runId": id, "bits": 3, "out": out, "onEvent": CHANNEL }));
@@ -246,6 +254,26 @@ fn a_run_trains_in_the_worker_and_builds_a_cact() {
     // The file's own weights answered the same held-out examples.
     assert_eq!(built["cact"]["scores"]["calls"]["examples"].as_u64(), Some(held_out), "{built}");
     assert!(built["cact"]["scores"]["loss"].as_f64().unwrap().is_finite(), "{built}");
+
+    // Publish: the built file to a model repository on the hub, with a token typed in the window.
+    app.studio().isolate_keys();
+    let setup = app.ok("publish_setup", json!({}));
+    assert_eq!((setup["token"]["source"].as_str(), setup["state"]["state"].as_str()), (Some("none"), Some("idle")));
+    let publish = |repo: &str| json!({ "runId": id, "repo": repo, "onEvent": CHANNEL });
+    assert!(app.error("publish_cact", publish("needle")).contains("<you>/<model>"));
+    assert!(app.error("publish_cact", publish("alice/needle-home")).contains("token with write access"));
+    app.ok("remember_key", json!({ "name": "hub_token", "key": "hf_typed" }));
+    app.ok("publish_cact", publish("alice/needle-home"));
+    let setup_state = || app.ok("publish_setup", json!({}))["state"].clone();
+    let published = poll("the upload to end", setup_state, |state| state["state"] != "running");
+    assert_eq!(published["state"], "published", "{published}");
+    assert_eq!(published["url"], format!("{}/alice/needle-home", fake.endpoint()));
+    let pushed = fake.file("alice/needle-home", "tuned.cact").expect("the .cact is on the hub");
+    assert_eq!(pushed.bytes, std::fs::read(&out).unwrap());
+    assert!(fake
+        .seen()
+        .iter()
+        .all(|seen| seen.path.starts_with("/upload/") || seen.authorization.as_deref() == Some("Bearer hf_typed")));
 
     // Try: the base and the tuned model answer the same question side by side.
     let sample = &app.ok(
@@ -271,20 +299,20 @@ fn a_run_trains_in_the_worker_and_builds_a_cact() {
 fn cancel_stops_after_the_step_and_a_second_cancel_ends_the_worker() {
     let dir = tempfile::tempdir().unwrap();
     let app = App::open(dir.path());
-    let long = run(json!({ "epochs": 200 }));
+    let long = draft(json!({ "epochs": 200 }));
 
     // One press: the worker stops at the next step boundary and keeps what it learned.
-    let entry = app.ok("start_run", json!({ "run": long, "onEvent": CHANNEL }));
-    assert_eq!(app.ok("cancel_run", json!({})), "stopping");
+    let entry = app.ok("start_training", json!({ "draft": long, "onEvent": CHANNEL }));
+    assert_eq!(app.ok("cancel_training", json!({})), "stopping");
     let stopped = app.wait_for(entry["id"].as_str().unwrap(), "stop", |e| e["status"] != "running");
     assert_eq!(stopped["status"], "stopped", "{stopped}");
     assert!(PathBuf::from(stopped["adapter"].as_str().unwrap()).is_file(), "a stopped run keeps its adapter");
     assert!(stopped["steps_done"].as_u64().unwrap() < stopped["steps"].as_u64().unwrap());
 
     // Two presses: the worker is killed at once, and the window hears why.
-    let entry = app.ok("start_run", json!({ "run": long, "onEvent": CHANNEL }));
-    assert_eq!(app.ok("cancel_run", json!({})), "stopping");
-    assert_eq!(app.ok("cancel_run", json!({})), "killed");
+    let entry = app.ok("start_training", json!({ "draft": long, "onEvent": CHANNEL }));
+    assert_eq!(app.ok("cancel_training", json!({})), "stopping");
+    assert_eq!(app.ok("cancel_training", json!({})), "killed");
     let killed = app.wait_for(entry["id"].as_str().unwrap(), "end", |e| e["status"] != "running");
     assert_eq!(killed["status"], "stopped", "{killed}");
     assert!(killed["message"].as_str().unwrap().starts_with("stopped at once"), "{killed}");
@@ -299,7 +327,7 @@ fn first_run_downloads_the_base_model_with_resume_and_then_uses_it() {
         Launch { dataset: Some(repo("examples/smart_home.jsonl")), checkpoint: None, tokenizer: None, preset: None };
     let app = App::open_with(dir.path(), launch.clone(), hub.clone());
     let startup = app.ok("startup", json!({}));
-    assert!(startup["settings"]["checkpoint"].is_null(), "no base model yet: {startup}");
+    assert!(startup["preferences"]["checkpoint"].is_null(), "no base model yet: {startup}");
 
     // Both generations are offered, Needle 3 first and chosen, each with the size the hub announces.
     let checkpoint = std::fs::read(repo("tests/fixtures/models/pretrained.pkl")).unwrap();
@@ -350,7 +378,7 @@ fn first_run_downloads_the_base_model_with_resume_and_then_uses_it() {
     assert_eq!(std::fs::read(done["cached"]["tokenizer"].as_str().unwrap()).unwrap(), tokenizer);
     assert_eq!(done["bytes"].as_u64(), Some((checkpoint.len() + tokenizer.len()) as u64), "the size on disk");
     assert!(fake.seen().iter().any(|seen| seen.range == Some(format!("bytes={kept}-"))), "resumed with a Range");
-    assert_eq!(app.ok("startup", json!({}))["settings"]["checkpoint"], json!(cached));
+    assert_eq!(app.ok("startup", json!({}))["preferences"]["checkpoint"], json!(cached));
     assert_eq!(app.ok("base_model", json!({}))["chosen"], "Needle2");
 
     // Needle 3 from its own repository; Use goes back to Needle 2 and is remembered.
@@ -358,14 +386,14 @@ fn first_run_downloads_the_base_model_with_resume_and_then_uses_it() {
     let n3 = wait_for_download(&app, "Needle3");
     let cached3 = PathBuf::from(n3["cached"]["checkpoint"].as_str().unwrap());
     assert_eq!(std::fs::read(&cached3).unwrap(), needle3, "{n3}");
-    assert_eq!(app.ok("startup", json!({}))["settings"]["checkpoint"], json!(cached3));
+    assert_eq!(app.ok("startup", json!({}))["preferences"]["checkpoint"], json!(cached3));
     let used = app.ok("use_base_model", json!({ "generation": "Needle2" }));
     assert_eq!(used["checkpoint"], json!(cached));
-    let settings = app.ok("startup", json!({}))["settings"].clone();
+    let settings = app.ok("startup", json!({}))["preferences"].clone();
     assert_eq!((&settings["checkpoint"], &settings["generation"]), (&json!(cached), &json!("Needle2")));
     // The window's own save keeps the choice, which is not one of its fields.
     let from_window = json!({ "checkpoint": cached, "tokenizer": null, "device": "auto", "preset": "quick" });
-    app.ok("save_settings", json!({ "settings": from_window }));
+    app.ok("save_preferences", json!({ "preferences": from_window }));
     assert_eq!(app.ok("base_model", json!({}))["chosen"], "Needle2");
 
     // Next launch, offline and with no settings: the default choice, Needle 3, is found in the cache
@@ -373,7 +401,7 @@ fn first_run_downloads_the_base_model_with_resume_and_then_uses_it() {
     let asked = fake.seen().len();
     std::fs::remove_file(dir.path().join("settings.json")).unwrap();
     let offline = App::open_with(dir.path(), launch.clone(), Hub { offline: true, ..hub.clone() });
-    assert_eq!(offline.ok("startup", json!({}))["settings"]["checkpoint"], json!(cached3));
+    assert_eq!(offline.ok("startup", json!({}))["preferences"]["checkpoint"], json!(cached3));
     let status = offline.ok("base_model", json!({}));
     assert_eq!(offer(&status, "Needle2")["cached"]["checkpoint"], json!(cached));
     assert!(status["models"].as_array().unwrap().iter().all(|m| m["bytes"].as_u64().is_some()), "{status}");
@@ -412,7 +440,7 @@ fn wait_for_download(app: &App, generation: &str) -> Value {
 fn closing_the_app_stops_its_worker_and_resume_finishes_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let app = App::open(dir.path());
-    let entry = app.ok("start_run", json!({ "run": run(json!({ "epochs": 30 })), "onEvent": CHANNEL }));
+    let entry = app.ok("start_training", json!({ "draft": draft(json!({ "epochs": 30 })), "onEvent": CHANNEL }));
     let id = entry["id"].as_str().unwrap().to_string();
     // Once the first epoch has saved its state, close the window mid-run.
     app.wait_for(&id, "save a first epoch", |e| !e["adapter"].is_null());
@@ -432,13 +460,13 @@ fn closing_the_app_stops_its_worker_and_resume_finishes_the_run() {
     assert!(adapter.is_file());
 
     // Resume continues the same run from its saved state to the end.
-    let resumed = app.ok("resume_run", json!({ "id": id, "onEvent": CHANNEL }));
+    let resumed = app.ok("resume_training", json!({ "id": id, "onEvent": CHANNEL }));
     assert_eq!(resumed["status"], "running");
     let done = app.wait_for(&id, "finish", |e| e["status"] != "running");
     assert_eq!(done["status"], "finished", "{done}");
     assert_eq!(done["steps_done"].as_u64(), Some(steps), "{done}");
     assert_eq!(done["resumable"], false);
-    let again = app.error("resume_run", json!({ "id": id, "onEvent": CHANNEL }));
+    let again = app.error("resume_training", json!({ "id": id, "onEvent": CHANNEL }));
     assert!(again.contains("finished"), "{again}");
 }
 
@@ -520,13 +548,18 @@ fn generate(app: &App, llm: &FakeLlm, dataset: &Path, count: u32) {
 
 /// Polls the generation until `done` says so; its state.
 fn wait_for_generation(app: &App, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    poll(&format!("the generation to {what}"), || app.ok("generate_setup", json!({}))["state"].clone(), done)
+}
+
+/// Polls `state` until `done` says so; that state.
+fn poll(what: &str, state: impl Fn() -> Value, done: impl Fn(&Value) -> bool) -> Value {
     let start = Instant::now();
     loop {
-        let state = app.ok("generate_setup", json!({}))["state"].clone();
-        if done(&state) {
-            return state;
+        let now = state();
+        if done(&now) {
+            return now;
         }
-        assert!(start.elapsed() < Duration::from_secs(60), "timed out waiting for the generation to {what}: {state}");
+        assert!(start.elapsed() < Duration::from_secs(60), "timed out waiting for {what}: {now}");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -547,7 +580,7 @@ fn generate_writes_new_rows_after_the_dataset_with_the_typed_key_in_the_workers_
     let setup = app.ok("generate_setup", json!({}));
     assert_eq!((setup["key"]["source"].as_str(), setup["state"]["state"].as_str()), (Some("none"), Some("idle")));
     assert_eq!(setup["model"], "deepseek/deepseek-v4-flash");
-    let kept = app.ok("remember_key", json!({ "key": " sk-typed " }));
+    let kept = app.ok("remember_key", json!({ "name": "generate_key", "key": " sk-typed " }));
     assert_eq!(kept["source"], "session", "no keychain in the tests' app: {kept}");
 
     generate(&app, &llm, &dataset, 4);
@@ -591,7 +624,7 @@ fn a_wrong_key_fails_with_the_endpoints_refusal_and_no_key_names_the_variables()
     let (app, dataset) = generating_app(dir.path());
     let llm = FakeLlm::start([], reply(&[thermostat("office", 20)]));
     llm.require_key("sk-right");
-    app.ok("remember_key", json!({ "key": "sk-wrong" }));
+    app.ok("remember_key", json!({ "name": "generate_key", "key": "sk-wrong" }));
     generate(&app, &llm, &dataset, 2);
     let failed = wait_for_generation(&app, "fail", |state| state["state"] != "running");
     assert_eq!(failed["state"], "failed", "{failed}");
@@ -600,13 +633,13 @@ fn a_wrong_key_fails_with_the_endpoints_refusal_and_no_key_names_the_variables()
     assert!(!dir.path().join("smart_home.augmented.jsonl").exists());
 
     // Forgotten, and OpenRouter's own endpoint: the worker says which variables to set.
-    assert_eq!(app.ok("forget_key", json!({}))["source"], "none");
+    assert_eq!(app.ok("forget_key", json!({ "name": "generate_key" }))["source"], "none");
     let request = json!({"dataset": dataset, "output": "", "count": "2", "model": "", "endpoint": ""});
     app.ok("generate_examples", json!({ "request": request, "onEvent": CHANNEL }));
     let failed = wait_for_generation(&app, "fail", |state| state["state"] != "running");
     let message = failed["message"].as_str().unwrap_or_default();
     assert!(message.contains("no API key") && message.contains("OPENROUTER_API_KEY"), "{failed}");
-    let typed = app.error("remember_key", json!({ "key": "  " }));
+    let typed = app.error("remember_key", json!({ "name": "generate_key", "key": "  " }));
     assert!(typed.contains("type the key"), "{typed}");
     let count = app.error(
         "generate_examples",

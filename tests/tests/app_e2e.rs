@@ -1,7 +1,8 @@
 //! The desktop app end to end, in a real webview: Needle Studio under Xvfb, driven through
 //! `tauri-driver` and WebKitWebDriver as a user would on a first start — see both base models offered
 //! with their sizes, download Needle 2 from the hub (a loopback one), drop a dataset, read its report,
-//! start a run, watch it finish and draw its loss chart, build a `.cact` and check the file; then
+//! start a run, watch it finish and draw its loss chart, build a `.cact` and check the file, publish it
+//! to a model repository on the hub; then
 //! download Needle 3, tune it with a short run, ask it in Try and build its `.cact` (format v3); then
 //! generate more examples from an OpenAI-compatible endpoint on loopback, with progress, and open a
 //! doctor's finding's line.
@@ -38,6 +39,9 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(600);
 const UI_TIMEOUT: Duration = Duration::from_secs(60);
 /// The key the app finds in its environment, and the one the loopback endpoint wants.
 const LLM_KEY: &str = "sk-e2e";
+/// The model repository Publish starts with (`NEEDLE_HF_REPO`), and the token in `HF_TOKEN`.
+const PUBLISH_REPO: &str = "e2e/needle-home";
+const HUB_TOKEN: &str = "hf_e2e";
 
 #[test]
 fn drop_a_dataset_train_and_build_a_cact_in_the_real_app() {
@@ -165,6 +169,26 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
         return Err(format!("the window says {shown} tensors, the file has {}", file.records.len()));
     }
     ui.shot("5-result", "result").await?;
+
+    // Publish: to the repository NEEDLE_HF_REPO names, with HF_TOKEN's token, on the loopback hub.
+    let repo = ui.eval("return document.getElementById('publish-repo').value").await?;
+    let token = ui.text("publish-token-source").await?;
+    if (repo.as_str(), token.as_str()) != (PUBLISH_REPO, "From HF_TOKEN") {
+        return Err(format!("Publish offers repository {repo:?} with the token {token:?}"));
+    }
+    ui.click("publish-button").await?;
+    let published = ui.wait_status("publish-status", &["published", "failed"], UI_TIMEOUT).await?;
+    if published != "published" {
+        return Err(format!("Publish failed: {}", ui.text("publish-status").await?));
+    }
+    let pushed = hub.file(PUBLISH_REPO, "tuned.cact").ok_or("the hub has no tuned.cact after Publish")?;
+    if pushed.bytes != std::fs::read(&out).map_err(|e| format!("{}: {e}", out.display()))? {
+        return Err("the hub holds other bytes than the built tuned.cact".into());
+    }
+    let said = ui.text("publish-status").await?;
+    if !said.contains(&format!("{}/{PUBLISH_REPO}", hub.endpoint())) {
+        return Err(format!("Publish's status does not name the repository's page: {said}"));
+    }
 
     // The built file's own weights join the evaluation table; Try asks the base and the tuned model
     // the dataset's first question.
@@ -540,7 +564,9 @@ impl TauriDriver {
                 .env_remove("HF_HOME")
                 .env_remove("HF_HUB_CACHE")
                 .env_remove("HF_HUB_OFFLINE")
-                .env_remove("HF_TOKEN")
+                // Publish's repository and token, from the environment as the CLI reads them.
+                .env("NEEDLE_HF_REPO", PUBLISH_REPO)
+                .env("HF_TOKEN", HUB_TOKEN)
                 // Software rendering: Xvfb has no GPU.
                 .env("WEBKIT_DISABLE_DMABUF_RENDERER", "1")
                 .env("LIBGL_ALWAYS_SOFTWARE", "1")

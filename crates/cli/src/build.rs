@@ -1,13 +1,17 @@
-//! `needle build`: export a checkpoint (optionally with a LoRA adapter merged) to a `.cact`.
+//! `needle build`: export a checkpoint (optionally with a LoRA adapter merged) to a `.cact`, and with
+//! `--upload` push it to the user's model repository on the hub, as the reference does.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use needle_engine::cact::{export, Bits, ExportEvent, ExportOptions};
 use needle_engine::config::Generation;
+use needle_engine::hub::upload::REPO_VAR;
+use needle_engine::hub::{Hub, HubEvent, RepoFile, DEFAULT_REVISION};
 use needle_engine::settings::parse_build_width;
 
+use crate::download::HubView;
 use crate::events::{print_json, EventFormat};
 use crate::inputs::DEFAULT_GENERATION;
 
@@ -36,6 +40,10 @@ pub struct Args {
     /// 2.0.8) or 3 (Cactus-Compute/needle3, 3.x's default)
     #[arg(long, default_value_t = DEFAULT_GENERATION)]
     pub generation: Generation,
+    /// Push the built .cact to the model repository named by NEEDLE_HF_REPO (`<you>/<model>`, created
+    /// if missing) on the hub at HF_ENDPOINT, with the token in HF_TOKEN
+    #[arg(long)]
+    pub upload: bool,
     /// Print each stage as one JSON event per line on stdout
     #[arg(long, value_enum)]
     pub events: Option<EventFormat>,
@@ -54,7 +62,27 @@ fn python_repr(path: &Path) -> String {
     format!("'{}'", path.display().to_string().replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
+/// `$NEEDLE_HF_REPO`, asked for before the build so that a missing one costs no export.
+fn upload_repo() -> Result<String> {
+    let repo = std::env::var(REPO_VAR).ok().filter(|repo| !repo.trim().is_empty());
+    // The reference's words.
+    repo.map(|repo| repo.trim().to_string()).with_context(|| format!("set {REPO_VAR}=<you>/<model> to upload"))
+}
+
+/// Pushes the built file to `repo` under its own name, with `needle download`'s progress; returns
+/// that name.
+fn upload(out: &Path, repo: &str, events: Option<EventFormat>) -> Result<String> {
+    let name = out.file_name().with_context(|| format!("{} has no file name to upload under", out.display()))?;
+    let name = name.to_string_lossy().into_owned();
+    let mut view = HubView::new(events);
+    let target = RepoFile::new(repo, DEFAULT_REVISION, &name);
+    let uploaded = Hub::from_env().upload(out, &target, &mut |event| view.show(&event));
+    uploaded.inspect_err(|error| view.show(&HubEvent::Failed { message: error.to_string() }))?;
+    Ok(name)
+}
+
 pub fn run(args: Args) -> Result<()> {
+    let repo = args.upload.then(upload_repo).transpose()?;
     let base = crate::download::base_model_of(args.generation, args.checkpoint.as_deref(), args.tokenizer.as_deref())?;
     let options = ExportOptions {
         out: args.out.clone().unwrap_or_else(|| default_out(&base.checkpoint)),
@@ -65,10 +93,14 @@ pub fn run(args: Args) -> Result<()> {
         layers: args.layers,
     };
     if args.events.is_some() {
-        return export(&options, |event| drop(print_json(&event))).map(drop).map_err(|error| {
+        export(&options, |event| drop(print_json(&event))).map_err(|error| {
             let _ = print_json(&ExportEvent::Failed { message: error.to_string() });
-            error.into()
-        });
+            error
+        })?;
+        if let Some(repo) = &repo {
+            upload(&options.out, repo, args.events)?;
+        }
+        return Ok(());
     }
     // Written, not println!'d: a closed pipe (`needle build … | head`) is an error, not a panic.
     let mut stdout = std::io::stdout().lock();
@@ -78,6 +110,10 @@ pub fn run(args: Args) -> Result<()> {
         writeln!(stdout, "{line}")?;
     }
     writeln!(stdout, "  {:<9} needle.Needle(weights={}, tools=[...])", "next", python_repr(&options.out))?;
+    if let Some(repo) = &repo {
+        let name = upload(&options.out, repo, None)?;
+        writeln!(stdout, "  {:<9} {name}  {repo}", "uploaded")?;
+    }
     Ok(())
 }
 
@@ -116,6 +152,7 @@ mod tests {
             layers: None,
             tokenizer: None,
             generation: DEFAULT_GENERATION,
+            upload: false,
             events: None,
         };
         run(args).unwrap();

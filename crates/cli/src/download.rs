@@ -129,51 +129,56 @@ pub fn tokenizer(generation: Generation, tokenizer: Option<&Path>) -> Result<Pat
 }
 
 /// Hub progress in a terminal: a byte bar with rate and ETA on stderr, or JSON lines on stdout.
-struct HubView {
+pub(crate) struct HubView {
     json: bool,
     bar: Option<ProgressBar>,
 }
 
 impl HubView {
-    fn new(events: Option<EventFormat>) -> Self {
+    pub(crate) fn new(events: Option<EventFormat>) -> Self {
         Self { json: events.is_some(), bar: None }
     }
 
-    fn show(&mut self, event: &HubEvent) {
+    pub(crate) fn show(&mut self, event: &HubEvent) {
         if self.json {
-            // A closed stdout ends nothing here: the download goes on into the cache.
+            // A closed stdout ends nothing here: the transfer goes on.
             let _ = print_json(event);
             return;
         }
         match event {
             HubEvent::Started { file, total, resumed_from } => {
-                let bar = ProgressBar::new(*total);
-                let style =
-                    ProgressStyle::with_template("  {bar:30} {bytes}/{total_bytes}  {bytes_per_sec}  eta {eta}")
-                        .unwrap_or_else(|_| ProgressStyle::default_bar());
-                bar.set_style(style);
                 let resumed = if *resumed_from > 0 {
                     format!("  resuming at {:.1} MB", *resumed_from as f64 / 1e6)
                 } else {
                     String::new()
                 };
-                // Printed, not `bar.println`'d: the bar is hidden when stderr is not a terminal.
-                noteln!("  {:<9} {file}  {:.1} MB{resumed}", "fetch", *total as f64 / 1e6);
-                bar.set_position(*resumed_from);
-                self.bar = Some(bar);
+                self.start_bar("fetch", file, *total, *resumed_from, &resumed);
             }
+            HubEvent::Uploading { file, total } => self.start_bar("push", file, *total, 0, ""),
             HubEvent::Progress { bytes, .. } => {
                 if let Some(bar) = &self.bar {
                     bar.set_position(*bytes);
                 }
             }
-            HubEvent::Downloaded { .. } | HubEvent::Failed { .. } => {
+            HubEvent::Downloaded { .. } | HubEvent::Uploaded(_) | HubEvent::Failed { .. } => {
                 if let Some(bar) = self.bar.take() {
                     bar.finish_and_clear();
                 }
             }
             HubEvent::Cached { .. } => {}
         }
+    }
+
+    /// The header line of a transfer (`fetch`, `push`) and its bar, at `position` of `total` bytes.
+    fn start_bar(&mut self, verb: &str, file: &str, total: u64, position: u64, note: &str) {
+        let bar = ProgressBar::new(total);
+        let style = ProgressStyle::with_template("  {bar:30} {bytes}/{total_bytes}  {bytes_per_sec}  eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
+        bar.set_style(style);
+        // Printed, not `bar.println`'d: the bar is hidden when stderr is not a terminal.
+        noteln!("  {verb:<9} {file}  {:.1} MB{note}", total as f64 / 1e6);
+        bar.set_position(position);
+        self.bar = Some(bar);
     }
 }
 

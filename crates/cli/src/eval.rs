@@ -11,8 +11,8 @@ use needle_engine::backend::{self, DeviceRequest};
 use needle_engine::calls::{accuracy, Accuracy, Answered};
 use needle_engine::dataset::{Dataset, Encoded, Example};
 use needle_engine::model::{evaluate, EvalSummary};
+use needle_engine::train::finetune::split;
 use needle_engine::train::memory::{activation_budget, forward_rows};
-use needle_engine::train::run::split;
 use serde::Serialize;
 
 /// Measure the masked cross-entropy of the answer tokens over a JSONL file, and with `--accuracy`

@@ -9,9 +9,13 @@
 //! and the size and content hash the hub announces checked before the file takes its place
 //! (`transfer`). The environment is read as `huggingface_hub` reads it: `HF_ENDPOINT`, `HF_TOKEN`,
 //! `HF_HUB_OFFLINE`, `HF_HOME`, `HF_HUB_CACHE`.
+//!
+//! The other way, [`Hub::upload`] pushes a built `.cact` to the user's model repository
+//! ([`upload`]), as the reference's `needle build --upload` does.
 
 pub mod cache;
 mod transfer;
+pub mod upload;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -21,6 +25,7 @@ use serde::Serialize;
 use crate::config::Generation;
 use cache::RepoCache;
 pub use transfer::Announced;
+pub use upload::Uploaded;
 
 /// A base model Cactus Compute publishes on the hub: its generation, its repository and the two
 /// files the reference fetches from it.
@@ -79,8 +84,9 @@ pub struct BaseModel {
     pub tokenizer: PathBuf,
 }
 
-/// Progress of fetching files from the hub, rendered as a bar by the CLI and the app and printed as
-/// JSON lines by `needle download --events jsonl`, like training's events.
+/// Progress of fetching files from the hub (or pushing one to it), rendered as a bar by the CLI and
+/// the app and printed as JSON lines by `needle download --events jsonl` (and `needle build --upload
+/// --events jsonl`), like training's events.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum HubEvent {
@@ -96,7 +102,7 @@ pub enum HubEvent {
         total: u64,
         resumed_from: u64,
     },
-    /// Bytes on disk so far (resumed ones included), with the rate of this transfer.
+    /// Bytes on disk so far (resumed ones included), or sent so far, with the rate of this transfer.
     Progress {
         file: String,
         bytes: u64,
@@ -110,6 +116,13 @@ pub enum HubEvent {
         path: PathBuf,
         bytes: u64,
     },
+    /// A push starts: `total` bytes of a local file go to `file` (`org/model/path`).
+    Uploading {
+        file: String,
+        total: u64,
+    },
+    /// The file is committed to its repository.
+    Uploaded(Uploaded),
     Failed {
         message: String,
     },
@@ -143,6 +156,24 @@ pub enum HubError {
     Busy { file: RepoFile, path: PathBuf },
     #[error("{}: {source}; the hub cache must be a writable folder (set HF_HOME or HF_HUB_CACHE to move it)", .path.display())]
     Io { path: PathBuf, source: std::io::Error },
+    #[error("{repo:?} is not a model repository name: use <you>/<model> (letters, digits, '-', '_' and '.')")]
+    RepoName { repo: String },
+    #[error("uploading to {repo} needs an access token with write access: create one at https://huggingface.co/settings/tokens and set HF_TOKEN to it")]
+    NoToken { repo: String },
+    #[error("HF_HUB_OFFLINE is set, so {file} cannot be uploaded; unset it to upload")]
+    OfflineUpload { file: String },
+    #[error("could not read {}: {source}", .path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("the hub refused to write to {repo} (HTTP {status}): the token lacks write access to it; use a token with write access (https://huggingface.co/settings/tokens)")]
+    WriteRefused { repo: String, status: u16 },
+    #[error("{step} failed: the hub answered HTTP {status} for {url}: {message}")]
+    UploadRefused { step: &'static str, status: u16, url: String, message: String },
+    #[error("the repository's .gitignore excludes {file}, so the hub would not keep it; change the .gitignore or the file's name")]
+    Ignored { file: String },
+    #[error("the hub's answer to {url} was not understood ({what}); is HF_ENDPOINT a Hugging Face hub?")]
+    Unexpected { url: String, what: String },
+    #[error("the upload could not reach {endpoint} ({cause}); check the connection (or HF_ENDPOINT) and run it again")]
+    UploadCut { endpoint: String, cause: String },
 }
 
 /// The way around the hub: which address to fetch on a connected machine, and how to use the file.
@@ -268,6 +299,21 @@ impl Hub {
     ) -> Result<PathBuf, HubError> {
         let announced = self.announce(file)?;
         transfer::download(self, file, &announced, on_event, cancel)
+    }
+
+    /// Creates `target`'s repository unless it exists and commits the file at `local` to
+    /// `target.path` on `target.revision`, as `huggingface_hub`'s `create_repo(exist_ok=True)` and
+    /// `upload_file` do.
+    pub fn upload(
+        &self,
+        local: &Path,
+        target: &RepoFile,
+        on_event: &mut dyn FnMut(HubEvent),
+    ) -> Result<Uploaded, HubError> {
+        if self.offline {
+            return Err(HubError::OfflineUpload { file: target.name() });
+        }
+        upload::upload(self, local, target, on_event)
     }
 
     fn offline_error(&self, file: &RepoFile) -> HubError {

@@ -36,7 +36,7 @@ pub struct Announced {
     pub url: String,
 }
 
-fn agent() -> ureq::Agent {
+pub(super) fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         // Statuses are answers to explain, not transport failures.
         .http_status_as_error(false)
@@ -242,9 +242,7 @@ fn stream(
     on_event: &mut dyn FnMut(HubEvent),
     cancel: &AtomicBool,
 ) -> Result<(), Stop> {
-    let start = Instant::now();
-    let from = *have;
-    let mut last = start;
+    let mut meter = Meter::new(*have);
     let mut buffer = vec![0u8; 256 * 1024];
     loop {
         if cancel.load(Ordering::Relaxed) {
@@ -262,12 +260,33 @@ fn stream(
         partial.write_all(&buffer[..n]).map_err(Stop::Write)?;
         check.update(&buffer[..n]);
         *have += n as u64;
-        if last.elapsed() >= PROGRESS_EVERY || *have == total {
-            last = Instant::now();
-            let bytes_per_s = (*have - from) as f64 / start.elapsed().as_secs_f64().max(1e-3);
-            let eta_s = (total - *have) as f64 / bytes_per_s.max(1.0);
-            on_event(HubEvent::Progress { file: file.name(), bytes: *have, total, bytes_per_s, eta_s });
+        meter.tick(file, *have, total, on_event);
+    }
+}
+
+/// Progress of bytes moving either way, as [`HubEvent::Progress`] at most every [`PROGRESS_EVERY`]
+/// (and at the end), with the rate of this transfer: bytes an earlier, cut one moved do not count.
+pub(super) struct Meter {
+    start: Instant,
+    last: Instant,
+    from: u64,
+}
+
+impl Meter {
+    pub(super) fn new(from: u64) -> Self {
+        let now = Instant::now();
+        Self { start: now, last: now, from }
+    }
+
+    /// `done` of `total` bytes of `file` have moved.
+    pub(super) fn tick(&mut self, file: &RepoFile, done: u64, total: u64, on_event: &mut dyn FnMut(HubEvent)) {
+        if self.last.elapsed() < PROGRESS_EVERY && done != total {
+            return;
         }
+        self.last = Instant::now();
+        let bytes_per_s = (done - self.from) as f64 / self.start.elapsed().as_secs_f64().max(1e-3);
+        let eta_s = (total - done) as f64 / bytes_per_s.max(1.0);
+        on_event(HubEvent::Progress { file: file.name(), bytes: done, total, bytes_per_s, eta_s });
     }
 }
 
@@ -325,12 +344,12 @@ impl Check {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(super) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The token goes to the hub's own host only; storage URLs it redirects to carry their own signature.
-fn authorized<B>(hub: &Hub, request: ureq::RequestBuilder<B>, url: &str) -> ureq::RequestBuilder<B> {
+pub(super) fn authorized<B>(hub: &Hub, request: ureq::RequestBuilder<B>, url: &str) -> ureq::RequestBuilder<B> {
     match &hub.token {
         Some(token) if origin(url) == origin(&hub.endpoint) => {
             request.header("Authorization", format!("Bearer {token}"))
@@ -340,12 +359,12 @@ fn authorized<B>(hub: &Hub, request: ureq::RequestBuilder<B>, url: &str) -> ureq
 }
 
 /// `scheme://host[:port]` of a URL.
-fn origin(url: &str) -> &str {
+pub(super) fn origin(url: &str) -> &str {
     let after_scheme = url.find("://").map_or(0, |i| i + 3);
     url[after_scheme..].find('/').map_or(url, |i| &url[..after_scheme + i])
 }
 
-fn header(response: &Response<Body>, name: &str) -> Option<String> {
+pub(super) fn header(response: &Response<Body>, name: &str) -> Option<String> {
     response.headers().get(name)?.to_str().ok().map(|value| value.trim().to_string())
 }
 

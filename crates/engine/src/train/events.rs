@@ -66,7 +66,7 @@ pub enum Event {
         /// True when the run was cancelled before its last step.
         partial: bool,
         /// Exact-call accuracy of the base and tuned models on the held-out examples (the first
-        /// [`SCORED_EXAMPLES`](super::run::SCORED_EXAMPLES)); `None` for a partial run or without a
+        /// [`SCORED_EXAMPLES`](super::finetune::SCORED_EXAMPLES)); `None` for a partial run or without a
         /// validation split.
         #[serde(default)]
         accuracy: Option<CallScores>,

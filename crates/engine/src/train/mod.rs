@@ -3,10 +3,10 @@
 pub mod adamw;
 pub mod bench;
 pub mod events;
+pub mod finetune;
 pub mod memory;
 #[cfg(test)]
 mod parity_tests;
-pub mod run;
 pub mod schedule;
 pub mod state;
 pub mod timing;
@@ -14,6 +14,6 @@ pub mod trainer;
 
 pub use adamw::{AdamW, AdamWConfig};
 pub use events::Event;
-pub use run::{FinetuneOptions, Outcome, Plan, Session, TrainError};
+pub use finetune::{FinetuneOptions, Outcome, Plan, Session, TrainError};
 pub use schedule::Schedule;
 pub use trainer::{StepOutcome, Trainer};

@@ -1,17 +1,17 @@
-//! A training run as the app asks for it: the draft the Run panel sends while the user types, and
-//! the checked request. What each setting means, its range, its messages and the presets that fill
-//! them are the engine's ([`needle_engine::settings`]).
+//! A training as the app asks for it: the draft the Run panel sends while the user types, and the
+//! checked request. What each setting means, its range, its messages and the presets that fill them
+//! are the engine's ([`needle_engine::settings`]).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use needle_engine::settings::{FieldErrors, TrainSettings};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// A run as the UI sends it: each setting as typed (text, or a number), possibly missing or wrong.
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct RunDraft {
+pub struct TrainingDraft {
     pub dataset: Option<String>,
     pub checkpoint: Option<String>,
     pub tokenizer: Option<String>,
@@ -20,9 +20,9 @@ pub struct RunDraft {
     pub settings: BTreeMap<String, serde_json::Value>,
 }
 
-/// A checked run.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunRequest {
+/// A checked training: what it trains on, from which base, where, and how.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainingRequest {
     pub dataset: PathBuf,
     pub checkpoint: PathBuf,
     pub tokenizer: PathBuf,
@@ -30,9 +30,9 @@ pub struct RunRequest {
     pub settings: TrainSettings,
 }
 
-impl RunDraft {
+impl TrainingDraft {
     /// The run, or every field that is wrong. `devices` are the choices the hardware offers.
-    pub fn check(&self, devices: &[String]) -> Result<RunRequest, FieldErrors> {
+    pub fn check(&self, devices: &[String]) -> Result<TrainingRequest, FieldErrors> {
         let mut errors = FieldErrors::new();
         let dataset = existing_file(&mut errors, "dataset", self.dataset.as_deref(), "choose a dataset (.jsonl)");
         let checkpoint = existing_file(
@@ -50,14 +50,14 @@ impl RunDraft {
         let settings = TrainSettings::from_text(&self.settings).map_err(|problems| errors.extend(problems)).ok();
         match (dataset, checkpoint, tokenizer, settings) {
             (Some(dataset), Some(checkpoint), Some(tokenizer), Some(settings)) if errors.is_empty() => {
-                Ok(RunRequest { dataset, checkpoint, tokenizer, device, settings })
+                Ok(TrainingRequest { dataset, checkpoint, tokenizer, device, settings })
             }
             _ => Err(errors),
         }
     }
 }
 
-impl RunRequest {
+impl TrainingRequest {
     /// `needle finetune …` for this run, writing its adapter to `out`, with progress as JSON lines
     /// and the flags in `mode` (`--dry-run`, `--resume`). The dataset comes last, after `--`, so
     /// that no file name is ever read as a flag.
@@ -91,9 +91,9 @@ mod tests {
     use super::*;
     use needle_engine::settings::presets;
 
-    fn draft(settings: serde_json::Value) -> RunDraft {
+    fn draft(settings: serde_json::Value) -> TrainingDraft {
         let file = env!("CARGO_MANIFEST_PATH");
-        RunDraft {
+        TrainingDraft {
             dataset: Some(file.into()),
             checkpoint: Some(file.into()),
             tokenizer: Some(file.into()),

@@ -1,5 +1,5 @@
-//! The one training run the app holds at a time: taken when a run starts or resumes, freed by the
-//! run's watcher once its record is saved, stopped by Cancel, and ended when the app closes.
+//! The one training the app holds at a time: taken when a training starts or resumes, freed by its
+//! watcher once its record is saved, stopped by Cancel, and ended when the app closes.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -19,7 +19,7 @@ const ALREADY_GOING: &str = "a run is already going: cancel it or wait for it to
 
 /// The run slot; clones share it.
 #[derive(Clone, Default)]
-pub struct RunSlot(Arc<Mutex<Option<Active>>>);
+pub struct TrainingSlot(Arc<Mutex<Option<Active>>>);
 
 /// The training run in progress.
 struct Active {
@@ -38,7 +38,7 @@ pub struct Claim<'a>(MutexGuard<'a, Option<Active>>);
 /// The answer to Cancel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum CancelRun {
+pub enum CancelAnswer {
     /// Nothing was running any more.
     Idle,
     /// The worker stops after its current step and saves what it learned.
@@ -47,7 +47,7 @@ pub enum CancelRun {
     Killed,
 }
 
-impl RunSlot {
+impl TrainingSlot {
     /// Claims the slot for a new run, or says that one is going.
     pub fn begin(&self) -> Result<Claim<'_>, String> {
         let active = lock(&self.0);
@@ -80,17 +80,17 @@ impl RunSlot {
     }
 
     /// First press: ask the worker to stop after its step. Second press: end it now.
-    pub fn cancel(&self) -> CancelRun {
+    pub fn cancel(&self) -> CancelAnswer {
         match lock(&self.0).as_mut() {
-            None => CancelRun::Idle,
+            None => CancelAnswer::Idle,
             Some(run) if !run.stopping => {
                 run.stopping = true;
                 run.job.ask_to_stop();
-                CancelRun::Stopping
+                CancelAnswer::Stopping
             }
             Some(run) => {
                 run.job.kill();
-                CancelRun::Killed
+                CancelAnswer::Killed
             }
         }
     }

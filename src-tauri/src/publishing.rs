@@ -1,0 +1,111 @@
+//! Publishing a run's built `.cact` from the Export step, as `needle build --upload` does: pushed to
+//! a model repository on the hub by the engine ([`Hub::upload`]) on a thread of the app (network and
+//! disk, like a download), its progress kept here for the window. The repository's name starts as
+//! `NEEDLE_HF_REPO` says; the token is `HF_TOKEN`'s, or one typed once and kept in the keychain
+//! ([`crate::api_key`]), else the one `huggingface-cli login` saved. One upload at a time.
+
+use std::sync::Mutex;
+
+use needle_engine::hub::upload::{is_repo_name, REPO_VAR};
+use needle_engine::hub::{Hub, HubEvent, RepoFile, Uploaded, DEFAULT_REVISION};
+use serde::Serialize;
+use tauri::ipc::Channel;
+
+use crate::api_key::KeySource;
+use crate::lock;
+use crate::studio::Studio;
+
+/// What the Publish form starts with.
+#[derive(Debug, Clone, Serialize)]
+pub struct PublishSetup {
+    /// `NEEDLE_HF_REPO`, when it is set.
+    pub repo: Option<String>,
+    pub token: KeySource,
+    pub state: PublishState,
+}
+
+/// The upload as the app last heard of it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum PublishState {
+    Idle,
+    Running { file: String, bytes: u64, total: u64 },
+    Published(Uploaded),
+    Failed { message: String },
+}
+
+/// What the window hears: the hub's events as they are, then the outcome.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PublishMessage {
+    Progress(HubEvent),
+    Finished { state: PublishState },
+}
+
+/// The one upload slot.
+#[derive(Default)]
+pub struct Publishing(Mutex<Option<PublishState>>);
+
+impl Publishing {
+    pub fn state(&self) -> PublishState {
+        lock(&self.0).clone().unwrap_or(PublishState::Idle)
+    }
+
+    fn begin(&self, file: String) -> Result<(), String> {
+        let mut state = lock(&self.0);
+        if let Some(PublishState::Running { file, .. }) = &*state {
+            return Err(format!("{file} is being uploaded; wait for it to finish"));
+        }
+        *state = Some(PublishState::Running { file, bytes: 0, total: 0 });
+        Ok(())
+    }
+
+    fn progress(&self, event: &HubEvent) {
+        let (file, bytes, total) = match event {
+            HubEvent::Uploading { file, total } => (file, 0, *total),
+            HubEvent::Progress { file, bytes, total, .. } => (file, *bytes, *total),
+            _ => return,
+        };
+        *lock(&self.0) = Some(PublishState::Running { file: file.clone(), bytes, total });
+    }
+
+    fn finish(&self, state: PublishState) {
+        *lock(&self.0) = Some(state);
+    }
+}
+
+pub fn setup(studio: &Studio) -> PublishSetup {
+    let repo = std::env::var(REPO_VAR).ok().map(|repo| repo.trim().to_string()).filter(|repo| !repo.is_empty());
+    PublishSetup { repo, token: studio.hub_token().source(), state: studio.publishing().state() }
+}
+
+/// Uploads run `run_id`'s built `.cact` to `repo` under its file name, on a thread, reporting to
+/// `channel`.
+pub fn start(studio: &Studio, run_id: &str, repo: &str, channel: Channel<PublishMessage>) -> Result<(), String> {
+    let repo = repo.trim();
+    if !is_repo_name(repo) {
+        return Err("type the model repository as <you>/<model>".into());
+    }
+    let cact = studio.history().load(run_id)?.entry.cact.ok_or("build the .cact first, then publish it")?;
+    let name = cact.path.file_name().ok_or("the built file has no name")?.to_string_lossy().into_owned();
+    let token = studio.hub_token().value().or_else(|| studio.hub().token.clone());
+    let token = token.ok_or("type a Hugging Face token with write access (https://huggingface.co/settings/tokens)")?;
+    let hub = Hub { token: Some(token), ..studio.hub().clone() };
+    let target = RepoFile::new(repo, DEFAULT_REVISION, &name);
+    studio.publishing().begin(target.name())?;
+    let studio = studio.clone();
+    std::thread::spawn(move || {
+        let mut on_event = |event: HubEvent| {
+            studio.publishing().progress(&event);
+            // A window that went away stops listening; the upload carries on.
+            let _ = channel.send(PublishMessage::Progress(event));
+        };
+        let state = match hub.upload(&cact.path, &target, &mut on_event) {
+            Ok(uploaded) => PublishState::Published(uploaded),
+            Err(error) => PublishState::Failed { message: error.to_string() },
+        };
+        studio.publishing().finish(state.clone());
+        let _ = channel.send(PublishMessage::Finished { state });
+    });
+    Ok(())
+}
