@@ -54,7 +54,7 @@ fn eval_loss(stem: &str, adapter: Option<&Path>) -> f64 {
 fn one_epoch_emits_typed_events_and_writes_an_adapter_eval_accepts() {
     let dir = tempfile::tempdir().unwrap();
     let adapter = dir.path().join("tiny.safetensors");
-    let events = events(&finetune("tiny_f32", &adapter, &["--epochs", "1", "--max-len", "64", "--batch-size", "32"]));
+    let events = events(&finetune("tiny_f32", &adapter, &["--epochs", "1", "--max-len", "128", "--batch-size", "32"]));
     let kinds = kinds(&events);
     assert_eq!(kinds.first(), Some(&"started"));
     assert_eq!(kinds[kinds.len() - 4..], ["epoch", "saved", "scoring", "finished"]);
@@ -132,6 +132,19 @@ fn dry_run_prints_the_plan_and_writes_nothing() {
 }
 
 #[test]
+fn a_run_whose_answers_all_lie_past_the_sequence_length_is_refused_before_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = dir.path().join("nothing.pkl");
+    // The fixture's shortest prompt is 91 tokens: at 64 positions no answer token is left to learn.
+    let output = finetune("tiny_f32", &adapter, &["--max-len", "64"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("no training row's answer fits in 64 positions"), "{stderr}");
+    assert!(stderr.contains("tool_calls.jsonl") && stderr.contains("shortest prompt takes 92"), "{stderr}");
+    assert!(!adapter.exists());
+}
+
+#[test]
 fn a_preset_fills_the_settings_that_no_flag_beside_it_gives() {
     let dir = tempfile::tempdir().unwrap();
     let plan = |extra: &[&str]| {
@@ -165,7 +178,7 @@ fn a_worker_whose_reader_goes_away_saves_what_it_learned_and_exits_cleanly() {
         .arg(fixture("models/tiny_f32.pkl"))
         .arg("--out")
         .arg(&adapter)
-        .args(["--events", "jsonl", "--epochs", "500", "--max-len", "64", "--batch-size", "8"])
+        .args(["--events", "jsonl", "--epochs", "500", "--max-len", "128", "--batch-size", "8"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

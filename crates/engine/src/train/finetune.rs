@@ -62,6 +62,13 @@ pub enum TrainError {
     NothingToResume { path: PathBuf },
     #[error("{} has no weight LoRA can adapt (no non-zero q/k/v/gate/out projection kernel under stack/layers)", checkpoint.display())]
     NoTargets { checkpoint: PathBuf },
+    #[error(
+        "{}: no training row's answer fits in {seq_len} positions (--max-len {cap}, the model's max_seq_len \
+         {max_seq_len}): the shortest prompt takes {shortest_prompt} (BOS included); shorten the tools prompt or use \
+         a model with a longer context",
+        data.display()
+    )]
+    AnswersPastLength { data: PathBuf, seq_len: usize, cap: usize, max_seq_len: usize, shortest_prompt: usize },
     #[error(transparent)]
     Dataset(#[from] DatasetError),
     #[error(transparent)]
@@ -168,6 +175,17 @@ impl Session {
         let (train, validation) = split(pairs, s.val_split, s.seed);
         let train: Vec<Tokenized> = train.into_iter().map(|(tokens, _)| tokens).collect();
         let (val, val_examples): (Vec<Tokenized>, Vec<Example>) = validation.into_iter().unzip();
+        // Rows whose answer begins past the sequence length teach nothing; when that is every row,
+        // a run would "finish" having trained on nothing.
+        if !train.is_empty() && train.iter().all(|t| t.scored_positions(seq_len) == 0) {
+            return Err(TrainError::AnswersPastLength {
+                data: options.data.clone(),
+                seq_len,
+                cap: s.max_len,
+                max_seq_len: cfg.max_seq_len,
+                shortest_prompt: train.iter().map(|t| 1 + t.prompt_ids.len()).min().unwrap_or(0),
+            });
+        }
         let lora = Lora::init(&params, s.rank, s.alpha, s.seed)?;
         if lora.factors.is_empty() {
             return Err(TrainError::NoTargets { checkpoint: options.checkpoint.clone() });
