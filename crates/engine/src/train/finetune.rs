@@ -545,7 +545,7 @@ mod tests {
                 lr: 1e-3,
                 rank: 4,
                 alpha: 8.0,
-                max_len: 64,
+                max_len: 128,
                 val_split: 0.1,
                 seed: 0,
             },
