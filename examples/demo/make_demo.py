@@ -10,8 +10,10 @@ prompt, as an app sends them with every request; its users' own phrasings ("Make
 need no call. A Quick run holds out 24 of them.
 
 The base, written with its tokenizer to --out (default: next to this file):
-    tokenizer.model   sentencepiece BPE over the pre-training corpus (pad 0, eos 1, bos 2, unk 3,
-                      the ten chat markers at 4..13, byte fallback)
+    tokenizer.model   sentencepiece BPE over the pre-training corpus alone (pad 0, eos 1, bos 2,
+                      unk 3, the ten chat markers at 4..13, byte fallback): trained on the app's rows
+                      too, it made whole pieces of the app's names ("thermostat") that pre-training
+                      never shows, and their embeddings stayed as initialised
     base.pkl          a format-v2 checkpoint stored as float16, pre-trained by the reference's own
                       network (SimpleAttentionNetwork) with full-parameter AdamW on generated calls
 The pre-training corpus holds made-up tools (1 to 5 a row; half the parameter names decorated, such
@@ -372,7 +374,7 @@ def main():
         return
     rng = random.Random(args.seed)
     corpus = [pretrain_example(rng) for _ in range(args.examples)]
-    tok = train_tokenizer(corpus + home, os.path.join(os.path.dirname(args.out), "tokenizer.model"))
+    tok = train_tokenizer(corpus, os.path.join(os.path.dirname(args.out), "tokenizer.model"))
     lengths = [len(tok.encode("".join(finetune.render_example(r)))) for r in home]
     log(f"smart_home: {len(home)} rows, {min(lengths)}-{max(lengths)} tokens")
     pretrain(tok, corpus, args.steps, args.batch, args.lr, args.seed, args.save_every, args.out)
