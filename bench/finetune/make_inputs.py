@@ -38,13 +38,13 @@ Everything is seeded; JAX runs on CPU.
 """
 import argparse
 import dataclasses
-import io
 import json
 import os
 import pickle
 import random
 import shutil
 import statistics
+import sys
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -386,21 +386,11 @@ def write_jsonl(path, rows):
 # --------------------------------------------------------------------------------------------
 
 def train_tokenizer(rows, vocab, path):
-    import sentencepiece as spm
     from needle.model import finetune
     from needle.model.tokenizer import CHAT_MARKERS
-    sentences = []
-    for r in rows:
-        prompt, target = finetune.render_example(r)
-        sentences.append(prompt + target)
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences), model_writer=model, vocab_size=vocab, model_type="bpe",
-        byte_fallback=True, pad_id=0, eos_id=1, bos_id=2, unk_id=3, user_defined_symbols=CHAT_MARKERS,
-        normalization_rule_name="identity", remove_extra_whitespaces=False, character_coverage=0.995,
-        max_sentence_length=1 << 16, num_threads=1, minloglevel=2)
-    with open(path, "wb") as f:
-        f.write(model.getvalue())
+    sys.path.insert(0, os.path.join(REPO, "tests", "fixtures"))
+    from fixture_common import train_bpe
+    train_bpe(["".join(finetune.render_example(r)) for r in rows], path, vocab, CHAT_MARKERS)
 
 
 def make_checkpoint(path, shape, seed, perturb):

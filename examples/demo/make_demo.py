@@ -26,7 +26,6 @@ made here did not reach a base that learns the app. See README.md, "The bundled 
 Everything is seeded; JAX runs on CPU.
 """
 import argparse
-import io
 import json
 import os
 import pickle
@@ -40,7 +39,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import sentencepiece as spm
 
 from needle.model import finetune
 from needle.model.architecture import SimpleAttentionNetwork, TransformerConfig
@@ -49,7 +47,7 @@ from needle.model.tokenizer import CHAT_MARKERS, SANTokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "fixtures"))
-from fixture_common import masked_train_step  # noqa: E402  (the fixtures' pre-training step)
+from fixture_common import masked_train_step, train_bpe  # noqa: E402  (shared with the fixtures)
 
 DATASET = os.path.join(HERE, "smart_home.jsonl")
 VOCAB = 2048
@@ -287,14 +285,7 @@ def home_dataset(n, seed):
 
 def train_tokenizer(rows, path):
     sentences = ["".join(finetune.render_example(row)) for row in rows]
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences), model_writer=model, vocab_size=VOCAB, model_type="bpe",
-        byte_fallback=True, pad_id=0, eos_id=1, bos_id=2, unk_id=3, user_defined_symbols=CHAT_MARKERS,
-        normalization_rule_name="identity", remove_extra_whitespaces=False, character_coverage=1.0,
-        max_sentence_length=1 << 16, num_threads=1, minloglevel=2)
-    with open(path, "wb") as f:
-        f.write(model.getvalue())
+    train_bpe(sentences, path, VOCAB, CHAT_MARKERS, coverage=1.0)
     tok = SANTokenizer(path)
     assert [tok.sp.IdToPiece(i) for i in range(14)] == ["<pad>", "</s>", "<s>", "<unk>"] + CHAT_MARKERS
     return tok
