@@ -35,7 +35,9 @@ export function renderEvaluation(entry) {
   setMessage($('evaluation-warning'), worse &&
     `The .cact answers markedly worse than the tuned model (${percent(cact.calls.exact_rate)} exact calls against ` +
     `${percent(scores.tuned.calls.exact_rate)}, loss ${formatLoss(cact.loss)} against ${formatLoss(scores.tuned.loss)}): ` +
-    'quantization costs this model accuracy. Build it at 4 bits rather than 2, or check it with Try before shipping.');
+    'quantization costs this model accuracy. ' +
+    (/^W2/.test(entry?.cact?.scheme ?? '') ? 'Build it at 4 bits rather than 2, or check' : 'Check') +
+    ' it with Try before shipping.');
   $('evaluation-note').textContent = scores && entry ? evaluationNote(entry, scores.base.calls.examples) : '';
   setMessage($('evaluation-advice'), scores && entry && parseAdvice(entry, scores.base, scores.tuned));
   $('evaluation-wrong').replaceChildren(...rows
