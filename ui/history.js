@@ -25,7 +25,8 @@ function historyItem(entry) {
     h('span', {}, formatDate(entry.started_at)),
     h('span', { class: 'path' }, basename(entry.request.dataset)),
     h('span', { class: 'status-text', 'data-status': entry.status }, entry.status),
-    h('span', {}, entry.final_loss != null ? `loss ${formatLoss(entry.final_loss)}` : '–'));
+    h('span', {}, entry.final_loss != null ? `loss ${formatLoss(entry.final_loss)}` : '–'),
+    h('span', { class: 'published', title: entry.cact?.published?.url ?? '' }, entry.cact?.published ? 'published' : ''));
   if (entry.id === state.viewedId) button.setAttribute('aria-current', 'true');
   button.addEventListener('click', () => openTraining(entry.id));
   if (!entry.resumable) return h('li', {}, button);

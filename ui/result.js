@@ -17,6 +17,7 @@ import { badgeTab, updateButtons } from './steps.js';
 /** @typedef {import('./types.js').HistoryEntry} HistoryEntry */
 /** @typedef {import('./types.js').PublishMessage} PublishMessage */
 /** @typedef {import('./types.js').PublishState} PublishState */
+/** @typedef {import('./types.js').Uploaded} Uploaded */
 
 /**
  * Shows `entry` in the Export and Evaluate panels (or that there is no run to show).
@@ -44,6 +45,8 @@ function renderBuilt(cact) {
   $('cact-size').textContent = formatBytes(cact.bytes);
   $('cact-tensors').textContent = String(cact.tensors);
   $('cact-scheme').textContent = cact.scheme;
+  // This file's own upload: a file built again is unpublished.
+  renderPublish(cact.published ? { state: 'published', ...cact.published } : { state: 'idle' });
 }
 
 /** @param {'idle'|'building'|'built'|'failed'} status @param {string} text */
@@ -133,9 +136,15 @@ function renderPublish(publish) {
   }
 }
 
-/** @param {PublishMessage} message */
-function handlePublishEvent(message) {
+/** @param {string} runId the run whose .cact is uploaded @param {PublishMessage} message */
+function handlePublishEvent(runId, message) {
   if (message.kind === 'finished') {
+    const { state: outcome, ...uploaded } = message.state;
+    if (outcome === 'published') {
+      refreshHistory();
+      const cact = state.entry?.id === runId ? state.entry.cact : null;
+      if (state.entry && cact) state.entry = { ...state.entry, cact: { ...cact, published: /** @type {Uploaded} */ (uploaded) } };
+    }
     renderPublish(message.state);
   } else if (message.event === 'uploading' || message.event === 'progress') {
     const bytes = message.event === 'progress' ? message.bytes : 0;
@@ -149,7 +158,7 @@ async function publishCact() {
   $('publish-progress').value = 0;
   renderPublish({ state: 'running', file: basename(entry.cact.path), bytes: 0, total: 0 });
   try {
-    await api.publishCact(entry.id, $('publish-repo').value.trim(), handlePublishEvent);
+    await api.publishCact(entry.id, $('publish-repo').value.trim(), (message) => handlePublishEvent(entry.id, message));
   } catch (error) {
     renderPublish({ state: 'failed', message: errorText(error) });
   }

@@ -348,6 +348,7 @@
  * @property {string} scheme
  * @property {ModelScore|null} [scores]
  * @property {string|null} [scores_error]
+ * @property {Uploaded|null} [published] Where Publish put this file on the hub.
  */
 
 /**

@@ -122,7 +122,7 @@ impl BuildWatcher {
             Ok(scores) => (scores, None),
             Err(error) => (None, Some(error)),
         };
-        let cact = CactInfo { path, bytes, tensors, scheme, scores, scores_error };
+        let cact = CactInfo { path, bytes, tensors, scheme, scores, scores_error, published: None };
         self.record.entry.cact = Some(cact.clone());
         self.history.save(&self.record)?;
         Ok(BuildMessage::Built { cact, entry: Box::new(self.record.entry.clone()) })

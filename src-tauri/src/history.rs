@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use needle_engine::calls::{CallScores, ModelScore};
 use needle_engine::config::Generation;
+use needle_engine::hub::Uploaded;
 use serde::{Deserialize, Serialize};
 
 use crate::training_request::TrainingRequest;
@@ -37,6 +38,9 @@ pub struct CactInfo {
     /// Why the file could not be scored, when it could not.
     #[serde(default)]
     pub scores_error: Option<String>,
+    /// Where Publish put this file on the hub; a file built again is unpublished until published.
+    #[serde(default)]
+    pub published: Option<Uploaded>,
 }
 
 /// One training as the History panel lists it.

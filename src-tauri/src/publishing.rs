@@ -4,6 +4,7 @@
 //! `NEEDLE_HF_REPO` says; the token is `HF_TOKEN`'s, or one typed once and kept in the keychain
 //! ([`crate::api_key`]), else the one `huggingface-cli login` saved. One upload at a time.
 
+use std::path::Path;
 use std::sync::Mutex;
 
 use needle_engine::hub::upload::{is_repo_name, REPO_VAR};
@@ -93,7 +94,7 @@ pub fn start(studio: &Studio, run_id: &str, repo: &str, channel: Channel<Publish
     let hub = Hub { token: Some(token), ..studio.hub().clone() };
     let target = RepoFile::new(repo, DEFAULT_REVISION, &name);
     studio.publishing().begin(target.name())?;
-    let studio = studio.clone();
+    let (studio, run_id) = (studio.clone(), run_id.to_owned());
     std::thread::spawn(move || {
         let mut on_event = |event: HubEvent| {
             studio.publishing().progress(&event);
@@ -101,11 +102,27 @@ pub fn start(studio: &Studio, run_id: &str, repo: &str, channel: Channel<Publish
             let _ = channel.send(PublishMessage::Progress(event));
         };
         let state = match hub.upload(&cact.path, &target, &mut on_event) {
-            Ok(uploaded) => PublishState::Published(uploaded),
+            Ok(uploaded) => match remember(&studio, &run_id, &cact.path, &uploaded) {
+                Ok(()) => PublishState::Published(uploaded),
+                Err(error) => PublishState::Failed {
+                    message: format!("published at {}, but the run's history could not be updated: {error}", uploaded.url),
+                },
+            },
             Err(error) => PublishState::Failed { message: error.to_string() },
         };
         studio.publishing().finish(state.clone());
         let _ = channel.send(PublishMessage::Finished { state });
     });
     Ok(())
+}
+
+/// Keeps where the file went with its run, for History and for the Export step when the run is opened
+/// again. A `.cact` built again since the upload began is another file, and stays unpublished.
+fn remember(studio: &Studio, run_id: &str, path: &Path, uploaded: &Uploaded) -> Result<(), String> {
+    let mut record = studio.history().load(run_id)?;
+    match &mut record.entry.cact {
+        Some(cact) if cact.path == path => cact.published = Some(uploaded.clone()),
+        _ => return Ok(()),
+    }
+    studio.history().save(&record)
 }

@@ -274,6 +274,11 @@ fn a_run_trains_in_the_worker_builds_a_cact_and_publishes_it() {
         .seen()
         .iter()
         .all(|seen| seen.path.starts_with("/upload/") || seen.authorization.as_deref() == Some("Bearer hf_typed")));
+    // The run keeps where its file went, for History; the file built again is another, unpublished.
+    let kept = app.ok("open_training", json!({ "id": id }))["entry"]["cact"]["published"].clone();
+    assert_eq!(kept["url"], published["url"], "{kept}");
+    app.ok("build_cact", json!({ "runId": id, "bits": 4, "out": out, "onEvent": CHANNEL }));
+    app.wait_for(id, "forget the upload of the file built before", |e| e["cact"]["published"].is_null());
 
     // Try: the base and the tuned model answer the same question side by side.
     let sample = &app.ok(

@@ -236,6 +236,10 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
     if items != "1" {
         return Err(format!("history lists {items} runs after one run"));
     }
+    let marked = ui.eval("const p = document.querySelector('#history-list .published'); return p.textContent + ' ' + p.title").await?;
+    if marked != format!("published {}/{PUBLISH_REPO}", hub.endpoint()) {
+        return Err(format!("History does not show where the run's .cact was published: {marked:?}"));
+    }
     ui.shot("6-history", "history").await?;
 
     // Base models from the hub: Needle 2 downloads with a progress bar (slowed down so the bar is seen),

@@ -36,7 +36,7 @@ const LFS_JSON: &str = "application/vnd.git-lfs+json";
 const SAMPLE_BYTES: usize = 512;
 
 /// A file committed to a repository on the hub.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Uploaded {
     /// `org/model/path`, as [`RepoFile::name`] writes it.
     pub file: String,
