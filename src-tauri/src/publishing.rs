@@ -105,7 +105,10 @@ pub fn start(studio: &Studio, run_id: &str, repo: &str, channel: Channel<Publish
             Ok(uploaded) => match remember(&studio, &run_id, &cact.path, &uploaded) {
                 Ok(()) => PublishState::Published(uploaded),
                 Err(error) => PublishState::Failed {
-                    message: format!("published at {}, but the run's history could not be updated: {error}", uploaded.url),
+                    message: format!(
+                        "published at {}, but the run's history could not be updated: {error}",
+                        uploaded.url
+                    ),
                 },
             },
             Err(error) => PublishState::Failed { message: error.to_string() },

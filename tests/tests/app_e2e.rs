@@ -236,7 +236,9 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
     if items != "1" {
         return Err(format!("history lists {items} runs after one run"));
     }
-    let marked = ui.eval("const p = document.querySelector('#history-list .published'); return p.textContent + ' ' + p.title").await?;
+    let marked = ui
+        .eval("const p = document.querySelector('#history-list .published'); return p.textContent + ' ' + p.title")
+        .await?;
     if marked != format!("published {}/{PUBLISH_REPO}", hub.endpoint()) {
         return Err(format!("History does not show where the run's .cact was published: {marked:?}"));
     }
@@ -434,7 +436,8 @@ impl Ui<'_> {
 
     /// Sends the event Tauri sends when a file is dropped on the window, and waits for its report.
     async fn drop_dataset(&self, path: &Path) -> Result<(), String> {
-        let drop = "window.__TAURI__.event.emit('tauri://drag-drop', {paths: [arguments[0]], position: {x: 40, y: 40}})";
+        let drop =
+            "window.__TAURI__.event.emit('tauri://drag-drop', {paths: [arguments[0]], position: {x: 40, y: 40}})";
         self.client.execute(drop, vec![json!(path)]).await.map_err(|e| format!("cannot send the drop event: {e}"))?;
         self.wait(
             "the dataset report",
