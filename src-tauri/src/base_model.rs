@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use needle_engine::config::Generation;
-use needle_engine::hub::{self, BaseModel, Hub, HubError, HubEvent, PublishedBase, PUBLISHED};
+use needle_engine::hub::{self, BaseModel, Hub, HubError, HubEvent, PublishedBase};
 use serde::Serialize;
 use tauri::ipc::Channel;
 
@@ -134,8 +134,8 @@ impl Downloads {
 pub fn status(studio: &Studio) -> BaseModelStatus {
     let hub = studio.hub();
     let models = std::thread::scope(|scope| {
-        let asked: Vec<_> = PUBLISHED
-            .iter()
+        // Newest generation first.
+        let asked: Vec<_> = PublishedBase::all()
             .rev()
             .map(|published| (published, scope.spawn(|| offer(hub, studio, published))))
             .collect();

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 
 use needle_engine::cact::{CactFile, ExportEvent};
 use needle_engine::calls::{Accuracy, Answered, ModelScore};
-use needle_engine::config::Generation;
 use needle_engine::train::finetune::SCORED_EXAMPLES;
 use serde::Serialize;
 use tauri::ipc::Channel;
@@ -41,7 +40,6 @@ pub fn start(
     out: PathBuf,
     channel: Channel<BuildMessage>,
 ) -> Result<(), String> {
-    needle_engine::settings::build_width(bits)?;
     if out.as_os_str().is_empty() {
         return Err("choose where to save the .cact".into());
     }
@@ -49,8 +47,10 @@ pub fn start(
     let record = studio.history().load(run_id)?;
     let entry = &record.entry;
     let adapter = entry.adapter.clone().ok_or("this run saved no adapter yet, so there is nothing to build")?;
-    if bits != 4 && needle_engine::checkpoint::file_generation(&entry.request.checkpoint) == Some(Generation::Needle3) {
-        return Err("a Needle 3 model ships at 4 bits only (as cactus-needle 3.x builds it); choose 4 bits".into());
+    let width = needle_engine::settings::build_width(bits)?;
+    let generation = needle_engine::checkpoint::file_generation(&entry.request.checkpoint);
+    if let Some(refusal) = generation.and_then(|generation| generation.refuses_bits(width)) {
+        return Err(format!("{refusal}; choose another width"));
     }
     let args: Vec<OsString> = vec![
         "build".into(),

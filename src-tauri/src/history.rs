@@ -136,12 +136,17 @@ impl History {
 
     /// Where a run saves its adapter (and, beside it, the state Resume continues from), in the
     /// file its base's own package reads: 2.x's pickle for Needle 2, 3.x's safetensors for Needle 3.
+    /// A checkpoint that can no longer be read (and so is neither trained nor resumed) is told by
+    /// its extension.
     pub fn adapter_path(&self, entry: &HistoryEntry) -> PathBuf {
-        let name = match needle_engine::checkpoint::file_generation(&entry.request.checkpoint) {
-            Some(Generation::Needle3) => "adapter.safetensors",
-            _ => "adapter.pkl",
-        };
-        self.dir.join(&entry.id).join(name)
+        let checkpoint = &entry.request.checkpoint;
+        let generation = needle_engine::checkpoint::file_generation(checkpoint)
+            .or_else(|| {
+                let extension = checkpoint.extension()?;
+                Generation::ALL.into_iter().find(|g| extension == g.profile().checkpoint.extension())
+            })
+            .unwrap_or_default();
+        self.dir.join(&entry.id).join(format!("adapter.{}", generation.profile().adapter.extension()))
     }
 
     pub fn save(&self, record: &TrainingRecord) -> Result<(), String> {

@@ -14,7 +14,7 @@ const SETTINGS_LIMIT: u64 = 1 << 20;
 pub struct Preferences {
     pub checkpoint: Option<PathBuf>,
     pub tokenizer: Option<PathBuf>,
-    /// The published base model chosen by Download or Use; the app offers Needle 3 first.
+    /// The published base model chosen by Download or Use (the default generation until one is).
     pub generation: Generation,
     /// `auto`, or a backend forced by the user.
     pub device: String,
@@ -26,7 +26,7 @@ impl Default for Preferences {
         Self {
             checkpoint: None,
             tokenizer: None,
-            generation: Generation::Needle3,
+            generation: Generation::default(),
             device: "auto".into(),
             preset: "balanced".into(),
         }

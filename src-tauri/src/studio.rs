@@ -189,7 +189,8 @@ impl Studio {
     /// The dataset report (`needle data --json`) for the Dataset panel, computed in the worker: a
     /// huge or hostile file costs that process, never the window's. A newer request ends this one.
     /// `max_len` is as typed in the Run panel, read by the run's own max-length field; the lines
-    /// are read as the generation of `checkpoint` reads them (Needle 2's when it cannot be told).
+    /// are read as the chosen base model's generation reads them: `checkpoint`'s, else the published
+    /// model chosen in the Model step.
     pub fn dataset_report(
         &self,
         path: &Path,
@@ -200,7 +201,15 @@ impl Studio {
         let field = Field::named("max_len").ok_or("the run settings have no max length")?;
         let max_len = field.read(Some(max_len)).map_err(|problem| format!("{}: {problem}", field.label))?;
         let tokenizer = tokenizer.ok_or("choose the base model's tokenizer (.model) to see token lengths")?;
-        let generation = checkpoint.and_then(file_generation).unwrap_or(Generation::Needle2);
+        let generation = match checkpoint {
+            Some(checkpoint) => file_generation(checkpoint).ok_or_else(|| {
+                format!(
+                    "{} is not a Needle checkpoint (a 2.x .pkl or a 3.x .safetensors); choose the base model in the Model step",
+                    checkpoint.display()
+                )
+            })?,
+            None => lock(&self.0.preferences).generation,
+        };
         let args: Vec<OsString> = vec![
             "data".into(),
             "--json".into(),

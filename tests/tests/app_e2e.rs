@@ -299,9 +299,9 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
         return Err(format!("the Needle 3 build failed: {}", ui.text("build-status").await?));
     }
     let file3 = CactFile::open(&out3).map_err(|e| format!("the built Needle 3 file does not read back: {e}"))?;
-    if file3.header.generation != Generation::Needle3 {
+    let Generation::Needle3 = file3.header.generation else {
         return Err(format!("the Needle 3 run built a {} .cact", file3.header.generation));
-    }
+    };
     let shown = ui.text("cact-tensors").await?;
     if shown != file3.records.len().to_string() {
         return Err(format!("the window says {shown} tensors, the Needle 3 file has {}", file3.records.len()));

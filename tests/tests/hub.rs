@@ -249,7 +249,8 @@ fn needle_download_fetches_the_base_model_and_says_where_it_went() {
     let fake = fake_hub::published();
     let home = tempfile::tempdir().unwrap();
     let out = home.path().join("copies");
-    let output = needle_at(&fake, home.path()).args(["download", "--out"]).arg(&out).output().unwrap();
+    let output =
+        needle_at(&fake, home.path()).args(["download", "--generation", "2", "--out"]).arg(&out).output().unwrap();
     let (stdout, stderr) = text(&output);
     assert!(output.status.success(), "{stderr}");
     assert!(stdout.contains(&out.join("needle2.pkl").display().to_string()), "{stdout}");
@@ -273,20 +274,27 @@ fn needle_download_fetches_the_base_model_and_says_where_it_went() {
 }
 
 #[test]
-fn model_commands_without_a_checkpoint_fetch_needle2_and_then_work_offline() {
+fn model_commands_without_a_checkpoint_fetch_their_generation_and_then_work_offline() {
     let fake = fake_hub::published();
     let home = tempfile::tempdir().unwrap();
     let data = needle_tests::fixture("data/tool_calls.jsonl");
 
     // Offline with nothing cached: a clear error that says what to fetch.
-    let output = needle_at(&fake, home.path()).env("HF_HUB_OFFLINE", "1").arg("eval").arg(&data).output().unwrap();
+    let needle2 = ["--generation", "2"];
+    let output =
+        needle_at(&fake, home.path()).env("HF_HUB_OFFLINE", "1").arg("eval").arg(&data).args(needle2).output().unwrap();
     let (_, stderr) = text(&output);
     assert!(!output.status.success() && stderr.contains("HF_HUB_OFFLINE is set"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 
     // Connected: the first command downloads, with the bar's header line on stderr.
-    let output =
-        needle_at(&fake, home.path()).arg("eval").arg(&data).args(["--json", "--max-len", "256"]).output().unwrap();
+    let output = needle_at(&fake, home.path())
+        .arg("eval")
+        .arg(&data)
+        .args(needle2)
+        .args(["--json", "--max-len", "256"])
+        .output()
+        .unwrap();
     let (stdout, stderr) = text(&output);
     assert!(output.status.success(), "{stderr}");
     assert!(stderr.contains("fetch") && stderr.contains("checkpoints/needle2.pkl"), "{stderr}");
@@ -299,25 +307,30 @@ fn model_commands_without_a_checkpoint_fetch_needle2_and_then_work_offline() {
         .env("HF_HUB_OFFLINE", "1")
         .arg("finetune")
         .arg(&data)
+        .args(needle2)
         .args(["--dry-run", "--events", "jsonl", "--max-len", "256"])
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", text(&output).1);
     let out = home.path().join("needle2.cact");
-    let output =
-        needle_at(&fake, home.path()).env("HF_HUB_OFFLINE", "1").args(["build", "--out"]).arg(&out).output().unwrap();
+    let output = needle_at(&fake, home.path())
+        .env("HF_HUB_OFFLINE", "1")
+        .args(["build", "--out"])
+        .arg(&out)
+        .args(needle2)
+        .output()
+        .unwrap();
     assert!(output.status.success(), "{}", text(&output).1);
-    assert!(needle_engine::cact::CactFile::open(&out).is_ok());
+    assert_eq!(needle_engine::cact::CactFile::open(&out).unwrap().header.generation, Generation::Needle2);
     assert_eq!(fake.seen().len(), asked, "offline commands made no request");
 }
 
 #[test]
-fn generation_3_fetches_needle3_for_download_and_the_model_commands() {
+fn the_default_generation_3_is_fetched_for_download_and_the_model_commands() {
     let fake = fake_hub::published();
     let home = tempfile::tempdir().unwrap();
     let out = home.path().join("copies");
-    let output =
-        needle_at(&fake, home.path()).args(["download", "--generation", "3", "--out"]).arg(&out).output().unwrap();
+    let output = needle_at(&fake, home.path()).args(["download", "--out"]).arg(&out).output().unwrap();
     let (stdout, stderr) = text(&output);
     assert!(output.status.success(), "{stderr}");
     assert!(stdout.contains(&out.join("needle3.safetensors").display().to_string()), "{stdout}");
@@ -337,8 +350,8 @@ fn generation_3_fetches_needle3_for_download_and_the_model_commands() {
     let (_, stderr) = text(&output);
     assert!(!output.status.success() && stderr.contains("use 2 or 3"), "{stderr}");
 
-    // A model command without a checkpoint, offline from the cache: Needle 3 with --generation 3, and
-    // the CLI's default (Needle 2, as cactus-needle 2.0.8) without it.
+    // A model command without a checkpoint, offline from the cache: Needle 3 without --generation (as
+    // cactus-needle 3.x) or with --generation 3, and Needle 2 (not cached) with --generation 2.
     let data = needle_tests::fixture("data/tool_calls.jsonl");
     let eval = |generation: &[&str]| {
         needle_at(&fake, home.path())
@@ -350,13 +363,16 @@ fn generation_3_fetches_needle3_for_download_and_the_model_commands() {
             .output()
             .unwrap()
     };
-    let output = eval(&["--generation", "3"]);
-    let (stdout, stderr) = text(&output);
-    assert!(output.status.success(), "{stderr}");
-    let loss: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
-    assert!(loss["loss"].as_f64().unwrap().is_finite(), "{stdout}");
-    let output = eval(&[]);
+    for generation in [&[][..], &["--generation", "3"]] {
+        let output = eval(generation);
+        let (stdout, stderr) = text(&output);
+        assert!(output.status.success(), "{generation:?}: {stderr}");
+        let loss: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert!(loss["loss"].as_f64().unwrap().is_finite(), "{stdout}");
+    }
+    let output = eval(&["--generation", "2"]);
     let (_, stderr) = text(&output);
     assert!(!output.status.success() && stderr.contains("checkpoints/needle2.pkl"), "{stderr}");
-    assert!(text(&needle_at(&fake, home.path()).args(["eval", "--help"]).output().unwrap()).0.contains("2.0.8"));
+    let help = text(&needle_at(&fake, home.path()).args(["eval", "--help"]).output().unwrap()).0;
+    assert!(help.contains("cactus-needle 3.x") && help.contains("[default: 3]"), "{help}");
 }

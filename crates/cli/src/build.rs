@@ -13,7 +13,6 @@ use needle_engine::settings::parse_build_width;
 
 use crate::download::HubView;
 use crate::events::{print_json, EventFormat};
-use crate::inputs::DEFAULT_GENERATION;
 
 /// Export a checkpoint to the `.cact` the runtime loads.
 #[derive(Debug, clap::Args)]
@@ -38,7 +37,7 @@ pub struct Args {
     pub tokenizer: Option<PathBuf>,
     /// The published base model built without a checkpoint: 2 (Cactus-Compute/needle2, as cactus-needle
     /// 2.0.8) or 3 (Cactus-Compute/needle3, 3.x's default)
-    #[arg(long, default_value_t = DEFAULT_GENERATION)]
+    #[arg(long, default_value = Generation::default().profile().number.to_string())]
     pub generation: Generation,
     /// Push the built .cact to the model repository named by NEEDLE_HF_REPO (`<you>/<model>`, created
     /// if missing) on the hub at HF_ENDPOINT, with the token in HF_TOKEN
@@ -151,7 +150,7 @@ mod tests {
             bits: Some(Bits::Two),
             layers: None,
             tokenizer: None,
-            generation: DEFAULT_GENERATION,
+            generation: Generation::default(),
             upload: false,
             events: None,
         };

@@ -7,8 +7,6 @@ use needle_engine::config::Generation;
 use needle_engine::dataset::{Checkup, Dataset, DatasetReport, Severity};
 use needle_engine::tokenizer::Tokenizer;
 
-use crate::inputs::DEFAULT_GENERATION;
-
 #[derive(clap::Args)]
 pub struct Args {
     /// The JSONL dataset (one example per line).
@@ -24,7 +22,7 @@ pub struct Args {
     json: bool,
     /// Read and render the lines as this Needle generation's package does (3 also reads
     /// single-turn chat lines and strips the reasoning), with its tokenizer unless --tokenizer is given
-    #[arg(long, default_value_t = DEFAULT_GENERATION)]
+    #[arg(long, default_value = Generation::default().profile().number.to_string())]
     generation: Generation,
     /// Also write the rows the doctor passes to this file: usable, calls that match their schemas, no
     /// repeats, within --max-len (its advice, such as ungrounded values, leaves rows in)

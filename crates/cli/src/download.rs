@@ -11,7 +11,6 @@ use needle_engine::config::Generation;
 use needle_engine::hub::{self, BaseModel, Hub, HubEvent, PublishedBase, RepoFile};
 
 use crate::events::{print_json, EventFormat};
-use crate::inputs::DEFAULT_GENERATION;
 
 /// Download a base model's checkpoint and tokenizer (or the file named) into the Hugging Face cache.
 #[derive(Debug, clap::Args)]
@@ -19,9 +18,9 @@ pub struct Args {
     /// `org/repo` for its base-model files, or `org/repo/path/to/file` [default: the --generation's
     /// repository]
     pub spec: Option<String>,
-    /// Whose base-model files to fetch: 2 (Cactus-Compute/needle2's checkpoints/needle2.pkl, as
-    /// cactus-needle 2.0.8) or 3 (Cactus-Compute/needle3's checkpoints/needle3.safetensors) [default: the
-    /// repository's own generation when it is one of these two, else 2]
+    /// Whose base-model files to fetch: 3 (Cactus-Compute/needle3's checkpoints/needle3.safetensors, as
+    /// cactus-needle 3.x) or 2 (Cactus-Compute/needle2's checkpoints/needle2.pkl) [default: the
+    /// repository's own generation when it is one of these two, else 3]
     #[arg(long)]
     pub generation: Option<Generation>,
     /// Branch, tag or commit
@@ -40,7 +39,7 @@ pub struct Args {
 /// generation's), more segments one file; no spec, `generation`'s published base model.
 fn files(spec: Option<&str>, generation: Option<Generation>, revision: &str) -> Result<Vec<RepoFile>> {
     let Some(spec) = spec else {
-        let base = PublishedBase::of(generation.unwrap_or(DEFAULT_GENERATION));
+        let base = PublishedBase::of(generation.unwrap_or_default());
         return Ok(base.files(base.repo, revision).to_vec());
     };
     let parts: Vec<&str> = spec.split('/').filter(|part| !part.is_empty()).collect();
@@ -50,7 +49,7 @@ fn files(spec: Option<&str>, generation: Option<Generation>, revision: &str) -> 
             let base = match (generation, PublishedBase::in_repo(&repo)) {
                 (Some(generation), _) => PublishedBase::of(generation),
                 (None, Some(published)) => published,
-                (None, None) => PublishedBase::of(DEFAULT_GENERATION),
+                (None, None) => PublishedBase::of(Generation::default()),
             };
             Ok(base.files(&repo, revision).to_vec())
         }
@@ -190,13 +189,13 @@ mod tests {
     fn a_spec_names_the_base_model_files_or_one_file() {
         let [needle2, needle3] = [Generation::Needle2, Generation::Needle3].map(PublishedBase::of);
         let own = |base: &PublishedBase| base.files(base.repo, "main").to_vec();
-        assert_eq!(files(None, None, "main").unwrap(), own(needle2), "the CLI's default is Needle 2");
-        assert_eq!(files(None, Some(Generation::Needle3), "main").unwrap(), own(needle3));
+        assert_eq!(files(None, None, "main").unwrap(), own(needle3), "the CLI's default is Needle 3");
+        assert_eq!(files(None, Some(Generation::Needle2), "main").unwrap(), own(needle2));
         // A published repository names its own files; a mirror takes the generation's layout.
         assert_eq!(files(Some("Cactus-Compute/needle3"), None, "main").unwrap(), own(needle3));
         let mirror = files(Some("me/mirror"), Some(Generation::Needle3), "v1").unwrap();
         assert_eq!(mirror, needle3.files("me/mirror", "v1"));
-        assert_eq!(files(Some("me/mirror"), None, "v1").unwrap(), needle2.files("me/mirror", "v1"));
+        assert_eq!(files(Some("me/mirror"), None, "v1").unwrap(), needle3.files("me/mirror", "v1"));
         let one = files(Some("org/repo/weights/model.cact"), None, "v1").unwrap();
         assert_eq!(one, [RepoFile::new("org/repo", "v1", "weights/model.cact")]);
         assert!(files(Some("needle2"), None, "main").unwrap_err().to_string().contains("org/repo"));

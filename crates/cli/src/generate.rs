@@ -111,7 +111,8 @@ pub fn run(args: Args) -> Result<()> {
 /// Writes `data`'s lines and then new rows for its tools to `output` (default `DATA.augmented.jsonl`, as
 /// the reference names it); returns the path, and whether generation was cancelled.
 pub fn augment(job: &Job, data: &Path, output: Option<&Path>) -> Result<(PathBuf, bool)> {
-    let dataset = Dataset::load(data, Generation::Needle2)?;
+    // The rows are the user's, for whichever generation they train; read them as the default's.
+    let dataset = Dataset::load(data, Generation::default())?;
     let tools = generate::tools_of_examples(&dataset.examples);
     if tools.is_empty() {
         return Err(generate::GenerateError::NoTools { path: data.display().to_string() }.into());

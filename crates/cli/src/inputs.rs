@@ -5,11 +5,6 @@ use std::path::PathBuf;
 use needle_engine::config::Generation;
 use needle_engine::hub::BaseModel;
 
-/// The generation whose published base model a command falls back to without `--checkpoint` (and
-/// whose tokenizer without `--tokenizer`): Needle 2, as cactus-needle 2.0.8 does, whose commands
-/// these are a drop-in for. (3.x's package falls back to Needle 3.)
-pub const DEFAULT_GENERATION: Generation = Generation::Needle2;
-
 #[derive(Debug, clap::Args)]
 pub struct ModelInputs {
     /// Dataset (.jsonl) in the reference's tool-call format
@@ -21,9 +16,9 @@ pub struct ModelInputs {
     /// SentencePiece model [default: tokenizer.model beside the checkpoint, else the --generation's]
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
-    /// The published base model used without --checkpoint: 2 (Cactus-Compute/needle2, as cactus-needle
-    /// 2.0.8) or 3 (Cactus-Compute/needle3, 3.x's default)
-    #[arg(long, default_value_t = DEFAULT_GENERATION)]
+    /// The published base model used without --checkpoint (a given checkpoint's generation is read
+    /// from the file): 3 (Cactus-Compute/needle3, as cactus-needle 3.x) or 2 (Cactus-Compute/needle2)
+    #[arg(long, default_value = Generation::default().profile().number.to_string())]
     pub generation: Generation,
 }
 
@@ -52,9 +47,9 @@ pub struct WeightsInputs {
     /// --generation's]
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
-    /// The published base model used without --checkpoint or --weights: 2 (Cactus-Compute/needle2, as
-    /// cactus-needle 2.0.8) or 3 (Cactus-Compute/needle3, 3.x's default)
-    #[arg(long, default_value_t = DEFAULT_GENERATION, conflicts_with = "weights")]
+    /// The published base model used without --checkpoint or --weights: 3 (Cactus-Compute/needle3, as
+    /// cactus-needle 3.x) or 2 (Cactus-Compute/needle2)
+    #[arg(long, default_value = Generation::default().profile().number.to_string(), conflicts_with = "weights")]
     pub generation: Generation,
 }
 

@@ -85,7 +85,8 @@ fn print_tables(s: &Summary, out: &mut impl Write) -> std::io::Result<()> {
         h.engram_orders,
         h.engram_layers
     )?;
-    if h.generation == Generation::Needle3 {
+    // A v2 header has none of Needle 3's fields.
+    if let Generation::Needle3 = h.generation {
         let global: Vec<u32> = (0..64).filter(|l| h.global_layers >> l & 1 == 1).collect();
         writeln!(
             out,

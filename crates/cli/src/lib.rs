@@ -49,7 +49,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "needle", version, about = "Fine-tune Needle 2 and build .cact files, without Python")]
+#[command(name = "needle", version, about = "Fine-tune Needle (3, or 2) and build .cact files, without Python")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

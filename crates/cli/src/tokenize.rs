@@ -7,8 +7,6 @@ use anyhow::Context;
 use needle_engine::config::Generation;
 use needle_engine::tokenizer::Tokenizer;
 
-use crate::inputs::DEFAULT_GENERATION;
-
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("input").required(true).args(["text", "file"])))]
 pub struct Args {
@@ -17,7 +15,7 @@ pub struct Args {
     tokenizer: Option<PathBuf>,
     /// The published base model whose tokenizer is used without --tokenizer: 2 (Cactus-Compute/needle2, as
     /// cactus-needle 2.0.8) or 3 (Cactus-Compute/needle3, 3.x's default)
-    #[arg(long, default_value_t = DEFAULT_GENERATION)]
+    #[arg(long, default_value = Generation::default().profile().number.to_string())]
     generation: Generation,
     /// Text to tokenize; each line is one input.
     #[arg(long)]

@@ -17,52 +17,7 @@ use std::ops::RangeInclusive;
 
 use serde::{Deserialize, Serialize};
 
-/// A generation of the Needle model: which network, checkpoint format and `.cact` layout a file
-/// belongs to. Told from the file itself ([`crate::checkpoint::generation`], the `.cact` tag).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Generation {
-    #[default]
-    /// `cactus-needle` 2.x: pickled format-v2 checkpoints, `.cact` tag `0x05E12A83`.
-    Needle2,
-    /// `cactus-needle` 3.x: safetensors checkpoints with the config in their metadata, `.cact` v3.
-    Needle3,
-}
-
-impl Generation {
-    /// Whether a tokenizer of `pieces` pieces serves a vocabulary of `vocab_size` rows: Needle 2 has
-    /// a row per piece; Needle 3's vocabulary may hold more rows than its tokenizer has pieces (code
-    /// embeddings past the text slice), as 3.x's `get_tokenizer` and `_pack_cact` allow.
-    pub fn tokenizer_fits(self, pieces: usize, vocab_size: usize) -> bool {
-        match self {
-            Generation::Needle2 => pieces == vocab_size,
-            Generation::Needle3 => pieces <= vocab_size,
-        }
-    }
-}
-
-impl std::fmt::Display for Generation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Generation::Needle2 => "Needle 2",
-            Generation::Needle3 => "Needle 3",
-        })
-    }
-}
-
-/// The generation as a command line names it: its number (`2`, `3`), or as it is displayed
-/// (`Needle 3`, `needle3`).
-impl std::str::FromStr for Generation {
-    type Err = String;
-
-    fn from_str(name: &str) -> Result<Self, String> {
-        let lower = name.trim().to_ascii_lowercase();
-        match lower.strip_prefix("needle").unwrap_or(&lower).trim() {
-            "2" => Ok(Generation::Needle2),
-            "3" => Ok(Generation::Needle3),
-            _ => Err(format!("{name:?} is not a Needle generation; use 2 or 3")),
-        }
-    }
-}
+pub use crate::generation::Generation;
 
 /// Target width of one engram table entry when `engram_heads` is 0 (the reference's `ENGRAM_SUB_DIM`).
 const ENGRAM_SUB_DIM: usize = 128;
@@ -397,16 +352,6 @@ impl EngramDims {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_generation_is_named_by_its_number_or_as_displayed() {
-        for generation in [Generation::Needle2, Generation::Needle3] {
-            assert_eq!(generation.to_string().parse::<Generation>(), Ok(generation));
-        }
-        assert_eq!("3".parse::<Generation>(), Ok(Generation::Needle3));
-        assert_eq!("needle2".parse::<Generation>(), Ok(Generation::Needle2));
-        assert!("4".parse::<Generation>().unwrap_err().contains("use 2 or 3"));
-    }
 
     #[test]
     fn missing_keys_take_reference_defaults_and_attn_dim_zero_means_d_model() {

@@ -4,7 +4,8 @@
 //! file → examples ([`dataset`]) → tokens ([`tokenizer`]) → batches ([`model::packing`], shared
 //! prompt prefixes laid out once) → the network ([`model`], on the device [`backend`] picked) →
 //! adapter ([`lora`], trained by [`train`]) → `.cact` ([`cact`]). Model weights come from [`checkpoint`] (format-v2 pickles, read without
-//! executing anything) described by [`config`]; the base model itself comes from the Hugging Face hub
+//! executing anything) described by [`config`]; what differs between the model's generations (file kinds, chat
+//! format, `.cact` layout, recipe, the default) is one [`generation::Profile`] per generation; the base model itself comes from the Hugging Face hub
 //! or its cache ([`hub`]) when no checkpoint is given. [`calls`] tries a model (checkpoint, adapter or
 //! built `.cact`) on prompts and scores its tool calls. [`atomic`] writes every output whole or not at
 //! all; [`pyjson`] prints JSON as Python's `json.dumps` does, which the chat template depends on.
@@ -28,6 +29,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod dataset;
 pub mod generate;
+pub mod generation;
 pub mod hub;
 pub mod lora;
 pub mod model;

@@ -64,12 +64,12 @@ pub enum ExportError {
     Merge(#[from] MergeError),
     #[error("{}: config weight_bits: {source}", checkpoint.display())]
     Bits { checkpoint: PathBuf, source: BitsMapError },
-    #[error("{}: a Needle 3 .cact is W4 only (as cactus-needle 3.x writes it), not W{bits}; leave out --bits", checkpoint.display())]
-    Needle3Bits { checkpoint: PathBuf, bits: Bits },
+    #[error("{}: {refusal}; leave out --bits", checkpoint.display())]
+    Width { checkpoint: PathBuf, refusal: String },
     #[error("{}: {source}", checkpoint.display())]
     Ladder { checkpoint: PathBuf, source: LadderError },
-    #[error("{}: --layers picks a rung of Needle 3's depth ladder; a Needle 2 model has none, so export it whole", checkpoint.display())]
-    NoLadder { checkpoint: PathBuf },
+    #[error("{}: --layers picks a rung of a depth ladder; a {generation} model has none, so export it whole", checkpoint.display())]
+    NoLadder { checkpoint: PathBuf, generation: Generation },
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
     #[error(transparent)]
@@ -77,9 +77,6 @@ pub enum ExportError {
     #[error(transparent)]
     Write(#[from] WriteError),
 }
-
-/// The probe head a Needle 3 build leaves out when it merges an adapter.
-const CONFIDENCE_HEAD: &str = "confidence_head/";
 
 /// Exports `options.checkpoint` (with `options.lora` merged) to `options.out`, written atomically.
 /// Returns the `built` event it emitted last.
@@ -91,25 +88,21 @@ pub fn export(options: &ExportOptions, emit: impl FnMut(ExportEvent)) -> Result<
     // config's before either runs.
     check_params(&ckpt)?;
     let generation = ckpt.config.generation;
+    let ships = &generation.profile().ships;
     let checkpoint = || options.checkpoint.clone();
-    match (generation, options.bits) {
-        (Generation::Needle2, _) if options.layers.is_some() => {
-            return Err(ExportError::NoLadder { checkpoint: checkpoint() })
-        }
-        (Generation::Needle3, Some(bits)) if bits != Bits::Four => {
-            return Err(ExportError::Needle3Bits { checkpoint: checkpoint(), bits })
-        }
-        _ => {}
+    if options.layers.is_some() && !ships.depth_ladder {
+        return Err(ExportError::NoLadder { checkpoint: checkpoint(), generation });
+    }
+    if let Some(refusal) = options.bits.and_then(|bits| generation.refuses_bits(bits)) {
+        return Err(ExportError::Width { checkpoint: checkpoint(), refusal });
     }
     if let Some(lora) = &options.lora {
         progress.stage("Merging the adapter");
         let adapter = load_adapter(lora)?;
         merge_into_checkpoint(&mut ckpt, &adapter)?;
-        if generation == Generation::Needle3 {
-            // As 3.x's build: the confidence head is not trained with the adapter, so it would
-            // score the tuned model's answers with the base's judgement; the runtime then reports none.
-            ckpt.params.retain(|path, _| !path.starts_with(CONFIDENCE_HEAD));
-        }
+        // As 3.x's build: a probe head the adapter did not train would judge the tuned model's
+        // answers with the base's judgement; the runtime then reports none.
+        ckpt.params.retain(|path, _| !ships.dropped_on_merge.iter().any(|head| path.starts_with(head)));
         (progress.emit)(ExportEvent::Merged { adapter: lora.clone(), groups: adapter.lora.len() });
     }
     rung(&mut ckpt, options.layers).map_err(|source| ExportError::Ladder { checkpoint: checkpoint(), source })?;

@@ -122,7 +122,8 @@ pub struct Header {
 }
 
 /// One stretch of the header after the tag.
-enum Field {
+#[derive(Debug)]
+pub enum Field {
     Word(fn(&mut Header) -> &mut u32),
     /// A count, then this many slots, the unused ones zero; named by its count field.
     List(&'static str, usize, fn(&mut Header) -> &mut Vec<u32>),
@@ -143,7 +144,7 @@ impl Field {
 
 /// A Needle 2 header after the tag, in file order: the one statement of it that encoding and
 /// parsing share.
-const FIELDS_V2: [Field; 21] = [
+pub(crate) const FIELDS_V2: [Field; 21] = [
     Field::Word(|h| &mut h.num_tensors),
     Field::Word(|h| &mut h.codebook_len),
     Field::Word(|h| &mut h.kv_window),
@@ -168,7 +169,7 @@ const FIELDS_V2: [Field; 21] = [
 ];
 
 /// A Needle 3 header after the tag (3.x's `<48If`), in file order.
-const FIELDS_V3: [Field; 27] = [
+pub(crate) const FIELDS_V3: [Field; 27] = [
     Field::Word(|h| &mut h.num_tensors),
     Field::Word(|h| &mut h.codebook_len),
     Field::Word(|h| &mut h.kv_window),
@@ -200,18 +201,7 @@ const FIELDS_V3: [Field; 27] = [
 
 /// A generation's header fields.
 fn fields(generation: Generation) -> &'static [Field] {
-    match generation {
-        Generation::Needle2 => &FIELDS_V2,
-        Generation::Needle3 => &FIELDS_V3,
-    }
-}
-
-/// The tag a generation's files start with.
-pub fn tag(generation: Generation) -> u32 {
-    match generation {
-        Generation::Needle2 => TAG,
-        Generation::Needle3 => TAG_V3,
-    }
+    generation.profile().cact.header
 }
 
 /// Bytes of a generation's header, tag included: 120 for Needle 2, 196 for Needle 3.
@@ -234,7 +224,7 @@ impl Header {
     /// The header's bytes, tag first. A list longer than its slots is refused.
     pub fn to_bytes(&self) -> Result<Vec<u8>, FormatError> {
         let mut header = self.clone();
-        let mut words = vec![tag(self.generation)];
+        let mut words = vec![self.generation.profile().cact.tag];
         for field in fields(self.generation) {
             match field {
                 Field::Word(at) => words.push(*at(&mut header)),
@@ -267,11 +257,8 @@ impl Header {
             len: bytes.len() as u64,
         };
         let word = |i: usize| bytes.get(4 * i..4 * i + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-        let generation = match word(0).ok_or_else(|| truncated("4-byte tag".into(), 4))? {
-            TAG => Generation::Needle2,
-            TAG_V3 => Generation::Needle3,
-            found => return Err(FormatError::BadTag { found }),
-        };
+        let found = word(0).ok_or_else(|| truncated("4-byte tag".into(), 4))?;
+        let generation = Generation::of_cact_tag(found).ok_or(FormatError::BadTag { found })?;
         let len = header_len(generation);
         if bytes.len() < len {
             return Err(truncated(format!("{len}-byte {generation} header"), len));

@@ -123,8 +123,7 @@ impl Geometry {
 /// read backwards. A Needle 2 header leaves Needle 3's fields at the values that turn them off.
 pub fn model_config(h: &Header) -> ModelConfig {
     let orders: Vec<usize> = h.engram_orders.iter().map(|&o| o as usize).collect();
-    let needle3 = h.generation == Generation::Needle3;
-    let base = if needle3 { ModelConfig::needle3_defaults() } else { ModelConfig::default() };
+    let base = (h.generation.profile().recipe.config_defaults)();
     ModelConfig {
         vocab_size: h.vocab_size as usize,
         d_model: h.d_model as usize,
@@ -142,7 +141,11 @@ pub fn model_config(h: &Header) -> ModelConfig {
         mhc_lanes: h.mhc_lanes as usize,
         kv_window: h.kv_window as usize,
         kv_bits: h.kv_bits,
-        qk_head_dim: if needle3 { h.head_dim as usize } else { 0 },
+        // A v2 header's head width is the one width of every head; v3's is the queries' and keys'.
+        qk_head_dim: match h.generation {
+            Generation::Needle2 => 0,
+            Generation::Needle3 => h.head_dim as usize,
+        },
         v_head_dim: h.v_head_dim as usize,
         sliding_window: h.sliding_window as usize,
         global_layers: (0..MASK_LAYERS).filter(|&l| h.global_layers >> l & 1 == 1).collect(),

@@ -6,7 +6,6 @@
 //! One description per generation ([`Layout::of`]), read by the writer ([`super::tensors`]), the
 //! reader's names and the way back to the network's weights ([`super::weights`]).
 
-use super::{needle2, needle3};
 use crate::config::Generation;
 
 /// One per-layer tensor: its export name, its checkpoint path under `stack/layers/block/` (stacked
@@ -140,10 +139,7 @@ impl Layout {
     }
 
     pub fn of(generation: Generation) -> &'static Layout {
-        match generation {
-            Generation::Needle2 => &needle2::LAYOUT,
-            Generation::Needle3 => &needle3::LAYOUT,
-        }
+        generation.profile().cact.layout
     }
 
     /// Per-layer tensors in file order, for a model with or without Q/K/V convolution taps.

@@ -8,9 +8,10 @@ use half::f16;
 use serde::Serialize;
 use thiserror::Error;
 
-use super::format::{Header, Record, TensorKind, ALIGN, MAX_NDIM, RECORD_LEN, TAG, TAG_V3};
+use super::format::{Header, Record, TensorKind, ALIGN, MAX_NDIM, RECORD_LEN};
 use super::layout::{Layout, TOKENIZER};
 use super::quant::{self, CqBlobError, GROUP};
+use crate::config::Generation;
 use crate::tokenizer;
 
 /// Byte offset of the header's `num_tensors`.
@@ -29,7 +30,7 @@ pub enum ReadError {
 pub enum FormatError {
     #[error("the file is {len} bytes but its {what} needs bytes up to {needed}: the file is truncated; rebuild it with `needle build`")]
     Truncated { what: String, needed: u64, len: u64 },
-    #[error("bad tag {found:#010x} at byte 0 (a .cact starts with {TAG:#010x}, or {TAG_V3:#010x} for Needle 3): not a .cact file")]
+    #[error("bad tag {found:#010x} at byte 0 (a .cact starts with {}): not a .cact file", known_tags())]
     BadTag { found: u32 },
     #[error("header byte 8: codebook_len is {found}, the format has {expected} (cb2|cb3|cb4); the file is corrupt or from another format version")]
     CodebookLen { found: u32, expected: u32 },
@@ -93,6 +94,12 @@ impl<'a> Cursor<'a> {
     fn truncated(&self, at: usize, len: usize, what: &str) -> FormatError {
         FormatError::Truncated { what: what.into(), needed: at as u64 + len as u64, len: self.bytes.len() as u64 }
     }
+}
+
+/// Every generation's tag, for a message: `0x05e12a83 (Needle 2) or 0x05e12a84 (Needle 3)`.
+fn known_tags() -> String {
+    let tags: Vec<String> = Generation::ALL.iter().map(|g| format!("{:#010x} ({g})", g.profile().cact.tag)).collect();
+    tags.join(" or ")
 }
 
 fn parse_header(c: &Cursor) -> Result<Header, FormatError> {

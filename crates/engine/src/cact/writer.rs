@@ -16,6 +16,7 @@ use super::reader::FormatError;
 use super::tensors;
 use crate::checkpoint::{Checkpoint, DType, NdArray};
 use crate::config::Generation;
+use crate::generation::VocabFit;
 use crate::model::ModelError;
 use crate::tokenizer::{self, TokenizerError};
 
@@ -43,7 +44,7 @@ pub enum BuildProblem {
     #[error("{0}")]
     Model(Box<ModelError>),
     #[error("the tokenizer has {tokenizer} pieces but the config's vocab_size is {config}{}; pass the tokenizer the model was trained with (--tokenizer)",
-            if *.generation == Generation::Needle3 { " (a Needle 3 tokenizer may have fewer, never more)" } else { "" })]
+            match .generation.profile().vocab { VocabFit::Exact => String::new(), VocabFit::AtMost => format!(" (a {} tokenizer may have fewer, never more)", .generation) })]
     TokenizerVocab { tokenizer: usize, config: usize, generation: Generation },
     #[error("{0}; the tokenizer did not serialise")]
     TokenizerBlob(TokenizerError),

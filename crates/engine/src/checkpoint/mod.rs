@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::config::{Generation, ModelConfig};
+use crate::generation::FileKind;
 pub use array::{ArrayError, DType, NdArray, RawLayout};
 use pickle::{PickleError, PyValue};
 
@@ -123,7 +124,8 @@ impl Checkpoint {
     pub fn load(path: &Path) -> Result<Self, CheckpointError> {
         let file = FileReader { path };
         let bytes = file.read()?;
-        if generation(&bytes) == Some(Generation::Needle3) {
+        // Anything not told to be safetensors goes to the pickle reader, which says what is wrong with it.
+        if let Some(FileKind::Safetensors) = generation(&bytes).map(|g| g.profile().checkpoint) {
             return file.needle3_checkpoint(&bytes);
         }
         let mut top = file.top_dict(&bytes, CHECKPOINT_SHAPE)?;

@@ -24,6 +24,7 @@ pub use report::{DatasetReport, HistogramBin, LengthStats, Sample};
 pub use schema::{check_row, Kind, RowIssue};
 
 use crate::config::Generation;
+use crate::generation::{JsonStyle, TextFields};
 use crate::pyjson;
 use crate::tokenizer::Tokenizer;
 use serde::Serialize;
@@ -243,8 +244,8 @@ fn read_line(line: usize, raw: &[u8], generation: Generation) -> LineOutcome {
     let Value::Object(object) = value else {
         return LineOutcome::Skipped(Issue::NotAnObject { found: kind_of(&value) });
     };
-    let object = match (generation, object.contains_key("query")) {
-        (Generation::Needle3, false) => match chat::from_chat(&object) {
+    let object = match (generation.profile().chat.chat_rows, object.contains_key("query")) {
+        (true, false) => match chat::from_chat(&object) {
             Ok(Some(example)) => example,
             Ok(None) => return LineOutcome::Skipped(Issue::NotChat),
             Err(issue) => return LineOutcome::Skipped(issue),
@@ -293,8 +294,8 @@ fn example_from_object(
         Some(value) => required_text(Field::Query, value)?,
     };
     let mut warnings = Vec::new();
-    let (reasoning, system) = match generation {
-        Generation::Needle2 => {
+    let (reasoning, system) = match generation.profile().chat.text_fields {
+        TextFields::AsWritten => {
             let reasoning =
                 object.get("reasoning").map_or(Ok(String::new()), |v| required_text(Field::Reasoning, v))?;
             let system = match object.get("system") {
@@ -311,7 +312,7 @@ fn example_from_object(
             (reasoning, system)
         }
         // 3.x: `(example.get(field) or "").strip()`: anything false-y is empty, a true-y non-string raises.
-        Generation::Needle3 => {
+        TextFields::Stripped => {
             let stripped = |field: Field| match object.get(field.key()) {
                 Some(value) if python_truthy(value) => {
                     required_text(field, value).map(|text| lines::python_strip(&text).1.to_owned())
@@ -346,9 +347,9 @@ fn json_text(field: Field, value: Option<&Value>, generation: Generation, warnin
             if !value.is_array() {
                 warnings.push(Issue::RenderedAsJson { field, found: kind_of(value) });
             }
-            match generation {
-                Generation::Needle2 => pyjson::dumps_compact(value),
-                Generation::Needle3 => pyjson::dumps_compact_unicode(value),
+            match generation.profile().chat.json {
+                JsonStyle::Ascii => pyjson::dumps_compact(value),
+                JsonStyle::Unicode => pyjson::dumps_compact_unicode(value),
             }
         }
     }

@@ -1,7 +1,7 @@
 //! The chat template of the reference's `render_example`, 2.x's and 3.x's.
 
 use super::Example;
-use crate::config::Generation;
+use crate::generation::ThinkBlock;
 
 const IM_START: &str = "<|im_start|>";
 const IM_END: &str = "<|im_end|>";
@@ -25,11 +25,11 @@ pub fn render(example: &Example) -> (String, String) {
         "{system_turn}{IM_START}user\n{TOOLS_START}{}{TOOLS_END}\n{}{IM_END}\n{IM_START}assistant\n",
         example.tools, example.query
     );
-    let think = match example.generation {
-        Generation::Needle2 => format!("{THINK_START}{}{THINK_END}\n", example.reasoning),
+    let think = match example.generation.profile().chat.think {
+        ThinkBlock::Always => format!("{THINK_START}{}{THINK_END}\n", example.reasoning),
         // 3.x puts the reasoning on lines of its own, and leaves the block out when there is none.
-        Generation::Needle3 if example.reasoning.is_empty() => String::new(),
-        Generation::Needle3 => format!("{THINK_START}\n{}\n{THINK_END}\n", example.reasoning),
+        ThinkBlock::WhenReasoning if example.reasoning.is_empty() => String::new(),
+        ThinkBlock::WhenReasoning => format!("{THINK_START}\n{}\n{THINK_END}\n", example.reasoning),
     };
     let target = format!("{think}{TOOL_CALL_START}{}{TOOL_CALL_END}{IM_END}", example.answers);
     (prompt, target)

@@ -301,7 +301,7 @@ fn row_verdict(
         return Err(NOT_AN_EXAMPLE);
     }
     row.entry("tools").or_insert_with(|| tools.clone());
-    let example = Example::from_object(&row, Generation::Needle2).map_err(|_| NOT_AN_EXAMPLE)?;
+    let example = Example::from_object(&row, Generation::default()).map_err(|_| NOT_AN_EXAMPLE)?;
     let issues = check_row(&example);
     if let Some(error) = issues.iter().find(|issue| issue.kind.fails_row()) {
         return Err(error.kind.name());

@@ -3,7 +3,7 @@
 //!
 //! The reference downloads its generation's checkpoint and tokenizer from the hub when no checkpoint
 //! is given (2.x: `checkpoints/needle2.pkl` of `Cactus-Compute/needle2`; 3.x:
-//! `checkpoints/needle3.safetensors` of `Cactus-Compute/needle3`: the table [`PUBLISHED`]); so does
+//! `checkpoints/needle3.safetensors` of `Cactus-Compute/needle3`: [`PublishedBase::of`], from the generation's profile); so does
 //! [`resolve_base_model`], into the
 //! cache `huggingface_hub` uses ([`cache`]), with progress as [`HubEvent`]s, resume after a cut,
 //! and the size and content hash the hub announces checked before the file takes its place
@@ -36,22 +36,6 @@ pub struct PublishedBase {
     pub checkpoint: &'static str,
     pub tokenizer: &'static str,
 }
-
-/// Every published base model, oldest generation first.
-pub const PUBLISHED: [PublishedBase; 2] = [
-    PublishedBase {
-        generation: Generation::Needle2,
-        repo: "Cactus-Compute/needle2",
-        checkpoint: "checkpoints/needle2.pkl",
-        tokenizer: "tokenizer/tokenizer.model",
-    },
-    PublishedBase {
-        generation: Generation::Needle3,
-        repo: "Cactus-Compute/needle3",
-        checkpoint: "checkpoints/needle3.safetensors",
-        tokenizer: "tokenizer/tokenizer.model",
-    },
-];
 
 pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 pub const DEFAULT_REVISION: &str = "main";
@@ -206,16 +190,17 @@ impl RepoFile {
 impl PublishedBase {
     /// The published base model of `generation`.
     pub fn of(generation: Generation) -> &'static Self {
-        // The table's order; its test checks each row is the generation it is taken for.
-        match generation {
-            Generation::Needle2 => &PUBLISHED[0],
-            Generation::Needle3 => &PUBLISHED[1],
-        }
+        &generation.profile().hub
+    }
+
+    /// Every published base model, oldest generation first.
+    pub fn all() -> impl DoubleEndedIterator<Item = &'static Self> {
+        Generation::ALL.into_iter().map(Self::of)
     }
 
     /// The published base model whose repository is `repo`, if any.
     pub fn in_repo(repo: &str) -> Option<&'static Self> {
-        PUBLISHED.iter().find(|base| base.repo == repo)
+        Self::all().find(|base| base.repo == repo)
     }
 
     /// Its checkpoint and tokenizer in `repo` (its own, or a mirror of it) at `revision`.
@@ -378,8 +363,8 @@ mod tests {
 
     #[test]
     fn every_generation_has_one_published_base_model() {
-        for generation in [Generation::Needle2, Generation::Needle3] {
-            let rows: Vec<_> = PUBLISHED.iter().filter(|base| base.generation == generation).collect();
+        for generation in Generation::ALL {
+            let rows: Vec<_> = PublishedBase::all().filter(|base| base.generation == generation).collect();
             assert_eq!(rows.len(), 1, "{generation}");
             assert_eq!(PublishedBase::of(generation), rows[0]);
             assert_eq!(PublishedBase::in_repo(rows[0].repo), Some(rows[0]));

@@ -13,6 +13,7 @@ use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use super::Lora;
 use crate::checkpoint::{CheckpointError, DType, LoraFactors, NdArray, PickledAdapter, RawLayout};
 use crate::config::Generation;
+use crate::generation::FileKind;
 
 /// What can go wrong reading or writing an adapter.
 #[derive(Debug, thiserror::Error)]
@@ -51,24 +52,20 @@ pub struct AdapterMeta {
 /// Where a Needle 3 adapter's factors sit (3.x's `write_adapter`): `lora/<path>/A`.
 const NEEDLE3_PREFIX: &str = "lora/";
 
-enum Format {
-    Safetensors,
-    Pickle,
-}
-
-fn format_of(path: &Path) -> Result<Format, AdapterFileError> {
-    match path.extension().and_then(|e| e.to_str()) {
-        Some("safetensors") => Ok(Format::Safetensors),
-        Some("pkl") => Ok(Format::Pickle),
-        _ => Err(AdapterFileError::Extension { path: path.into() }),
-    }
+/// The adapter format `path`'s extension names.
+fn format_of(path: &Path) -> Result<FileKind, AdapterFileError> {
+    let extension = path.extension().and_then(|e| e.to_str());
+    FileKind::ALL
+        .into_iter()
+        .find(|kind| extension == Some(kind.extension()))
+        .ok_or_else(|| AdapterFileError::Extension { path: path.into() })
 }
 
 /// Writes `lora` to `path` in the format its extension names, atomically.
 pub fn save_adapter(path: &Path, lora: &Lora, meta: &AdapterMeta) -> Result<(), AdapterFileError> {
     let bytes = match format_of(path)? {
-        Format::Safetensors => safetensors_bytes(path, lora, meta)?,
-        Format::Pickle => crate::checkpoint::writer::adapter_pickle(&to_pickled(path, lora, meta)?),
+        FileKind::Safetensors => safetensors_bytes(path, lora, meta)?,
+        FileKind::Pickle => crate::checkpoint::writer::adapter_pickle(&to_pickled(path, lora, meta)?),
     };
     write_atomically(path, &bytes)
 }
@@ -77,8 +74,8 @@ pub fn save_adapter(path: &Path, lora: &Lora, meta: &AdapterMeta) -> Result<(), 
 /// `needle eval` merge).
 pub fn load_adapter(path: &Path) -> Result<PickledAdapter, AdapterFileError> {
     match format_of(path)? {
-        Format::Pickle => Ok(PickledAdapter::load(path)?),
-        Format::Safetensors => read_safetensors(path),
+        FileKind::Pickle => Ok(PickledAdapter::load(path)?),
+        FileKind::Safetensors => read_safetensors(path),
     }
 }
 
@@ -125,12 +122,19 @@ pub(crate) fn serialize_f32(
 fn safetensors_bytes(path: &Path, lora: &Lora, meta: &AdapterMeta) -> Result<Vec<u8>, AdapterFileError> {
     let targets: Vec<&str> = lora.factors.iter().map(|f| f.path.as_str()).collect();
     let mut buffers = factor_buffers(lora)?;
-    // 3.x reads its own fields as JSON (a string quoted, `null` for none) and ignores the rest.
-    let (scale, base) = match meta.generation {
-        Generation::Needle2 => (lora.scale().to_string(), meta.base.clone()),
-        Generation::Needle3 => {
+    // A generation whose package saves safetensors adapters gets its package's layout: 3.x reads its
+    // own fields as JSON (a string quoted, `null` for none) and ignores the rest. Otherwise the
+    // fields are plain text.
+    let (scale, base, package_fields) = match meta.generation.profile().adapter {
+        FileKind::Pickle => (lora.scale().to_string(), meta.base.clone(), vec![]),
+        FileKind::Safetensors => {
             buffers.iter_mut().for_each(|(name, _, _)| *name = format!("{NEEDLE3_PREFIX}{name}"));
-            (crate::pyjson::python_float_repr(lora.scale()), serde_json::Value::from(meta.base.as_str()).to_string())
+            let fields = [("seed", meta.seed.to_string()), ("pieces", "null".into()), ("languages", "null".into())];
+            (
+                crate::pyjson::python_float_repr(lora.scale()),
+                serde_json::Value::from(meta.base.as_str()).to_string(),
+                fields.map(|(key, value)| (key.to_string(), value)).to_vec(),
+            )
         }
     };
     let mut metadata = HashMap::from([
@@ -141,10 +145,7 @@ fn safetensors_bytes(path: &Path, lora: &Lora, meta: &AdapterMeta) -> Result<Vec
         ("targets".to_string(), targets.join(",")),
         ("partial".to_string(), meta.partial.to_string()),
     ]);
-    if meta.generation == Generation::Needle3 {
-        metadata.insert("seed".into(), meta.seed.to_string());
-        metadata.extend(["pieces", "languages"].map(|key| (key.to_string(), "null".to_string())));
-    }
+    metadata.extend(package_fields);
     serialize_f32(path, &buffers, metadata)
 }
 

@@ -13,7 +13,7 @@ use super::linear::Linear;
 use super::{ModelError, Result};
 use crate::cact::quant::{cq_round_trip, Bits};
 use crate::checkpoint::Checkpoint;
-use crate::config::{Generation, ModelConfig};
+use crate::config::ModelConfig;
 
 /// Named f32 tensors on one device, with a record of which ones the network consumed.
 #[derive(Debug)]
@@ -120,9 +120,10 @@ impl Params {
     /// The weights a model of `cfg` trains on, as its generation's package trains: Needle 2's as
     /// stored, Needle 3's quantization-aware ([`Params::for_qat`]).
     pub fn for_training(self, cfg: &ModelConfig) -> Result<Self> {
-        match cfg.generation {
-            Generation::Needle2 => Ok(self),
-            Generation::Needle3 => self.for_qat(cfg),
+        if cfg.generation.profile().recipe.quantization_aware {
+            self.for_qat(cfg)
+        } else {
+            Ok(self)
         }
     }
 

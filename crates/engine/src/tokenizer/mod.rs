@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use aho_corasick::{AhoCorasick, MatchKind};
 
 use crate::config::Generation;
+use crate::generation::DummyPrefix;
 
 pub(crate) use blob::write as write_cact_blob;
 pub use blob::{piece_count as cact_blob_piece_count, stated_piece_count as cact_blob_stated_pieces};
@@ -36,7 +37,7 @@ pub const IM_END_ID: u32 = 5;
 
 /// The chat markers in id order from 4 (`needle/model/tokenizer.py`'s `CHAT_MARKERS`): Needle 2's
 /// ten, then the six Needle 3 adds.
-const CHAT_MARKERS: [&str; 16] = [
+pub(crate) static CHAT_MARKERS: [&str; 16] = [
     "<|im_start|>",
     "<|im_end|>",
     "<think>",
@@ -57,10 +58,7 @@ const CHAT_MARKERS: [&str; 16] = [
 
 /// A generation's chat markers, which its `.cact` tokenizer blob types USER_DEFINED.
 pub fn chat_markers(generation: Generation) -> &'static [&'static str] {
-    match generation {
-        Generation::Needle2 => &CHAT_MARKERS[..10],
-        Generation::Needle3 => &CHAT_MARKERS,
-    }
+    generation.profile().chat.markers
 }
 
 /// What a piece is for; decides how it encodes and decodes.
@@ -147,9 +145,9 @@ impl Tokenizer {
     /// and only the generation's [`chat_markers`] are typed USER_DEFINED (other user-defined pieces become
     /// NORMAL). `add_dummy_prefix` is always 1 in Needle 2; Needle 3 states the model's own.
     pub fn to_cact_blob(&self, generation: Generation) -> Vec<u8> {
-        let dummy_prefix = match generation {
-            Generation::Needle2 => true,
-            Generation::Needle3 => self.add_dummy_prefix(),
+        let dummy_prefix = match generation.profile().chat.blob_dummy_prefix {
+            DummyPrefix::Always => true,
+            DummyPrefix::Model => self.add_dummy_prefix(),
         };
         blob::write(&self.pieces, chat_markers(generation), dummy_prefix)
     }

@@ -30,7 +30,6 @@ const DECODE_STEPS_TIMED: usize = 8;
 use crate::backend::BackendInfo;
 use crate::calls::{self, CallScores, ModelScore, Weights, WeightsLoadError};
 use crate::checkpoint::{Checkpoint, CheckpointError};
-use crate::config::Generation;
 use crate::dataset::{Dataset, DatasetError, Encoded, Example, Tokenized};
 use crate::lora::{save_adapter, AdapterFileError, AdapterMeta, Lora};
 use crate::model::packing::Packing;
@@ -425,13 +424,12 @@ fn score_calls(
 ) -> Result<Option<CallScores>> {
     let tokenizer = Tokenizer::load(&options.tokenizer)?;
     let weights = Weights::Checkpoint { checkpoint: options.checkpoint.clone(), lora: Some(options.out.clone()) };
-    // Needle 3's package scores the weights a `.cact` ships (W4), as the archive will run them.
-    let (base, tuned) = match base.config().generation {
-        Generation::Needle2 => (base.clone(), weights.load(base.device())?.network),
-        Generation::Needle3 => {
-            let base_weights = Weights::Checkpoint { checkpoint: options.checkpoint.clone(), lora: None };
-            (base_weights.load_shipped(base.device())?.network, weights.load_shipped(base.device())?.network)
-        }
+    // 3.x's package scores the weights a `.cact` ships (W4), as the archive will run them.
+    let (base, tuned) = if base.config().generation.profile().recipe.scores_shipped_weights {
+        let base_weights = Weights::Checkpoint { checkpoint: options.checkpoint.clone(), lora: None };
+        (base_weights.load_shipped(base.device())?.network, weights.load_shipped(base.device())?.network)
+    } else {
+        (base.clone(), weights.load(base.device())?.network)
     };
     let score = |network: &Network| -> Result<ModelScore> {
         let rows = tokenized.iter().map(|t| t.row(seq_len));

@@ -162,7 +162,7 @@ impl CpuNetwork {
     pub fn supports(network: &Network) -> bool {
         network.device().is_cpu()
             && network.embedding.dtype() == candle_core::DType::F32
-            && network.config().generation == crate::config::Generation::Needle2
+            && network.config().generation.profile().cpu_path
     }
 
     pub fn new(network: &Network) -> Result<Self> {
