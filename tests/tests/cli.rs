@@ -253,6 +253,24 @@ fn a_needle3_build_agrees_with_the_reference_and_its_cact_answers() {
 }
 
 #[test]
+fn needle_build_of_a_bfloat16_checkpoint_writes_the_bytes_3_2_8_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = fixture("models/needle3_bf16.safetensors");
+    let adapter = fixture("golden/needle3_bf16/adapter.safetensors");
+    for (golden, extra) in [("base", vec![]), ("lora", vec!["--lora", adapter.to_str().unwrap()])] {
+        let out = dir.path().join(format!("{golden}.cact"));
+        let args =
+            ["build", checkpoint.to_str().unwrap(), "--tokenizer", &tokenizer_path(), "--out", out.to_str().unwrap()];
+        let output = run(&[&args[..], &extra].concat());
+        assert!(output.status.success(), "{}", stderr(&output));
+        assert!(
+            std::fs::read(&out).unwrap() == read(&format!("golden/needle3_bf16/{golden}.cact")),
+            "{golden} differs"
+        );
+    }
+}
+
+#[test]
 fn bench_times_training_steps_on_a_random_model_and_names_a_bad_preset() {
     let output = run(&["bench", "--preset", "tiny", "--batch", "2", "--seq", "32", "--steps", "2", "--json"]);
     assert!(output.status.success(), "{}", stderr(&output));

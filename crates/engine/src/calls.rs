@@ -392,6 +392,33 @@ mod tests {
     }
 
     #[test]
+    fn a_bfloat16_checkpoint_with_an_adapter_scores_as_the_reference_scores_it() {
+        // 3.x's finetune widens the checkpoint to float32 and merges there, unlike its build; the
+        // same merge serves both (see lora/merge.rs), given float32 weights here.
+        use crate::fixtures::fixture;
+        use crate::model::masked_loss;
+
+        let golden =
+            candle_core::safetensors::load(fixture("golden/needle3_bf16/eval.safetensors"), &Device::Cpu).unwrap();
+        let ids = golden["ids"].to_dtype(candle_core::DType::U32).unwrap();
+        let (checkpoint, adapter) =
+            (fixture("models/needle3_bf16.safetensors"), fixture("golden/needle3_bf16/adapter.safetensors"));
+        // Through CQ a last-bit difference now and then turns into a whole level: a looser bound.
+        for (lora, shipped, key, tolerance) in [
+            (None, false, "loss", 1e-5),
+            (Some(&adapter), false, "loss_lora", 1e-5),
+            (Some(&adapter), true, "loss_lora_w4", 1e-4),
+        ] {
+            let weights = Weights::Checkpoint { checkpoint: checkpoint.clone(), lora: lora.cloned() };
+            let loaded = if shipped { weights.load_shipped(&Device::Cpu) } else { weights.load(&Device::Cpu) };
+            let logits = loaded.unwrap().network.forward(&ids).unwrap();
+            let loss: f32 = masked_loss(&logits, &ids, &golden["mask"]).unwrap().to_scalar().unwrap();
+            let want = golden[key].to_vec1::<f32>().unwrap()[0];
+            assert!(((loss - want) / want).abs() <= tolerance, "{key}: {loss} vs the reference's {want}");
+        }
+    }
+
+    #[test]
     fn every_expected_tool_counts_once_and_no_call_has_its_own_row() {
         let calls = [json!({"name": "b"}), json!({"name": "a"}), json!({"name": "b"})];
         assert_eq!(tool_names(&calls), ["a", "b"]);

@@ -79,7 +79,7 @@ impl Param {
     }
 
     fn from_array(path: &str, arr: &NdArray) -> Result<Self, BuildProblem> {
-        if !matches!(arr.dtype, DType::F16 | DType::F32) {
+        if !matches!(arr.dtype, DType::F16 | DType::BF16 | DType::F32) {
             return Err(BuildProblem::UnsupportedDtype { path: path.into(), dtype: arr.dtype });
         }
         let param = Self { path: path.into(), shape: arr.shape.clone(), values: arr.to_f32() };

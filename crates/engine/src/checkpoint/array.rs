@@ -1,12 +1,15 @@
 //! The engine's array type: numpy arrays normalised to C order and little-endian elements, so that every
 //! consumer reads `data` the same way whatever byte order or memory layout the saving machine used.
 
-use half::f16;
+use half::{bf16, f16};
 
 /// Element type of an array read from a checkpoint (the numpy dtypes the engine understands).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
     F16,
+    /// bfloat16 (float32's top 16 bits), as Needle 3 checkpoints are released; only safetensors
+    /// stores it (numpy has no such type).
+    BF16,
     F32,
     F64,
     I8,
@@ -25,7 +28,7 @@ impl DType {
     pub fn itemsize(self) -> usize {
         match self {
             DType::I8 | DType::U8 | DType::Bool => 1,
-            DType::F16 | DType::I16 | DType::U16 => 2,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F64 | DType::I64 | DType::U64 => 8,
         }
@@ -35,6 +38,7 @@ impl DType {
     pub fn name(self) -> &'static str {
         match self {
             DType::F16 => "float16",
+            DType::BF16 => "bfloat16",
             DType::F32 => "float32",
             DType::F64 => "float64",
             DType::I8 => "int8",
@@ -126,6 +130,11 @@ impl NdArray {
         Ok(NdArray { dtype, shape, data })
     }
 
+    /// A float32 array of `values` (row-major, as many as `shape` holds).
+    pub fn from_f32(shape: Vec<usize>, values: &[f32]) -> Self {
+        NdArray { dtype: DType::F32, shape, data: values.iter().flat_map(|v| v.to_le_bytes()).collect() }
+    }
+
     /// Number of elements (1 for a 0-d array).
     pub fn len(&self) -> usize {
         self.data.len() / self.dtype.itemsize()
@@ -136,13 +145,15 @@ impl NdArray {
         self.data.is_empty()
     }
 
-    /// The elements converted to f32 (float16 widened exactly; wider types rounded as `as f32` does).
+    /// The elements converted to f32 (float16 and bfloat16 widened exactly; wider types rounded as
+    /// `as f32` does).
     pub fn to_f32(&self) -> Vec<f32> {
         // One match per array, not per element: the per-dtype loops below compile to tight conversions,
         // which matters for the ~100M-element checkpoints `needle build` and training read.
         let data = &self.data;
         match self.dtype {
             DType::F16 => convert(data, |b| f16::from_le_bytes(b).to_f32()),
+            DType::BF16 => convert(data, |b| bf16::from_le_bytes(b).to_f32()),
             DType::F32 => convert(data, f32::from_le_bytes),
             DType::F64 => convert(data, |b| f64::from_le_bytes(b) as f32),
             DType::I8 => convert(data, |[b]: [u8; 1]| b as i8 as f32),

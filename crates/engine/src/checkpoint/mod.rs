@@ -495,7 +495,7 @@ fn numpy_scalar(a: &NdArray) -> Option<serde_json::Value> {
         DType::I64 => J::from(signed(64)),
         DType::U8 | DType::U16 | DType::U32 | DType::U64 => J::from(u64::from_le_bytes(wide)),
         DType::F64 => float_json(f64::from_le_bytes(wide)).ok()?,
-        // float16 and float32 widen to f64 exactly.
-        DType::F16 | DType::F32 => float_json(f64::from(*a.to_f32().first()?)).ok()?,
+        // float16, bfloat16 and float32 widen to f64 exactly.
+        DType::F16 | DType::BF16 | DType::F32 => float_json(f64::from(*a.to_f32().first()?)).ok()?,
     })
 }

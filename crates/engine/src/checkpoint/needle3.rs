@@ -35,18 +35,18 @@ impl FileReader<'_> {
             .into_iter()
             .filter(|(name, _)| !name.starts_with("mtp_"))
             .map(|(name, view)| {
-                let (dtype, data) = match view.dtype() {
-                    Dtype::F32 => (DType::F32, view.data().to_vec()),
-                    Dtype::F16 => (DType::F16, view.data().to_vec()),
-                    // Widened exactly: bfloat16 is float32's top half. Everything downstream
-                    // (training, the merge, the export) reads float32.
-                    Dtype::BF16 => (DType::F32, bf16_to_f32_bytes(view.data())),
+                // Kept in its stored type: `needle build` merges an adapter in it, as 3.x does;
+                // everything else widens it to float32.
+                let dtype = match view.dtype() {
+                    Dtype::F32 => DType::F32,
+                    Dtype::F16 => DType::F16,
+                    Dtype::BF16 => DType::BF16,
                     other => {
                         let (path, dtype) = (self.path.to_owned(), format!("{other:?}"));
                         return Err(CheckpointError::ParamDtype { path, name, dtype });
                     }
                 };
-                let array = NdArray { dtype, shape: view.shape().to_vec(), data };
+                let array = NdArray { dtype, shape: view.shape().to_vec(), data: view.data().to_vec() };
                 Ok((name.clone(), self.nonempty(&name, array)?))
             })
             .collect::<Result<BTreeMap<_, _>, _>>()?;
@@ -68,9 +68,4 @@ impl FileReader<'_> {
     fn config_value(&self, key: &str, problem: String) -> CheckpointError {
         CheckpointError::ConfigValue { path: self.path.to_owned(), key: key.into(), problem }
     }
-}
-
-/// Little-endian bfloat16 values as little-endian float32 bytes.
-fn bf16_to_f32_bytes(data: &[u8]) -> Vec<u8> {
-    data.chunks_exact(2).flat_map(|b| (u32::from(u16::from_le_bytes([b[0], b[1]])) << 16).to_le_bytes()).collect()
 }

@@ -392,7 +392,7 @@ fn a_files_generation_is_read_from_its_first_bytes() {
 }
 
 #[test]
-fn a_bfloat16_needle3_checkpoint_reads_as_its_exact_float32_widening() {
+fn a_bfloat16_needle3_checkpoint_keeps_its_type_and_widens_exactly() {
     use safetensors::tensor::{Dtype, SafeTensors, TensorView};
     let path = Path::new(FIXTURES).join("models/needle3_tiny.safetensors");
     let bytes = std::fs::read(&path).unwrap();
@@ -417,7 +417,9 @@ fn a_bfloat16_needle3_checkpoint_reads_as_its_exact_float32_widening() {
     let (wide, narrow) = (Checkpoint::load(&path).unwrap(), Checkpoint::load(&bf16).unwrap());
     assert_eq!(narrow.config, wide.config);
     for (name, array) in &narrow.params {
-        assert_eq!(array.dtype, DType::F32, "{name}");
+        // Kept as stored, so `needle build` can merge an adapter in bfloat16 as 3.x does.
+        assert_eq!(array.dtype, DType::BF16, "{name}");
+        assert_eq!(array.data, halves.iter().find(|(n, ..)| n == name).unwrap().2, "{name}");
         let cut: Vec<f32> =
             wide.params[name].to_f32().iter().map(|v| f32::from_bits(v.to_bits() & 0xFFFF_0000)).collect();
         assert_eq!(array.to_f32(), cut, "{name}");

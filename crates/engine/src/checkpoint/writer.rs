@@ -87,6 +87,10 @@ impl Pickler {
 
     /// `_reconstruct(ndarray, (0,), b'b')` then BUILD `(1, shape, dtype, False, data)`.
     fn array(&mut self, array: &NdArray) {
+        // numpy has no bfloat16: such an array goes in widened to float32, which is exact.
+        let Some(code) = numpy_code(array.dtype) else {
+            return self.array(&NdArray::from_f32(array.shape.clone(), &array.to_f32()));
+        };
         self.global("numpy._core.multiarray", "_reconstruct");
         self.global("numpy", "ndarray");
         self.int(0);
@@ -99,19 +103,19 @@ impl Pickler {
             self.int(dim as i64);
         }
         self.out.push(op::TUPLE);
-        self.dtype(array);
+        self.dtype(code, array.dtype.itemsize());
         self.out.push(op::NEWFALSE);
         self.bytes(&array.data);
         self.out.extend([op::TUPLE, op::BUILD]);
     }
 
     /// `numpy.dtype(code, False, True)` with the little-endian state BUILD numpy writes.
-    fn dtype(&mut self, array: &NdArray) {
+    fn dtype(&mut self, code: &str, itemsize: usize) {
         self.global("numpy", "dtype");
-        self.string(numpy_code(array.dtype));
+        self.string(code);
         self.out.extend([op::NEWFALSE, op::NEWTRUE, op::TUPLE3, op::REDUCE, op::MARK]);
         self.int(3);
-        self.string(if array.dtype.itemsize() > 1 { "<" } else { "|" });
+        self.string(if itemsize > 1 { "<" } else { "|" });
         self.out.extend([op::NONE, op::NONE, op::NONE]);
         self.int(-1);
         self.int(-1);
@@ -120,9 +124,11 @@ impl Pickler {
     }
 }
 
-/// The type code `numpy.dtype` is called with (the inverse of [`DType::from_numpy_code`]).
-fn numpy_code(dtype: DType) -> &'static str {
-    match dtype {
+/// The type code `numpy.dtype` is called with (the inverse of [`DType::from_numpy_code`]); None
+/// for bfloat16, which numpy lacks.
+fn numpy_code(dtype: DType) -> Option<&'static str> {
+    Some(match dtype {
+        DType::BF16 => return None,
         DType::F16 => "f2",
         DType::F32 => "f4",
         DType::F64 => "f8",
@@ -135,7 +141,7 @@ fn numpy_code(dtype: DType) -> &'static str {
         DType::U32 => "u4",
         DType::U64 => "u8",
         DType::Bool => "b1",
-    }
+    })
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ pub mod fit;
 pub mod merge;
 pub use file::{load_adapter, save_adapter, AdapterFileError, AdapterMeta};
 pub use fit::{check_fit, FactorDims, FitError, FitProblem, MAX_RANK};
-pub use merge::{merge_adapter, merge_into_checkpoint, merge_into_params, MergeError};
+pub use merge::{merge_into_checkpoint, merge_into_params, MergeError};
 
 /// The projections the reference adapts (`LORA_TARGETS` in `needle/model/finetune.py`).
 pub const TARGETS: [&str; 5] = ["q_proj", "k_proj", "v_proj", "gate_proj", "out_proj"];
