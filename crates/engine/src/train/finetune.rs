@@ -612,9 +612,9 @@ mod tests {
         assert!(loss.is_finite() && val.is_some_and(f32::is_finite));
         assert!(scores.is_some(), "the held-out calls are scored");
         // The file is laid out as 3.x's `write_adapter` lays it out, and reads back.
-        let (bytes, metadata) = crate::lora::file::read_safetensors_file(&out).unwrap();
-        let names =
-            safetensors::SafeTensors::deserialize(&bytes).unwrap().names().into_iter().cloned().collect::<Vec<_>>();
+        let bytes = crate::lora::file::read_file(&out).unwrap();
+        let (tensors, metadata) = crate::lora::file::parse_safetensors(&out, &bytes).unwrap();
+        let names = tensors.names().into_iter().cloned().collect::<Vec<_>>();
         assert!(names.iter().all(|n| n.starts_with("lora/stack/layers/block/self_attn/")), "{names:?}");
         assert_eq!(
             (metadata["scale"].as_str(), metadata["rank"].as_str(), metadata["seed"].as_str()),
