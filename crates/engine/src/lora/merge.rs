@@ -26,6 +26,12 @@ pub enum MergeError {
     Fit(#[from] Box<FitError>),
     #[error("adapter {}: `{path}`: {which} is {dtype:?}; merging needs float16 or float32 arrays", adapter.display())]
     UnsupportedDtype { adapter: PathBuf, path: String, which: &'static str, dtype: checkpoint::DType },
+    #[error(
+        "adapter {}: merged into `{path}`, it gives a NaN or an infinity (scale · A·B does not fit the weight's \
+         dtype), so the adapter diverged in training: retrain it (a lower --lr)",
+        adapter.display()
+    )]
+    NonFinite { adapter: PathBuf, path: String },
     /// The tensor library failed (out of memory, a device error); boxed, as it is rare and large.
     #[error("adapter {}: merging into `{path}` failed: {source}", adapter.display())]
     Tensor { adapter: PathBuf, path: String, source: Box<candle_core::Error> },
@@ -46,6 +52,12 @@ fn merged(weight: &Tensor, a: &Tensor, b: &Tensor, scale: f64) -> candle_core::R
     (weight + delta.to_dtype(weight.dtype())?)?.contiguous()
 }
 
+/// Whether every value of `t` is finite: `t − t` is 0 for those and NaN for a NaN or an infinity,
+/// so its sum is 0 exactly when all are (on whatever device `t` lives).
+fn all_finite(t: &Tensor) -> candle_core::Result<bool> {
+    Ok((t - t)?.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()? == 0.0)
+}
+
 /// Every weight `adapter` adapts, merged, by path: each in its base weight's dtype and on its
 /// device. `weight` looks a base weight up by path. Every pair is checked against its weight (and
 /// the adapter's rank and scale) first, so no product is sized by the adapter alone; on an error
@@ -63,6 +75,9 @@ pub fn merge_adapter(
             let a = float_tensor(adapter, path, "A", &factors.a, weight.device())?;
             let b = float_tensor(adapter, path, "B", &factors.b, weight.device())?;
             let merged = merged(&weight, &a, &b, adapter.scale).map_err(MergeError::tensor(adapter, path))?;
+            if !all_finite(&merged).map_err(MergeError::tensor(adapter, path))? {
+                return Err(MergeError::NonFinite { adapter: adapter.source.clone(), path: path.clone() });
+            }
             Ok((path.clone(), merged))
         })
         .collect()
@@ -194,6 +209,17 @@ mod tests {
         let b = array(DType::F32, &[2, 1, 1], &[10.0, 100.0]);
         merge_into_checkpoint(&mut ckpt, &adapter("w", a, b, 0.5)).unwrap();
         assert_eq!(ckpt.params["w"].to_f32(), vec![5.0, 10.0, 150.0, 200.0]);
+    }
+
+    #[test]
+    fn a_merge_that_overflows_the_weights_dtype_is_refused_by_name() {
+        // 2 · 300 · 300 = 180000, past float16's largest value: the merged weight would be infinite.
+        let mut ckpt = checkpoint(array(DType::F16, &[1, 1], &[1.0]));
+        let lora = adapter("w", array(DType::F32, &[1, 1], &[300.0]), array(DType::F32, &[1, 1], &[300.0]), 2.0);
+        let err = merge_into_checkpoint(&mut ckpt, &lora).unwrap_err();
+        assert!(matches!(&err, MergeError::NonFinite { path, .. } if path == "w"), "{err}");
+        assert!(err.to_string().starts_with("adapter adapter.pkl: merged into `w`, it gives a NaN"), "{err}");
+        assert_eq!(ckpt.params["w"].to_f32(), [1.0], "on an error the checkpoint is unchanged");
     }
 
     fn fit_problem(err: MergeError) -> (String, FitProblem) {
