@@ -203,7 +203,7 @@ mod tests {
     }
 
     fn refused(bytes: &[u8]) -> String {
-        let problem = parse(bytes).err().expect("refused").to_string();
+        let problem = parse(bytes).map(|_| ()).expect_err("refused").to_string();
         for debug_name in ["TensorInvalidInfo", "InvalidOffset", "MetadataIncompleteBuffer", "InvalidHeader"] {
             assert!(!problem.contains(debug_name), "a bare error name: {problem}");
         }

@@ -52,10 +52,10 @@ fn merged(weight: &Tensor, a: &Tensor, b: &Tensor, scale: f64) -> candle_core::R
     (weight + delta.to_dtype(weight.dtype())?)?.contiguous()
 }
 
-/// Whether every value of `t` is finite: `t − t` is 0 for those and NaN for a NaN or an infinity,
-/// so its sum is 0 exactly when all are (on whatever device `t` lives).
+/// Whether every value of `t` is finite: `0·x` is 0 for those and NaN for a NaN or an infinity, so
+/// the sum is 0 exactly when all are (on whatever device `t` lives).
 fn all_finite(t: &Tensor) -> candle_core::Result<bool> {
-    Ok((t - t)?.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()? == 0.0)
+    Ok(t.to_dtype(DType::F32)?.affine(0.0, 0.0)?.sum_all()?.to_scalar::<f32>()? == 0.0)
 }
 
 /// Every weight `adapter` adapts, merged, by path: each in its base weight's dtype and on its
