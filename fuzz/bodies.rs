@@ -1,4 +1,4 @@
-// The bodies of the four fuzz targets, shared by the libFuzzer binaries (fuzz/fuzz_targets/*.rs)
+// The bodies of the seven fuzz targets, shared by the libFuzzer binaries (fuzz/fuzz_targets/*.rs)
 // and by the regression replay that `cargo test` runs (crates/engine/tests/fuzz_regressions.rs).
 // Textually included (`include!`), so the including file must define
 //
@@ -13,12 +13,13 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use needle_engine::cact::format::TAG_V3;
 use needle_engine::cact::CactFile;
 use needle_engine::checkpoint::pickle::{self, PyValue};
-use needle_engine::checkpoint::Checkpoint;
+use needle_engine::checkpoint::{file_generation, generation, Checkpoint};
 use needle_engine::config::Generation;
 use needle_engine::dataset::Dataset;
-use needle_engine::lora::{load_adapter, merge_into_params};
+use needle_engine::lora::{load_adapter, merge_into_checkpoint, merge_into_params};
 use needle_engine::model::{Device, Network, Params};
 use needle_engine::tokenizer::Tokenizer;
 
@@ -33,6 +34,13 @@ const FUZZ_TOKENIZER_FIXTURE: &str = "tests/fixtures/models/tokenizer.model";
 /// The base checkpoint adapters are merged into (the one `tests/fixtures/golden/tiny_f16/adapter.pkl`
 /// was trained on).
 const FUZZ_BASE_FIXTURE: &str = "tests/fixtures/models/tiny_f16.pkl";
+
+/// The Needle 3 base Needle 3 adapters are merged into (the one
+/// `tests/fixtures/golden/needle3_heads/adapter.safetensors` was trained on).
+const FUZZ_NEEDLE3_BASE_FIXTURE: &str = "tests/fixtures/models/needle3_heads.safetensors";
+
+/// A prompt the networks that load decode from: BOS and two ordinary tokens.
+const FUZZ_PROMPT: [u32; 3] = [2, 20, 21];
 
 fn fuzz_fixture(relative: &str) -> PathBuf {
     PathBuf::from(REPO_ROOT).join(relative)
@@ -62,10 +70,17 @@ fn fuzz_fixture_tokenizer() -> &'static Tokenizer {
 
 fn fuzz_base_checkpoint() -> &'static Checkpoint {
     static BASE: OnceLock<Checkpoint> = OnceLock::new();
-    BASE.get_or_init(|| {
-        let path = fuzz_fixture(FUZZ_BASE_FIXTURE);
-        Checkpoint::load(&path).unwrap_or_else(|e| panic!("fixture checkpoint {}: {e}", path.display()))
-    })
+    BASE.get_or_init(|| fuzz_load_fixture(FUZZ_BASE_FIXTURE))
+}
+
+fn fuzz_needle3_base_checkpoint() -> &'static Checkpoint {
+    static BASE: OnceLock<Checkpoint> = OnceLock::new();
+    BASE.get_or_init(|| fuzz_load_fixture(FUZZ_NEEDLE3_BASE_FIXTURE))
+}
+
+fn fuzz_load_fixture(relative: &str) -> Checkpoint {
+    let path = fuzz_fixture(relative);
+    Checkpoint::load(&path).unwrap_or_else(|e| panic!("fixture checkpoint {}: {e}", path.display()))
 }
 
 /// What a command does with a tokenizer once it loaded: encode (`needle tokenize`), decode
@@ -109,6 +124,48 @@ pub fn fuzz_pickle(data: &[u8]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A Needle 3 checkpoint: the generation sniffing the app and the hub do (`generation`,
+/// `file_generation`), `Checkpoint::load` of a `.safetensors` file (its structure, metadata,
+/// config and every tensor), then what `needle run --checkpoint ..` does next: f32 params, the
+/// network built from the config, and a few greedy tokens (whose rotary tables are sized by what
+/// is decoded, whatever the config's `max_seq_len`).
+pub fn fuzz_safetensors_checkpoint(data: &[u8]) -> Result<(), String> {
+    let _ = generation(data);
+    let path = fuzz_scratch_file("checkpoint.safetensors", data);
+    let _ = file_generation(&path);
+    let checkpoint = Checkpoint::load(&path).map_err(|e| e.to_string())?;
+    let _ = checkpoint.param("embedding/embedding");
+    if let Ok(params) = Params::from_checkpoint(&checkpoint, &Device::Cpu) {
+        if let Ok(network) = Network::load(&checkpoint.config, &params) {
+            let _ = network.generate(&FUZZ_PROMPT, 2);
+        }
+    }
+    Ok(())
+}
+
+/// A Needle 3 adapter: `load_adapter` of a `.safetensors` file, then merged into the Needle 3
+/// fixture base both ways a command merges: into f32 params (`needle run --lora`, `needle eval
+/// --lora`) and into the checkpoint's own arrays (`needle build --lora`).
+pub fn fuzz_safetensors_adapter(data: &[u8]) -> Result<(), String> {
+    let path = fuzz_scratch_file("adapter.safetensors", data);
+    let adapter = load_adapter(&path).map_err(|e| e.to_string())?;
+    let base = fuzz_needle3_base_checkpoint();
+    if let Ok(mut params) = Params::from_checkpoint(base, &Device::Cpu) {
+        let _ = merge_into_params(&mut params, &adapter);
+    }
+    let _ = merge_into_checkpoint(&mut base.clone(), &adapter);
+    Ok(())
+}
+
+/// A Needle 3 `.cact` (the v3 tag): everything [`fuzz_cact`] reads, for the inputs that keep the
+/// tag, so that the search stays in the v3 header and layout its seeds start from.
+pub fn fuzz_cact_v3(data: &[u8]) -> Result<(), String> {
+    if data.get(..4) != Some(TAG_V3.to_le_bytes().as_slice()) {
+        return Err("not a Needle 3 .cact: the first four bytes are not its tag".into());
+    }
+    fuzz_cact(data)
 }
 
 /// A JSONL dataset: `Dataset::load` (what `needle data` and `needle finetune` read), then every

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Fuzzes the engine's file readers for a fixed time each (issue 15, item 4).
 #
-#   fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]      # default 300 s, all four targets
+#   fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]      # default 300 s, all seven targets
 #
-# Targets: pickle, dataset_jsonl, tokenizer_model, cact (bodies in fuzz/bodies.rs).
+# Targets: pickle, dataset_jsonl, tokenizer_model, cact, and Needle 3's safetensors_checkpoint,
+# safetensors_adapter and cact_v3 (bodies in fuzz/bodies.rs).
 # Needs `cargo install cargo-fuzz` and a nightly toolchain (`rustup toolchain install nightly`).
 #
 # Seeds fuzz/corpus/<target>/ from the committed fixtures (the corpora are git-ignored and grow
@@ -24,7 +25,7 @@ cd "$here"
 seconds="${1:-300}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(pickle dataset_jsonl tokenizer_model cact)
+[ ${#targets[@]} -gt 0 ] || targets=(pickle dataset_jsonl tokenizer_model cact safetensors_checkpoint safetensors_adapter cact_v3)
 MAX_RESTARTS="${MAX_RESTARTS:-20}"
 NICE="${NICE:-10}"
 
@@ -38,7 +39,10 @@ max_len() {
         # The fixture models and blobs are 5-8 KB.
         tokenizer_model) echo 16384 ;;
         # The golden .cact files are 67-206 KB.
-        cact) echo 262144 ;;
+        cact|cact_v3) echo 262144 ;;
+        # The Needle 3 fixture checkpoints are 392-542 KB; the adapters 31 KB.
+        safetensors_checkpoint) echo 655360 ;;
+        safetensors_adapter) echo 65536 ;;
         *) echo "unknown target $1" >&2; exit 2 ;;
     esac
 }
@@ -75,6 +79,19 @@ seed() {
             done ;;
         cact)
             for f in "$root"/tests/fixtures/golden/**/*.cact; do
+                cp "$f" "$dir/seed-$(basename "$(dirname "$f")")-$(basename "$f")"
+            done ;;
+        cact_v3)
+            for f in "$root"/tests/fixtures/golden/needle3_*/*.cact "$root"/tests/fixtures/hostile/cact3-*.cact; do
+                cp "$f" "$dir/seed-$(basename "$(dirname "$f")")-$(basename "$f")"
+            done ;;
+        safetensors_checkpoint)
+            for f in "$root"/tests/fixtures/models/needle3_*.safetensors "$root"/tests/fixtures/hostile/needle3-*.safetensors; do
+                cp "$f" "$dir/seed-$(basename "$(dirname "$f")")-$(basename "$f")"
+            done ;;
+        safetensors_adapter)
+            for f in "$root"/tests/fixtures/golden/needle3_heads/adapter.safetensors \
+                "$root"/tests/fixtures/hostile/adapter*.safetensors; do
                 cp "$f" "$dir/seed-$(basename "$(dirname "$f")")-$(basename "$f")"
             done ;;
     esac

@@ -92,8 +92,10 @@ function renderDoctor(doctor) {
           more > 0 && finding.kind !== 'few_examples' ? h('span', { class: 'muted small' }, `+${formatCount(more)}`) : null)
           : null);
     }),
+    ...(doctor.unlisted_findings > 0 ? [h('li', { class: 'muted' }, `… and ${formatCount(doctor.unlisted_findings)} more`)] : []),
   );
   const tools = Object.entries(doctor.calls_per_tool).map(([tool, n]) => `${tool} ${formatCount(n)}`);
+  if (doctor.unlisted_tools > 0) tools.push(`… and ${formatCount(doctor.unlisted_tools)} more tools`);
   $('doctor-tools').textContent = `Calls per tool: ${tools.join(', ') || 'none'} · ` +
     `${formatCount(doctor.rows_without_call)} of ${formatCount(doctor.rows)} rows call nothing`;
 }

@@ -207,12 +207,14 @@
  * The dataset doctor's report (`needle_engine::dataset::Checkup`).
  * @typedef {object} Checkup
  * @property {string} summary What to fix first, in one sentence.
- * @property {Finding[]} findings Errors first, then advice.
+ * @property {Finding[]} findings Errors first, then advice; the first fifty.
+ * @property {number} unlisted_findings Findings past those listed.
  * @property {number} rows
  * @property {number} failing_rows
  * @property {number} rows_without_call
  * @property {number} no_call_share
- * @property {Record<string, number>} calls_per_tool
+ * @property {Record<string, number>} calls_per_tool The hundred most called tools.
+ * @property {number} unlisted_tools Tools offered past those.
  */
 
 // ---------- generate ----------

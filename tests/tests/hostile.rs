@@ -24,11 +24,16 @@ const DATASET: &str = "data/tool_calls.jsonl";
 
 /// Runs `needle args…` under the limits; the process's output, or a failed test for a hang.
 fn limited(args: &[&str]) -> Output {
+    limited_to(MEMORY_LIMIT_KIB, args)
+}
+
+/// [`limited`], with `memory_kib` of virtual memory.
+fn limited_to(memory_kib: u64, args: &[&str]) -> Output {
     let needle = needle!();
     let mut command = Command::new("sh");
     command
         .arg("-c")
-        .arg(format!("ulimit -v {MEMORY_LIMIT_KIB} && exec \"$0\" \"$@\""))
+        .arg(format!("ulimit -v {memory_kib} && exec \"$0\" \"$@\""))
         .arg(needle.get_program())
         .args(args)
         .stdin(Stdio::null())
@@ -78,6 +83,16 @@ fn refused(args: &[&str], expected: &str) {
     let last = stderr.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or_default();
     assert!(last.starts_with("error: "), "{command} ends with one error sentence: {stderr}");
     assert!(stderr.contains(expected), "{command} should say {expected:?}: {stderr}");
+    let parts: Vec<&str> = last.split(": ").collect();
+    assert!(parts.windows(2).all(|pair| pair[0] != pair[1]), "{command} says a part twice: {last}");
+}
+
+/// `needle args…` must succeed within `memory_kib` and the time limit; its stdout.
+fn accepted(memory_kib: u64, args: &[&str]) -> String {
+    let output = limited_to(memory_kib, args);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "needle {} should succeed: {stderr}", args.join(" "));
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 fn path(relative: &str) -> String {
@@ -151,6 +166,79 @@ fn every_hostile_file_is_refused_by_name_within_the_limits() {
         refused(&args, expected);
     }
     assert!(!Path::new(&out).exists(), "no refused build leaves a .cact behind");
+}
+
+/// The Needle 3 corpus (`hostile_needle3.py`): damaged and hostile checkpoints, adapters and `.cact` v3
+/// files, each refused with what is wrong and where (a damaged safetensors file as one, never as a
+/// broken pickle; no bare error names; nothing said twice), and nothing built from them.
+#[test]
+fn every_hostile_needle3_file_is_refused_by_name_within_the_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.cact").to_string_lossy().into_owned();
+    let tokenizer = path(TOKENIZER);
+    let to_cact = ["--tokenizer".to_string(), tokenizer.clone(), "--out".into(), out.clone()];
+    let build = |file: &str| [vec!["build".into(), hostile(file)], to_cact.to_vec()].concat();
+    let build_lora = |file: &str| {
+        let base = path("models/needle3_heads.safetensors");
+        [vec!["build".into(), base, "--lora".into(), hostile(file)], to_cact.to_vec()].concat()
+    };
+    let q_proj = "stack/layers/block/self_attn/q_proj/kernel";
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (
+            build("needle3-header-0x80-truncated.safetensors"),
+            "needle3-header-0x80-truncated.safetensors is not a readable safetensors file: tensor `".into(),
+        ),
+        (
+            build("needle3-offsets-overlap.safetensors"),
+            format!("tensor `{q_proj}` begins at byte 314100 (data_offsets"),
+        ),
+        (
+            build("needle3-shape-mismatch.safetensors"),
+            "has shape [4, 48, 47] of F32, which takes 36096 bytes, but its data_offsets".into(),
+        ),
+        (
+            build("needle3-format-version-3.safetensors"),
+            "(got format_version=\"3\"); cactus-needle 3.x saves format-v2 safetensors checkpoints".into(),
+        ),
+        (build("needle3-act-bits-65.safetensors"), "config value `act_bits` is 65; it must be in 2..=32".into()),
+        (build("needle3-bf16-nan.safetensors"), format!("`{q_proj}` holds NaN at [0, 0, 5]")),
+        (build_lora("adapter3-nan-factor.safetensors"), format!("tensor `lora/{q_proj}/A` holds NaN at [0, 1, 3]")),
+        (build_lora("adapter3-truncated.safetensors"), "is not a readable safetensors file: its header length".into()),
+        (vec!["inspect".into(), hostile("cact3-truncated.cact")], "runs past the end of the 97455-byte file".into()),
+        (vec!["inspect".into(), hostile("cact3-lying-count.cact")], "starts inside the directory".into()),
+    ];
+    for (args, expected) in &cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        refused(&args, expected);
+        let output = limited(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        for bare in ["pickle", "TensorInvalidInfo", "InvalidOffset", "needle 2.x"] {
+            assert!(!stderr.contains(bare), "needle {}: {stderr}", args.join(" "));
+        }
+    }
+    assert!(!Path::new(&out).exists(), "no refused build leaves a .cact behind");
+}
+
+/// Valid Needle 3 files a careless reader refused or could not afford: a header length whose low
+/// byte is a pickle's first byte, and a `max_seq_len` of 2^24 (decoding once sized its rotary tables
+/// by it, 1.6 GB, before the first token: under 1 GiB it aborted).
+#[test]
+fn valid_needle3_files_that_look_hostile_are_used_within_the_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.cact").to_string_lossy().into_owned();
+    let tokenizer = path(TOKENIZER);
+    let checkpoint = hostile("needle3-valid-header-0x80.safetensors");
+    accepted(MEMORY_LIMIT_KIB, &["build", &checkpoint, "--tokenizer", &tokenizer, "--out", &out]);
+    accepted(MEMORY_LIMIT_KIB, &["inspect", "--verify", &out]);
+    let tools = dir.path().join("tools.json");
+    std::fs::write(&tools, r#"[{"name": "set_light", "parameters": {"type": "object"}}]"#).unwrap();
+    let tools = tools.to_string_lossy().into_owned();
+    let checkpoint = hostile("needle3-valid-max-seq-len-2-24.safetensors");
+    let run = ["run", "--json", "--checkpoint", &checkpoint, "--tokenizer", &tokenizer, "--tools", &tools];
+    // A few tokens take a few MB (the process measured 13 MB); tables for 2^24 positions took 1.6 GB.
+    let printed = accepted(1 << 20, &[&run[..], &["--query", "lights on", "--max-new", "4"]].concat());
+    let answer: serde_json::Value = serde_json::from_str(printed.trim()).expect("one JSON answer");
+    assert!(answer["ids"].as_array().is_some_and(|ids| !ids.is_empty()), "{answer}");
 }
 
 #[test]

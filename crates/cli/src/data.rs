@@ -82,7 +82,13 @@ fn print_doctor(out: &mut impl Write, doctor: &Checkup) -> std::io::Result<()> {
         };
         writeln!(out, "  {label:<9} {}", finding.message)?;
     }
-    let tools: Vec<String> = doctor.calls_per_tool.iter().map(|(tool, n)| format!("{tool} {n}")).collect();
+    if doctor.unlisted_findings > 0 {
+        writeln!(out, "  {:<9} … and {} more", "", doctor.unlisted_findings)?;
+    }
+    let mut tools: Vec<String> = doctor.calls_per_tool.iter().map(|(tool, n)| format!("{tool} {n}")).collect();
+    if doctor.unlisted_tools > 0 {
+        tools.push(format!("… and {} more tools", doctor.unlisted_tools));
+    }
     writeln!(
         out,
         "  {:<9} {}; {} of {} rows ({:.0}%) call no tool",

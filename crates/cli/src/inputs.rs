@@ -64,7 +64,6 @@ pub struct Model {
 impl WeightsInputs {
     /// Loads the weights on `device`, and the tokenizer they need; checks the two belong together.
     pub fn load(&self, device: &needle_engine::model::Device) -> anyhow::Result<Model> {
-        use anyhow::Context;
         use needle_engine::calls::Weights;
         use needle_engine::tokenizer::Tokenizer;
         let (weights, tokenizer_path) = match &self.weights {
@@ -78,7 +77,8 @@ impl WeightsInputs {
                 (Weights::Checkpoint { checkpoint: base.checkpoint, lora: self.lora.clone() }, Some(base.tokenizer))
             }
         };
-        let loaded = weights.load(device).with_context(|| format!("loading {}", weights.path().display()))?;
+        // Every error of the load names its file: the checkpoint, the adapter or the `.cact`.
+        let loaded = weights.load(device)?;
         let (tokenizer, tokenizer_label) = match (tokenizer_path, loaded.tokenizer) {
             (Some(path), _) => (Tokenizer::load(&path)?, path),
             (None, Some(carried)) => (carried, weights.path().to_path_buf()),

@@ -101,10 +101,62 @@ pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) ->
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            // `{:#}` prints the whole cause chain on one line; the engine's messages already name the
-            // file, the place and the fix, so a backtrace would only bury them.
-            noteln!("error: {error:#}");
+            // The engine's messages already name the file, the place and the fix, so a backtrace
+            // would only bury them.
+            noteln!("error: {}", one_line(&error));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The error and its causes on one line, each cause once: a message that already quotes its
+/// cause (`cannot read x: permission denied`, whose source is `permission denied`) is not followed
+/// by it again, as `{:#}` would.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    /// An error whose message quotes its source, as the engine's errors do.
+    #[derive(Debug)]
+    struct Quoting {
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Quoting {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "cannot read adapter a.safetensors: {}; check the path", self.source)
+        }
+    }
+
+    impl std::error::Error for Quoting {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "permission denied");
+        let error = anyhow::Error::new(Quoting { source: io }).context("loading the model");
+        assert_eq!(
+            one_line(&error),
+            "loading the model: cannot read adapter a.safetensors: permission denied; check the path"
+        );
+        let plain = anyhow::anyhow!("disk full").context("writing out.cact");
+        assert_eq!(one_line(&plain), "writing out.cact: disk full");
     }
 }

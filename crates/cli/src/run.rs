@@ -51,7 +51,9 @@ pub fn run(args: Args) -> Result<()> {
     let tools = parse_tools(&text).map_err(|problem| anyhow::anyhow!("{}: {problem}", args.tools.display()))?;
     let model = args.weights.load(&selected.device)?;
     let generation = model.network.config().generation;
-    let (prompt, _) = render(&Example::question(&tools, &args.query, &args.system, generation));
+    let question = Example::question(&tools, &args.query, &args.system, generation)
+        .map_err(|issue| anyhow::anyhow!("--query and --system with {}: {issue}", args.tools.display()))?;
+    let (prompt, _) = render(&question);
     let answer = answer(&model.network, &model.tokenizer, &prompt, args.max_new)?;
     let mut out = std::io::stdout().lock();
     if args.json {

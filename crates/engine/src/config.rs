@@ -40,6 +40,18 @@ const MAX_ORDER: usize = 64;
 const MAX_SLOTS: usize = 1 << 24;
 const MAX_CONV_TAPS: usize = 64;
 
+/// The activation widths quantization-aware training can use (3.x's `fake_quant` at `act_bits`):
+/// one bit leaves no level but zero (every value NaN), and past 32 the largest level overflows the
+/// int32 3.x computes it in (so does our shift past 64).
+pub const ACT_BITS: RangeInclusive<u32> = 2..=32;
+
+/// The key/value cache widths 3.x knows: 0 leaves keys and values unquantized in training, 1 to 7
+/// are codebook widths, 8 is int8 (3.x treats any wider value as 8; the `.cact` header records it).
+pub const KV_BITS: RangeInclusive<u32> = 0..=8;
+
+/// The weight dtypes a config may name (3.x's `DTYPE_MAP`).
+const DTYPES: [&str; 3] = ["float32", "bfloat16", "float16"];
+
 /// A config value a Needle model cannot have: the field and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`{field}` {problem}")]
@@ -242,7 +254,7 @@ impl ModelConfig {
     /// the width, engram sites within the layers) are checked by the model and the export, which
     /// know which of them they need.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let counts: [(&'static str, usize, RangeInclusive<usize>); 18] = [
+        let counts: [(&'static str, usize, RangeInclusive<usize>); 19] = [
             ("vocab_size", self.vocab_size, 1..=MAX_VOCAB),
             ("d_model", self.d_model, 1..=MAX_WIDTH),
             ("attn_dim", self.attn_dim, 0..=MAX_WIDTH),
@@ -261,6 +273,7 @@ impl ModelConfig {
             ("qkv_conv_taps", self.qkv_conv_taps, 0..=MAX_CONV_TAPS),
             ("out_vocab", self.out_vocab, 0..=self.vocab_size),
             ("engram_seed_heads", self.engram_seed_heads, 0..=MAX_HEADS),
+            ("scan_unroll", self.scan_unroll, 1..=MAX_LAYERS),
         ];
         for (field, value, range) in counts {
             if !range.contains(&value) {
@@ -268,11 +281,12 @@ impl ModelConfig {
                 return Err(ConfigError { field, problem });
             }
         }
-        let lists: [(&'static str, &[usize], usize, RangeInclusive<usize>); 4] = [
+        let lists: [(&'static str, &[usize], usize, RangeInclusive<usize>); 5] = [
             ("engram_orders", &self.engram_orders, MAX_ORDERS, 1..=MAX_ORDER),
             ("engram_layers", &self.engram_layers, MAX_LAYERS, 0..=MAX_LAYERS - 1),
             ("global_layers", &self.global_layers, MAX_LAYERS, 0..=MAX_LAYERS - 1),
             ("ladder_widths", &self.ladder_widths, MAX_LAYERS, 1..=MAX_WIDTH),
+            ("ladder_order", &self.ladder_order, MAX_LAYERS, 0..=MAX_LAYERS - 1),
         ];
         for (field, list, most, range) in lists {
             if list.len() > most {
@@ -284,6 +298,36 @@ impl ModelConfig {
                     format!("has {value} at index {index}; each entry must be in {}..={}", range.start(), range.end());
                 return Err(ConfigError { field, problem });
             }
+        }
+        self.validate_numerics()
+    }
+
+    /// The fields that are not counts: the quantization widths, the rotary base, the dtype and the
+    /// padding id.
+    fn validate_numerics(&self) -> Result<(), ConfigError> {
+        let bits: [(&'static str, u32, RangeInclusive<u32>, &str); 2] = [
+            ("act_bits", self.act_bits, ACT_BITS, "the activation width quantization-aware training rounds to"),
+            ("kv_bits", self.kv_bits, KV_BITS, "0: unquantized, 1 to 7: codebook widths, 8: int8"),
+        ];
+        for (field, value, range, meaning) in bits {
+            if !range.contains(&value) {
+                let problem = format!("is {value}; it must be in {}..={} ({meaning})", range.start(), range.end());
+                return Err(ConfigError { field, problem });
+            }
+        }
+        // The `.cact` header keeps it as a float32.
+        if !(self.rope_theta > 0.0 && self.rope_theta <= f64::from(f32::MAX)) {
+            let problem = format!("is {}; the rotary base must be a positive float32", self.rope_theta);
+            return Err(ConfigError { field: "rope_theta", problem });
+        }
+        if !DTYPES.contains(&self.dtype.as_str()) {
+            let problem = format!("is {:?}; it must be one of {DTYPES:?}", self.dtype);
+            return Err(ConfigError { field: "dtype", problem });
+        }
+        if self.pad_token_id as usize >= self.vocab_size {
+            let problem =
+                format!("is {}; it must be a token of the vocabulary (0..{})", self.pad_token_id, self.vocab_size);
+            return Err(ConfigError { field: "pad_token_id", problem });
         }
         Ok(())
     }
@@ -390,6 +434,34 @@ mod tests {
             assert_eq!(cfg.validate().unwrap_err().field, field);
         }
         assert_eq!(ModelConfig { num_heads: 0, ..ModelConfig::default() }.head_dim(), 0);
+    }
+
+    #[test]
+    fn every_field_3_2_8_reads_is_bounded() {
+        let base = ModelConfig::needle3();
+        for (cfg, field) in [
+            (ModelConfig { act_bits: 65, ..base.clone() }, "act_bits"),
+            (ModelConfig { act_bits: 1, ..base.clone() }, "act_bits"),
+            (ModelConfig { kv_bits: 9, ..base.clone() }, "kv_bits"),
+            (ModelConfig { rope_theta: f64::NAN, ..base.clone() }, "rope_theta"),
+            (ModelConfig { rope_theta: 0.0, ..base.clone() }, "rope_theta"),
+            (ModelConfig { rope_theta: 1e300, ..base.clone() }, "rope_theta"),
+            (ModelConfig { dtype: "int8".into(), ..base.clone() }, "dtype"),
+            (ModelConfig { pad_token_id: 16384, ..base.clone() }, "pad_token_id"),
+            (ModelConfig { scan_unroll: 0, ..base.clone() }, "scan_unroll"),
+            (ModelConfig { ladder_order: vec![0; MAX_LAYERS + 1], ..base.clone() }, "ladder_order"),
+            (ModelConfig { max_seq_len: MAX_POSITIONS + 1, ..base.clone() }, "max_seq_len"),
+        ] {
+            assert_eq!(cfg.validate().unwrap_err().field, field);
+        }
+        let err = ModelConfig { act_bits: 65, ..base.clone() }.validate().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "`act_bits` is 65; it must be in 2..=32 (the activation width quantization-aware training rounds to)"
+        );
+        for (act_bits, kv_bits) in [(2, 0), (32, 8), (8, 3)] {
+            ModelConfig { act_bits, kv_bits, ..base.clone() }.validate().unwrap();
+        }
     }
 
     #[test]

@@ -11,8 +11,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 const REPO_ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-// Brings in `fuzz_pickle`, `fuzz_dataset_jsonl`, `fuzz_tokenizer_model`, `fuzz_cact` (and imports
-// `PathBuf`, `OnceLock` and the engine types they use).
+// Brings in `fuzz_pickle`, `fuzz_dataset_jsonl`, `fuzz_tokenizer_model`, `fuzz_cact`,
+// `fuzz_safetensors_checkpoint`, `fuzz_safetensors_adapter` and `fuzz_cact_v3` (and imports `PathBuf`,
+// `OnceLock` and the engine types they use).
 include!("../../../fuzz/bodies.rs");
 
 type Body = fn(&[u8]) -> Result<(), String>;
@@ -179,6 +180,61 @@ fn cact_regressions() {
             ("tests/fixtures/golden/pretrained/w4.cact", true),
             ("tests/fixtures/hostile/cact-truncated.cact", false),
             ("tests/fixtures/hostile/cact-lying-count.cact", false),
+        ],
+    );
+}
+
+#[test]
+fn safetensors_checkpoint_regressions() {
+    replay(
+        "safetensors_checkpoint",
+        fuzz_safetensors_checkpoint,
+        &[
+            ("tests/fixtures/models/needle3_tiny.safetensors", true),
+            ("tests/fixtures/models/needle3_tiny_out.safetensors", true),
+            ("tests/fixtures/models/needle3_heads.safetensors", true),
+            ("tests/fixtures/models/tiny_f16.pkl", true),
+            ("tests/fixtures/golden/needle3_heads/adapter.safetensors", false),
+            // The hostile Needle 3 corpus (`tests/fixtures/hostile_needle3.py`).
+            ("tests/fixtures/hostile/needle3-valid-header-0x80.safetensors", true),
+            ("tests/fixtures/hostile/needle3-valid-max-seq-len-2-24.safetensors", true),
+            ("tests/fixtures/hostile/needle3-header-0x80-truncated.safetensors", false),
+            ("tests/fixtures/hostile/needle3-offsets-overlap.safetensors", false),
+            ("tests/fixtures/hostile/needle3-shape-mismatch.safetensors", false),
+            ("tests/fixtures/hostile/needle3-format-version-3.safetensors", false),
+            ("tests/fixtures/hostile/needle3-act-bits-65.safetensors", false),
+            ("tests/fixtures/hostile/needle3-bf16-nan.safetensors", false),
+        ],
+    );
+}
+
+#[test]
+fn safetensors_adapter_regressions() {
+    replay(
+        "safetensors_adapter",
+        fuzz_safetensors_adapter,
+        &[
+            ("tests/fixtures/golden/needle3_heads/adapter.safetensors", true),
+            ("tests/fixtures/models/needle3_tiny.safetensors", false),
+            ("tests/fixtures/hostile/adapter3-nan-factor.safetensors", false),
+            ("tests/fixtures/hostile/adapter3-truncated.safetensors", false),
+            ("tests/fixtures/hostile/adapter-huge-product.safetensors", true),
+        ],
+    );
+}
+
+#[test]
+fn cact_v3_regressions() {
+    replay(
+        "cact_v3",
+        fuzz_cact_v3,
+        &[
+            ("tests/fixtures/golden/needle3_heads/base.cact", true),
+            ("tests/fixtures/golden/needle3_heads/lora.cact", true),
+            ("tests/fixtures/golden/needle3_heads/layers3.cact", true),
+            ("tests/fixtures/golden/tiny_f32/w4.cact", false),
+            ("tests/fixtures/hostile/cact3-truncated.cact", false),
+            ("tests/fixtures/hostile/cact3-lying-count.cact", false),
         ],
     );
 }

@@ -145,6 +145,33 @@ impl NdArray {
         self.data.is_empty()
     }
 
+    /// The first value that is NaN or infinite, as its place ([`unravel`]) and value; an integer
+    /// or bool array has none.
+    pub fn first_non_finite(&self) -> Option<(Vec<usize>, f64)> {
+        fn first<const N: usize>(data: &[u8], value: impl Fn([u8; N]) -> f64) -> Option<(usize, f64)> {
+            data.chunks_exact(N)
+                .map(|bytes| value(bytes.try_into().expect("chunks_exact yields N bytes")))
+                .enumerate()
+                .find(|(_, v)| !v.is_finite())
+        }
+        let found = match self.dtype {
+            DType::F16 => first(&self.data, |b| f64::from(f16::from_le_bytes(b))),
+            DType::BF16 => first(&self.data, |b| f64::from(bf16::from_le_bytes(b))),
+            DType::F32 => first(&self.data, |b| f64::from(f32::from_le_bytes(b))),
+            DType::F64 => first(&self.data, f64::from_le_bytes),
+            DType::I8
+            | DType::I16
+            | DType::I32
+            | DType::I64
+            | DType::U8
+            | DType::U16
+            | DType::U32
+            | DType::U64
+            | DType::Bool => None,
+        };
+        found.map(|(flat, value)| (unravel(&self.shape, flat), value))
+    }
+
     /// The elements converted to f32 (float16 and bfloat16 widened exactly; wider types rounded as
     /// `as f32` does).
     pub fn to_f32(&self) -> Vec<f32> {
@@ -171,6 +198,18 @@ impl NdArray {
 
 /// Converts little-endian elements of `N` bytes each; `data.len()` is a multiple of `N` (checked when the
 /// array was built).
+/// The place of flat (row-major) index `flat` in an array of `shape`: `[layer, row, column]`.
+pub fn unravel(shape: &[usize], mut flat: usize) -> Vec<usize> {
+    let mut place = vec![0; shape.len()];
+    for (axis, &dim) in shape.iter().enumerate().rev() {
+        if dim > 0 {
+            place[axis] = flat % dim;
+            flat /= dim;
+        }
+    }
+    place
+}
+
 fn convert<const N: usize>(data: &[u8], element: impl Fn([u8; N]) -> f32) -> Vec<f32> {
     data.chunks_exact(N).map(|bytes| element(bytes.try_into().expect("chunks_exact yields N bytes"))).collect()
 }

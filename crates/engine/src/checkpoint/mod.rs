@@ -1,5 +1,6 @@
-//! Format-v2 Needle checkpoints (`.pkl`) and the reference's LoRA adapter pickles, read with the safe
-//! pickle reader in [`pickle`] (nothing in the file is ever executed).
+//! Format-v2 Needle checkpoints: Needle 2's pickles (`.pkl`, read with the safe pickle reader in
+//! [`pickle`], which never executes anything) and Needle 3's safetensors files ([`safetensors_file`]),
+//! told apart by their structure; and the reference's LoRA adapter pickles.
 //!
 //! The flattened parameter paths (`stack/layers/block/self_attn/q_proj/kernel`: the nested `params` dict
 //! keys joined with `/`) are the naming authority for the whole engine.
@@ -7,6 +8,7 @@
 mod array;
 mod needle3;
 pub mod pickle;
+pub mod safetensors_file;
 #[cfg(test)]
 mod tests;
 pub mod writer;
@@ -15,9 +17,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::config::{Generation, ModelConfig};
-use crate::generation::FileKind;
-pub use array::{ArrayError, DType, NdArray, RawLayout};
+pub use array::{unravel, ArrayError, DType, NdArray, RawLayout};
 use pickle::{PickleError, PyValue};
+use safetensors_file::SafetensorsProblem;
 
 /// The checkpoint layout the reference writes and accepts (`CHECKPOINT_FORMAT_VERSION` in `run.py`).
 pub const FORMAT_VERSION: i64 = 2;
@@ -38,13 +40,32 @@ pub enum CheckpointError {
     #[error("{} holds a {found} at the top level, not a dict; {expected}", path.display())]
     NotADict { path: PathBuf, found: &'static str, expected: &'static str },
     #[error(
-        "{} is not a format-v{FORMAT_VERSION} checkpoint (got format_version={found}); old encoder-decoder/\
-         tool-calling checkpoints are incompatible, use one saved by needle 2.x",
+        "{} is not a format-v{FORMAT_VERSION} checkpoint (got format_version={found}); {}",
+        path.display(),
+        format_version_fix(*generation)
+    )]
+    FormatVersion { path: PathBuf, found: String, generation: Generation },
+    #[error("{} is not a readable safetensors file: {problem}", path.display())]
+    Safetensors { path: PathBuf, problem: SafetensorsProblem },
+    #[error(
+        "{} is a safetensors file without the `{key}` metadata a Needle 3 checkpoint carries (cactus-needle 3.x \
+         writes format_version, config, step and run); pass a checkpoint it saved (an adapter goes to --lora)",
         path.display()
     )]
-    FormatVersion { path: PathBuf, found: String },
-    #[error("{} is not a readable safetensors checkpoint: {reason}", path.display())]
-    Safetensors { path: PathBuf, reason: String },
+    NoCheckpointMetadata { path: PathBuf, key: &'static str },
+    #[error(
+        "{} is neither a Needle 2 checkpoint (a pickle, whose first byte is 0x80) nor a Needle 3 one (a \
+         safetensors file, whose JSON header begins at byte 8): it begins {head}; pass a checkpoint saved by \
+         cactus-needle",
+        path.display()
+    )]
+    NotACheckpoint { path: PathBuf, head: String },
+    #[error(
+        "{}: `{name}` holds {value} at {place:?}; weights must be finite numbers, so the run that saved the file \
+         diverged or the file is damaged: save or train it again",
+        path.display()
+    )]
+    NonFinite { path: PathBuf, name: String, place: Vec<usize>, value: f64 },
     #[error(
         "{}: parameter `{name}` is {dtype}; Needle Studio reads float32, float16 and bfloat16 weights (save the \
          checkpoint in one of them)",
@@ -70,25 +91,59 @@ pub enum CheckpointError {
     EmptyParam { path: PathBuf, name: String, shape: Vec<usize> },
 }
 
+/// How a checkpoint's bytes are laid out, told by their structure, never by one byte: a safetensors
+/// header length may well begin with 0x80, a pickle's protocol mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Container {
+    /// A pickle of protocol 2 and up (what cactus-needle 2.x writes).
+    Pickle,
+    /// A safetensors file (what cactus-needle 3.x writes), damaged or not.
+    Safetensors,
+}
+
+impl Container {
+    /// The container `head` (a file's first bytes; 9 are enough) opens as. A safetensors file has
+    /// its JSON header at byte 8, a pickle its protocol mark (0x80, then the protocol) at byte 0.
+    /// Both can hold: a header length whose low byte is 0x80 (one safetensors file in 32, as the
+    /// header is padded to 8 bytes) is a safetensors file, even one whose length is damaged, while
+    /// a pickle with a `{` at byte 8 reads as a header longer than any safetensors header may be.
+    fn of(head: &[u8]) -> Option<Self> {
+        const PROTOCOL_MARK: u8 = 0x80;
+        let json_at_8 = head.get(8) == Some(&b'{');
+        let header_len = head.first_chunk::<8>().map_or(u64::MAX, |b| u64::from_le_bytes(*b));
+        match head {
+            [PROTOCOL_MARK, 2..=5, ..] if !json_at_8 || header_len > safetensors_file::MAX_HEADER => {
+                Some(Container::Pickle)
+            }
+            _ if json_at_8 => Some(Container::Safetensors),
+            // Another protocol byte: the pickle reader says which protocols it reads.
+            [PROTOCOL_MARK, ..] => Some(Container::Pickle),
+            _ => None,
+        }
+    }
+
+    /// The generation whose package writes checkpoints in this container.
+    fn generation(self) -> Generation {
+        match self {
+            Container::Pickle => Generation::Needle2,
+            Container::Safetensors => Generation::Needle3,
+        }
+    }
+}
+
 /// The generation a checkpoint file's bytes hold: a pickle (protocol 2 and up, which is what
 /// cactus-needle 2.x writes) is Needle 2; a safetensors file whose metadata carries the
 /// `format_version` and `config` that cactus-needle 3.x writes is Needle 3. `None`: neither.
+/// `bytes` may stop after the safetensors header: the tensors are not read.
 pub fn generation(bytes: &[u8]) -> Option<Generation> {
-    const PICKLE_PROTO: u8 = 0x80;
-    if bytes.first() == Some(&PICKLE_PROTO) {
-        return Some(Generation::Needle2);
+    let container = Container::of(bytes)?;
+    match container {
+        Container::Pickle => Some(container.generation()),
+        Container::Safetensors => {
+            let metadata = needle3::header_metadata(bytes)?;
+            needle3::CHECKPOINT_METADATA.iter().all(|key| metadata.contains_key(*key)).then(|| container.generation())
+        }
     }
-    // A safetensors file: a u64 length, then that much JSON whose `__metadata__` is string pairs.
-    #[derive(serde::Deserialize)]
-    struct Header {
-        #[serde(rename = "__metadata__")]
-        metadata: Option<BTreeMap<String, String>>,
-    }
-    let len = usize::try_from(u64::from_le_bytes(*bytes.first_chunk::<8>()?)).ok()?;
-    let json = bytes.get(8..8usize.checked_add(len)?)?;
-    // Only the metadata is read; the tensor entries beside it are left as they are.
-    let metadata = serde_json::from_slice::<Header>(json).ok()?.metadata?;
-    (metadata.contains_key("format_version") && metadata.contains_key("config")).then_some(Generation::Needle3)
 }
 
 /// The generation of the checkpoint at `path`, read from its first bytes (a pickle's protocol, a
@@ -98,14 +153,17 @@ pub fn file_generation(path: &Path) -> Option<Generation> {
     /// A safetensors header is a few kilobytes of JSON; more is not a checkpoint's.
     const MAX_HEADER: u64 = 1 << 24;
     let mut file = std::fs::File::open(path).ok()?;
-    let mut start = [0u8; 8];
-    file.read_exact(&mut start).ok()?;
-    let header_len = u64::from_le_bytes(start);
-    let mut bytes = start.to_vec();
-    if start[0] != 0x80 && header_len <= MAX_HEADER {
-        file.take(header_len).read_to_end(&mut bytes).ok()?;
+    let mut head = Vec::new();
+    (&mut file).take(9).read_to_end(&mut head).ok()?;
+    if Container::of(&head) == Some(Container::Safetensors) {
+        let header_len = u64::from_le_bytes(*head.first_chunk::<8>()?);
+        if header_len > MAX_HEADER {
+            return None;
+        }
+        // The header's first byte is already read.
+        file.take(header_len - 1).read_to_end(&mut head).ok()?;
     }
-    generation(&bytes)
+    generation(&head)
 }
 
 /// A format-v2 checkpoint: params flattened to `/`-joined paths (`stack/layers/block/self_attn/q_proj/kernel`).
@@ -124,27 +182,11 @@ impl Checkpoint {
     pub fn load(path: &Path) -> Result<Self, CheckpointError> {
         let file = FileReader { path };
         let bytes = file.read()?;
-        // Anything not told to be safetensors goes to the pickle reader, which says what is wrong with it.
-        if let Some(FileKind::Safetensors) = generation(&bytes).map(|g| g.profile().checkpoint) {
-            return file.needle3_checkpoint(&bytes);
+        match Container::of(&bytes) {
+            Some(Container::Safetensors) => file.needle3_checkpoint(&bytes),
+            Some(Container::Pickle) => file.needle2_checkpoint(&bytes),
+            None => Err(CheckpointError::NotACheckpoint { path: path.to_owned(), head: hex_head(&bytes) }),
         }
-        let mut top = file.top_dict(&bytes, CHECKPOINT_SHAPE)?;
-        match top.take("format_version") {
-            Some(PyValue::Int(FORMAT_VERSION)) => {}
-            other => {
-                return Err(CheckpointError::FormatVersion {
-                    path: path.to_owned(),
-                    found: python_repr(other.as_ref()),
-                })
-            }
-        }
-        let params = file.params(top.require("params", CHECKPOINT_SHAPE)?)?;
-        let config = file.config(top.require("config", CHECKPOINT_SHAPE)?)?;
-        let step = match top.take("step") {
-            None | Some(PyValue::None) => None,
-            Some(value) => Some(file.integer("step", &value, "the step must be an int or None")?),
-        };
-        Ok(Checkpoint { source: path.to_owned(), params, config, step })
     }
 
     /// One parameter by its flattened path.
@@ -155,6 +197,31 @@ impl Checkpoint {
             count: self.params.len(),
             example: self.params.keys().next().cloned().unwrap_or_default(),
         })
+    }
+}
+
+impl FileReader<'_> {
+    /// cactus-needle 2.x's checkpoint pickle.
+    fn needle2_checkpoint(&self, bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
+        let (file, path) = (self, self.path);
+        let mut top = file.top_dict(bytes, CHECKPOINT_SHAPE)?;
+        match top.take("format_version") {
+            Some(PyValue::Int(FORMAT_VERSION)) => {}
+            other => {
+                return Err(CheckpointError::FormatVersion {
+                    path: path.to_owned(),
+                    found: python_repr(other.as_ref()),
+                    generation: Generation::Needle2,
+                })
+            }
+        }
+        let params = file.params(top.require("params", CHECKPOINT_SHAPE)?)?;
+        let config = file.config(top.require("config", CHECKPOINT_SHAPE)?)?;
+        let step = match top.take("step") {
+            None | Some(PyValue::None) => None,
+            Some(value) => Some(file.integer("step", &value, "the step must be an int or None")?),
+        };
+        Ok(Checkpoint { source: path.to_owned(), params, config, step })
     }
 }
 
@@ -291,7 +358,7 @@ impl FileReader<'_> {
     ) -> Result<(), CheckpointError> {
         match value {
             PyValue::Array(array) => {
-                let array = self.nonempty(&path, array)?;
+                let array = self.weight(&path, array)?;
                 out.insert(path, array);
                 Ok(())
             }
@@ -310,13 +377,18 @@ impl FileReader<'_> {
         }
     }
 
-    /// A parameter array with at least one element. An empty one is never a real parameter, and its
-    /// other dimensions are backed by no data: a `[2^40, 0]` array would have the consumers that walk
-    /// its rows (the export's transposes, the merge) loop 2^40 times over nothing.
-    fn nonempty(&self, name: &str, array: NdArray) -> Result<NdArray, CheckpointError> {
+    /// A weight (a parameter or a LoRA factor): an array with at least one element, every one finite.
+    /// An empty one is never a real parameter, and its other dimensions are backed by no data: a
+    /// `[2^40, 0]` array would have the consumers that walk its rows (the export's transposes, the
+    /// merge) loop 2^40 times over nothing. A NaN or an infinity would train an adapter of NaNs and
+    /// build a `.cact` that its own verification refuses.
+    fn weight(&self, name: &str, array: NdArray) -> Result<NdArray, CheckpointError> {
+        let (path, name) = (self.path.to_owned(), name.to_owned());
         if array.is_empty() {
-            let (path, name) = (self.path.to_owned(), name.to_owned());
             return Err(CheckpointError::EmptyParam { path, name, shape: array.shape });
+        }
+        if let Some((place, value)) = array.first_non_finite() {
+            return Err(CheckpointError::NonFinite { path, name, place, value });
         }
         Ok(array)
     }
@@ -390,7 +462,7 @@ impl FileReader<'_> {
         };
         let mut entries = Entries(pairs);
         let mut factor = |name: &str| match entries.take(name) {
-            Some(PyValue::Array(array)) => self.nonempty(&format!("{key}/{name}"), array),
+            Some(PyValue::Array(array)) => self.weight(&format!("{key}/{name}"), array),
             Some(other) => {
                 Err(self.wrong_type(&format!("{key}/{name}"), other.type_name(), "LoRA factors must be numpy arrays"))
             }
@@ -429,6 +501,31 @@ fn config_field_names() -> Vec<String> {
     match serde_json::to_value(ModelConfig::default()) {
         Ok(serde_json::Value::Object(fields)) => fields.keys().cloned().collect(),
         _ => Vec::new(),
+    }
+}
+
+/// What to do about a checkpoint of another `format_version`, by the generation whose file it is.
+fn format_version_fix(generation: Generation) -> &'static str {
+    match generation {
+        Generation::Needle2 => {
+            "old encoder-decoder/tool-calling checkpoints are incompatible, use one saved by needle 2.x"
+        }
+        Generation::Needle3 => {
+            "cactus-needle 3.x saves format-v2 safetensors checkpoints, so this one comes from another version: \
+             save it again with cactus-needle 3.x"
+        }
+    }
+}
+
+/// A file's first bytes in hex (at most 16), for a message about a file of no known kind.
+fn hex_head(bytes: &[u8]) -> String {
+    match bytes.len() {
+        0 => "with nothing (the file is empty)".to_owned(),
+        n => {
+            let shown: Vec<String> = bytes.iter().take(16).map(|b| format!("{b:02x}")).collect();
+            let more = if n > 16 { " …" } else { "" };
+            format!("with the bytes {}{more}", shown.join(" "))
+        }
     }
 }
 

@@ -27,6 +27,14 @@ const KEPT_LINES: usize = 100;
 /// How many lines a finding's sentence names.
 const NAMED_LINES: usize = 5;
 
+/// How many findings a checkup lists ([`Checkup::unlisted_findings`] counts the rest): one row
+/// offering a million tools, each called too seldom, would otherwise make a million of them.
+pub const KEPT_FINDINGS: usize = 50;
+
+/// How many tools [`Checkup::calls_per_tool`] keeps, the most called first
+/// ([`Checkup::unlisted_tools`] counts the rest).
+pub const KEPT_TOOLS: usize = 100;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
@@ -55,15 +63,20 @@ pub struct Finding {
 pub struct Checkup {
     /// One sentence: what to fix first.
     pub summary: String,
-    /// Errors first, then advice; within each, in the order of [`Kind`].
+    /// Errors first, then advice; within each, in the order of [`Kind`]; the first [`KEPT_FINDINGS`].
     pub findings: Vec<Finding>,
+    /// Findings past the first [`KEPT_FINDINGS`], not listed.
+    pub unlisted_findings: usize,
     pub rows: usize,
     /// Rows with at least one error: what `--fix` leaves out.
     pub failing_rows: usize,
     pub rows_without_call: usize,
     pub no_call_share: f64,
-    /// Every tool a row offers, with the number of calls of it in all the answers.
+    /// The tools rows offer, with the number of calls of each in all the answers: the
+    /// [`KEPT_TOOLS`] most called (of equals, the first by name).
     pub calls_per_tool: BTreeMap<String, usize>,
+    /// Tools offered past those [`Checkup::calls_per_tool`] keeps.
+    pub unlisted_tools: usize,
     #[serde(skip)]
     failing: BTreeSet<usize>,
 }
@@ -149,11 +162,25 @@ impl Checkup {
             .flat_map(|(_, lines)| lines)
             .copied()
             .collect();
-        let mut findings: Vec<Finding> =
-            rows_with.into_iter().map(|(issue, lines)| finding(issue, lines.len(), lines)).collect();
+        // Only the first KEPT_FINDINGS of a kind can be listed: the others are counted, not written.
+        let mut per_kind: BTreeMap<Kind, usize> = BTreeMap::new();
+        let mut unlisted_findings = 0;
+        let mut listed = |kind: Kind| {
+            let seen = per_kind.entry(kind).or_default();
+            *seen += 1;
+            unlisted_findings += usize::from(*seen > KEPT_FINDINGS);
+            *seen <= KEPT_FINDINGS
+        };
+        let mut findings: Vec<Finding> = rows_with
+            .into_iter()
+            .filter(|(issue, _)| listed(issue.kind))
+            .map(|(issue, lines)| finding(issue, lines.len(), lines))
+            .collect();
         for (tool, &calls) in calls_per_tool.iter().filter(|(_, &calls)| calls < MIN_CALLS_PER_TOOL) {
-            let issue = RowIssue { kind: Kind::FewExamples, tool: Some(tool.clone()), argument: None };
-            findings.push(finding(issue, calls, callers.remove(tool).unwrap_or_default()));
+            if listed(Kind::FewExamples) {
+                let issue = RowIssue { kind: Kind::FewExamples, tool: Some(tool.clone()), argument: None };
+                findings.push(finding(issue, calls, callers.remove(tool).unwrap_or_default()));
+            }
         }
         let rows = examples.len();
         let no_call_share = if rows == 0 { 0.0 } else { without_call.len() as f64 / rows as f64 };
@@ -165,14 +192,19 @@ impl Checkup {
             findings.push(mostly);
         }
         findings.sort_by_key(|f| (f.severity == Severity::Advice, f.kind));
+        unlisted_findings += findings.len().saturating_sub(KEPT_FINDINGS);
+        findings.truncate(KEPT_FINDINGS);
+        let unlisted_tools = calls_per_tool.len().saturating_sub(KEPT_TOOLS);
         Checkup {
             summary: summary(&findings, unusable_lines),
             findings,
+            unlisted_findings,
             rows,
             failing_rows: failing.len(),
             rows_without_call: without_call.len(),
             no_call_share,
-            calls_per_tool,
+            calls_per_tool: most_called(calls_per_tool),
+            unlisted_tools,
             failing,
         }
     }
@@ -181,6 +213,18 @@ impl Checkup {
     pub fn passes(&self, line: usize) -> bool {
         !self.failing.contains(&line)
     }
+}
+
+/// The [`KEPT_TOOLS`] most called tools of `calls` (of equals, the first by name).
+fn most_called(calls: BTreeMap<String, usize>) -> BTreeMap<String, usize> {
+    if calls.len() <= KEPT_TOOLS {
+        return calls;
+    }
+    let mut ranked: Vec<(String, usize)> = calls.into_iter().collect();
+    // Stable: equals keep their name order.
+    ranked.sort_by_key(|(_, calls)| std::cmp::Reverse(*calls));
+    ranked.truncate(KEPT_TOOLS);
+    ranked.into_iter().collect()
 }
 
 fn finding(issue: RowIssue, count: usize, mut lines: Vec<usize>) -> Finding {
@@ -367,6 +411,22 @@ mod tests {
             .collect();
         assert!(Checkup::new(&examples, &[], 0).summary.starts_with("Nothing to fix"));
         assert!(Checkup::new(&examples, &[], 2).summary.starts_with("Fix first: 2 lines are not usable"));
+    }
+
+    #[test]
+    fn a_row_offering_a_million_tools_lists_the_first_findings_and_counts_the_rest() {
+        let tools: Vec<Value> = (0..1_000_000).map(|n| json!({"name": format!("tool_{n:07}")})).collect();
+        let row = json!({"query": "set the kitchen to 20", "tools": tools, "answers": call(json!({"room": "k"}))});
+        let example = Example::from_object(row.as_object().unwrap(), Generation::Needle2).unwrap();
+        let checkup = Checkup::new(&[example], &[], 0);
+        assert_eq!(checkup.findings.len(), KEPT_FINDINGS);
+        // Every tool is called too seldom, and set_thermostat is called but not offered.
+        let all = checkup.findings.len() + checkup.unlisted_findings;
+        assert_eq!(all, 1_000_000 + 2, "{:?}", checkup.findings.iter().map(|f| f.kind).collect::<Vec<_>>());
+        assert_eq!(checkup.findings[0].kind, Kind::UnknownTool, "errors stay first");
+        assert_eq!((checkup.calls_per_tool.len(), checkup.unlisted_tools), (KEPT_TOOLS, 1_000_001 - KEPT_TOOLS));
+        assert_eq!(checkup.calls_per_tool.get("set_thermostat"), Some(&1), "the most called tools are kept");
+        assert!(serde_json::to_string(&checkup).unwrap().len() < 64 << 10);
     }
 
     #[test]

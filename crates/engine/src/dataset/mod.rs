@@ -52,19 +52,16 @@ pub struct Example {
 }
 
 impl Example {
-    /// A question to try a model with: tools, query and an optional system prompt, rendered as a
-    /// training example would be (the answer is what the model is asked for).
-    pub fn question(tools: &Value, query: &str, system: &str, generation: Generation) -> Self {
-        let mut ignored = Vec::new();
-        Self {
-            generation,
-            line: 0,
-            system: system.into(),
-            query: query.into(),
-            reasoning: String::new(),
-            tools: json_text(Field::Tools, Some(tools), generation, &mut ignored),
-            answers: "[]".into(),
-        }
+    /// A question to try a model with (`needle run`, the app's Try): tools, query and an optional
+    /// system prompt, read as a row holding them would be (3.x strips the system prompt) and so
+    /// rendered as a training example would be; the answer is what the model is asked for.
+    pub fn question(tools: &Value, query: &str, system: &str, generation: Generation) -> Result<Self, Issue> {
+        let row: Map<String, Value> =
+            [("query", Value::from(query)), ("tools", tools.clone()), ("system", Value::from(system))]
+                .into_iter()
+                .map(|(key, value)| (key.to_owned(), value))
+                .collect();
+        Self::from_object(&row, generation)
     }
 
     /// An example read from one JSON object (a generated row), as a line of a file would be; the

@@ -202,6 +202,23 @@ fn system_turn_only_for_a_non_empty_system_string() {
 }
 
 #[test]
+fn a_question_is_rendered_as_a_row_holding_it_would_be() {
+    let tools = json!([{"name": "set_light", "parameters": {}}]);
+    for generation in [Generation::Needle2, Generation::Needle3] {
+        let row = json!({"query": "Lights on", "tools": tools, "system": "  Be brief.\n"});
+        let read = Example::from_object(row.as_object().unwrap(), generation).unwrap();
+        let asked = Example::question(&tools, "Lights on", "  Be brief.\n", generation).unwrap();
+        assert_eq!(render(&asked), render(&read), "{generation}");
+    }
+    // 3.x strips the system prompt (`render_example`); 2.x keeps it as written.
+    let asked = |generation| Example::question(&tools, "q", "  Be brief.\n", generation).unwrap().system;
+    assert_eq!(
+        (asked(Generation::Needle3).as_str(), asked(Generation::Needle2).as_str()),
+        ("Be brief.", "  Be brief.\n")
+    );
+}
+
+#[test]
 fn reports_each_bad_line_with_its_number() {
     let dataset =
         Dataset::load(&fixture("data/bad/mixed.jsonl"), Generation::Needle2).expect("mixed.jsonl has usable lines");

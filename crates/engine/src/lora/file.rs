@@ -11,6 +11,7 @@ use candle_core::Tensor;
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
 use super::Lora;
+use crate::checkpoint::safetensors_file::{self, SafetensorsProblem};
 use crate::checkpoint::{CheckpointError, DType, LoraFactors, NdArray, PickledAdapter, RawLayout};
 use crate::config::Generation;
 use crate::generation::FileKind;
@@ -22,11 +23,13 @@ pub enum AdapterFileError {
     Write { path: PathBuf, source: std::io::Error },
     #[error("cannot read adapter {}: {source}; check the path", path.display())]
     Read { path: PathBuf, source: std::io::Error },
-    #[error("adapter {} is not a valid safetensors file: {reason}; pass an adapter written by `needle finetune`", path.display())]
-    Safetensors { path: PathBuf, reason: String },
+    #[error("adapter {} is not a readable safetensors file: {problem}; pass an adapter written by `needle finetune`", path.display())]
+    Safetensors { path: PathBuf, problem: SafetensorsProblem },
+    #[error("adapter {}: its tensors cannot be laid out as safetensors: {reason}", path.display())]
+    Layout { path: PathBuf, reason: String },
     #[error("adapter {}: metadata `{key}` {problem}; pass an adapter written by `needle finetune`", path.display())]
     Metadata { path: PathBuf, key: &'static str, problem: String },
-    #[error("adapter {}: tensor `{name}` {problem}; every `p/A` needs a matching f32 `p/B`", path.display())]
+    #[error("adapter {}: tensor `{name}` {problem}", path.display())]
     Tensor { path: PathBuf, name: String, problem: String },
     #[error("adapter {}: unknown extension; use `.safetensors` or `.pkl`", path.display())]
     Extension { path: PathBuf },
@@ -108,8 +111,10 @@ pub(crate) fn serialize_f32(
     buffers: &[F32Buffer],
     metadata: HashMap<String, String>,
 ) -> Result<Vec<u8>, AdapterFileError> {
-    let invalid =
-        |e: safetensors::SafeTensorError| AdapterFileError::Safetensors { path: path.into(), reason: e.to_string() };
+    let invalid = |e: safetensors::SafeTensorError| AdapterFileError::Layout {
+        path: path.into(),
+        reason: safetensors_file::describe(&e).to_string(),
+    };
     let views = buffers
         .iter()
         .map(|(name, shape, bytes)| {
@@ -169,24 +174,46 @@ fn to_pickled(path: &Path, lora: &Lora, meta: &AdapterMeta) -> Result<PickledAda
     })
 }
 
-/// Reads a safetensors file whole: its bytes and its string metadata.
-pub(crate) fn read_safetensors_file(path: &Path) -> Result<(Vec<u8>, HashMap<String, String>), AdapterFileError> {
-    let bytes = std::fs::read(path).map_err(|source| AdapterFileError::Read { path: path.into(), source })?;
-    let (_, header) = SafeTensors::read_metadata(&bytes)
-        .map_err(|e| AdapterFileError::Safetensors { path: path.into(), reason: e.to_string() })?;
-    let metadata = header.metadata().clone().unwrap_or_default();
-    Ok((bytes, metadata))
+/// Reads a file whole (an adapter, a run's saved state).
+pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, AdapterFileError> {
+    std::fs::read(path).map_err(|source| AdapterFileError::Read { path: path.into(), source })
 }
 
-/// The f32 tensor `name` of a parsed safetensors file as an array.
+/// The tensors and the string metadata of a safetensors file's bytes.
+pub(crate) fn parse_safetensors<'b>(
+    path: &Path,
+    bytes: &'b [u8],
+) -> Result<(SafeTensors<'b>, HashMap<String, String>), AdapterFileError> {
+    safetensors_file::parse(bytes).map_err(|problem| AdapterFileError::Safetensors { path: path.into(), problem })
+}
+
+/// The f32 tensor `name` of a parsed safetensors file as an array, every value finite.
 pub(crate) fn f32_array(path: &Path, tensors: &SafeTensors, name: &str) -> Result<NdArray, AdapterFileError> {
     let problem = |problem: String| AdapterFileError::Tensor { path: path.into(), name: name.into(), problem };
-    let view = tensors.tensor(name).map_err(|e| problem(format!("is missing ({e})")))?;
+    let view = tensors.tensor(name).map_err(|_| {
+        problem(
+            "is missing; every adapted weight `p` has the two factors `p/A` and `p/B`, and a run's state their \
+                 moments `p/A/mu`, `p/A/nu`, `p/B/mu` and `p/B/nu`"
+                .into(),
+        )
+    })?;
     if view.dtype() != Dtype::F32 {
-        return Err(problem(format!("is {:?}, not F32", view.dtype())));
+        return Err(problem(format!("is {:?}; adapters hold float32 (F32) factors", view.dtype())));
     }
-    NdArray::from_raw(DType::F32, view.shape().to_vec(), RawLayout { big_endian: false, fortran: false }, view.data())
-        .map_err(|e| problem(e.to_string()))
+    let array = NdArray::from_raw(
+        DType::F32,
+        view.shape().to_vec(),
+        RawLayout { big_endian: false, fortran: false },
+        view.data(),
+    )
+    .map_err(|e| problem(e.to_string()))?;
+    if let Some((place, value)) = array.first_non_finite() {
+        return Err(problem(format!(
+            "holds {value} at {place:?}; factors must be finite numbers, so the run that saved them diverged or \
+             the file is damaged: train the adapter again"
+        )));
+    }
+    Ok(array)
 }
 
 pub(crate) fn metadata_value<T: std::str::FromStr>(
@@ -207,9 +234,8 @@ pub(crate) fn metadata_value<T: std::str::FromStr>(
 }
 
 fn read_safetensors(path: &Path) -> Result<PickledAdapter, AdapterFileError> {
-    let (bytes, metadata) = read_safetensors_file(path)?;
-    let tensors = SafeTensors::deserialize(&bytes)
-        .map_err(|e| AdapterFileError::Safetensors { path: path.into(), reason: e.to_string() })?;
+    let bytes = read_file(path)?;
+    let (tensors, metadata) = parse_safetensors(path, &bytes)?;
     let mut lora = BTreeMap::new();
     let mut needle3 = false;
     for name in tensors.names() {
@@ -241,4 +267,62 @@ fn read_safetensors(path: &Path) -> Result<PickledAdapter, AdapterFileError> {
         base,
         rank: metadata_value(path, &metadata, "rank")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::fixture;
+
+    /// The Needle 3 fixture adapter with factor `name`'s value 3 made `value`, written as `file_name`.
+    fn adapter_with(value: f32, dir: &Path, file_name: &str) -> PathBuf {
+        let mut adapter = load_adapter(&fixture("golden/needle3_heads/adapter.safetensors")).unwrap();
+        let factors = adapter.lora.values_mut().next().unwrap();
+        factors.a.data[12..16].copy_from_slice(&value.to_le_bytes());
+        let path = dir.join(file_name);
+        let bytes = match format_of(&path).unwrap() {
+            Format::Pickle => crate::checkpoint::writer::adapter_pickle(&adapter),
+            Format::Safetensors => {
+                let buffers: Vec<F32Buffer> = adapter
+                    .lora
+                    .iter()
+                    .flat_map(|(p, f)| [(format!("{p}/A"), &f.a), (format!("{p}/B"), &f.b)])
+                    .map(|(name, array)| (name, array.shape.clone(), array.data.clone()))
+                    .collect();
+                let metadata = HashMap::from([
+                    ("base".to_string(), adapter.base.clone()),
+                    ("scale".to_string(), adapter.scale.to_string()),
+                    ("rank".to_string(), adapter.rank.to_string()),
+                ]);
+                serialize_f32(&path, &buffers, metadata).unwrap()
+            }
+        };
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_non_finite_factor_is_refused_by_name_in_either_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = adapter_with(f32::NAN, dir.path(), "nan.safetensors");
+        let message = load_adapter(&path).unwrap_err().to_string();
+        assert!(message.contains("/A` holds NaN at [0, 0, 3]; factors must be finite numbers"), "{message}");
+        let path = adapter_with(f32::NEG_INFINITY, dir.path(), "inf.pkl");
+        let message = load_adapter(&path).unwrap_err().to_string();
+        assert!(message.contains("/A` holds -inf at [0, 0, 3]; weights must be finite numbers"), "{message}");
+        assert!(message.contains("inf.pkl"), "{message}");
+    }
+
+    #[test]
+    fn a_damaged_adapter_says_what_is_wrong_and_where() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = std::fs::read(fixture("golden/needle3_heads/adapter.safetensors")).unwrap();
+        let path = dir.path().join("cut.safetensors");
+        std::fs::write(&path, &bytes[..bytes.len() - 100]).unwrap();
+        let message = load_adapter(&path).unwrap_err().to_string();
+        assert!(
+            message.starts_with(&format!("adapter {} is not a readable safetensors file: tensor `", path.display()))
+        );
+        assert!(message.contains("past the end of the"), "{message}");
+    }
 }

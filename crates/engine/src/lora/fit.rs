@@ -41,20 +41,40 @@ pub enum FitProblem {
     Scale(f64),
 }
 
+impl FitProblem {
+    /// Whose fault it is: a base model the adapter was not trained on, or the adapter file itself.
+    fn lies_with_the_adapter(&self) -> bool {
+        match self {
+            FitProblem::MissingWeight | FitProblem::NotAKernel { .. } | FitProblem::Shape { .. } => false,
+            FitProblem::Rank { .. } | FitProblem::Scale(_) => true,
+        }
+    }
+}
+
 /// An adapter that does not fit the base model it is merged into: the file, the tensor (or
 /// metadata entry) and what was expected of it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error(
-    "adapter {}: `{tensor}` {problem}; pass the base checkpoint the adapter was trained from (it records \
-     `{base}`), or retrain it with `needle finetune`",
-    adapter.display()
-)]
+#[error("adapter {}: `{tensor}` {problem}; {}", adapter.display(), self.fix())]
 pub struct FitError {
     pub adapter: PathBuf,
     /// The base checkpoint the adapter records.
     pub base: String,
     pub tensor: String,
     pub problem: FitProblem,
+}
+
+impl FitError {
+    fn fix(&self) -> String {
+        if self.problem.lies_with_the_adapter() {
+            "the adapter file is damaged: retrain it with `needle finetune`".to_owned()
+        } else {
+            format!(
+                "pass the base checkpoint the adapter was trained from (it records `{}`), or retrain it with \
+                 `needle finetune`",
+                self.base
+            )
+        }
+    }
 }
 
 /// `(leading dims, in, out)` of a kernel shape.
@@ -185,5 +205,17 @@ mod tests {
         assert_eq!((err.tensor.as_str(), err.problem), (Q_PROJ, FitProblem::MissingWeight));
         let err = check_fit(&adapter(4, &[3, 96, 4], &[3, 4, 96]), |_| Some(vec![96])).unwrap_err();
         assert_eq!(err.problem, FitProblem::NotAKernel { weight: vec![96] });
+    }
+
+    #[test]
+    fn an_adapters_own_fault_is_not_blamed_on_the_base_model() {
+        let mut nan = adapter(4, &[3, 96, 4], &[3, 4, 96]);
+        nan.scale = f64::NAN;
+        for own in [check_fit(&nan, base), check_fit(&adapter(0, &[3, 96, 0], &[3, 0, 96]), base)] {
+            let text = own.unwrap_err().to_string();
+            assert!(text.contains("the adapter file is damaged") && !text.contains("base checkpoint"), "{text}");
+        }
+        let misfit = check_fit(&adapter(4, &[3, 96, 4], &[3, 4, 64]), base).unwrap_err().to_string();
+        assert!(misfit.contains("pass the base checkpoint the adapter was trained from"), "{misfit}");
     }
 }

@@ -40,6 +40,12 @@ pub enum MergeError {
         adapter.display()
     )]
     UnsupportedDtype { adapter: PathBuf, path: String, which: &'static str, dtype: checkpoint::DType },
+    #[error(
+        "adapter {}: merged into `{path}`, it gives a NaN or an infinity (scale · A·B does not fit the weight's \
+         dtype), so the adapter diverged in training: retrain it (a lower --lr)",
+        adapter.display()
+    )]
+    NonFinite { adapter: PathBuf, path: String },
     /// The tensor library failed (out of memory, a device error); boxed, as it is rare and large.
     #[error("adapter {}: merging into `{path}` failed: {source}", adapter.display())]
     Tensor { adapter: PathBuf, path: String, source: Box<candle_core::Error> },
@@ -158,6 +164,9 @@ fn merge_all(
             let a = factor_values(adapter, path, "A", &factors.a)?;
             let b = factor_values(adapter, path, "B", &factors.b)?;
             merge_values(&mut values, storage, dims, &a, &b, scale);
+            if values.iter().any(|v| !v.is_finite()) {
+                return Err(MergeError::NonFinite { adapter: adapter.source.clone(), path: path.clone() });
+            }
             Ok((path.clone(), values, storage))
         })
         .collect()
@@ -310,6 +319,17 @@ mod tests {
         let b = array(DType::F32, &[2, 1, 1], &[10.0, 100.0]);
         merge_into_checkpoint(&mut ckpt, &adapter("w", a, b, 0.5)).unwrap();
         assert_eq!(ckpt.params["w"].to_f32(), vec![5.0, 10.0, 150.0, 200.0]);
+    }
+
+    #[test]
+    fn a_merge_that_overflows_the_weights_dtype_is_refused_by_name() {
+        // 2 · 300 · 300 = 180000, past float16's largest value: the merged weight would be infinite.
+        let mut ckpt = checkpoint(array(DType::F16, &[1, 1], &[1.0]));
+        let lora = adapter("w", array(DType::F32, &[1, 1], &[300.0]), array(DType::F32, &[1, 1], &[300.0]), 2.0);
+        let err = merge_into_checkpoint(&mut ckpt, &lora).unwrap_err();
+        assert!(matches!(&err, MergeError::NonFinite { path, .. } if path == "w"), "{err}");
+        assert!(err.to_string().starts_with("adapter adapter.pkl: merged into `w`, it gives a NaN"), "{err}");
+        assert_eq!(ckpt.params["w"].to_f32(), [1.0], "on an error the checkpoint is unchanged");
     }
 
     fn fit_problem(err: MergeError) -> (String, FitProblem) {

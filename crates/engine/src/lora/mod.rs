@@ -194,6 +194,22 @@ impl Lora {
         Ok(out)
     }
 
+    /// The first factor holding a NaN or an infinity, named `path/A` or `path/B` with its layer;
+    /// `None` when every value is finite.
+    pub fn first_non_finite(&self) -> Result<Option<String>> {
+        for factor in &self.factors {
+            for (side, vars) in [("A", &factor.a), ("B", &factor.b)] {
+                for (layer, var) in vars.iter().enumerate() {
+                    let values = var.as_tensor().flatten_all()?.to_vec1::<f32>()?;
+                    if values.iter().any(|v| !v.is_finite()) {
+                        return Ok(Some(format!("{}/{side} (layer {layer})", factor.path)));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
     /// Number of trainable scalars.
     pub fn parameter_count(&self) -> usize {
         self.vars().iter().map(|v| v.elem_count()).sum()

@@ -10,8 +10,10 @@ use candle_core::{Tensor, D};
 use serde::Serialize;
 
 use super::fast::CpuDecode;
+use super::kernels::RopeTables;
 use super::san::attention::{LayerKv, Rope};
-use super::{Forward, Network, Result};
+use super::{Device, Forward, Network, Result};
+use crate::config::ModelConfig;
 use crate::tokenizer::{EOS_ID, IM_END_ID};
 
 /// What a decoding run on candle's path carries from step to step.
@@ -21,8 +23,23 @@ pub struct DecodeState {
     pub(super) history: Vec<u32>,
     /// Each layer's keys and values.
     pub(super) layers: Vec<LayerKv>,
-    /// Rotary tables for every position the model may reach.
+    /// Rotary tables of the positions decoded so far, and room for more ([`DecodeState::rope_through`]).
     pub(super) rope: Rope,
+    /// How many positions `rope` holds.
+    rope_positions: usize,
+}
+
+impl DecodeState {
+    /// Rotary tables that reach position `needed − 1`, grown as decoding goes
+    /// ([`RopeTables::decode_capacity`]).
+    pub(super) fn rope_through(&mut self, needed: usize, cfg: &ModelConfig, device: &Device) -> Result<&Rope> {
+        let positions = RopeTables::decode_capacity(self.rope_positions, needed, cfg.max_seq_len);
+        if positions > self.rope_positions {
+            self.rope = Rope::new(cfg.qk_head_dim(), positions, cfg.rope_theta, device)?;
+            self.rope_positions = positions;
+        }
+        Ok(&self.rope)
+    }
 }
 
 /// A decoding run's state, on the path that computes it.
@@ -84,13 +101,15 @@ impl Completion {
 }
 
 impl Network {
-    /// A candle state that has seen nothing, for rows up to the model's `max_seq_len`.
+    /// A candle state that has seen nothing; its rotary tables grow with what it decodes.
     fn decode_state(&self) -> Result<DecodeState> {
         let cfg = self.config();
+        let positions = RopeTables::decode_capacity(0, 1, cfg.max_seq_len);
         Ok(DecodeState {
             history: Vec::new(),
             layers: vec![LayerKv::default(); cfg.num_layers],
-            rope: Rope::new(cfg.qk_head_dim(), cfg.max_seq_len.max(2), cfg.rope_theta, self.device())?,
+            rope: Rope::new(cfg.qk_head_dim(), positions, cfg.rope_theta, self.device())?,
+            rope_positions: positions,
         })
     }
 
@@ -339,6 +358,32 @@ mod tests {
                 assert_eq!(forward.generate_from(Some(&prefilled), &prompt, 5).unwrap().ids, fresh);
             }
         }
+    }
+
+    #[test]
+    fn rotary_tables_grow_with_what_is_decoded_not_with_max_seq_len() {
+        // 2^24 positions of tables would take 1.6 GB for tiny_f32's heads before the first token.
+        for stem in ["tiny_f32", "needle3_tiny"] {
+            let mut checkpoint = Checkpoint::load(&checkpoint_path(stem)).unwrap();
+            checkpoint.config.max_seq_len = 1 << 24;
+            let network = Network::from_checkpoint(&checkpoint, &Device::Cpu).unwrap();
+            // Past the first tables' 512 positions, so the prefill grows them.
+            let prompt: Vec<u32> = std::iter::once(BOS_ID).chain((0..700).map(|i| 20 + i % 50)).collect();
+            let want = recomputed(&network, &prompt, 3);
+            for mut forward in [Forward::new(network.clone()).unwrap(), Forward::Candle(network.clone())] {
+                let prefilled = forward.prefill(&prompt).unwrap();
+                let positions = match &prefilled.state {
+                    State::Cpu(state) => state.rope_positions(),
+                    State::Candle(state) => state.rope_positions,
+                };
+                assert_eq!(positions, 1024, "{stem}: doubled from 512 to hold 701 positions");
+                let got = forward.generate_from(None, &prompt, 3).unwrap();
+                assert_eq!(got.ids, want[..got.ids.len()], "{stem}");
+            }
+        }
+        assert_eq!(RopeTables::decode_capacity(0, 1, 100), 100, "never past max_seq_len unless asked");
+        assert_eq!(RopeTables::decode_capacity(512, 513, 1 << 24), 1024);
+        assert_eq!(RopeTables::decode_capacity(1024, 700, 1 << 24), 1024);
     }
 
     #[test]

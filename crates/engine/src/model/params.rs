@@ -13,7 +13,7 @@ use super::linear::Linear;
 use super::{ModelError, Result};
 use crate::cact::quant::{cq_round_trip, Bits};
 use crate::checkpoint::Checkpoint;
-use crate::config::ModelConfig;
+use crate::config::{ModelConfig, ACT_BITS};
 
 /// Named f32 tensors on one device, with a record of which ones the network consumed.
 #[derive(Debug)]
@@ -105,7 +105,7 @@ impl Params {
     /// kernel kept as stored too for an adapter to merge into, and the network built on them
     /// fake-quantizes its activations, queries, keys and values.
     pub fn for_qat(self, cfg: &ModelConfig) -> Result<Self> {
-        if !matches!(cfg.kv_bits, 0 | 8) || cfg.act_bits < 2 {
+        if !matches!(cfg.kv_bits, 0 | 8) || !ACT_BITS.contains(&cfg.act_bits) {
             let what = format!(
                 "quantization-aware training at act_bits {} and kv_bits {} (8 and 8, or kv_bits 0)",
                 cfg.act_bits, cfg.kv_bits

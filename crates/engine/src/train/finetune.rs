@@ -68,6 +68,16 @@ pub enum TrainError {
         data.display()
     )]
     AnswersPastLength { data: PathBuf, seq_len: usize, cap: usize, max_seq_len: usize, shortest_prompt: usize },
+    #[error(
+        "step {step}: the {which} loss is {loss}, so the run stopped there without saving the adapter; {}",
+        diverged_fix(*step)
+    )]
+    NonFiniteLoss { step: usize, which: &'static str, loss: f32 },
+    #[error(
+        "step {step}: the adapter's `{factor}` holds a NaN or an infinity, so the run stopped there without \
+         saving it; the update left the range float32 holds: lower --lr"
+    )]
+    NonFiniteFactor { step: usize, factor: String },
     #[error(transparent)]
     Dataset(#[from] DatasetError),
     #[error(transparent)]
@@ -340,6 +350,9 @@ impl Session {
         let mut positions = 0usize;
         let mut epochs = Vec::new();
         let save = |trainer: &Trainer, partial: bool, emit: &mut dyn FnMut(Event)| -> Result<()> {
+            if let Some(factor) = trainer.lora.first_non_finite()? {
+                return Err(TrainError::NonFiniteFactor { step: trainer.optimizer.count, factor });
+            }
             let meta = AdapterMeta { base: key.base.clone(), partial, generation: cfg_generation, seed: s.seed };
             save_adapter(&options.out, &trainer.lora, &meta)?;
             save_state(&state, &trainer.lora, &trainer.optimizer, &key)?;
@@ -359,9 +372,10 @@ impl Session {
                 }
                 let rows: Vec<Encoded> = batch.iter().map(|&i| train[i].row(plan.seq_len)).collect();
                 let outcome = trainer.step(&rows)?;
+                let step = trainer.optimizer.count;
+                finite_loss(step, "training", outcome.loss)?;
                 positions += rows.iter().map(|r| r.ids.len()).sum::<usize>();
                 last = outcome.loss;
-                let step = trainer.optimizer.count;
                 let elapsed = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
                 let per_step = elapsed / (step - first_step) as f64;
                 emit(Event::Step {
@@ -374,6 +388,9 @@ impl Session {
                 });
             }
             let val = validation_loss(&mut trainer, &val, plan.seq_len, s.batch_size)?;
+            if let Some(loss) = val {
+                finite_loss(trainer.optimizer.count, "validation", loss)?;
+            }
             emit(Event::Epoch { epoch: epoch + 1, loss: last, val });
             epochs.push((last, val));
             save(&trainer, false, &mut emit)?;
@@ -396,6 +413,24 @@ impl Session {
         };
         emit(Event::Finished { adapter: options.out.clone(), seconds, partial: false, accuracy });
         Ok(Outcome { adapter: options.out, partial: false, epochs })
+    }
+}
+
+/// Why a loss at `step` is not a number, and what to do: the first step's is the base model's own
+/// (a fresh adapter changes nothing), a later one's comes of the updates.
+fn diverged_fix(step: usize) -> &'static str {
+    match step {
+        0 | 1 => "the base model's outputs already overflow float32, so the checkpoint is damaged: use another",
+        _ => "the updates took the weights past the range float32 holds: lower --lr",
+    }
+}
+
+/// A loss that is a number: a NaN or an infinity means the weights diverged, and every step after
+/// would train on nothing but NaNs.
+fn finite_loss(step: usize, which: &'static str, loss: f32) -> Result<()> {
+    match loss.is_finite() {
+        true => Ok(()),
+        false => Err(TrainError::NonFiniteLoss { step, which, loss }),
     }
 }
 
@@ -610,9 +645,9 @@ mod tests {
         assert!(loss.is_finite() && val.is_some_and(f32::is_finite));
         assert!(scores.is_some(), "the held-out calls are scored");
         // The file is laid out as 3.x's `write_adapter` lays it out, and reads back.
-        let (bytes, metadata) = crate::lora::file::read_safetensors_file(&out).unwrap();
-        let names =
-            safetensors::SafeTensors::deserialize(&bytes).unwrap().names().into_iter().cloned().collect::<Vec<_>>();
+        let bytes = crate::lora::file::read_file(&out).unwrap();
+        let (tensors, metadata) = crate::lora::file::parse_safetensors(&out, &bytes).unwrap();
+        let names = tensors.names().into_iter().cloned().collect::<Vec<_>>();
         assert!(names.iter().all(|n| n.starts_with("lora/stack/layers/block/self_attn/")), "{names:?}");
         assert_eq!(
             (metadata["scale"].as_str(), metadata["rank"].as_str(), metadata["seed"].as_str()),
@@ -621,6 +656,33 @@ mod tests {
         let saved = crate::lora::load_adapter(&out).unwrap();
         assert_eq!(saved.lora.len(), 5);
         assert!(saved.base.ends_with("needle3_tiny.safetensors"), "{}", saved.base);
+    }
+
+    #[test]
+    fn a_run_whose_loss_is_not_a_number_stops_at_that_step_and_saves_nothing() {
+        // needle3_tiny with its final norm's scale at 1e38: finite weights whose logits overflow.
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = std::fs::read(fixture("models/needle3_tiny.safetensors")).unwrap();
+        let (tensors, metadata) = crate::checkpoint::safetensors_file::parse(&bytes).unwrap();
+        let huge: Vec<u8> = std::iter::repeat_n(1e38f32.to_le_bytes(), 48).flatten().collect();
+        let views = tensors.tensors().into_iter().map(|(name, view)| {
+            let data = if name == "stack/final_norm/scale" { huge.as_slice() } else { view.data() };
+            (name, safetensors::tensor::TensorView::new(view.dtype(), view.shape().to_vec(), data).unwrap())
+        });
+        let checkpoint = dir.path().join("overflowing.safetensors");
+        safetensors::serialize_to_file(views, &Some(metadata), &checkpoint).unwrap();
+        let out = dir.path().join("adapter.safetensors");
+        let backend =
+            crate::backend::select(crate::backend::DeviceRequest::Only(crate::backend::Backend::Cpu)).unwrap().info;
+        let session = Session::prepare(FinetuneOptions { checkpoint, ..options(&out, false) }, &Device::Cpu).unwrap();
+        let mut finished = false;
+        let error = session
+            .run(&backend, &AtomicBool::new(false), |event| finished |= matches!(event, Event::Finished { .. }))
+            .unwrap_err();
+        assert!(matches!(error, TrainError::NonFiniteLoss { step: 1, which: "training", .. }), "{error}");
+        assert!(error.to_string().starts_with("step 1: the training loss is inf"), "{error}");
+        assert!(error.to_string().ends_with("the checkpoint is damaged: use another"), "{error}");
+        assert!(!finished && !out.exists(), "no adapter, and no `finished`");
     }
 
     #[test]

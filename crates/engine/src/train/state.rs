@@ -6,11 +6,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use candle_core::Tensor;
-use safetensors::SafeTensors;
 
 use super::adamw::AdamW;
 use crate::lora::file::{
-    f32_array, f32_bytes, factor_buffers, metadata_value, read_safetensors_file, serialize_f32, write_atomically,
+    f32_array, f32_bytes, factor_buffers, metadata_value, parse_safetensors, read_file, serialize_f32, write_atomically,
 };
 use crate::lora::{AdapterFileError, Lora};
 use crate::model::Params;
@@ -63,7 +62,8 @@ pub struct SavedState {
 
 /// Reads a state file, with its factors over `params`.
 pub fn load_state(path: &Path, params: &Params, key: &RunKey) -> Result<SavedState, AdapterFileError> {
-    let (bytes, metadata) = read_safetensors_file(path)?;
+    let bytes = read_file(path)?;
+    let (tensors, metadata) = parse_safetensors(path, &bytes)?;
     let saved = RunKey {
         rank: metadata_value(path, &metadata, "rank")?,
         alpha: metadata_value(path, &metadata, "alpha")?,
@@ -78,8 +78,6 @@ pub fn load_state(path: &Path, params: &Params, key: &RunKey) -> Result<SavedSta
             problem: format!("records {saved:?} but this run is {key:?}; resume with the same flags or drop --resume"),
         });
     }
-    let tensors = SafeTensors::deserialize(&bytes)
-        .map_err(|e| AdapterFileError::Safetensors { path: path.into(), reason: e.to_string() })?;
     let tensor = |name: &str| -> Result<Tensor, AdapterFileError> {
         let array = f32_array(path, &tensors, name)?;
         Ok(Tensor::from_vec(array.to_f32(), array.shape.as_slice(), params.device())?)

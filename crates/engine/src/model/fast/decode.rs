@@ -9,6 +9,7 @@ use rayon::prelude::*;
 use super::flash::Cached;
 use super::mat::{matmul, Mat, MatMut, Threads};
 use super::{dims_of, host, lane_pair, CpuNetwork, Pass, Workspace};
+use crate::config::ModelConfig;
 use crate::dataset::Encoded;
 use crate::model::kernels::RopeTables;
 use crate::model::packing::{Family, Packing, Segment};
@@ -26,8 +27,10 @@ pub struct CpuDecode {
     /// `history.len()` rows of each head are filled.
     cache: Vec<(Vec<f32>, Vec<f32>)>,
     capacity: usize,
-    /// Rotary tables of every position the model may reach.
+    /// Rotary tables of the positions decoded so far, and room for more.
     rope: Arc<RopeTables>,
+    /// How many positions `rope` holds.
+    rope_positions: usize,
 }
 
 impl CpuDecode {
@@ -53,17 +56,36 @@ impl CpuDecode {
         }
         self.capacity = capacity;
     }
+
+    /// How many positions the rotary tables hold now.
+    #[cfg(test)]
+    pub(crate) fn rope_positions(&self) -> usize {
+        self.rope_positions
+    }
+
+    /// Rotary tables that reach position `needed − 1`, grown as decoding goes
+    /// ([`RopeTables::decode_capacity`]).
+    fn rope_through(&mut self, needed: usize, cfg: &ModelConfig) -> Arc<RopeTables> {
+        let positions = RopeTables::decode_capacity(self.rope_positions, needed, cfg.max_seq_len);
+        if positions > self.rope_positions {
+            self.rope = Arc::new(RopeTables::new(cfg.head_dim(), positions, cfg.rope_theta));
+            self.rope_positions = positions;
+        }
+        Arc::clone(&self.rope)
+    }
 }
 
 impl CpuNetwork {
     /// A state that has seen nothing.
     pub fn decode_state(&self) -> CpuDecode {
         let cfg = self.network.config();
+        let positions = RopeTables::decode_capacity(0, 1, cfg.max_seq_len);
         CpuDecode {
             history: Vec::new(),
             cache: vec![(Vec::new(), Vec::new()); cfg.num_layers],
             capacity: 0,
-            rope: Arc::new(RopeTables::new(cfg.head_dim(), cfg.max_seq_len.max(2), cfg.rope_theta)),
+            rope: Arc::new(RopeTables::new(cfg.head_dim(), positions, cfg.rope_theta)),
+            rope_positions: positions,
         }
     }
 
@@ -96,7 +118,7 @@ impl CpuNetwork {
             positions: (past as u32..(past + count) as u32).collect(),
             segments: vec![Segment { start: 0, len: count, context: None }],
             families: vec![Family { head: 0, tails: Vec::new(), range: 0..count }],
-            rope: Arc::clone(&state.rope),
+            rope: state.rope_through(past + count, cfg),
             sites: self.sites(&packing, window)?,
             lora_scale: 0.0,
             ones: vec![1.0; dims.d],

@@ -24,6 +24,9 @@ fn rope_composite(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     Tensor::cat(&[first, second], 3)
 }
 
+/// The positions a decoding run's rotary tables start with: a typical prompt and its answer.
+pub const DECODE_ROPE_START: usize = 512;
+
 /// `cos` and `sin` of every (position, frequency), row-major `[T, head_dim/2]`.
 #[derive(Debug)]
 pub struct RopeTables {
@@ -41,6 +44,18 @@ impl RopeTables {
         let angles: Vec<f32> = (0..seq_len).flat_map(|t| freqs.iter().map(move |f| t as f32 * f)).collect();
         let table = |trig: fn(f64) -> f64| -> Vec<f32> { angles.iter().map(|&a| trig(a as f64) as f32).collect() };
         Self { cos: table(f64::cos), sin: table(f64::sin) }
+    }
+
+    /// How many positions a decoding run's tables hold once they must reach `needed`, when they
+    /// hold `held`: twice as many each time they grow (so a run rebuilds them a few times, not at
+    /// every step), at least [`DECODE_ROPE_START`], and no more than the model's `max_seq_len`
+    /// unless `needed` is more. Sized by what is decoded, never by `max_seq_len` alone, which a
+    /// config may set to millions.
+    pub fn decode_capacity(held: usize, needed: usize, max_seq_len: usize) -> usize {
+        if needed <= held {
+            return held;
+        }
+        needed.max(held.saturating_mul(2)).max(DECODE_ROPE_START).min(max_seq_len.max(needed))
     }
 
     /// One head's row `x` at `position` rotated into `y` (by the negated angles when `inverse`,

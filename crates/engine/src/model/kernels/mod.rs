@@ -23,7 +23,7 @@ mod norm;
 mod sigmoid;
 mod sinkhorn;
 
-pub use attention::{causal_softmax, rope, RopeTables};
+pub use attention::{causal_softmax, rope, RopeTables, DECODE_ROPE_START};
 pub use cross_entropy::cross_entropy;
 pub use fake_quant::fake_quant_rows;
 pub use hadamard::hadamard_mlp;

@@ -264,7 +264,8 @@ impl Network {
             .iter()
             .map(|memory| memory.positions(past - window_start, s))
             .collect::<Result<Vec<_>>>()?;
-        let layout = AttentionLayout::decode(past, s, &self.cfg, &state.rope, device)?;
+        let rope = state.rope_through(past + s, &self.cfg, device)?;
+        let layout = AttentionLayout::decode(past, s, &self.cfg, rope, device)?;
         let mut lanes = self.stack.spread(&embedded)?;
         for (index, cache) in state.layers.iter_mut().enumerate() {
             lanes = self.stack.layer(index, &lanes, &layout, &memories, None, Some(cache))?;
