@@ -9,7 +9,7 @@ use std::time::Instant;
 use candle_core::{Tensor, D};
 use serde::Serialize;
 
-use super::fast::CpuDecode;
+use super::forward::Decoding;
 use super::san::attention::{LayerKv, Rope};
 use super::{Forward, Network, Result};
 use crate::tokenizer::{EOS_ID, IM_END_ID};
@@ -25,27 +25,11 @@ pub struct DecodeState {
     pub(super) rope: Rope,
 }
 
-/// A decoding run's state, on the path that computes it.
-#[derive(Debug, Clone)]
-enum State {
-    Cpu(CpuDecode),
-    Candle(DecodeState),
-}
-
-impl State {
-    fn history(&self) -> &[u32] {
-        match self {
-            State::Cpu(state) => state.history(),
-            State::Candle(state) => &state.history,
-        }
-    }
-}
-
 /// A prompt prefix already run through the network: prompts that begin with it continue from its
 /// cached keys instead of running it again (an app's tools prompt, answered for many queries).
 #[derive(Debug, Clone)]
 pub struct Prefilled {
-    state: State,
+    state: Decoding,
 }
 
 /// Why decoding stopped.
@@ -85,7 +69,7 @@ impl Completion {
 
 impl Network {
     /// A candle state that has seen nothing, for rows up to the model's `max_seq_len`.
-    fn decode_state(&self) -> Result<DecodeState> {
+    pub(super) fn decode_state(&self) -> Result<DecodeState> {
         let cfg = self.config();
         Ok(DecodeState {
             history: Vec::new(),
@@ -102,42 +86,6 @@ impl Network {
 }
 
 impl Forward {
-    fn decode_state(&self) -> Result<State> {
-        Ok(match self {
-            Forward::Cpu(cpu, _) => State::Cpu(cpu.decode_state()),
-            Forward::Candle(network) => State::Candle(network.decode_state()?),
-        })
-    }
-
-    /// Runs `new` tokens after those `state` has seen; the most likely next token.
-    fn decode_step(&mut self, new: &[u32], state: &mut State) -> Result<u32> {
-        match (self, state) {
-            (Forward::Cpu(cpu, workspace), State::Cpu(state)) => {
-                let logits = cpu.decode_step(new, state, workspace)?;
-                // The first of equals, as `argmax` picks.
-                let best =
-                    logits.iter().enumerate().fold(
-                        (0, f32::NEG_INFINITY),
-                        |best, (i, &v)| {
-                            if v > best.1 {
-                                (i, v)
-                            } else {
-                                best
-                            }
-                        },
-                    );
-                Ok(best.0 as u32)
-            }
-            (Forward::Candle(network), State::Candle(state)) => greedy(&network.decode_step(new, state)?),
-            (forward, state) => {
-                // A state made by the other path: start over on this one from its tokens.
-                let history = state.history().to_vec();
-                *state = forward.decode_state()?;
-                forward.decode_step(&[history.as_slice(), new].concat(), state)
-            }
-        }
-    }
-
     /// Runs `prefix` through the network once, for [`Forward::generate_from`].
     pub fn prefill(&mut self, prefix: &[u32]) -> Result<Prefilled> {
         let mut state = self.decode_state()?;
@@ -203,7 +151,7 @@ impl Forward {
 }
 
 /// The most likely token of logits `[vocab]` (the first of equals, as `argmax` picks).
-fn greedy(logits: &Tensor) -> Result<u32> {
+pub(super) fn greedy(logits: &Tensor) -> Result<u32> {
     Ok(logits.argmax(D::Minus1)?.to_scalar::<u32>()?)
 }
 
@@ -317,7 +265,7 @@ mod tests {
     fn both_paths_decode_the_same_tokens_and_a_prefilled_prefix_changes_none() {
         let network = network("tiny_f32");
         let mut paths = [Forward::new(network.clone()).unwrap(), Forward::Candle(network.clone())];
-        assert!(matches!(paths[0], Forward::Cpu(..)));
+        assert!(paths[0].hand_written());
         let prefix: Vec<u32> = std::iter::once(BOS_ID).chain((0..30).map(|i| 20 + i % 40)).collect();
         let tails = [vec![7u32, 300, 12], vec![99, 5, 8, 77, 31, 200, 6]];
         let want: Vec<Completion> = tails

@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock};
 
 use rayon::prelude::*;
 
+use super::attention::Past;
 use super::flash::Cached;
 use super::mat::{matmul, Mat, MatMut, Threads};
 use super::{dims_of, host, lane_pair, CpuNetwork, Pass, Workspace};
@@ -22,9 +23,12 @@ const ONE_THREAD_TOKENS: usize = 8;
 pub struct CpuDecode {
     /// Every token so far, prompt included.
     history: Vec<u32>,
-    /// Per layer, its keys and values, head-major `[kv_heads, capacity, hd]`: the first
-    /// `history.len()` rows of each head are filled.
+    /// Per layer, its keys and values, head-major `[kv_heads, capacity, qk]` and `[kv_heads,
+    /// capacity, v]`: the first `history.len()` rows of each head are filled.
     cache: Vec<(Vec<f32>, Vec<f32>)>,
+    /// Per layer, under Needle 3's Q/K/V convolution, the last inputs its taps reach (`[taps − 1,
+    /// q + k + v]` at most, oldest first).
+    recent: Vec<Vec<f32>>,
     capacity: usize,
     /// Rotary tables of every position the model may reach.
     rope: Arc<RopeTables>,
@@ -37,13 +41,13 @@ impl CpuDecode {
 
     /// Room for `needed` positions: each head's rows move to a wider slab (doubling, so that a
     /// run of steps copies each row a bounded number of times).
-    fn reserve(&mut self, needed: usize, kv_heads: usize, hd: usize) {
+    fn reserve(&mut self, needed: usize, kv_heads: usize, widths: [usize; 2]) {
         if needed <= self.capacity {
             return;
         }
         let capacity = needed.max(2 * self.capacity).max(64);
         let filled = self.history.len();
-        for buf in self.cache.iter_mut().flat_map(|(k, v)| [k, v]) {
+        for (buf, hd) in self.cache.iter_mut().flat_map(|(k, v)| [(k, widths[0]), (v, widths[1])]) {
             let mut wider = vec![0f32; kv_heads * capacity * hd];
             for h in 0..kv_heads {
                 wider[h * capacity * hd..][..filled * hd]
@@ -62,8 +66,9 @@ impl CpuNetwork {
         CpuDecode {
             history: Vec::new(),
             cache: vec![(Vec::new(), Vec::new()); cfg.num_layers],
+            recent: vec![Vec::new(); cfg.num_layers],
             capacity: 0,
-            rope: Arc::new(RopeTables::new(cfg.head_dim(), cfg.max_seq_len.max(2), cfg.rope_theta)),
+            rope: Arc::new(RopeTables::new(cfg.qk_head_dim(), cfg.max_seq_len.max(2), cfg.rope_theta)),
         }
     }
 
@@ -98,22 +103,25 @@ impl CpuNetwork {
             families: vec![Family { head: 0, tails: Vec::new(), range: 0..count }],
             rope: Arc::clone(&state.rope),
             sites: self.sites(&packing, window)?,
+            conv: None,
             lora_scale: 0.0,
             ones: vec![1.0; dims.d],
         };
-        state.reserve(past + count, dims.kv_heads, dims.head_dim);
+        state.reserve(past + count, dims.kv_heads, [dims.qk, dims.v]);
         ws.resize(&dims, self.layers.len(), false, false);
         self.embed(new, &dims, &mut ws.lanes[0])?;
         let no_lora = Default::default();
-        let hd = dims.head_dim;
         for (l, layer) in self.layers.iter().enumerate() {
             let Workspace { lanes, kept, work, .. } = &mut *ws;
             let (input, output) = lane_pair(lanes, l);
-            let (keys, values) = &mut state.cache[l];
-            let cached = Cached { k: keys, v: values, len: past, capacity: state.capacity };
-            layer.forward(&pass, &no_lora, input, &mut kept[0], work, output, Some(cached))?;
-            let (new_keys, new_values) = work.keys_and_values();
-            for (cache, fresh) in [(keys, new_keys), (values, new_values)] {
+            let ((keys, values), recent) = (&mut state.cache[l], &mut state.recent[l]);
+            let kv = Cached { k: keys, v: values, len: past, capacity: state.capacity };
+            layer.forward(&pass, &no_lora, input, &mut kept[0], work, output, Some(Past { kv, recent }))?;
+            let (new_keys, new_values, inputs) = work.keys_and_values();
+            if let Some(conv) = layer.block.attention.conv() {
+                conv.keep_recent(recent, inputs);
+            }
+            for ((cache, fresh), hd) in [(keys, new_keys), (values, new_values)].into_iter().zip([dims.qk, dims.v]) {
                 cache.par_chunks_mut(state.capacity * hd).zip(fresh.par_chunks(count * hd)).for_each(|(slab, rows)| {
                     slab[past * hd..(past + count) * hd].copy_from_slice(rows);
                 });
@@ -122,10 +130,12 @@ impl CpuNetwork {
         state.history.extend_from_slice(new);
         self.finish(&dims, ws);
         let table = host(&self.network.embedding)?;
-        let (d, vocab) = (dims.d, cfg.vocab_size);
+        let (d, vocab) = (dims.d, self.network.output_rows());
         let mut logits = vec![0f32; vocab];
-        let last = Mat::new(&ws.hidden[(count - 1) * d..count * d], 1, d);
-        matmul(MatMut::new(&mut logits, 1, vocab), last, Mat::new(&table, vocab, d).t(), 1.0, false, Threads::All);
+        let mut last = ws.hidden[(count - 1) * d..count * d].to_vec();
+        self.as_output_reads(&mut last, d);
+        let (last, embedding) = (Mat::new(&last, 1, d), Mat::new(&table[..vocab * d], vocab, d));
+        matmul(MatMut::new(&mut logits, 1, vocab), last, embedding.t(), 1.0, false, Threads::All);
         Ok(logits)
     }
 }
