@@ -195,11 +195,10 @@ pub struct Workspace {
 }
 
 impl CpuNetwork {
-    /// Whether the CPU path can run `network`: its weights are f32 tensors on the CPU.
+    /// Whether the CPU path can run `network`: its weights are f32 tensors on the CPU (of either
+    /// generation).
     pub fn supports(network: &Network) -> bool {
-        network.device().is_cpu()
-            && network.embedding.dtype() == candle_core::DType::F32
-            && network.config().generation == crate::config::Generation::Needle2
+        network.device().is_cpu() && network.embedding.dtype() == candle_core::DType::F32
     }
 
     pub fn new(network: &Network) -> Result<Self> {
