@@ -67,6 +67,11 @@ impl Attention {
         })
     }
 
+    /// The positions a query sees back to, itself included, in a windowed layer.
+    pub(super) fn window(&self) -> Option<usize> {
+        self.window
+    }
+
     /// Needle 3's Q/K/V convolution, if the layer has one.
     pub(super) fn conv(&self) -> Option<&Conv> {
         self.conv.as_ref()
@@ -104,14 +109,14 @@ impl Attention {
         let (t, d, r, pw, qkv) = (dims.tokens, dims.d, dims.rank, dims.proj_width(), dims.qkv_width());
         for (p, (col, width)) in dims.proj_columns().into_iter().enumerate() {
             let stored = host(&self.proj[p].weight)?;
-            let weight = kernel(&stored, lora[p].as_ref());
+            let weight = kernel(&stored, lora[p].as_ref(), d, width);
             let low = MatMut::strided(&mut kept.lora_in[p * r..], t, r, 4 * r);
             // Under the Q/K/V convolution, its input.
             let y = match (&self.conv, p < 3) {
                 (Some(_), true) => MatMut::strided(&mut work.raw[col..], t, width, qkv),
                 _ => MatMut::strided(&mut kept.proj[col..], t, width, pw),
             };
-            project(Mat::new(&work.h1, t, d), Mat::new(weight, d, width), lora[p].as_ref(), pass.lora_scale, low, y);
+            project(Mat::new(&work.h1, t, d), weight, lora[p].as_ref(), pass.lora_scale, low, y);
         }
         match (&self.conv, &pass.conv, past) {
             (None, _, _) => {}
@@ -125,10 +130,10 @@ impl Attention {
         flash::forward(self.geometry(dims), &pass.segments, qh, kh, vh, cached, &mut kept.out, &mut kept.lse);
         self.gated(dims, kept, &mut work.gated);
         let (o, stored) = (dims.o_width(), host(&self.proj[O].weight)?);
-        let weight = kernel(&stored, lora[O].as_ref());
+        let weight = kernel(&stored, lora[O].as_ref(), o, d);
         let low = MatMut::new(&mut kept.lora_out, t, r);
         let y = MatMut::new(&mut kept.attn, t, d);
-        project(Mat::new(&work.gated, t, o), Mat::new(weight, o, d), lora[O].as_ref(), pass.lora_scale, low, y);
+        project(Mat::new(&work.gated, t, o), weight, lora[O].as_ref(), pass.lora_scale, low, y);
         Ok(())
     }
 
@@ -147,7 +152,7 @@ impl Attention {
         // The output projection: dgated = da·Woᵀ, and its factor's gradients.
         self.gated(dims, kept, &mut work.gated);
         let stored = host(&self.proj[O].weight)?;
-        let (x, w) = (Mat::new(&work.gated, t, o), Mat::new(kernel(&stored, lora[O].as_ref()), o, d));
+        let (x, w) = (Mat::new(&work.gated, t, o), kernel(&stored, lora[O].as_ref(), o, d));
         let low = Mat::new(&kept.lora_out, t, r);
         let (dy, dx) = (Mat::new(&work.da, t, d), MatMut::new(&mut work.dgated, t, o));
         let factor = lora[O].as_ref().zip(grads[O].as_mut());
@@ -168,7 +173,7 @@ impl Attention {
         // dh1 = Σ dP·Wᵀ over q, k, v and gate, and their factors' gradients.
         for (p, (col, width)) in dims.proj_columns().into_iter().enumerate() {
             let stored = host(&self.proj[p].weight)?;
-            let (x, w) = (Mat::new(&work.h1, t, d), Mat::new(kernel(&stored, lora[p].as_ref()), d, width));
+            let (x, w) = (Mat::new(&work.h1, t, d), kernel(&stored, lora[p].as_ref(), d, width));
             let low = Mat::strided(&kept.lora_in[p * r..], t, r, 4 * r);
             let dy = match (&self.conv, p < 3) {
                 (Some(_), true) => Mat::strided(&work.raw[col..], t, width, qkv),
@@ -305,10 +310,13 @@ impl Attention {
     }
 }
 
-/// The kernel a projection multiplies by: under QAT with a LoRA factor, the merged kernel through
-/// CQ; else the (frozen) kernel itself.
-fn kernel<'a>(stored: &'a [f32], factor: Option<&'a ProjectionLora>) -> &'a [f32] {
-    factor.and_then(|f| f.merged.as_deref()).unwrap_or(stored)
+/// The kernel `[in, out]` a projection multiplies by: under QAT with a LoRA factor, the merged
+/// kernel through CQ (held transposed); else the (frozen) kernel itself.
+fn kernel<'a>(stored: &'a [f32], factor: Option<&'a ProjectionLora>, d_in: usize, d_out: usize) -> Mat<'a> {
+    match factor.and_then(|f| f.merged.as_deref()) {
+        Some(merged) => Mat::new(merged, d_out, d_in).t(),
+        None => Mat::new(stored, d_in, d_out),
+    }
 }
 
 /// `y = x·W + s·(x·A)·B` for a projection with a LoRA `factor` (`x·W` without), keeping `low = x·A`.

@@ -4,10 +4,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use rayon::prelude::*;
-
 use super::attention::Past;
-use super::flash::Cached;
+use super::kv_cache::{LayerCache, Shape};
 use super::mat::{matmul, Mat, MatMut, Threads};
 use super::{dims_of, host, lane_pair, CpuNetwork, Pass, Workspace};
 use crate::dataset::Encoded;
@@ -23,13 +21,8 @@ const ONE_THREAD_TOKENS: usize = 8;
 pub struct CpuDecode {
     /// Every token so far, prompt included.
     history: Vec<u32>,
-    /// Per layer, its keys and values, head-major `[kv_heads, capacity, qk]` and `[kv_heads,
-    /// capacity, v]`: the first `history.len()` rows of each head are filled.
-    cache: Vec<(Vec<f32>, Vec<f32>)>,
-    /// Per layer, under Needle 3's Q/K/V convolution, the last inputs its taps reach (`[taps − 1,
-    /// q + k + v]` at most, oldest first).
-    recent: Vec<Vec<f32>>,
-    capacity: usize,
+    /// Per layer, its keys and values, and the last inputs of its Q/K/V taps.
+    cache: Vec<LayerCache>,
     /// Rotary tables of every position the model may reach.
     rope: Arc<RopeTables>,
 }
@@ -37,25 +30,6 @@ pub struct CpuDecode {
 impl CpuDecode {
     pub fn history(&self) -> &[u32] {
         &self.history
-    }
-
-    /// Room for `needed` positions: each head's rows move to a wider slab (doubling, so that a
-    /// run of steps copies each row a bounded number of times).
-    fn reserve(&mut self, needed: usize, kv_heads: usize, widths: [usize; 2]) {
-        if needed <= self.capacity {
-            return;
-        }
-        let capacity = needed.max(2 * self.capacity).max(64);
-        let filled = self.history.len();
-        for (buf, hd) in self.cache.iter_mut().flat_map(|(k, v)| [(k, widths[0]), (v, widths[1])]) {
-            let mut wider = vec![0f32; kv_heads * capacity * hd];
-            for h in 0..kv_heads {
-                wider[h * capacity * hd..][..filled * hd]
-                    .copy_from_slice(&buf[h * self.capacity * hd..][..filled * hd]);
-            }
-            *buf = wider;
-        }
-        self.capacity = capacity;
     }
 }
 
@@ -65,9 +39,7 @@ impl CpuNetwork {
         let cfg = self.network.config();
         CpuDecode {
             history: Vec::new(),
-            cache: vec![(Vec::new(), Vec::new()); cfg.num_layers],
-            recent: vec![Vec::new(); cfg.num_layers],
-            capacity: 0,
+            cache: vec![LayerCache::default(); cfg.num_layers],
             rope: Arc::new(RopeTables::new(cfg.qk_head_dim(), cfg.max_seq_len.max(2), cfg.rope_theta)),
         }
     }
@@ -107,24 +79,21 @@ impl CpuNetwork {
             lora_scale: 0.0,
             ones: vec![1.0; dims.d],
         };
-        state.reserve(past + count, dims.kv_heads, [dims.qk, dims.v]);
         ws.resize(&dims, self.layers.len(), false, false);
         self.embed(new, &dims, &mut ws.lanes[0])?;
         let no_lora = Default::default();
-        for (l, layer) in self.layers.iter().enumerate() {
+        for (l, (layer, cache)) in self.layers.iter().zip(&mut state.cache).enumerate() {
+            let shape =
+                Shape { kv_heads: dims.kv_heads, widths: [dims.qk, dims.v], window: layer.block.attention.window() };
+            cache.reserve(past, count, shape);
             let Workspace { lanes, kept, work, .. } = &mut *ws;
             let (input, output) = lane_pair(lanes, l);
-            let ((keys, values), recent) = (&mut state.cache[l], &mut state.recent[l]);
-            let kv = Cached { k: keys, v: values, len: past, capacity: state.capacity };
-            layer.forward(&pass, &no_lora, input, &mut kept[0], work, output, Some(Past { kv, recent }))?;
+            let past_positions = Past { kv: cache.cached(past), recent: &cache.recent };
+            layer.forward(&pass, &no_lora, input, &mut kept[0], work, output, Some(past_positions))?;
             let (new_keys, new_values, inputs) = work.keys_and_values();
+            cache.append(past, count, new_keys, new_values, shape);
             if let Some(conv) = layer.block.attention.conv() {
-                conv.keep_recent(recent, inputs);
-            }
-            for ((cache, fresh), hd) in [(keys, new_keys), (values, new_values)].into_iter().zip([dims.qk, dims.v]) {
-                cache.par_chunks_mut(state.capacity * hd).zip(fresh.par_chunks(count * hd)).for_each(|(slab, rows)| {
-                    slab[past * hd..(past + count) * hd].copy_from_slice(rows);
-                });
+                conv.keep_recent(&mut cache.recent, inputs);
             }
         }
         state.history.extend_from_slice(new);

@@ -150,20 +150,23 @@ fn times_values(p: &[f32], values: &Keys, out: &mut [f32], accumulate: bool) {
 }
 
 /// Keys and values of earlier positions held outside the pass (a decoding cache), head-major
-/// `[kv_heads, capacity, width]` with the first `len` rows of each head filled: the context of
-/// every segment that has no shared prefix.
+/// `[kv_heads, capacity, width]`, each head's first `len − first` rows holding the positions
+/// `first..len` (a windowed layer's cache drops the positions no later query sees): the context
+/// of every segment that has no shared prefix.
 #[derive(Debug, Clone, Copy)]
 pub struct Cached<'a> {
     pub k: &'a [f32],
     pub v: &'a [f32],
+    pub first: usize,
     pub len: usize,
     pub capacity: usize,
 }
 
 impl<'a> Cached<'a> {
-    /// Kv head `kv`'s rows `range` of `buf` (its keys or its values), rows of `width`.
+    /// Kv head `kv`'s positions `range` of `buf` (its keys or its values), rows of `width`.
     fn rows(&self, buf: &'a [f32], kv: usize, width: usize, range: &Range<usize>) -> Mat<'a> {
-        rows_of(&buf[kv * self.capacity * width..][..self.len * width], width, range)
+        let held = range.start - self.first..range.end - self.first;
+        rows_of(&buf[kv * self.capacity * width..][..(self.len - self.first) * width], width, &held)
     }
 }
 
