@@ -232,7 +232,7 @@ static NEEDLE3: Profile = Profile {
         scores_shipped_weights: true,
         config_defaults: ModelConfig::needle3_defaults,
     },
-    cpu_path: false,
+    cpu_path: true,
     hub: PublishedBase {
         generation: Generation::Needle3,
         repo: "Cactus-Compute/needle3",

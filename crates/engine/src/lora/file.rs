@@ -281,8 +281,8 @@ mod tests {
         factors.a.data[12..16].copy_from_slice(&value.to_le_bytes());
         let path = dir.join(file_name);
         let bytes = match format_of(&path).unwrap() {
-            Format::Pickle => crate::checkpoint::writer::adapter_pickle(&adapter),
-            Format::Safetensors => {
+            FileKind::Pickle => crate::checkpoint::writer::adapter_pickle(&adapter),
+            FileKind::Safetensors => {
                 let buffers: Vec<F32Buffer> = adapter
                     .lora
                     .iter()

@@ -9,7 +9,7 @@ use std::time::Instant;
 use candle_core::{Tensor, D};
 use serde::Serialize;
 
-use super::fast::CpuDecode;
+use super::forward::Decoding;
 use super::kernels::RopeTables;
 use super::san::attention::{LayerKv, Rope};
 use super::{Device, Forward, Network, Result};
@@ -42,27 +42,11 @@ impl DecodeState {
     }
 }
 
-/// A decoding run's state, on the path that computes it.
-#[derive(Debug, Clone)]
-enum State {
-    Cpu(CpuDecode),
-    Candle(DecodeState),
-}
-
-impl State {
-    fn history(&self) -> &[u32] {
-        match self {
-            State::Cpu(state) => state.history(),
-            State::Candle(state) => &state.history,
-        }
-    }
-}
-
 /// A prompt prefix already run through the network: prompts that begin with it continue from its
 /// cached keys instead of running it again (an app's tools prompt, answered for many queries).
 #[derive(Debug, Clone)]
 pub struct Prefilled {
-    state: State,
+    state: Decoding,
 }
 
 /// Why decoding stopped.
@@ -102,7 +86,7 @@ impl Completion {
 
 impl Network {
     /// A candle state that has seen nothing; its rotary tables grow with what it decodes.
-    fn decode_state(&self) -> Result<DecodeState> {
+    pub(super) fn decode_state(&self) -> Result<DecodeState> {
         let cfg = self.config();
         let positions = RopeTables::decode_capacity(0, 1, cfg.max_seq_len);
         Ok(DecodeState {
@@ -121,42 +105,6 @@ impl Network {
 }
 
 impl Forward {
-    fn decode_state(&self) -> Result<State> {
-        Ok(match self {
-            Forward::Cpu(cpu, _) => State::Cpu(cpu.decode_state()),
-            Forward::Candle(network) => State::Candle(network.decode_state()?),
-        })
-    }
-
-    /// Runs `new` tokens after those `state` has seen; the most likely next token.
-    fn decode_step(&mut self, new: &[u32], state: &mut State) -> Result<u32> {
-        match (self, state) {
-            (Forward::Cpu(cpu, workspace), State::Cpu(state)) => {
-                let logits = cpu.decode_step(new, state, workspace)?;
-                // The first of equals, as `argmax` picks.
-                let best =
-                    logits.iter().enumerate().fold(
-                        (0, f32::NEG_INFINITY),
-                        |best, (i, &v)| {
-                            if v > best.1 {
-                                (i, v)
-                            } else {
-                                best
-                            }
-                        },
-                    );
-                Ok(best.0 as u32)
-            }
-            (Forward::Candle(network), State::Candle(state)) => greedy(&network.decode_step(new, state)?),
-            (forward, state) => {
-                // A state made by the other path: start over on this one from its tokens.
-                let history = state.history().to_vec();
-                *state = forward.decode_state()?;
-                forward.decode_step(&[history.as_slice(), new].concat(), state)
-            }
-        }
-    }
-
     /// Runs `prefix` through the network once, for [`Forward::generate_from`].
     pub fn prefill(&mut self, prefix: &[u32]) -> Result<Prefilled> {
         let mut state = self.decode_state()?;
@@ -222,7 +170,7 @@ impl Forward {
 }
 
 /// The most likely token of logits `[vocab]` (the first of equals, as `argmax` picks).
-fn greedy(logits: &Tensor) -> Result<u32> {
+pub(super) fn greedy(logits: &Tensor) -> Result<u32> {
     Ok(logits.argmax(D::Minus1)?.to_scalar::<u32>()?)
 }
 
@@ -336,7 +284,7 @@ mod tests {
     fn both_paths_decode_the_same_tokens_and_a_prefilled_prefix_changes_none() {
         let network = network("tiny_f32");
         let mut paths = [Forward::new(network.clone()).unwrap(), Forward::Candle(network.clone())];
-        assert!(matches!(paths[0], Forward::Cpu(..)));
+        assert!(paths[0].hand_written());
         let prefix: Vec<u32> = std::iter::once(BOS_ID).chain((0..30).map(|i| 20 + i % 40)).collect();
         let tails = [vec![7u32, 300, 12], vec![99, 5, 8, 77, 31, 200, 6]];
         let want: Vec<Completion> = tails
@@ -373,8 +321,8 @@ mod tests {
             for mut forward in [Forward::new(network.clone()).unwrap(), Forward::Candle(network.clone())] {
                 let prefilled = forward.prefill(&prompt).unwrap();
                 let positions = match &prefilled.state {
-                    State::Cpu(state) => state.rope_positions(),
-                    State::Candle(state) => state.rope_positions,
+                    Decoding::Cpu(state) => state.rope_positions(),
+                    Decoding::Candle(state) => state.rope_positions,
                 };
                 assert_eq!(positions, 1024, "{stem}: doubled from 512 to hold 701 positions");
                 let got = forward.generate_from(None, &prompt, 3).unwrap();

@@ -4,47 +4,10 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::fast::{CpuNetwork, Workspace};
-use super::linear::LowRank;
 use super::packing::Packing;
-use super::Network;
+use super::{Forward, Network};
 use super::{ModelError, Result};
 use crate::dataset::Encoded;
-
-/// How passes are computed: the hand-written CPU path ([`CpuNetwork`]) where the network allows
-/// it, else candle's ops (every device).
-#[derive(Debug)]
-pub enum Forward {
-    Cpu(CpuNetwork, Box<Workspace>),
-    Candle(Network),
-}
-
-impl Forward {
-    pub fn new(network: Network) -> Result<Self> {
-        Ok(match CpuNetwork::supports(&network) {
-            true => Forward::Cpu(CpuNetwork::new(&network)?, Box::default()),
-            false => Forward::Candle(network),
-        })
-    }
-
-    pub fn network(&self) -> &Network {
-        match self {
-            Forward::Cpu(cpu, _) => cpu.network(),
-            Forward::Candle(network) => network,
-        }
-    }
-
-    /// `(Σ ce·mask, Σ mask)` of a packed batch, without gradients.
-    pub fn masked_ce_sum(&mut self, packing: &Packing, low_rank: Option<&LowRank>) -> Result<(f64, f64)> {
-        match self {
-            Forward::Cpu(cpu, workspace) => cpu.masked_ce_sum(packing, low_rank, workspace),
-            Forward::Candle(network) => {
-                let (sum, count) = network.masked_ce_sum(packing, low_rank)?;
-                Ok((f64::from(sum.to_scalar::<f32>()?), count))
-            }
-        }
-    }
-}
 
 /// What `needle eval --json` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

@@ -47,6 +47,11 @@ impl LowRank {
         self.factors.values().flat_map(|(a, b)| [a, b])
     }
 
+    /// Every factor pair by kernel path and layer.
+    pub(super) fn entries(&self) -> impl Iterator<Item = (&(String, usize), &(Tensor, Tensor))> {
+        self.factors.iter()
+    }
+
     pub(super) fn get(&self, path: &str, layer: usize) -> Option<&(Tensor, Tensor)> {
         self.factors.get(&(path.to_string(), layer))
     }

@@ -19,7 +19,7 @@
 //! [`kernels::frozen_matmul`] (no weight gradient), LoRA is a [`LowRank`] update beside it, and
 //! the widest element-wise steps are fused [`kernels`] with hand-written backward passes. The
 //! candle path is what CUDA and Metal run, and what the CPU path is checked against. [`Forward`]
-//! holds whichever path a network takes.
+//! (in `forward.rs`) holds whichever path a network takes, and is the one place that chooses.
 //!
 //! Greedy decoding ([`decode`]) runs the same layers a few tokens at a time, with each layer's keys
 //! cached and the engram memories recomputed from the few tokens of history they reach.
@@ -29,6 +29,7 @@
 pub mod decode;
 pub mod eval;
 mod fast;
+mod forward;
 pub mod kernels;
 pub mod linear;
 pub mod loss;
@@ -41,8 +42,9 @@ pub mod san;
 
 pub use candle_core::Device;
 pub use decode::{Completion, Prefilled, Stop};
-pub use eval::{evaluate, EvalSummary, Forward};
+pub use eval::{evaluate, EvalSummary};
 pub use fast::{CpuNetwork, HostGrads, Workspace};
+pub use forward::Forward;
 pub use linear::LowRank;
 pub use loss::{masked_ce_sum, masked_loss};
 pub use params::{ParamPath, Params, Qat};

@@ -160,12 +160,13 @@ fn three_clipped_adamw_steps_match_the_reference() {
 /// The tolerances are twice those (`tests/fixtures/measure_needle3_spread.py` measures them).
 #[test]
 fn needle3_quantization_aware_gradients_and_steps_match_the_reference() {
-    for stem in NEEDLE3_STEMS {
+    for (stem, autograd) in NEEDLE3_STEMS.iter().flat_map(|&stem| [(stem, false), (stem, true)]) {
         let (mut trainer, lora) = golden_trainer(stem);
-        assert!(!trainer.hand_written(), "Needle 3 trains on candle's path");
-        let rows = forward_batch(stem);
-        assert_gradients(&mut trainer, &rows, &lora, stem, Tolerance { loss: 1e-4, tensors: 4e-2 });
-        assert_three_steps(&mut trainer, &rows, &lora, stem, Tolerance { loss: 3e-4, tensors: 4e-2 });
+        trainer.use_autograd(autograd).unwrap();
+        assert_eq!(trainer.hand_written(), !autograd);
+        let (rows, way) = (forward_batch(stem), format!("{stem} (autograd {autograd})"));
+        assert_gradients(&mut trainer, &rows, &lora, &way, Tolerance { loss: 1e-4, tensors: 4e-2 });
+        assert_three_steps(&mut trainer, &rows, &lora, &way, Tolerance { loss: 3e-4, tensors: 4e-2 });
     }
 }
 

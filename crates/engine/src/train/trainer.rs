@@ -2,17 +2,17 @@
 //! frozen base, masked loss, gradients of the factors, clipped AdamW.
 //!
 //! A batch is laid out with shared prompt prefixes ([`Packing`]) and split into passes of at most
-//! [`Trainer::tokens_per_pass`] packed tokens whose gradients are summed. On the CPU a pass runs
-//! the hand-written path ([`crate::model::CpuNetwork`]); elsewhere candle's ops and autograd.
+//! [`Trainer::tokens_per_pass`] packed tokens whose gradients are summed. A [`Forward`] computes
+//! them: on the CPU the hand-written path, elsewhere candle's ops and autograd.
 
-use candle_core::{Tensor, Var};
+use candle_core::Tensor;
 
 use super::adamw::{AdamW, AdamWConfig};
 use super::schedule::Schedule;
 use crate::dataset::Encoded;
 use crate::lora::Lora;
 use crate::model::packing::Packing;
-use crate::model::{Forward, HostGrads, Network, Result};
+use crate::model::{Forward, Network, Result};
 
 /// The frozen base (built once per run), the trainable adapter and the optimizer state.
 #[derive(Debug)]
@@ -60,14 +60,14 @@ impl Trainer {
 
     /// Whether steps run the hand-written CPU path.
     pub fn hand_written(&self) -> bool {
-        matches!(self.forward, Forward::Cpu(..))
+        self.forward.hand_written()
     }
 
     /// Runs steps on candle's ops and autograd even on the CPU (what CUDA and Metal run), or back
     /// on the hand-written path where the network allows it.
     pub fn use_autograd(&mut self, autograd: bool) -> Result<()> {
         let network = self.network().clone();
-        self.forward = if autograd { Forward::Candle(network) } else { Forward::new(network)? };
+        self.forward = Forward::with_autograd(network, autograd)?;
         Ok(())
     }
 
@@ -93,45 +93,11 @@ impl Trainer {
         // The loss averages over the whole batch's scored tokens (mask[t] for t ≥ 1), so each
         // pass's sum is divided by the whole batch's count.
         let scored: f64 = rows.iter().map(|r| r.mask.iter().skip(1).map(|&m| f64::from(m)).sum::<f64>()).sum();
-        let normalizer = scored.max(1.0);
         let passes = self.passes(rows)?;
         let low_rank = self.lora.low_rank();
-        let vars = self.lora.vars();
-        let mut loss = 0f32;
-        let grads = match &mut self.forward {
-            Forward::Cpu(cpu, workspace) => {
-                let mut grads = HostGrads::new();
-                for packing in &passes {
-                    loss +=
-                        cpu.loss_and_grads(packing, &low_rank, normalizer, self.recompute, workspace, &mut grads)?;
-                }
-                self.lora.tensors_from(&mut grads, cpu.network().device())?
-            }
-            Forward::Candle(network) => {
-                let mut per_var: Vec<Option<Tensor>> = vec![None; vars.len()];
-                for packing in &passes {
-                    let (part, grads) = if self.recompute {
-                        network.loss_and_grads_by_layer(packing, &low_rank, normalizer)?
-                    } else {
-                        let part = (network.masked_ce_sum(packing, Some(&low_rank))?.0 / normalizer)?;
-                        (part.to_scalar()?, part.backward()?)
-                    };
-                    loss += part;
-                    // Detached as they are summed: candle's gradient of `A` in `x·A` is `xᵀ·dY`,
-                    // which would otherwise keep the whole forward graph alive through the moments.
-                    for (total, var) in per_var.iter_mut().zip(&vars) {
-                        if let Some(grad) = grads.get(var.as_tensor()) {
-                            *total = Some(match total.take() {
-                                Some(earlier) => (earlier + grad)?.detach(),
-                                None => grad.detach(),
-                            });
-                        }
-                    }
-                }
-                per_var.into_iter().zip(&vars).map(|(grad, var)| zero_if_none(grad, var)).collect::<Result<_>>()?
-            }
-        };
-        Ok((loss, grads))
+        let (loss, mut grads) = self.forward.loss_and_grads(&passes, &low_rank, scored.max(1.0), self.recompute)?;
+        let device = self.forward.network().device().clone();
+        Ok((loss, self.lora.tensors_from(&mut grads, &device)?))
     }
 
     /// One optimizer update on a batch.
@@ -154,11 +120,4 @@ impl Trainer {
         }
         Ok((sum / count.max(1.0)) as f32)
     }
-}
-
-fn zero_if_none(grad: Option<Tensor>, var: &Var) -> Result<Tensor> {
-    Ok(match grad {
-        Some(grad) => grad,
-        None => var.zeros_like()?,
-    })
 }

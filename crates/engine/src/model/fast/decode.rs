@@ -4,9 +4,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use rayon::prelude::*;
-
-use super::flash::Cached;
+use super::attention::Past;
+use super::kv_cache::{LayerCache, Shape};
 use super::mat::{matmul, Mat, MatMut, Threads};
 use super::{dims_of, host, lane_pair, CpuNetwork, Pass, Workspace};
 use crate::config::ModelConfig;
@@ -23,10 +22,8 @@ const ONE_THREAD_TOKENS: usize = 8;
 pub struct CpuDecode {
     /// Every token so far, prompt included.
     history: Vec<u32>,
-    /// Per layer, its keys and values, head-major `[kv_heads, capacity, hd]`: the first
-    /// `history.len()` rows of each head are filled.
-    cache: Vec<(Vec<f32>, Vec<f32>)>,
-    capacity: usize,
+    /// Per layer, its keys and values, and the last inputs of its Q/K/V taps.
+    cache: Vec<LayerCache>,
     /// Rotary tables of the positions decoded so far, and room for more.
     rope: Arc<RopeTables>,
     /// How many positions `rope` holds.
@@ -36,25 +33,6 @@ pub struct CpuDecode {
 impl CpuDecode {
     pub fn history(&self) -> &[u32] {
         &self.history
-    }
-
-    /// Room for `needed` positions: each head's rows move to a wider slab (doubling, so that a
-    /// run of steps copies each row a bounded number of times).
-    fn reserve(&mut self, needed: usize, kv_heads: usize, hd: usize) {
-        if needed <= self.capacity {
-            return;
-        }
-        let capacity = needed.max(2 * self.capacity).max(64);
-        let filled = self.history.len();
-        for buf in self.cache.iter_mut().flat_map(|(k, v)| [k, v]) {
-            let mut wider = vec![0f32; kv_heads * capacity * hd];
-            for h in 0..kv_heads {
-                wider[h * capacity * hd..][..filled * hd]
-                    .copy_from_slice(&buf[h * self.capacity * hd..][..filled * hd]);
-            }
-            *buf = wider;
-        }
-        self.capacity = capacity;
     }
 
     /// How many positions the rotary tables hold now.
@@ -68,7 +46,7 @@ impl CpuDecode {
     fn rope_through(&mut self, needed: usize, cfg: &ModelConfig) -> Arc<RopeTables> {
         let positions = RopeTables::decode_capacity(self.rope_positions, needed, cfg.max_seq_len);
         if positions > self.rope_positions {
-            self.rope = Arc::new(RopeTables::new(cfg.head_dim(), positions, cfg.rope_theta));
+            self.rope = Arc::new(RopeTables::new(cfg.qk_head_dim(), positions, cfg.rope_theta));
             self.rope_positions = positions;
         }
         Arc::clone(&self.rope)
@@ -82,9 +60,8 @@ impl CpuNetwork {
         let positions = RopeTables::decode_capacity(0, 1, cfg.max_seq_len);
         CpuDecode {
             history: Vec::new(),
-            cache: vec![(Vec::new(), Vec::new()); cfg.num_layers],
-            capacity: 0,
-            rope: Arc::new(RopeTables::new(cfg.head_dim(), positions, cfg.rope_theta)),
+            cache: vec![LayerCache::default(); cfg.num_layers],
+            rope: Arc::new(RopeTables::new(cfg.qk_head_dim(), positions, cfg.rope_theta)),
             rope_positions: positions,
         }
     }
@@ -120,34 +97,36 @@ impl CpuNetwork {
             families: vec![Family { head: 0, tails: Vec::new(), range: 0..count }],
             rope: state.rope_through(past + count, cfg),
             sites: self.sites(&packing, window)?,
+            conv: None,
             lora_scale: 0.0,
             ones: vec![1.0; dims.d],
         };
-        state.reserve(past + count, dims.kv_heads, dims.head_dim);
         ws.resize(&dims, self.layers.len(), false, false);
         self.embed(new, &dims, &mut ws.lanes[0])?;
         let no_lora = Default::default();
-        let hd = dims.head_dim;
-        for (l, layer) in self.layers.iter().enumerate() {
+        for (l, (layer, cache)) in self.layers.iter().zip(&mut state.cache).enumerate() {
+            let shape =
+                Shape { kv_heads: dims.kv_heads, widths: [dims.qk, dims.v], window: layer.block.attention.window() };
+            cache.reserve(past, count, shape);
             let Workspace { lanes, kept, work, .. } = &mut *ws;
             let (input, output) = lane_pair(lanes, l);
-            let (keys, values) = &mut state.cache[l];
-            let cached = Cached { k: keys, v: values, len: past, capacity: state.capacity };
-            layer.forward(&pass, &no_lora, input, &mut kept[0], work, output, Some(cached))?;
-            let (new_keys, new_values) = work.keys_and_values();
-            for (cache, fresh) in [(keys, new_keys), (values, new_values)] {
-                cache.par_chunks_mut(state.capacity * hd).zip(fresh.par_chunks(count * hd)).for_each(|(slab, rows)| {
-                    slab[past * hd..(past + count) * hd].copy_from_slice(rows);
-                });
+            let past_positions = Past { kv: cache.cached(past), recent: &cache.recent };
+            layer.forward(&pass, &no_lora, input, &mut kept[0], work, output, Some(past_positions))?;
+            let (new_keys, new_values, inputs) = work.keys_and_values();
+            cache.append(past, count, new_keys, new_values, shape);
+            if let Some(conv) = layer.block.attention.conv() {
+                conv.keep_recent(&mut cache.recent, inputs);
             }
         }
         state.history.extend_from_slice(new);
         self.finish(&dims, ws);
         let table = host(&self.network.embedding)?;
-        let (d, vocab) = (dims.d, cfg.vocab_size);
+        let (d, vocab) = (dims.d, self.network.output_rows());
         let mut logits = vec![0f32; vocab];
-        let last = Mat::new(&ws.hidden[(count - 1) * d..count * d], 1, d);
-        matmul(MatMut::new(&mut logits, 1, vocab), last, Mat::new(&table, vocab, d).t(), 1.0, false, Threads::All);
+        let mut last = ws.hidden[(count - 1) * d..count * d].to_vec();
+        self.as_output_reads(&mut last, d);
+        let (last, embedding) = (Mat::new(&last, 1, d), Mat::new(&table[..vocab * d], vocab, d));
+        matmul(MatMut::new(&mut logits, 1, vocab), last, embedding.t(), 1.0, false, Threads::All);
         Ok(logits)
     }
 }

@@ -3,10 +3,12 @@
 //! log-sum-exp, and the backward recomputes the block's probabilities from it. Nothing
 //! `T × T` outlives a block.
 //!
-//! Queries of a segment attend to every key of the segment's context (its shared prefix) and to
-//! their own segment's keys up to themselves. Buffers are head-major, `[heads, N, head_dim]`, so
-//! that one head's rows of one segment are one contiguous slice: tasks own disjoint slices, and
-//! the products are plain `gemm` calls on them.
+//! Queries of a segment attend to the keys of the segment's context (its shared prefix) and to
+//! their own segment's keys up to themselves; in a windowed layer (Needle 3) only to the last
+//! `window` positions, so a block reads only the keys inside its first query's window and the cost
+//! grows with `T·W`, not `T²`. Buffers are head-major, `[heads, N, width]`, so that one head's
+//! rows of one segment are one contiguous slice: tasks own disjoint slices, and the products are
+//! plain `gemm` calls on them. Queries and keys may be narrower than values (Needle 3's heads).
 
 use std::cell::RefCell;
 use std::ops::Range;
@@ -31,9 +33,14 @@ thread_local! {
 pub struct Heads {
     pub heads: usize,
     pub kv_heads: usize,
-    pub head_dim: usize,
+    /// Width of a query or key head.
+    pub qk: usize,
+    /// Width of a value head (and of the output's).
+    pub v: usize,
     /// Packed tokens.
     pub tokens: usize,
+    /// Positions a query sees back to, itself included (`None`: the whole row).
+    pub window: Option<usize>,
 }
 
 impl Heads {
@@ -41,12 +48,8 @@ impl Heads {
         self.heads / self.kv_heads
     }
 
-    fn slab(&self) -> usize {
-        self.tokens * self.head_dim
-    }
-
     fn scale(&self) -> f32 {
-        1.0 / (self.head_dim as f32).sqrt()
+        1.0 / (self.qk as f32).sqrt()
     }
 }
 
@@ -73,22 +76,54 @@ fn cut<T>(mut slab: &mut [T], ranges: impl Iterator<Item = Range<usize>>, width:
     parts
 }
 
-/// The keys a block of segment `seg` reads: the context's rows, then its own rows up to the block's
-/// end, as (rows of the context, rows of its own) in packed indices.
-fn key_rows(segments: &[Segment], seg: usize, rows: &Range<usize>) -> (Range<usize>, Range<usize>) {
-    let own = segments[seg];
-    let context = own.context.map_or(0..0, |c| segments[c].range());
-    (context, own.start..rows.end)
+/// The keys one block of queries reads, as positions of its row: its context's (a shared prefix or
+/// a decoding cache, positions `0..context_len`), then its own segment's, from the first position
+/// its first query sees to its last query. Read in that order, a position `p` is column `p − lo`.
+#[derive(Debug, Clone)]
+struct Span {
+    /// The first position read.
+    lo: usize,
+    /// The context's positions read (its rows, counted from its first).
+    context: Range<usize>,
+    /// The packed rows of its own segment read.
+    own: Range<usize>,
+    /// The position of the block's first query.
+    first: usize,
+    window: Option<usize>,
 }
 
-/// Keys (or values) a block reads, `rows × hd` each: its context's (a shared prefix, or a
-/// decoding cache), then its own segment's up to the block's end.
+impl Span {
+    /// The span of query rows `rows` of segment `seg`, whose context has `context_len` positions.
+    fn new(seg: &Segment, context_len: usize, rows: &Range<usize>, window: Option<usize>) -> Self {
+        let first = context_len + rows.start - seg.start;
+        let lo = first_seen(first, window);
+        let own_from = seg.start + lo.max(context_len) - context_len;
+        Self { lo, context: lo.min(context_len)..context_len, own: own_from..rows.end, first, window }
+    }
+
+    fn width(&self) -> usize {
+        self.context.len() + self.own.len()
+    }
+
+    /// The columns the block's query `r` sees.
+    fn visible(&self, r: usize) -> Range<usize> {
+        let position = self.first + r;
+        first_seen(position, self.window) - self.lo..position + 1 - self.lo
+    }
+}
+
+/// The first position a query at `position` sees.
+fn first_seen(position: usize, window: Option<usize>) -> usize {
+    window.map_or(0, |w| (position + 1).saturating_sub(w))
+}
+
+/// The rows `range` of one head's slab, as a `rows × width` matrix.
+fn rows_of<'a>(slab: &'a [f32], width: usize, range: &Range<usize>) -> Mat<'a> {
+    Mat::new(&slab[range.start * width..range.end * width], range.len(), width)
+}
+
+/// Keys (or values) a block reads, `rows × width` each: its context's, then its own segment's.
 type Keys<'a> = [Mat<'a>; 2];
-
-/// The rows `range` of one head's slab, as a `rows × hd` matrix.
-fn rows_of<'a>(slab: &'a [f32], hd: usize, range: &Range<usize>) -> Mat<'a> {
-    Mat::new(&slab[range.start * hd..range.end * hd], range.len(), hd)
-}
 
 /// Writes `scale · q_block · keysᵀ` into `scores` (`rows × (context + own)`), row-major.
 fn block_scores(q: Mat, keys: &Keys, scale: f32, scores: &mut [f32]) {
@@ -99,12 +134,6 @@ fn block_scores(q: Mat, keys: &Keys, scale: f32, scores: &mut [f32]) {
         matmul(dst, q, part.t(), scale, false, Threads::One);
         offset += part.rows();
     }
-}
-
-/// Keys visible to the block's row `r`: all of the context's, and its own segment's up to itself
-/// (`rows` are the block's packed rows, `own_start` its segment's first).
-fn visible(keys: &Keys, own_start: usize, rows: &Range<usize>, r: usize) -> usize {
-    keys[0].rows() + (rows.start + r - own_start + 1)
 }
 
 /// `out = p · values` over the context's and the own rows (`out += …` when `accumulate`).
@@ -121,25 +150,28 @@ fn times_values(p: &[f32], values: &Keys, out: &mut [f32], accumulate: bool) {
 }
 
 /// Keys and values of earlier positions held outside the pass (a decoding cache), head-major
-/// `[kv_heads, capacity, hd]` with the first `len` rows of each head filled: the context of every
-/// segment that has no shared prefix.
+/// `[kv_heads, capacity, width]`, each head's first `len − first` rows holding the positions
+/// `first..len` (a windowed layer's cache drops the positions no later query sees): the context
+/// of every segment that has no shared prefix.
 #[derive(Debug, Clone, Copy)]
 pub struct Cached<'a> {
     pub k: &'a [f32],
     pub v: &'a [f32],
+    pub first: usize,
     pub len: usize,
     pub capacity: usize,
 }
 
 impl<'a> Cached<'a> {
-    /// Kv head `kv`'s filled rows of `buf` (its keys or its values).
-    fn head(&self, buf: &'a [f32], kv: usize, hd: usize) -> Mat<'a> {
-        Mat::new(&buf[kv * self.capacity * hd..][..self.len * hd], self.len, hd)
+    /// Kv head `kv`'s positions `range` of `buf` (its keys or its values), rows of `width`.
+    fn rows(&self, buf: &'a [f32], kv: usize, width: usize, range: &Range<usize>) -> Mat<'a> {
+        let held = range.start - self.first..range.end - self.first;
+        rows_of(&buf[kv * self.capacity * width..][..(self.len - self.first) * width], width, &held)
     }
 }
 
-/// Forward: `out` `[heads, N, hd]` and `lse` `[heads, N]` from `q` `[heads, N, hd]`, `k` and `v`
-/// `[kv_heads, N, hd]`, after the `cached` positions when decoding.
+/// Forward: `out` `[heads, N, v]` and `lse` `[heads, N]` from `q` `[heads, N, qk]`, `k`
+/// `[kv_heads, N, qk]` and `v` `[kv_heads, N, v]`, after the `cached` positions when decoding.
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
     geometry: Heads,
@@ -151,12 +183,12 @@ pub fn forward(
     out: &mut [f32],
     lse: &mut [f32],
 ) {
-    let Heads { head_dim: hd, tokens, .. } = geometry;
-    let (slab, scale, group) = (geometry.slab(), geometry.scale(), geometry.group());
+    let Heads { qk, v: vd, tokens, window, .. } = geometry;
+    let (scale, group) = (geometry.scale(), geometry.group());
     let blocks = blocks(segments);
     let mut tasks = Vec::new();
-    for (h, (out_h, lse_h)) in out.chunks_mut(slab).zip(lse.chunks_mut(tokens)).enumerate() {
-        let outs = cut(out_h, blocks.iter().map(|(_, r)| r.clone()), hd);
+    for (h, (out_h, lse_h)) in out.chunks_mut(tokens * vd).zip(lse.chunks_mut(tokens)).enumerate() {
+        let outs = cut(out_h, blocks.iter().map(|(_, r)| r.clone()), vd);
         let lses = cut(lse_h, blocks.iter().map(|(_, r)| r.clone()), 1);
         tasks.extend(blocks.iter().zip(outs.into_iter().zip(lses)).map(|((s, rows), o)| (h, *s, rows.clone(), o)));
     }
@@ -165,27 +197,40 @@ pub fn forward(
             #[inline(always)]
             || {
                 let kv = h / group;
-                let (k, v) = (&k[kv * slab..(kv + 1) * slab], &v[kv * slab..(kv + 1) * slab]);
-                let (context, own) = key_rows(segments, seg, &rows);
-                let (context_k, context_v) = match cached.filter(|_| context.is_empty()) {
-                    Some(cached) => (cached.head(cached.k, kv, hd), cached.head(cached.v, kv, hd)),
-                    None => (rows_of(k, hd, &context), rows_of(v, hd, &context)),
+                let (k, v) = (&k[kv * tokens * qk..][..tokens * qk], &v[kv * tokens * vd..][..tokens * vd]);
+                let own = segments[seg];
+                let (keys, values, span) = match (own.context, cached) {
+                    (None, Some(cached)) => {
+                        let span = Span::new(&own, cached.len, &rows, window);
+                        let keys = [cached.rows(cached.k, kv, qk, &span.context), rows_of(k, qk, &span.own)];
+                        let values = [cached.rows(cached.v, kv, vd, &span.context), rows_of(v, vd, &span.own)];
+                        (keys, values, span)
+                    }
+                    (context, _) => {
+                        let context = context.map(|c| segments[c]);
+                        let span = Span::new(&own, context.map_or(0, |c| c.len), &rows, window);
+                        let from = context.map_or(0, |c| c.start);
+                        let context_rows = from + span.context.start..from + span.context.end;
+                        let keys = [rows_of(k, qk, &context_rows), rows_of(k, qk, &span.own)];
+                        let values = [rows_of(v, vd, &context_rows), rows_of(v, vd, &span.own)];
+                        (keys, values, span)
+                    }
                 };
-                let keys = [context_k, rows_of(k, hd, &own)];
-                let values = [context_v, rows_of(v, hd, &own)];
-                let width = keys[0].rows() + keys[1].rows();
+                let width = span.width();
                 SCRATCH.with_borrow_mut(|(scores, _)| {
                     scores.resize(rows.len() * width, 0.0);
-                    let q_block = rows_of(&q[h * slab..(h + 1) * slab], hd, &rows);
+                    let q_block = rows_of(&q[h * tokens * qk..][..tokens * qk], qk, &rows);
                     block_scores(q_block, &keys, scale, scores);
                     for (r, row) in scores.chunks_mut(width).enumerate() {
-                        let seen = visible(&keys, own.start, &rows, r);
-                        let max = row[..seen].iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                        row[..seen].iter_mut().for_each(|s| *s = exp(*s - max));
-                        let sum = sum(&row[..seen]);
+                        let seen = span.visible(r);
+                        let part = &mut row[seen.clone()];
+                        let max = part.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                        part.iter_mut().for_each(|s| *s = exp(*s - max));
+                        let sum = sum(part);
                         let inverse = 1.0 / sum;
-                        row[..seen].iter_mut().for_each(|s| *s *= inverse);
-                        row[seen..].fill(0.0);
+                        part.iter_mut().for_each(|s| *s *= inverse);
+                        row[..seen.start].fill(0.0);
+                        row[seen.end..].fill(0.0);
                         lse[r] = max + sum.ln();
                     }
                     times_values(scores, &values, out, false);
@@ -204,113 +249,133 @@ pub struct Saved<'a> {
     pub lse: &'a [f32],
 }
 
-/// Backward: `dq` `[heads, N, hd]`, `dk` and `dv` `[kv_heads, N, hd]` (all overwritten) from the
-/// output's gradient `dout` `[heads, N, hd]`.
-pub fn backward(
-    geometry: Heads,
-    segments: &[Segment],
-    families: &[Family],
-    saved: &Saved,
-    dout: &[f32],
-    dq: &mut [f32],
-    dk: &mut [f32],
-    dv: &mut [f32],
-) {
-    let Heads { head_dim: hd, tokens, .. } = geometry;
-    let (slab, scale, group) = (geometry.slab(), geometry.scale(), geometry.group());
+/// Gradients of the forward's inputs, all overwritten: `q` `[heads, N, qk]`, `k` `[kv_heads, N,
+/// qk]` and `v` `[kv_heads, N, v]`.
+pub struct Grads<'a> {
+    pub q: &'a mut [f32],
+    pub k: &'a mut [f32],
+    pub v: &'a mut [f32],
+}
+
+/// Backward: the inputs' gradients from the output's gradient `dout` `[heads, N, v]`.
+pub fn backward(geometry: Heads, segments: &[Segment], families: &[Family], saved: &Saved, dout: &[f32], grads: Grads) {
+    let Heads { qk, v: vd, tokens, .. } = geometry;
+    let group = geometry.group();
     // D = rowsum(dO ⊙ O) per query and head: the softmax backward's correction term.
-    let correction: Vec<f32> = dout.par_chunks(hd).zip(saved.out.par_chunks(hd)).map(|(g, o)| dot(g, o)).collect();
-    dk.fill(0.0);
-    dv.fill(0.0);
+    let correction: Vec<f32> = dout.par_chunks(vd).zip(saved.out.par_chunks(vd)).map(|(g, o)| dot(g, o)).collect();
+    grads.k.fill(0.0);
+    grads.v.fill(0.0);
     // One task per (kv head, family): it owns that kv head's key and value rows of the family and
     // the query rows of the family for every query head of the group.
     let mut tasks = Vec::new();
-    let dq_groups = dq.chunks_mut(group * slab);
-    for (kv, ((dk_h, dv_h), dq_group)) in dk.chunks_mut(slab).zip(dv.chunks_mut(slab)).zip(dq_groups).enumerate() {
+    let dk_heads = grads.k.chunks_mut(tokens * qk);
+    let dv_heads = grads.v.chunks_mut(tokens * vd);
+    for (kv, ((dk_h, dv_h), dq_group)) in
+        dk_heads.zip(dv_heads).zip(grads.q.chunks_mut(group * tokens * qk)).enumerate()
+    {
         let ranges = || families.iter().map(|family| family.range.clone());
-        let dks = cut(dk_h, ranges(), hd);
-        let dvs = cut(dv_h, ranges(), hd);
+        let dks = cut(dk_h, ranges(), qk);
+        let dvs = cut(dv_h, ranges(), vd);
         let mut dqs: Vec<Vec<&mut [f32]>> = families.iter().map(|_| Vec::new()).collect();
-        for dq_h in dq_group.chunks_mut(slab) {
-            for (family, part) in cut(dq_h, ranges(), hd).into_iter().enumerate() {
+        for dq_h in dq_group.chunks_mut(tokens * qk) {
+            for (family, part) in cut(dq_h, ranges(), qk).into_iter().enumerate() {
                 dqs[family].push(part);
             }
         }
-        for ((family, dk_f), (dv_f, dq_f)) in families.iter().zip(dks).zip(dvs.into_iter().zip(dqs)) {
-            tasks.push((kv, family, dk_f, dv_f, dq_f));
+        for ((family, dk), (dv, dq)) in families.iter().zip(dks).zip(dvs.into_iter().zip(dqs)) {
+            tasks.push((kv, family, FamilyGrads { dk, dv, dq }));
         }
     }
-    tasks.into_par_iter().for_each(|(kv, family, dk_f, dv_f, mut dq_f)| {
+    tasks.into_par_iter().for_each(|(kv, family, mut grads)| {
         widest(
             #[inline(always)]
             || {
-                let base = family.range.start;
-                let (k, v) = (&saved.k[kv * slab..(kv + 1) * slab], &saved.v[kv * slab..(kv + 1) * slab]);
-                SCRATCH.with_borrow_mut(|(p, ds)| {
-                    for (g, dq_h) in dq_f.iter_mut().enumerate() {
-                        let h = kv * group + g;
-                        let head = h * slab..(h + 1) * slab;
-                        let (q, o_grad) = (&saved.q[head.clone()], &dout[head]);
-                        for seg in family.segments() {
-                            let own = segments[seg];
-                            for rows in segment_blocks(&own) {
-                                let ranges = key_rows(segments, seg, &rows);
-                                let keys = [rows_of(k, hd, &ranges.0), rows_of(k, hd, &ranges.1)];
-                                let values = [rows_of(v, hd, &ranges.0), rows_of(v, hd, &ranges.1)];
-                                let width = ranges.0.len() + ranges.1.len();
-                                let q_block = rows_of(q, hd, &rows);
-                                let g_block = rows_of(o_grad, hd, &rows);
-                                // P from the saved log-sum-exp, then dP = dO·Vᵀ.
-                                p.resize(rows.len() * width, 0.0);
-                                ds.resize(rows.len() * width, 0.0);
-                                block_scores(q_block, &keys, scale, p);
-                                for (r, row) in p.chunks_mut(width).enumerate() {
-                                    let seen = visible(&keys, own.start, &rows, r);
-                                    let lse = saved.lse[h * tokens + rows.start + r];
-                                    row[..seen].iter_mut().for_each(|s| *s = exp(*s - lse));
-                                    row[seen..].fill(0.0);
-                                }
-                                block_scores(g_block, &values, 1.0, ds);
-                                // dS = P ⊙ (dP − D) · scale.
-                                for (r, (ds_row, p_row)) in ds.chunks_mut(width).zip(p.chunks(width)).enumerate() {
-                                    let d = correction[h * tokens + rows.start + r];
-                                    ds_row.iter_mut().zip(p_row).for_each(|(ds, p)| *ds = p * (*ds - d) * scale);
-                                }
-                                // dQ = dS·K, written for the block's rows.
-                                let dq_rows = &mut dq_h[(rows.start - base) * hd..(rows.end - base) * hd];
-                                times_values(ds, &keys, dq_rows, false);
-                                // dK += dSᵀ·Q and dV += Pᵀ·dO over the keys the block read.
-                                for (offset, range) in [(0, &ranges.0), (ranges.0.len(), &ranges.1)] {
-                                    if range.is_empty() {
-                                        continue;
-                                    }
-                                    let at = (range.start - base) * hd..(range.end - base) * hd;
-                                    let ds_part = Mat::strided(&ds[offset..], rows.len(), range.len(), width).t();
-                                    let p_part = Mat::strided(&p[offset..], rows.len(), range.len(), width).t();
-                                    matmul(
-                                        MatMut::new(&mut dk_f[at.clone()], range.len(), hd),
-                                        ds_part,
-                                        q_block,
-                                        1.0,
-                                        true,
-                                        Threads::One,
-                                    );
-                                    matmul(
-                                        MatMut::new(&mut dv_f[at], range.len(), hd),
-                                        p_part,
-                                        g_block,
-                                        1.0,
-                                        true,
-                                        Threads::One,
-                                    );
-                                }
-                            }
-                        }
-                    }
-                });
+                let task = FamilyTask { geometry, segments, saved, dout, correction: &correction, kv, family };
+                for g in 0..group {
+                    task.head(g, &mut grads);
+                }
             },
         )
     });
+}
+
+/// One task's share of the gradients: a kv head's key and value rows of a family, and the family's
+/// query rows of each query head of the group.
+struct FamilyGrads<'a> {
+    dk: &'a mut [f32],
+    dv: &'a mut [f32],
+    dq: Vec<&'a mut [f32]>,
+}
+
+/// What a backward task reads.
+struct FamilyTask<'a> {
+    geometry: Heads,
+    segments: &'a [Segment],
+    saved: &'a Saved<'a>,
+    dout: &'a [f32],
+    correction: &'a [f32],
+    kv: usize,
+    family: &'a Family,
+}
+
+impl FamilyTask<'_> {
+    /// The gradients of query head `g` of the group over every block of the family.
+    #[inline(always)]
+    fn head(&self, g: usize, grads: &mut FamilyGrads) {
+        let Heads { qk, v: vd, tokens, window, .. } = self.geometry;
+        let (kv, base, scale) = (self.kv, self.family.range.start, self.geometry.scale());
+        let h = kv * self.geometry.group() + g;
+        let saved = self.saved;
+        let (k, v) = (&saved.k[kv * tokens * qk..][..tokens * qk], &saved.v[kv * tokens * vd..][..tokens * vd]);
+        let (q, o_grad) = (&saved.q[h * tokens * qk..][..tokens * qk], &self.dout[h * tokens * vd..][..tokens * vd]);
+        SCRATCH.with_borrow_mut(|(p, ds)| {
+            for seg in self.family.segments() {
+                let own = self.segments[seg];
+                let context = own.context.map(|c| self.segments[c]);
+                for rows in segment_blocks(&own) {
+                    let span = Span::new(&own, context.map_or(0, |c| c.len), &rows, window);
+                    let from = context.map_or(0, |c| c.start);
+                    let ranges = [from + span.context.start..from + span.context.end, span.own.clone()];
+                    let keys = [rows_of(k, qk, &ranges[0]), rows_of(k, qk, &ranges[1])];
+                    let values = [rows_of(v, vd, &ranges[0]), rows_of(v, vd, &ranges[1])];
+                    let width = span.width();
+                    let (q_block, g_block) = (rows_of(q, qk, &rows), rows_of(o_grad, vd, &rows));
+                    // P from the saved log-sum-exp, then dP = dO·Vᵀ.
+                    p.resize(rows.len() * width, 0.0);
+                    ds.resize(rows.len() * width, 0.0);
+                    block_scores(q_block, &keys, scale, p);
+                    for (r, row) in p.chunks_mut(width).enumerate() {
+                        let seen = span.visible(r);
+                        let lse = saved.lse[h * tokens + rows.start + r];
+                        row[seen.clone()].iter_mut().for_each(|s| *s = exp(*s - lse));
+                        row[..seen.start].fill(0.0);
+                        row[seen.end..].fill(0.0);
+                    }
+                    block_scores(g_block, &values, 1.0, ds);
+                    // dS = P ⊙ (dP − D) · scale.
+                    for (r, (ds_row, p_row)) in ds.chunks_mut(width).zip(p.chunks(width)).enumerate() {
+                        let d = self.correction[h * tokens + rows.start + r];
+                        ds_row.iter_mut().zip(p_row).for_each(|(ds, p)| *ds = p * (*ds - d) * scale);
+                    }
+                    // dQ = dS·K, written for the block's rows.
+                    let dq_rows = &mut grads.dq[g][(rows.start - base) * qk..(rows.end - base) * qk];
+                    times_values(ds, &keys, dq_rows, false);
+                    // dK += dSᵀ·Q and dV += Pᵀ·dO over the keys the block read.
+                    let mut offset = 0;
+                    for range in ranges.iter().filter(|r| !r.is_empty()) {
+                        let (n, at) = (range.len(), range.start - base);
+                        let ds_part = Mat::strided(&ds[offset..], rows.len(), n, width).t();
+                        let p_part = Mat::strided(&p[offset..], rows.len(), n, width).t();
+                        let dk = MatMut::new(&mut grads.dk[at * qk..(at + n) * qk], n, qk);
+                        matmul(dk, ds_part, q_block, 1.0, true, Threads::One);
+                        let dv = MatMut::new(&mut grads.dv[at * vd..(at + n) * vd], n, vd);
+                        matmul(dv, p_part, g_block, 1.0, true, Threads::One);
+                        offset += n;
+                    }
+                }
+            }
+        });
+    }
 }
 
 #[cfg(test)]
@@ -319,16 +384,18 @@ mod tests {
     use crate::dataset::Encoded;
     use crate::model::packing::Packing;
 
-    /// Plain attention of one row (`[T, hd]` per head), by the definition.
-    fn naive(q: &[Vec<f32>], k: &[Vec<f32>], v: &[Vec<f32>], scale: f32) -> Vec<Vec<f32>> {
+    /// Plain attention of one row (`[T, width]` per head), by the definition: query t sees keys
+    /// `t − window < j ≤ t`.
+    fn naive(q: &[Vec<f32>], k: &[Vec<f32>], v: &[Vec<f32>], scale: f32, window: Option<usize>) -> Vec<Vec<f32>> {
         q.iter()
             .enumerate()
             .map(|(t, qt)| {
-                let scores: Vec<f32> = (0..=t).map(|j| scale * dot(qt, &k[j])).collect();
+                let seen = first_seen(t, window)..t + 1;
+                let scores: Vec<f32> = seen.clone().map(|j| scale * dot(qt, &k[j])).collect();
                 let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let e: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
                 let sum: f32 = e.iter().sum();
-                (0..qt.len()).map(|c| (0..=t).map(|j| e[j] / sum * v[j][c]).sum()).collect()
+                (0..v[0].len()).map(|c| seen.clone().zip(&e).map(|(j, e)| e / sum * v[j][c]).sum()).collect()
             })
             .collect()
     }
@@ -339,10 +406,11 @@ mod tests {
             .collect()
     }
 
+    /// Rows of 150 and 90 tokens sharing 70 (blocks cross the prefix and tail boundaries), plus a
+    /// row sharing nothing; 4 query heads over 2 kv heads, keys narrower than values; with and
+    /// without a window shorter than the prefix and than a block.
     #[test]
     fn shared_prefix_attention_is_each_rows_own_causal_attention() {
-        // Rows of 150 and 90 tokens sharing 70 (blocks cross the prefix and tail boundaries), plus a
-        // row sharing nothing; 4 query heads over 2 kv heads.
         let rows: Vec<Encoded> = [(150usize, 1000u32), (90, 2000), (40, 3000)]
             .iter()
             .enumerate()
@@ -353,39 +421,48 @@ mod tests {
             .collect();
         let packing = Packing::new(&rows, true).unwrap();
         assert_eq!(packing.len(), 70 + 80 + 20 + 40);
-        let geometry = Heads { heads: 4, kv_heads: 2, head_dim: 8, tokens: packing.len() };
-        let (n, hd) = (packing.len(), 8);
-        let (q, k, v) = (values(4 * n * hd, 1), values(2 * n * hd, 2), values(2 * n * hd, 3));
-        let (mut out, mut lse) = (vec![0f32; 4 * n * hd], vec![0f32; 4 * n]);
+        for window in [None, Some(50), Some(9)] {
+            check_against_naive(&rows, &packing, window);
+        }
+    }
+
+    fn check_against_naive(rows: &[Encoded], packing: &Packing, window: Option<usize>) {
+        let (n, qk, vd) = (packing.len(), 8, 6);
+        let geometry = Heads { heads: 4, kv_heads: 2, qk, v: vd, tokens: n, window };
+        let (q, k, v) = (values(4 * n * qk, 1), values(2 * n * qk, 2), values(2 * n * vd, 3));
+        let (mut out, mut lse) = (vec![0f32; 4 * n * vd], vec![0f32; 4 * n]);
         forward(geometry, packing.segments(), &q, &k, &v, None, &mut out, &mut lse);
-        let at = |buf: &[f32], h: usize, i: usize| buf[(h * n + i) * hd..(h * n + i + 1) * hd].to_vec();
+        let at = |buf: &[f32], width: usize, h: usize, i: usize| buf[(h * n + i) * width..][..width].to_vec();
         for (r, row) in rows.iter().enumerate() {
             let len = row.ids.len();
             for h in 0..4 {
                 let index = |t| packing.index(r, t);
-                let gather = |buf: &[f32], head| (0..len).map(|t| at(buf, head, index(t))).collect::<Vec<_>>();
-                let want = naive(&gather(&q, h), &gather(&k, h / 2), &gather(&v, h / 2), geometry.scale());
+                let gather =
+                    |buf: &[f32], width, head| (0..len).map(|t| at(buf, width, head, index(t))).collect::<Vec<_>>();
+                let want =
+                    naive(&gather(&q, qk, h), &gather(&k, qk, h / 2), &gather(&v, vd, h / 2), geometry.scale(), window);
                 for t in 0..len {
-                    let got = at(&out, h, index(t));
+                    let got = at(&out, vd, h, index(t));
                     let diff = got.iter().zip(&want[t]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-                    assert!(diff < 1e-5, "row {r} head {h} t {t}: off by {diff}");
+                    assert!(diff < 1e-5, "window {window:?}, row {r} head {h} t {t}: off by {diff}");
                 }
             }
         }
 
         // The backward against finite differences of Σ out·probe, on a few coordinates of each input.
-        let probe = values(4 * n * hd, 4);
+        let probe = values(4 * n * vd, 4);
         let objective = |q: &[f32], k: &[f32], v: &[f32]| -> f64 {
-            let (mut out, mut lse) = (vec![0f32; 4 * n * hd], vec![0f32; 4 * n]);
+            let (mut out, mut lse) = (vec![0f32; 4 * n * vd], vec![0f32; 4 * n]);
             forward(geometry, packing.segments(), q, k, v, None, &mut out, &mut lse);
             out.iter().zip(&probe).map(|(o, p)| f64::from(o * p)).sum()
         };
         let (mut dq, mut dk, mut dv) = (vec![0f32; q.len()], vec![0f32; k.len()], vec![0f32; v.len()]);
         let saved = Saved { q: &q, k: &k, v: &v, out: &out, lse: &lse };
-        backward(geometry, packing.segments(), &packing.families(), &saved, &probe, &mut dq, &mut dk, &mut dv);
+        let grads = Grads { q: &mut dq, k: &mut dk, v: &mut dv };
+        backward(geometry, packing.segments(), &packing.families(), &saved, &probe, grads);
         let step = 1e-2f32;
-        for (which, grad) in [(0, &dq), (1, &dk), (2, &dv)] {
-            for index in [0, 5 * hd + 3, 69 * hd + 1, 75 * hd + 2, 171 * hd + 7, grad.len() - 1] {
+        for (which, grad, width) in [(0, &dq, qk), (1, &dk, qk), (2, &dv, vd)] {
+            for index in [0, 5 * width + 3, 69 * width + 1, 75 * width + 2, 171 * width + 5, grad.len() - 1] {
                 let nudged = |delta: f32| {
                     let mut inputs = [q.clone(), k.clone(), v.clone()];
                     inputs[which][index] += delta;
@@ -395,7 +472,7 @@ mod tests {
                 let analytic = f64::from(grad[index]);
                 assert!(
                     (numeric - analytic).abs() < 2e-3 * (1.0 + analytic.abs()),
-                    "input {which}[{index}]: {analytic} vs {numeric}"
+                    "window {window:?}, input {which}[{index}]: {analytic} vs {numeric}"
                 );
             }
         }

@@ -59,6 +59,20 @@ impl<'a> MatMut<'a> {
         assert!(fits(data.len(), rows, cols, row_stride, 1), "matrix view {rows}×{cols} outside its buffer");
         Self { data, rows, cols, row_stride }
     }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The same view, borrowed again (to write it in one product and keep it for the next).
+    pub fn reborrow(&mut self) -> MatMut<'_> {
+        MatMut { data: &mut *self.data, ..*self }
+    }
+
+    /// The view, read-only.
+    pub fn as_mat(&self) -> Mat<'_> {
+        Mat::strided(self.data, self.rows, self.cols, self.row_stride)
+    }
 }
 
 /// Whether a `rows × cols` view with these strides stays inside `len` elements.

@@ -10,10 +10,20 @@
 //! stays the reference for what is computed: the parity tests check this one against it and
 //! against the reference's goldens. CUDA and Metal run the candle path.
 
+mod attention;
+mod block;
+mod conv;
 mod decode;
+mod engram;
 mod flash;
+mod kv_cache;
+mod lanes;
 mod layer;
 mod mat;
+mod mlp;
+mod monarch;
+#[cfg(test)]
+mod parity_tests;
 
 pub use decode::CpuDecode;
 
@@ -24,13 +34,18 @@ use std::sync::Arc;
 use candle_core::{bail, CpuStorage, Storage, Tensor};
 use rayon::prelude::*;
 
-use self::layer::{FactorGrads, HostLayer, Kept, Work};
+use self::attention::FactorGrads;
+use self::conv::Reads;
+use self::engram::Site;
+use self::layer::{HostLayer, Kept, Work};
 use self::mat::{matmul, Mat, MatMut, Threads};
-use super::kernels::{exp, log_sum_exp, rms_norm_backward_row, rms_norm_row, widest, RopeTables};
+use super::kernels::{exp, fake_quant_row, log_sum_exp, rms_norm_backward_row, rms_norm_row, widest, RopeTables};
 use super::linear::LowRank;
 use super::packing::{Family, Packing, Segment};
+use super::params::QAT_WEIGHT_BITS;
 use super::Network;
 use super::Result;
+use crate::cact::quant::cq_round_trip;
 
 /// Scored positions projected to the vocabulary at a time: bounds the logits buffer.
 const LOGIT_ROWS: usize = 512;
@@ -70,12 +85,14 @@ struct Dims {
     tokens: usize,
     lanes: usize,
     d: usize,
-    attn: usize,
-    kv: usize,
     heads: usize,
     kv_heads: usize,
-    head_dim: usize,
+    /// The width of a query or key head, and of a value head.
+    qk: usize,
+    v: usize,
     rank: usize,
+    /// Whether the layers convolve Q, K and V (Needle 3).
+    conv: bool,
 }
 
 impl Dims {
@@ -84,8 +101,30 @@ impl Dims {
         2 * self.lanes + self.lanes * self.lanes + 1
     }
 
+    fn q_width(&self) -> usize {
+        self.heads * self.qk
+    }
+
+    fn k_width(&self) -> usize {
+        self.kv_heads * self.qk
+    }
+
+    fn v_width(&self) -> usize {
+        self.kv_heads * self.v
+    }
+
+    /// The width of the attention's output: its gate, and the output projection's input.
+    fn o_width(&self) -> usize {
+        self.heads * self.v
+    }
+
+    /// The width of the q, k and v projections together: what the convolution reads.
+    fn qkv_width(&self) -> usize {
+        self.q_width() + self.k_width() + self.v_width()
+    }
+
     fn proj_width(&self) -> usize {
-        2 * self.attn + 2 * self.kv
+        self.qkv_width() + self.o_width()
     }
 
     /// (first column, width) of `Z`'s pre, post and res gate logits in a mix row.
@@ -96,15 +135,9 @@ impl Dims {
 
     /// (first column, width) of the q, k, v and gate projections in a projection row.
     fn proj_columns(&self) -> [(usize, usize); 4] {
-        let (a, kv) = (self.attn, self.kv);
-        [(0, a), (a, kv), (a + kv, kv), (a + 2 * kv, a)]
+        let (q, k, v, o) = (self.q_width(), self.k_width(), self.v_width(), self.o_width());
+        [(0, q), (q, k), (q + k, v), (q + k + v, o)]
     }
-}
-
-/// One engram site's memory of a pass, on the host: unit keys and values `[N, d]`.
-struct Site {
-    key_unit: Vec<f32>,
-    value: Vec<f32>,
 }
 
 /// What every layer of a pass reads besides its lanes.
@@ -115,15 +148,20 @@ struct Pass {
     families: Vec<Family>,
     rope: Arc<RopeTables>,
     sites: Vec<Site>,
+    /// The tokens Needle 3's Q/K/V convolution reads.
+    conv: Option<Reads>,
     lora_scale: f32,
     /// A unit gain, for the RMS normalisations that have none.
     ones: Vec<f32>,
 }
 
-/// A LoRA factor of one projection on the host: `A` `[in, r]`, `B` `[r, out]`.
+/// A LoRA factor of one projection on the host: `A` `[in, r]`, `B` `[r, out]`, and under QAT the
+/// kernel it adapts merged with it and through CQ, `CQ(W + s·A·B)` held transposed, `[out, in]`
+/// (what the pass multiplies by instead of `W`).
 struct ProjectionLora {
     a: Vec<f32>,
     b: Vec<f32>,
+    merged: Option<Vec<f32>>,
 }
 
 /// Gradients of the factors of a [`LowRank`], by kernel path and layer: `(dA, dB)` flattened, in
@@ -158,7 +196,8 @@ pub struct Workspace {
 }
 
 impl CpuNetwork {
-    /// Whether the CPU path can run `network`: its weights are f32 tensors on the CPU.
+    /// Whether the CPU path can run `network`: its weights are f32 tensors on the CPU (of either
+    /// generation).
     pub fn supports(network: &Network) -> bool {
         network.device().is_cpu()
             && network.embedding.dtype() == candle_core::DType::F32
@@ -166,7 +205,10 @@ impl CpuNetwork {
     }
 
     pub fn new(network: &Network) -> Result<Self> {
-        let layers = network.stack.layers.iter().map(HostLayer::new).collect::<Result<_>>()?;
+        let cfg = network.config();
+        let layers = (network.stack.layers.iter().enumerate())
+            .map(|(l, layer)| HostLayer::new(layer, cfg.attention_window(l)))
+            .collect::<Result<_>>()?;
         Ok(Self { layers, final_gain: network.stack.final_norm.gain()?, network: network.clone() })
     }
 
@@ -195,11 +237,15 @@ impl CpuNetwork {
         let dims = dims_of(cfg, rank, packing.len());
         let sites = self.sites(packing, 0)?;
         let mut lora = Vec::with_capacity(self.layers.len());
+        let scale = low_rank.map_or(0.0, |l| l.scale as f32);
         for layer in &self.layers {
             let mut factors: [Option<ProjectionLora>; 5] = Default::default();
-            for (slot, linear) in factors.iter_mut().zip(&layer.proj) {
+            for (slot, linear) in factors.iter_mut().zip(&layer.block.attention.proj) {
                 if let Some((a, b)) = low_rank.and_then(|l| l.get(&linear.path, linear.layer)) {
-                    *slot = Some(ProjectionLora { a: a.flatten_all()?.to_vec1()?, b: b.flatten_all()?.to_vec1()? });
+                    let (a, b) = (a.flatten_all()?.to_vec1()?, b.flatten_all()?.to_vec1()?);
+                    let merged =
+                        linear.stored.as_ref().map(|stored| merged_through_cq(stored, &a, &b, scale)).transpose()?;
+                    *slot = Some(ProjectionLora { a, b, merged });
                 }
             }
             lora.push(factors);
@@ -209,9 +255,10 @@ impl CpuNetwork {
             positions: packing.positions.clone(),
             segments: packing.segments().to_vec(),
             families: packing.families(),
-            rope: Arc::new(RopeTables::new(dims.head_dim, packing.longest_row(), cfg.rope_theta)),
+            rope: Arc::new(RopeTables::new(dims.qk, packing.longest_row(), cfg.rope_theta)),
             sites,
-            lora_scale: low_rank.map_or(0.0, |l| l.scale as f32),
+            conv: (cfg.qkv_conv_taps > 0).then(|| Reads::new(packing, cfg.qkv_conv_taps)),
+            lora_scale: scale,
             ones: vec![1.0; dims.d],
         };
         Ok((pass, lora))
@@ -277,14 +324,22 @@ impl CpuNetwork {
         );
     }
 
+    /// Hidden states (rows of `d`) as the output head reads them: under QAT as the runtime's int8
+    /// activations (straight-through for the gradient).
+    fn as_output_reads(&self, rows: &mut [f32], d: usize) {
+        if let Some(qat) = self.network.qat() {
+            rows.par_chunks_mut(d).for_each(|row| fake_quant_row(row, qat.act_bits));
+        }
+    }
+
     /// `Σ ce·weight` over the scored positions of `packing`, from the final hidden states; with
     /// `gradient`, also `d(Σ ce·weight / normalizer)/d hidden` into `ws.grad_hidden`.
     fn scored_loss(&self, packing: &Packing, dims: &Dims, ws: &mut Workspace, gradient: Option<f64>) -> Result<f64> {
         let scored = packing.scored();
         let d = dims.d;
         let table = host(&self.network.embedding)?;
-        let vocab = table.len() / d;
-        let embedding = Mat::new(&table, vocab, d);
+        let vocab = self.network.output_rows();
+        let embedding = Mat::new(&table[..vocab * d], vocab, d);
         if gradient.is_some() {
             ws.grad_hidden.fill(0.0);
         }
@@ -298,6 +353,7 @@ impl CpuNetwork {
             for &p in &scored.positions[start..end] {
                 gathered.extend_from_slice(&ws.hidden[p as usize * d..][..d]);
             }
+            self.as_output_reads(&mut gathered, d);
             ws.logits.resize(rows * vocab, 0.0);
             matmul(
                 MatMut::new(&mut ws.logits, rows, vocab),
@@ -404,7 +460,8 @@ impl CpuNetwork {
 
         for (l, layer) in self.layers.iter().enumerate().rev() {
             let mut factor_grads: [Option<FactorGrads>; 5] = Default::default();
-            for (slot, (factor, linear)) in factor_grads.iter_mut().zip(lora[l].iter().zip(&layer.proj)) {
+            let proj = &layer.block.attention.proj;
+            for (slot, (factor, linear)) in factor_grads.iter_mut().zip(lora[l].iter().zip(proj)) {
                 if let Some(factor) = factor {
                     let entry = grads.entry((linear.path.clone(), linear.layer));
                     let (ga, gb) = entry.or_insert_with(|| (vec![0.0; factor.a.len()], vec![0.0; factor.b.len()]));
@@ -421,7 +478,7 @@ impl CpuNetwork {
             };
             layer.backward(&pass, &lora[l], &lanes[l], kept, work, grad_in, grad_out, &mut factor_grads)?;
             std::mem::swap(grad_in, grad_out);
-            for (factor, linear) in factor_grads.into_iter().zip(&layer.proj) {
+            for (factor, linear) in factor_grads.into_iter().zip(proj) {
                 if let Some(values) = factor {
                     grads.insert((linear.path.clone(), linear.layer), values);
                 }
@@ -451,6 +508,32 @@ impl Workspace {
     }
 }
 
+/// `CQ(W + s·A·B)` of a stored kernel `W` `[in, out]` and its factors, as QAT computes with an
+/// adapted kernel (see [`crate::model::linear::Linear::forward`]), transposed: `[out, in]`, the rows
+/// of `in` that CQ's groups run along, which the pass reads as a transposed view.
+fn merged_through_cq(stored: &Tensor, a: &[f32], b: &[f32], scale: f32) -> Result<Vec<f32>> {
+    let (d_in, d_out) = stored.dims2()?;
+    let r = a.len() / d_in;
+    // (A·B)ᵀ = Bᵀ·Aᵀ, then `W + (A·B)·s` in the candle path's order of operations: the quantizer
+    // turns a last-bit difference into a whole level now and then.
+    let mut rows = vec![0f32; d_in * d_out];
+    let (a, b) = (Mat::new(a, d_in, r), Mat::new(b, r, d_out));
+    matmul(MatMut::new(&mut rows, d_out, d_in), b.t(), a.t(), 1.0, false, Threads::All);
+    let stored = host(stored)?;
+    rows.par_chunks_mut(TILE * d_in).enumerate().for_each(|(tile, rows)| {
+        let first = tile * TILE;
+        for (i, w) in stored.chunks(d_out).enumerate() {
+            for (c, row) in rows.chunks_mut(d_in).enumerate() {
+                row[i] = w[first + c] + row[i] * scale;
+            }
+        }
+    });
+    Ok(cq_round_trip(&rows, d_in, QAT_WEIGHT_BITS))
+}
+
+/// Rows of a transposed kernel written together: a cache line of the kernel's row.
+const TILE: usize = 16;
+
 /// Layer `l`'s input lanes and the buffer its output goes to.
 fn lane_pair(lanes: &mut [Vec<f32>], l: usize) -> (&[f32], &mut [f32]) {
     let count = lanes.len();
@@ -469,11 +552,11 @@ fn dims_of(cfg: &crate::config::ModelConfig, rank: usize, tokens: usize) -> Dims
         tokens,
         lanes: cfg.mhc_lanes,
         d: cfg.d_model,
-        attn: cfg.resolved_attn_dim(),
-        kv: cfg.kv_dim(),
         heads: cfg.num_heads,
         kv_heads: cfg.num_kv_heads,
-        head_dim: cfg.head_dim(),
+        qk: cfg.qk_head_dim(),
+        v: cfg.v_head_dim(),
         rank,
+        conv: cfg.qkv_conv_taps > 0,
     }
 }

@@ -25,6 +25,18 @@ fn fake_quant_composite(x: &Tensor, bits: u32) -> Result<Tensor> {
     x + (q - x)?.detach()
 }
 
+/// One row quantized to `bits`-bit symmetric integers scaled by its absolute maximum and back, in
+/// place (a row of zeros stays zeros).
+#[inline(always)]
+pub(crate) fn fake_quant_row(x: &mut [f32], bits: u32) {
+    let qmax = FakeQuant { bits }.qmax();
+    let absmax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let scale = if absmax > 0.0 { absmax / qmax } else { 1.0 };
+    for x in x.iter_mut() {
+        *x = (*x / scale).round_ties_even().clamp(-qmax - 1.0, qmax) * scale;
+    }
+}
+
 #[derive(Clone, Copy)]
 struct FakeQuant {
     bits: u32,
@@ -43,13 +55,9 @@ impl CustomOp1 for FakeQuant {
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
         let width = layout.dims().last().copied().unwrap_or(1).max(1);
-        let qmax = self.qmax();
         let out = map_rows(f32s(storage, layout)?, width, |_, x, y| {
-            let absmax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let scale = if absmax > 0.0 { absmax / qmax } else { 1.0 };
-            for (y, &x) in y.iter_mut().zip(x) {
-                *y = (x / scale).round_ties_even().clamp(-qmax - 1.0, qmax) * scale;
-            }
+            y.copy_from_slice(x);
+            fake_quant_row(y, self.bits);
         });
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }

@@ -35,6 +35,7 @@ pub use sinkhorn::sinkhorn;
 
 // The row functions the custom ops are made of, which the CPU training path calls directly.
 pub(crate) use cross_entropy::log_sum_exp;
+pub(crate) use fake_quant::fake_quant_row;
 pub(crate) use hadamard::HadamardMlp;
 pub(crate) use norm::{inverse_rms, rms_norm_backward_row, rms_norm_row};
 pub(crate) use sinkhorn::{sinkhorn_backward_row, sinkhorn_row};

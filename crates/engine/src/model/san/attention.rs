@@ -266,10 +266,10 @@ pub struct Attention {
     pub(in crate::model) q_norm: ZcRmsNorm,
     pub(in crate::model) k_norm: ZcRmsNorm,
     /// Needle 3's convolution taps on Q, K and V, `[taps, width]` each.
-    conv_taps: Option<[Tensor; 3]>,
+    pub(in crate::model) conv_taps: Option<[Tensor; 3]>,
     /// The positions a query sees back to, itself included, in a windowed layer (Needle 3).
     window: Option<usize>,
-    qat: Option<Qat>,
+    pub(in crate::model) qat: Option<Qat>,
     num_heads: usize,
     num_kv_heads: usize,
     qk_dim: usize,

@@ -14,7 +14,7 @@ use crate::model::params::ParamPath;
 use crate::model::Result;
 
 /// Rank of the conditioning (the reference's `HADA_COND_RANK`).
-const COND_RANK: usize = 8;
+pub(in crate::model) const COND_RANK: usize = 8;
 /// Seeds of the two permutations (the reference's `_HADA_PERM_SEEDS`); a split permutation seeds
 /// its second half with `seed + SPLIT_SEED_OFFSET`.
 const PERM_SEEDS: [u32; 2] = [11, 13];
@@ -24,15 +24,15 @@ const SPLIT_SEED_OFFSET: u32 = 977;
 pub struct MonarchMlp {
     d_model: usize,
     /// Each transform's two Kronecker factors, `[a, a]` and `[b, b]` with `a·b` the width.
-    factors: [(Tensor, Tensor); 3],
-    d1: Tensor,
-    d2: Tensor,
-    b2: Tensor,
-    d3: Tensor,
-    d4: Tensor,
-    cond_v: Tensor,
-    cond_u: Tensor,
-    perms: [Tensor; 2],
+    pub(in crate::model) factors: [(Tensor, Tensor); 3],
+    pub(in crate::model) d1: Tensor,
+    pub(in crate::model) d2: Tensor,
+    pub(in crate::model) b2: Tensor,
+    pub(in crate::model) d3: Tensor,
+    pub(in crate::model) d4: Tensor,
+    pub(in crate::model) cond_v: Tensor,
+    pub(in crate::model) cond_u: Tensor,
+    pub(in crate::model) perms: [Tensor; 2],
 }
 
 impl MonarchMlp {

@@ -105,6 +105,11 @@ impl Network {
         self.embedding.device()
     }
 
+    /// Whether the network fake-quantizes as it computes (quantization-aware training).
+    pub(in crate::model) fn qat(&self) -> Option<Qat> {
+        self.qat
+    }
+
     /// Fails when a tokenizer's vocabulary (read from `path`) is not this model's.
     pub fn check_tokenizer_vocab(&self, tokenizer_vocab: usize, path: &Path) -> Result<()> {
         if self.cfg.generation.tokenizer_fits(tokenizer_vocab, self.cfg.vocab_size) {

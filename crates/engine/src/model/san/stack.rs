@@ -33,7 +33,7 @@ pub(in crate::model) struct LaneMix {
     pub(in crate::model) bias_post: Tensor,
     pub(in crate::model) b_res: Tensor,
     lanes: usize,
-    qat: Option<Qat>,
+    pub(in crate::model) qat: Option<Qat>,
 }
 
 impl LaneMix {

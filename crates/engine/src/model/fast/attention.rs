@@ -1,0 +1,360 @@
+//! Attention of one layer ([`crate::model::san::attention`]) over every token of a pass, forward
+//! and backward by hand: the q, k, v and gate projections of `h1` with their low-rank updates,
+//! per-head q/k norms and RoPE, the flash attention ([`super::flash`]), the sigmoid output gate and
+//! the output projection. Queries and keys may be narrower than values (Needle 3), a windowed
+//! layer sees only its window, and under QAT the queries, keys and values are read at 8 bits and
+//! the gated output as the runtime's int8 activations, straight-through for the gradient.
+
+use candle_core::Result;
+use rayon::prelude::*;
+
+pub(super) use super::conv::Conv;
+use super::flash::{self, Heads};
+use super::layer::{Kept, Work};
+use super::mat::{matmul, Mat, MatMut, Threads};
+use super::{host, Dims, Pass, ProjectionLora};
+use crate::model::kernels::{fake_quant_row, logistic, rms_norm_backward_row, rms_norm_row, widest};
+use crate::model::linear::Linear;
+use crate::model::params::Qat;
+use crate::model::san::attention::Attention as CandleAttention;
+
+/// Tokens per rayon task in the per-token passes: enough to amortise the hand-off.
+const TOKENS_PER_TASK: usize = 8;
+
+/// The out projection's index among the projections: q, k, v and gate come first, in the order
+/// their outputs sit in [`Kept`]'s projection rows.
+pub(super) const O: usize = 4;
+
+/// A LoRA factor's gradients, `dA` `[in, r]` and `dB` `[r, out]`, summed over passes.
+pub(super) type FactorGrads = (Vec<f32>, Vec<f32>);
+
+/// What a decoding step's attention reads of the positions before it: their keys and values, and
+/// the last Q/K/V inputs the convolution's taps reach.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Past<'a> {
+    pub(super) kv: flash::Cached<'a>,
+    pub(super) recent: &'a [f32],
+}
+
+/// One layer's attention parameters: the kernels read in place, the norms' gains on the host.
+#[derive(Debug, Clone)]
+pub(super) struct Attention {
+    q_gain: Vec<f32>,
+    k_gain: Vec<f32>,
+    /// q, k, v, gate and out projections.
+    pub(super) proj: [Linear; 5],
+    /// Needle 3's causal taps on Q, K and V.
+    conv: Option<Conv>,
+    window: Option<usize>,
+    qat: Option<Qat>,
+}
+
+impl Attention {
+    pub(super) fn new(attn: &CandleAttention, window: Option<usize>) -> crate::model::Result<Self> {
+        Ok(Self {
+            q_gain: attn.q_norm.gain()?,
+            k_gain: attn.k_norm.gain()?,
+            proj: [
+                attn.q_proj.clone(),
+                attn.k_proj.clone(),
+                attn.v_proj.clone(),
+                attn.gate_proj.clone(),
+                attn.out_proj.clone(),
+            ],
+            conv: attn.conv_taps.as_ref().map(Conv::new).transpose()?,
+            window,
+            qat: attn.qat,
+        })
+    }
+
+    /// The positions a query sees back to, itself included, in a windowed layer.
+    pub(super) fn window(&self) -> Option<usize> {
+        self.window
+    }
+
+    /// Needle 3's Q/K/V convolution, if the layer has one.
+    pub(super) fn conv(&self) -> Option<&Conv> {
+        self.conv.as_ref()
+    }
+
+    /// Under QAT, the bits the projections read their inputs at.
+    pub(super) fn act_bits(&self) -> Option<u32> {
+        self.qat.map(|q| q.act_bits)
+    }
+
+    /// The geometry of the layer's attention call over the pass.
+    pub(super) fn geometry(&self, dims: &Dims) -> Heads {
+        Heads {
+            heads: dims.heads,
+            kv_heads: dims.kv_heads,
+            qk: dims.qk,
+            v: dims.v,
+            tokens: dims.tokens,
+            window: self.window,
+        }
+    }
+
+    /// The forward from `work.h1`: the projections (kept), the attention output and its
+    /// log-sum-exp (kept), and the branch's output `kept.attn`; a decoding step also reads the
+    /// `past` positions.
+    pub(super) fn forward(
+        &self,
+        pass: &Pass,
+        lora: &[Option<ProjectionLora>; 5],
+        kept: &mut Kept,
+        work: &mut Work,
+        past: Option<Past>,
+    ) -> Result<()> {
+        let dims = &pass.dims;
+        let (t, d, r, pw, qkv) = (dims.tokens, dims.d, dims.rank, dims.proj_width(), dims.qkv_width());
+        for (p, (col, width)) in dims.proj_columns().into_iter().enumerate() {
+            let stored = host(&self.proj[p].weight)?;
+            let weight = kernel(&stored, lora[p].as_ref(), d, width);
+            let low = MatMut::strided(&mut kept.lora_in[p * r..], t, r, 4 * r);
+            // Under the Q/K/V convolution, its input.
+            let y = match (&self.conv, p < 3) {
+                (Some(_), true) => MatMut::strided(&mut work.raw[col..], t, width, qkv),
+                _ => MatMut::strided(&mut kept.proj[col..], t, width, pw),
+            };
+            project(Mat::new(&work.h1, t, d), weight, lora[p].as_ref(), pass.lora_scale, low, y);
+        }
+        match (&self.conv, &pass.conv, past) {
+            (None, _, _) => {}
+            (Some(conv), Some(reads), _) => conv.forward(reads, &work.raw, &mut kept.proj, pw),
+            (Some(conv), None, Some(past)) => conv.forward_after(past.recent, &work.raw, &mut kept.proj, pw),
+            (Some(_), None, None) => candle_core::bail!("the Q/K/V taps need the tokens they read"),
+        }
+        self.heads(pass, &kept.proj, work);
+        let Work { qh, kh, vh, .. } = &*work;
+        let cached = past.map(|p| p.kv);
+        flash::forward(self.geometry(dims), &pass.segments, qh, kh, vh, cached, &mut kept.out, &mut kept.lse);
+        self.gated(dims, kept, &mut work.gated);
+        let (o, stored) = (dims.o_width(), host(&self.proj[O].weight)?);
+        let weight = kernel(&stored, lora[O].as_ref(), o, d);
+        let low = MatMut::new(&mut kept.lora_out, t, r);
+        let y = MatMut::new(&mut kept.attn, t, d);
+        project(Mat::new(&work.gated, t, o), weight, lora[O].as_ref(), pass.lora_scale, low, y);
+        Ok(())
+    }
+
+    /// The backward from the branch output's gradient `work.da` to `h1`'s (`work.dh1`), adding the
+    /// factors' gradients to `grads`; `work.h1` holds the forward's `h1`.
+    pub(super) fn backward(
+        &self,
+        pass: &Pass,
+        lora: &[Option<ProjectionLora>; 5],
+        kept: &Kept,
+        work: &mut Work,
+        grads: &mut [Option<FactorGrads>; 5],
+    ) -> Result<()> {
+        let dims = &pass.dims;
+        let (t, d, o, r) = (dims.tokens, dims.d, dims.o_width(), dims.rank);
+        // The output projection: dgated = da·Woᵀ, and its factor's gradients.
+        self.gated(dims, kept, &mut work.gated);
+        let stored = host(&self.proj[O].weight)?;
+        let (x, w) = (Mat::new(&work.gated, t, o), kernel(&stored, lora[O].as_ref(), o, d));
+        let low = Mat::new(&kept.lora_out, t, r);
+        let (dy, dx) = (Mat::new(&work.da, t, d), MatMut::new(&mut work.dgated, t, o));
+        let factor = lora[O].as_ref().zip(grads[O].as_mut());
+        project_backward(x, w, low, factor, pass.lora_scale, dy, dx, false, &mut work.low);
+
+        self.output_gradient(dims, kept, work);
+        self.heads(pass, &kept.proj, work);
+        let Work { qh, kh, vh, dout, dqh, dkh, dvh, .. } = &mut *work;
+        let saved = flash::Saved { q: qh, k: kh, v: vh, out: &kept.out, lse: &kept.lse };
+        let flash_grads = flash::Grads { q: dqh, k: dkh, v: dvh };
+        flash::backward(self.geometry(dims), &pass.segments, &pass.families, &saved, dout, flash_grads);
+        self.projection_gradients(pass, kept, work);
+        let (pw, qkv) = (dims.proj_width(), dims.qkv_width());
+        if let (Some(conv), Some(reads)) = (&self.conv, &pass.conv) {
+            conv.backward(reads, &work.dproj, pw, &mut work.raw);
+        }
+
+        // dh1 = Σ dP·Wᵀ over q, k, v and gate, and their factors' gradients.
+        for (p, (col, width)) in dims.proj_columns().into_iter().enumerate() {
+            let stored = host(&self.proj[p].weight)?;
+            let (x, w) = (Mat::new(&work.h1, t, d), kernel(&stored, lora[p].as_ref(), d, width));
+            let low = Mat::strided(&kept.lora_in[p * r..], t, r, 4 * r);
+            let dy = match (&self.conv, p < 3) {
+                (Some(_), true) => Mat::strided(&work.raw[col..], t, width, qkv),
+                _ => Mat::strided(&work.dproj[col..], t, width, pw),
+            };
+            let factor = lora[p].as_ref().zip(grads[p].as_mut());
+            let dx = MatMut::new(&mut work.dh1, t, d);
+            project_backward(x, w, low, factor, pass.lora_scale, dy, dx, p > 0, &mut work.low);
+        }
+        Ok(())
+    }
+
+    /// Head-major queries and keys (normed and rotated) and values, from the projections, as
+    /// attention reads them (under QAT at 8 bits).
+    fn heads(&self, pass: &Pass, proj: &[f32], work: &mut Work) {
+        let dims = &pass.dims;
+        let (qk, vd, pw, t) = (dims.qk, dims.v, dims.proj_width(), dims.tokens);
+        let [(_, _), (k_col, _), (v_col, _), _] = dims.proj_columns();
+        let kv_bits = self.qat.filter(|q| q.kv_bits == 8).map(|_| 8);
+        let rows = |buf: &mut Vec<f32>, col: usize, width: usize, gain: Option<&Vec<f32>>, bits: Option<u32>| {
+            buf.par_chunks_mut(t * width).enumerate().for_each_init(
+                || vec![0f32; width],
+                |tmp, (h, slab)| {
+                    widest(
+                        #[inline(always)]
+                        || {
+                            for (i, out) in slab.chunks_mut(width).enumerate() {
+                                let x = &proj[i * pw + col + h * width..][..width];
+                                match gain {
+                                    Some(gain) => {
+                                        rms_norm_row(x, gain, tmp);
+                                        pass.rope.rotate(pass.positions[i] as usize, tmp, out, false);
+                                    }
+                                    None => out.copy_from_slice(x),
+                                }
+                                if let Some(bits) = bits {
+                                    fake_quant_row(out, bits);
+                                }
+                            }
+                        },
+                    )
+                },
+            )
+        };
+        rows(&mut work.qh, 0, qk, Some(&self.q_gain), self.qat.map(|_| 8));
+        rows(&mut work.kh, k_col, qk, Some(&self.k_gain), kv_bits);
+        rows(&mut work.vh, v_col, vd, None, kv_bits);
+    }
+
+    /// `gated = out ⊙ σ(gate projection)`, token-major, from the head-major output (under QAT as
+    /// the output projection reads it).
+    fn gated(&self, dims: &Dims, kept: &Kept, gated: &mut [f32]) {
+        let (vd, o, pw, t) = (dims.v, dims.o_width(), dims.proj_width(), dims.tokens);
+        let g_col = dims.proj_columns()[3].0;
+        let bits = self.act_bits();
+        gated.par_chunks_mut(o).enumerate().with_min_len(TOKENS_PER_TASK).for_each(|(i, row)| {
+            widest(
+                #[inline(always)]
+                || {
+                    let gate = &kept.proj[i * pw + g_col..][..o];
+                    for (h, part) in row.chunks_mut(vd).enumerate() {
+                        let out = &kept.out[(h * t + i) * vd..][..vd];
+                        part.iter_mut()
+                            .zip(out.iter().zip(&gate[h * vd..]))
+                            .for_each(|(g, (o, z))| *g = o * logistic(*z));
+                    }
+                    if let Some(bits) = bits {
+                        fake_quant_row(row, bits);
+                    }
+                },
+            )
+        });
+    }
+
+    /// The attention output's gradient, head-major (`work.dout`), from the gated output's.
+    fn output_gradient(&self, dims: &Dims, kept: &Kept, work: &mut Work) {
+        let (vd, o, pw, t) = (dims.v, dims.o_width(), dims.proj_width(), dims.tokens);
+        let g_col = dims.proj_columns()[3].0;
+        let (dgated, proj) = (&work.dgated, &kept.proj);
+        work.dout.par_chunks_mut(t * vd).enumerate().for_each(|(h, slab)| {
+            widest(
+                #[inline(always)]
+                || {
+                    for (i, out) in slab.chunks_mut(vd).enumerate() {
+                        let (g, z) = (&dgated[i * o + h * vd..][..vd], &proj[i * pw + g_col + h * vd..][..vd]);
+                        out.iter_mut().zip(g.iter().zip(z)).for_each(|(o, (g, z))| *o = g * logistic(*z));
+                    }
+                },
+            )
+        });
+    }
+
+    /// The projections' gradients `work.dproj`, token by token: the queries' and keys' back
+    /// through the rotation and the head norms, the values' as they are, the gate's through its
+    /// sigmoid.
+    fn projection_gradients(&self, pass: &Pass, kept: &Kept, work: &mut Work) {
+        let dims = &pass.dims;
+        let (qk, vd, o, pw, t) = (dims.qk, dims.v, dims.o_width(), dims.proj_width(), dims.tokens);
+        let [_, (k_col, _), (v_col, _), (g_col, _)] = dims.proj_columns();
+        let Work { dgated, dqh, dkh, dvh, dproj, .. } = &mut *work;
+        let (dgated, dqh, dkh, dvh) = (&*dgated, &*dqh, &*dkh, &*dvh);
+        let (kv_heads, heads) = (dims.kv_heads, dims.heads);
+        dproj.par_chunks_mut(pw).enumerate().with_min_len(TOKENS_PER_TASK).for_each_init(
+            || vec![0f32; qk],
+            |tmp, (i, row)| {
+                widest(
+                    #[inline(always)]
+                    || {
+                        let position = pass.positions[i] as usize;
+                        let p = &kept.proj[i * pw..][..pw];
+                        for (col, count, grads, gain) in
+                            [(0, heads, dqh, &self.q_gain), (k_col, kv_heads, dkh, &self.k_gain)]
+                        {
+                            for h in 0..count {
+                                pass.rope.rotate(position, &grads[(h * t + i) * qk..][..qk], tmp, true);
+                                let at = col + h * qk;
+                                rms_norm_backward_row(&p[at..at + qk], gain, tmp, &mut row[at..at + qk]);
+                            }
+                        }
+                        for h in 0..kv_heads {
+                            let at = v_col + h * vd;
+                            row[at..at + vd].copy_from_slice(&dvh[(h * t + i) * vd..][..vd]);
+                        }
+                        let (g, z) = (&dgated[i * o..][..o], &p[g_col..g_col + o]);
+                        for (c, (g, z)) in g.iter().zip(z).enumerate() {
+                            let s = logistic(*z);
+                            let out = kept.out[((c / vd) * t + i) * vd + c % vd];
+                            row[g_col + c] = g * out * s * (1.0 - s);
+                        }
+                    },
+                )
+            },
+        );
+    }
+}
+
+/// The kernel `[in, out]` a projection multiplies by: under QAT with a LoRA factor, the merged
+/// kernel through CQ (held transposed); else the (frozen) kernel itself.
+fn kernel<'a>(stored: &'a [f32], factor: Option<&'a ProjectionLora>, d_in: usize, d_out: usize) -> Mat<'a> {
+    match factor.and_then(|f| f.merged.as_deref()) {
+        Some(merged) => Mat::new(merged, d_out, d_in).t(),
+        None => Mat::new(stored, d_in, d_out),
+    }
+}
+
+/// `y = x·W + s·(x·A)·B` for a projection with a LoRA `factor` (`x·W` without), keeping `low = x·A`.
+/// Under QAT `W` is the factor's merged kernel, which holds the update already.
+fn project(x: Mat, w: Mat, factor: Option<&ProjectionLora>, scale: f32, mut low: MatMut, mut y: MatMut) {
+    matmul(y.reborrow(), x, w, 1.0, false, Threads::All);
+    let Some(factor) = factor else { return };
+    let (d_in, d_out, r) = (w.rows(), w.cols(), low.cols());
+    matmul(low.reborrow(), x, Mat::new(&factor.a, d_in, r), 1.0, false, Threads::All);
+    if factor.merged.is_none() {
+        matmul(y, low.as_mat(), Mat::new(&factor.b, r, d_out), scale, true, Threads::All);
+    }
+}
+
+/// The backward of [`project`] from `dy`: `dx = dy·Wᵀ + s·(dy·Bᵀ)·Aᵀ` (added to `dx` when
+/// `accumulate`; under QAT `dy·Wᵀ` of the merged kernel alone, the update's gradient passing
+/// straight through its quantizer to the factors), and the factor's gradients
+/// `dA += s·xᵀ·(dy·Bᵀ)`, `dB += s·lowᵀ·dy`; `scratch` holds `dy·Bᵀ`.
+#[allow(clippy::too_many_arguments)]
+fn project_backward(
+    x: Mat,
+    w: Mat,
+    low: Mat,
+    factor: Option<(&ProjectionLora, &mut FactorGrads)>,
+    scale: f32,
+    dy: Mat,
+    mut dx: MatMut,
+    accumulate: bool,
+    scratch: &mut [f32],
+) {
+    let (t, d_in, d_out, r) = (x.rows(), w.rows(), w.cols(), low.cols());
+    matmul(dx.reborrow(), dy, w.t(), 1.0, accumulate, Threads::All);
+    let Some((factor, (grad_a, grad_b))) = factor else { return };
+    matmul(MatMut::new(scratch, t, r), dy, Mat::new(&factor.b, r, d_out).t(), 1.0, false, Threads::All);
+    let dlow = Mat::new(scratch, t, r);
+    if factor.merged.is_none() {
+        matmul(dx, dlow, Mat::new(&factor.a, d_in, r).t(), scale, true, Threads::All);
+    }
+    matmul(MatMut::new(grad_b, r, d_out), low.t(), dy, scale, true, Threads::All);
+    matmul(MatMut::new(grad_a, d_in, r), x.t(), dlow, scale, true, Threads::All);
+}

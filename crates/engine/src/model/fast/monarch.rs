@@ -1,0 +1,240 @@
+//! Needle 3's MLP ([`crate::model::san::monarch`]) on one token's row, forward and backward by
+//! hand: `z = M₁(d₁ ⊙ x)[p₁]`, `z = M₂(silu(d₂ ⊙ cond ⊙ z + b₂))[p₂]`, `out = d₄ ⊙ M₃(d₃ ⊙ z)`,
+//! with `cond = 1 + softmax(x·V)·U` and each `M` a Kronecker product `A ⊗ B` applied to the row
+//! seen as an `a × b` matrix `Z` as `Aᵀ·Z·B` (its transpose, for the backward, as `A·Z·Bᵀ`). Every
+//! weight is frozen: the backward forms the input's gradient only.
+
+use crate::model::kernels::{exp, logistic};
+use crate::model::san::monarch::{MonarchMlp, COND_RANK};
+
+/// One transform's factors, and their transposes for the backward.
+#[derive(Debug, Clone)]
+struct Kronecker {
+    a: Vec<f32>,
+    b: Vec<f32>,
+    a_t: Vec<f32>,
+    b_t: Vec<f32>,
+    /// The factors' sizes: `a × a` and `b × b`.
+    sizes: (usize, usize),
+}
+
+impl Kronecker {
+    fn new((a, b): &(candle_core::Tensor, candle_core::Tensor)) -> crate::model::Result<Self> {
+        let sizes = (a.dim(0)?, b.dim(0)?);
+        let flat = |t: &candle_core::Tensor| t.flatten_all()?.to_vec1::<f32>();
+        Ok(Self { a: flat(a)?, b: flat(b)?, a_t: flat(&a.t()?)?, b_t: flat(&b.t()?)?, sizes })
+    }
+
+    /// `y = M(z)`, or `M`'s transpose when `transposed`: `y = Lᵀ·Z·R` for the row `z` as an `a × b` matrix: the transform with `(L, R) = (A, B)`, its
+    /// transpose with `(Aᵀ, Bᵀ)`. `tmp` is a scratch row.
+    #[inline(always)]
+    fn apply(&self, transposed: bool, z: &[f32], tmp: &mut [f32], y: &mut [f32]) {
+        let (left, right) = if transposed { (&self.a_t, &self.b_t) } else { (&self.a, &self.b) };
+        let (ka, kb) = self.sizes;
+        // tmp = Z·R, row by row.
+        tmp.fill(0.0);
+        for (t_row, z_row) in tmp.chunks_mut(kb).zip(z.chunks(kb)) {
+            for (&z, r_row) in z_row.iter().zip(right.chunks(kb)) {
+                t_row.iter_mut().zip(r_row).for_each(|(t, r)| *t += z * r);
+            }
+        }
+        // y = Lᵀ·tmp: row k gathers L[i, k]·tmp[i].
+        y.fill(0.0);
+        for (l_row, t_row) in left.chunks(ka).zip(tmp.chunks(kb)) {
+            for (&l, y_row) in l_row.iter().zip(y.chunks_mut(kb)) {
+                y_row.iter_mut().zip(t_row).for_each(|(y, t)| *y += l * t);
+            }
+        }
+    }
+}
+
+/// The Monarch MLP's weights on the host.
+#[derive(Debug, Clone)]
+pub(super) struct Monarch {
+    transforms: [Kronecker; 3],
+    d1: Vec<f32>,
+    d2: Vec<f32>,
+    b2: Vec<f32>,
+    d3: Vec<f32>,
+    d4: Vec<f32>,
+    /// `V` `[d, r]` and `U` `[r, n]` of the conditioning.
+    cond_v: Vec<f32>,
+    cond_u: Vec<f32>,
+    perms: [Vec<u32>; 2],
+}
+
+/// The rows of a scratch, the width `n` each: the conditioning, `z1` and the pre-activation (kept
+/// from the forward for the backward), and three work rows.
+const ROWS: usize = 6;
+
+impl Monarch {
+    pub(super) fn new(mlp: &MonarchMlp) -> crate::model::Result<Self> {
+        let [t1, t2, t3] = &mlp.factors;
+        let flat = |t: &candle_core::Tensor| t.flatten_all()?.to_vec1::<f32>();
+        let [p1, p2] = &mlp.perms;
+        Ok(Self {
+            transforms: [Kronecker::new(t1)?, Kronecker::new(t2)?, Kronecker::new(t3)?],
+            d1: flat(&mlp.d1)?,
+            d2: flat(&mlp.d2)?,
+            b2: flat(&mlp.b2)?,
+            d3: flat(&mlp.d3)?,
+            d4: flat(&mlp.d4)?,
+            cond_v: flat(&mlp.cond_v)?,
+            cond_u: flat(&mlp.cond_u)?,
+            perms: [p1.to_vec1()?, p2.to_vec1()?],
+        })
+    }
+
+    fn width(&self) -> usize {
+        self.d1.len()
+    }
+
+    /// Scratch a row needs: [`ROWS`] rows of the width, then the conditioning's softmax.
+    pub(super) fn scratch_len(&self) -> usize {
+        ROWS * self.width() + COND_RANK
+    }
+
+    /// `cond = 1 + softmax(x·V)·U` into `cond`, the softmax into `p`.
+    #[inline(always)]
+    fn condition(&self, x: &[f32], p: &mut [f32], cond: &mut [f32]) {
+        p.fill(0.0);
+        for (&x, v_row) in x.iter().zip(self.cond_v.chunks(COND_RANK)) {
+            p.iter_mut().zip(v_row).for_each(|(p, v)| *p += x * v);
+        }
+        let max = p.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        p.iter_mut().for_each(|p| *p = exp(*p - max));
+        let sum: f32 = p.iter().sum();
+        p.iter_mut().for_each(|p| *p /= sum);
+        cond.fill(1.0);
+        for (&p, u_row) in p.iter().zip(self.cond_u.chunks(cond.len())) {
+            cond.iter_mut().zip(u_row).for_each(|(c, u)| *c += p * u);
+        }
+    }
+
+    /// `y = mlp(x)`, leaving in `scratch` what [`Monarch::backward`] reads.
+    #[inline(always)]
+    pub(super) fn forward(&self, x: &[f32], scratch: &mut [f32], y: &mut [f32]) {
+        let n = self.width();
+        let (rows, p) = scratch.split_at_mut(ROWS * n);
+        let [cond, z1, pre, a, b, c] = rows_of(rows, n);
+        self.condition(x, p, cond);
+        // z1 = M₁(d₁ ⊙ pad(x))[p₁].
+        a.fill(0.0);
+        a.iter_mut().zip(x.iter().zip(&self.d1)).for_each(|(a, (x, d))| *a = x * d);
+        self.transforms[0].apply(false, a, c, b);
+        permute(&self.perms[0], b, z1);
+        // g = silu(d₂ ⊙ cond ⊙ z1 + b₂), z2 = M₂(g)[p₂].
+        for (i, pre) in pre.iter_mut().enumerate() {
+            *pre = z1[i] * self.d2[i] * cond[i] + self.b2[i];
+        }
+        a.iter_mut().zip(pre.iter()).for_each(|(g, z)| *g = z * logistic(*z));
+        self.transforms[1].apply(false, a, c, b);
+        permute(&self.perms[1], b, a);
+        // out = (d₄ ⊙ M₃(d₃ ⊙ z2))[..d].
+        a.iter_mut().zip(&self.d3).for_each(|(a, d)| *a *= d);
+        self.transforms[2].apply(false, a, c, b);
+        y.iter_mut().zip(b.iter().zip(&self.d4)).for_each(|(y, (b, d))| *y = b * d);
+    }
+
+    /// `dx` from `dy`, after [`Monarch::forward`] of the same row left its scratch.
+    #[inline(always)]
+    pub(super) fn backward(&self, scratch: &mut [f32], dy: &[f32], dx: &mut [f32]) {
+        let n = self.width();
+        let (rows, p) = scratch.split_at_mut(ROWS * n);
+        let [cond, z1, pre, a, b, c] = rows_of(rows, n);
+        // Back through M₃, d₃ and p₂, then M₂.
+        a.fill(0.0);
+        a.iter_mut().zip(dy.iter().zip(&self.d4)).for_each(|(a, (g, d))| *a = g * d);
+        self.transforms[2].apply(true, a, c, b);
+        b.iter_mut().zip(&self.d3).for_each(|(b, d)| *b *= d);
+        unpermute(&self.perms[1], b, a);
+        self.transforms[1].apply(true, a, c, b);
+        // Through the SiLU: the gradients of z1 (into a) and of cond (into pre).
+        for i in 0..n {
+            let s = logistic(pre[i]);
+            let dpre = b[i] * (s + pre[i] * s * (1.0 - s)) * self.d2[i];
+            a[i] = dpre * cond[i];
+            pre[i] = dpre * z1[i];
+        }
+        unpermute(&self.perms[0], a, b);
+        self.transforms[0].apply(true, b, c, a);
+        dx.iter_mut().zip(a.iter().zip(&self.d1)).for_each(|(dx, (a, d))| *dx = a * d);
+        // cond = 1 + p·U with p = softmax(x·V): dp = U·dcond, then the softmax's backward.
+        let mut dp = [0f32; COND_RANK];
+        for (dp, u_row) in dp.iter_mut().zip(self.cond_u.chunks(n)) {
+            *dp = u_row.iter().zip(pre.iter()).map(|(u, g)| u * g).sum();
+        }
+        let through: f32 = p.iter().zip(&dp).map(|(p, g)| p * g).sum();
+        dp.iter_mut().zip(p.iter()).for_each(|(g, p)| *g = p * (*g - through));
+        for (dx, v_row) in dx.iter_mut().zip(self.cond_v.chunks(COND_RANK)) {
+            *dx += v_row.iter().zip(&dp).map(|(v, g)| v * g).sum::<f32>();
+        }
+    }
+}
+
+/// The scratch's first [`ROWS`] rows of width `n`.
+#[inline(always)]
+fn rows_of(rows: &mut [f32], n: usize) -> [&mut [f32]; ROWS] {
+    let (cond, rest) = rows.split_at_mut(n);
+    let (z1, rest) = rest.split_at_mut(n);
+    let (pre, rest) = rest.split_at_mut(n);
+    let (a, rest) = rest.split_at_mut(n);
+    let (b, c) = rest.split_at_mut(n);
+    [cond, z1, pre, a, b, c]
+}
+
+/// `out[i] = x[perm[i]]`.
+#[inline(always)]
+fn permute(perm: &[u32], x: &[f32], out: &mut [f32]) {
+    out.iter_mut().zip(perm).for_each(|(o, &p)| *o = x[p as usize]);
+}
+
+/// `out[perm[i]] = x[i]`: the transpose of [`permute`].
+#[inline(always)]
+fn unpermute(perm: &[u32], x: &[f32], out: &mut [f32]) {
+    x.iter().zip(perm).for_each(|(x, &p)| out[p as usize] = *x);
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{Device, Tensor, Var};
+
+    use super::*;
+    use crate::config::ModelConfig;
+    use crate::model::params::Params;
+
+    /// The row functions against the candle module and its autograd, at a width padded past
+    /// `d_model` (40 → 64, factors 8 × 8) and with a split permutation.
+    #[test]
+    fn rows_match_the_candle_module_and_its_gradient() {
+        for cfg in [
+            ModelConfig { d_model: 40, ..ModelConfig::needle3_defaults() },
+            ModelConfig { d_model: 32, ladder_widths: vec![16, 32], ..ModelConfig::needle3_defaults() },
+        ] {
+            let params = Params::random_init(&Device::Cpu);
+            let candle = MonarchMlp::new(&cfg, params.root().pp("mlp")).unwrap();
+            let rows = Monarch::new(&candle).unwrap();
+            let (tokens, d) = (5, cfg.d_model);
+            let x = Tensor::randn(0f32, 1.0, (tokens, d), &Device::Cpu).unwrap();
+            let probe = Tensor::randn(0f32, 1.0, (tokens, d), &Device::Cpu).unwrap();
+            let var = Var::from_tensor(&x).unwrap();
+            let y = candle.forward(var.as_tensor()).unwrap();
+            let grad = (&y * &probe).unwrap().sum_all().unwrap().backward().unwrap();
+            let (want_y, want_dx) =
+                (y.to_vec2::<f32>().unwrap(), grad.get(var.as_tensor()).unwrap().to_vec2::<f32>().unwrap());
+            let (x, probe) = (x.to_vec2::<f32>().unwrap(), probe.to_vec2::<f32>().unwrap());
+            let mut scratch = vec![0f32; rows.scratch_len()];
+            let (mut got_y, mut got_dx) = (vec![0f32; d], vec![0f32; d]);
+            for t in 0..tokens {
+                rows.forward(&x[t], &mut scratch, &mut got_y);
+                rows.backward(&mut scratch, &probe[t], &mut got_dx);
+                let size = want_y[t].iter().fold(0f32, |m, v| m.max(v.abs()));
+                for (got, want, what) in [(&got_y, &want_y[t], "output"), (&got_dx, &want_dx[t], "gradient")] {
+                    let size = if what == "output" { size } else { want.iter().fold(0f32, |m, v| m.max(v.abs())) };
+                    let diff = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                    assert!(diff <= 1e-5 * size.max(1e-3), "d_model {d}, token {t}: {what} off by {diff} of {size}");
+                }
+            }
+        }
+    }
+}

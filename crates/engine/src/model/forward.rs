@@ -1,0 +1,164 @@
+//! Which path computes a network's passes: the hand-written CPU one ([`CpuNetwork`]) where the
+//! network allows it, else candle's ops and autograd (every device). This is the one place that
+//! knows both: training steps, evaluation and decoding ask a [`Forward`] and never match on it.
+
+use candle_core::Tensor;
+
+use super::decode::{greedy, DecodeState};
+use super::fast::{CpuDecode, CpuNetwork, HostGrads, Workspace};
+use super::linear::LowRank;
+use super::packing::Packing;
+use super::{Network, Result};
+
+/// How passes are computed.
+#[derive(Debug)]
+pub enum Forward {
+    Cpu(CpuNetwork, Box<Workspace>),
+    Candle(Network),
+}
+
+/// A decoding run's state, on the path that computes it.
+#[derive(Debug, Clone)]
+pub(super) enum Decoding {
+    Cpu(CpuDecode),
+    Candle(DecodeState),
+}
+
+impl Decoding {
+    /// Every token so far, prompt included.
+    pub(super) fn history(&self) -> &[u32] {
+        match self {
+            Decoding::Cpu(state) => state.history(),
+            Decoding::Candle(state) => &state.history,
+        }
+    }
+}
+
+impl Forward {
+    /// The hand-written path where `network` allows it, else candle's.
+    pub fn new(network: Network) -> Result<Self> {
+        Ok(match CpuNetwork::supports(&network) {
+            true => Forward::Cpu(CpuNetwork::new(&network)?, Box::default()),
+            false => Forward::Candle(network),
+        })
+    }
+
+    /// Candle's ops and autograd even on the CPU (what CUDA and Metal run), or (`false`) the path
+    /// [`Forward::new`] picks.
+    pub fn with_autograd(network: Network, autograd: bool) -> Result<Self> {
+        if autograd {
+            return Ok(Forward::Candle(network));
+        }
+        Self::new(network)
+    }
+
+    pub fn network(&self) -> &Network {
+        match self {
+            Forward::Cpu(cpu, _) => cpu.network(),
+            Forward::Candle(network) => network,
+        }
+    }
+
+    /// Whether passes run the hand-written CPU path.
+    pub fn hand_written(&self) -> bool {
+        matches!(self, Forward::Cpu(..))
+    }
+
+    /// `(Σ ce·mask, Σ mask)` of a packed batch, without gradients.
+    pub fn masked_ce_sum(&mut self, packing: &Packing, low_rank: Option<&LowRank>) -> Result<(f64, f64)> {
+        match self {
+            Forward::Cpu(cpu, workspace) => cpu.masked_ce_sum(packing, low_rank, workspace),
+            Forward::Candle(network) => {
+                let (sum, count) = network.masked_ce_sum(packing, low_rank)?;
+                Ok((f64::from(sum.to_scalar::<f32>()?), count))
+            }
+        }
+    }
+
+    /// `Σ ce·mask / normalizer` summed over `passes` and the gradients of the factors of
+    /// `low_rank`, summed on the host by kernel path and layer. With `recompute`, each layer's
+    /// internals are recomputed in the backward instead of kept.
+    pub fn loss_and_grads(
+        &mut self,
+        passes: &[Packing],
+        low_rank: &LowRank,
+        normalizer: f64,
+        recompute: bool,
+    ) -> Result<(f32, HostGrads)> {
+        let mut grads = HostGrads::new();
+        let mut loss = 0f32;
+        for packing in passes {
+            loss += match self {
+                Forward::Cpu(cpu, workspace) => {
+                    cpu.loss_and_grads(packing, low_rank, normalizer, recompute, workspace, &mut grads)?
+                }
+                Forward::Candle(network) => {
+                    let (part, store) = if recompute {
+                        network.loss_and_grads_by_layer(packing, low_rank, normalizer)?
+                    } else {
+                        let part = (network.masked_ce_sum(packing, Some(low_rank))?.0 / normalizer)?;
+                        (part.to_scalar()?, part.backward()?)
+                    };
+                    for (key, (a, b)) in low_rank.entries() {
+                        let host = |t: &Tensor| -> Result<Option<Vec<f32>>> {
+                            Ok(store.get(t).map(|g| g.flatten_all()?.to_vec1()).transpose()?)
+                        };
+                        let (ga, gb) = match (host(a)?, host(b)?) {
+                            (None, None) => continue,
+                            (ga, gb) => (
+                                ga.unwrap_or_else(|| vec![0.0; a.elem_count()]),
+                                gb.unwrap_or_else(|| vec![0.0; b.elem_count()]),
+                            ),
+                        };
+                        add_factor_grads(&mut grads, key, ga, gb);
+                    }
+                    part
+                }
+            };
+        }
+        Ok((loss, grads))
+    }
+
+    /// A decoding state that has seen nothing.
+    pub(super) fn decode_state(&self) -> Result<Decoding> {
+        Ok(match self {
+            Forward::Cpu(cpu, _) => Decoding::Cpu(cpu.decode_state()),
+            Forward::Candle(network) => Decoding::Candle(network.decode_state()?),
+        })
+    }
+
+    /// Runs `new` tokens after those `state` has seen; the most likely next token.
+    pub(super) fn decode_step(&mut self, new: &[u32], state: &mut Decoding) -> Result<u32> {
+        match (self, state) {
+            (Forward::Cpu(cpu, workspace), Decoding::Cpu(state)) => {
+                let logits = cpu.decode_step(new, state, workspace)?;
+                // The first of equals, as `argmax` picks.
+                let best = logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |best, (i, &v)| match v > best.1 {
+                    true => (i, v),
+                    false => best,
+                });
+                Ok(best.0 as u32)
+            }
+            (Forward::Candle(network), Decoding::Candle(state)) => greedy(&network.decode_step(new, state)?),
+            (forward, state) => {
+                // A state made by the other path: start over on this one from its tokens.
+                let history = state.history().to_vec();
+                *state = forward.decode_state()?;
+                forward.decode_step(&[history.as_slice(), new].concat(), state)
+            }
+        }
+    }
+}
+
+/// Adds one factor's gradients `(dA, dB)` to `grads`.
+fn add_factor_grads(grads: &mut HostGrads, key: &(String, usize), ga: Vec<f32>, gb: Vec<f32>) {
+    match grads.get_mut(key) {
+        Some((a, b)) => {
+            a.iter_mut().zip(&ga).for_each(|(a, g)| *a += g);
+            b.iter_mut().zip(&gb).for_each(|(b, g)| *b += g);
+        }
+        None => {
+            grads.insert(key.clone(), (ga, gb));
+        }
+    }
+}
