@@ -16,14 +16,14 @@ use crate::model::san::stack::Layer;
 #[derive(Debug, Clone)]
 pub(super) enum Mlp {
     Hadamard(Hadamard),
-    Monarch(Monarch),
+    Monarch(Box<Monarch>),
 }
 
 impl Mlp {
     fn new(mlp: &CandleMlp) -> crate::model::Result<Self> {
         Ok(match mlp {
             CandleMlp::Hadamard(mlp) => Mlp::Hadamard(Hadamard::new(mlp)?),
-            CandleMlp::Monarch(mlp) => Mlp::Monarch(Monarch::new(mlp)?),
+            CandleMlp::Monarch(mlp) => Mlp::Monarch(Box::new(Monarch::new(mlp)?)),
         })
     }
 

@@ -35,6 +35,7 @@ pub(super) fn inject(pass: &Pass, sites: &[usize], t: usize, u: &[f32], x1: &mut
 
 /// Adds the injection's share of `u`'s gradient to `du`, from `x1`'s gradient `dx1` (which the
 /// caller has already added: `x1 = u + …`). `tmp` and `part` are scratch rows.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(super) fn inject_backward(
     pass: &Pass,
