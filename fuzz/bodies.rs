@@ -17,7 +17,7 @@ use needle_engine::cact::format::TAG_V3;
 use needle_engine::cact::CactFile;
 use needle_engine::checkpoint::pickle::{self, PyValue};
 use needle_engine::checkpoint::{file_generation, generation, Checkpoint};
-use needle_engine::config::Generation;
+use needle_engine::generation::Generation;
 use needle_engine::dataset::Dataset;
 use needle_engine::lora::{load_adapter, merge_into_checkpoint, merge_into_params};
 use needle_engine::model::{Device, Network, Params};

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use needle_engine::config::Generation;
+use needle_engine::generation::Generation;
 use needle_engine::hub::{self, BaseModel, Hub, HubError, HubEvent, PublishedBase};
 use serde::Serialize;
 use tauri::ipc::Channel;

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use needle_engine::config::Generation;
+use needle_engine::generation::Generation;
 use needle_engine::hub::BaseModel;
 use needle_engine::settings::FieldErrors;
 use needle_engine::train::Plan;

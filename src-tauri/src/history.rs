@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use needle_engine::calls::{CallScores, ModelScore};
-use needle_engine::config::Generation;
+use needle_engine::generation::Generation;
 use needle_engine::hub::Uploaded;
 use serde::{Deserialize, Serialize};
 

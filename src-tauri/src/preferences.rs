@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use needle_engine::config::Generation;
+use needle_engine::generation::Generation;
 use serde::{Deserialize, Serialize};
 
 /// The most a preferences file may hold; it is a few paths and names.

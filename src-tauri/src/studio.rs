@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use needle_engine::backend::BackendInfo;
 use needle_engine::checkpoint::file_generation;
-use needle_engine::config::Generation;
 use needle_engine::dataset::Dataset;
+use needle_engine::generation::Generation;
 use needle_engine::hub::{BaseModel, Hub};
 use needle_engine::settings::{form_fields, preset, presets, BuildWidth, Field, FormField, Preset, BUILD_WIDTHS};
 use needle_engine::train::Plan;

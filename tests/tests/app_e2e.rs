@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use fantoccini::elements::Element;
 use fantoccini::{Client, ClientBuilder, Locator};
 use needle_engine::cact::CactFile;
-use needle_engine::config::Generation;
 use needle_engine::dataset::Dataset;
+use needle_engine::generation::Generation;
 use needle_engine::tokenizer::Tokenizer;
 use needle_tests::fake_hub::{self, FakeHub, Faults};
 use needle_tests::fake_llm::{Answer, FakeLlm};
@@ -98,7 +98,7 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
     // Base model: the demo base the launch named fills the model fields; both generations are offered
     // with the sizes the hub announces, Needle 3 (the default choice) first.
     let demo_base = "const path = document.getElementById('checkpoint-path').value; \
-                     return path.endsWith('examples/demo/base.pkl') && document.getElementById('error-checkpoint').textContent === ''";
+                     return path.endsWith('examples/demo/needle3/base.safetensors') && document.getElementById('error-checkpoint').textContent === ''";
     ui.wait("the demo base in the model fields", demo_base).await?;
     let sized = "return ['Needle3', 'Needle2'].every((g) => \
                  /MiB/.test(document.getElementById('hub-size-' + g)?.textContent))";
@@ -121,7 +121,7 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
     ui.click("tab-data").await?;
     let dataset = repo("examples/demo/smart_home.jsonl");
     ui.drop_dataset(&dataset).await?;
-    let expected = expected_examples(&dataset, &repo("examples/demo/tokenizer.model"));
+    let expected = expected_examples(&dataset, &repo("examples/demo/needle3/tokenizer.model"));
     ui.wait_for_text("report-examples", &expected.to_string()).await?;
     ui.shot("2-dataset", "dataset").await?;
 
@@ -364,7 +364,7 @@ fn generated_replies() -> Vec<Answer> {
 /// How many usable examples the engine finds in `dataset` at the Quick preset's length.
 fn expected_examples(dataset: &Path, tokenizer: &Path) -> usize {
     let tokenizer = Tokenizer::load(tokenizer).expect("the demo's tokenizer");
-    let data = Dataset::load(dataset, Generation::Needle2).expect("the demo's dataset");
+    let data = Dataset::load(dataset, Generation::Needle3).expect("the demo's dataset");
     data.prepare(&tokenizer, QUICK_MAX_LEN).expect("the demo's dataset prepares").report.usable_examples
 }
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::AtomicBool;
 
-use needle_engine::config::Generation;
+use needle_engine::generation::Generation;
 use needle_engine::hub::{self, Hub, HubError, HubEvent, PublishedBase, RepoFile};
 use needle_tests::fake_hub::{self, FakeHub, Faults, COMMIT};
 use needle_tests::{needle, read};

@@ -1,7 +1,7 @@
 //! Tokenizer parity with the real `sentencepiece` and with needle's `.cact` tokenizer blob code.
 //! Goldens: tests/fixtures/tokenizer/corpus.jsonl + tokenizer.blob (make_fixtures.py) and
 //! tests/fixtures/tokenizer/variants/ (make_tokenizer_variants.py).
-use needle_engine::config::Generation;
+use needle_engine::generation::Generation;
 use needle_engine::tokenizer::{Tokenizer, TokenizerError, VocabularyProblem};
 use needle_tests::{fixture, json, read};
 use serde_json::Value;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use needle_engine::cact::{export, Bits, ExportEvent, ExportOptions};
-use needle_engine::config::Generation;
+use needle_engine::generation::Generation;
 use needle_engine::hub::upload::REPO_VAR;
 use needle_engine::hub::{Hub, HubEvent, RepoFile, DEFAULT_REVISION};
 use needle_engine::settings::parse_build_width;

@@ -3,8 +3,8 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use needle_engine::config::Generation;
 use needle_engine::dataset::{Checkup, Dataset, DatasetReport, Severity};
+use needle_engine::generation::Generation;
 use needle_engine::tokenizer::Tokenizer;
 
 #[derive(clap::Args)]

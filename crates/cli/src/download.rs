@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use needle_engine::config::Generation;
+use needle_engine::generation::Generation;
 use needle_engine::hub::{self, BaseModel, Hub, HubEvent, PublishedBase, RepoFile};
 
 use crate::events::{print_json, EventFormat};

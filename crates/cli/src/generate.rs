@@ -10,9 +10,9 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use needle_engine::atomic::write_atomically;
-use needle_engine::config::Generation;
 use needle_engine::dataset::{Dataset, Example};
 use needle_engine::generate::{self, Endpoint, GenerateEvent, GenerateSettings, Generated};
+use needle_engine::generation::Generation;
 use serde::Serialize;
 use serde_json::Value;
 

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use needle_engine::config::Generation;
+use needle_engine::generation::Generation;
 use needle_engine::hub::BaseModel;
 
 #[derive(Debug, clap::Args)]

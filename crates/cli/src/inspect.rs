@@ -9,7 +9,7 @@ use anyhow::Result;
 use needle_engine::cact::reader::VerifyReport;
 use needle_engine::cact::CactFile;
 use needle_engine::cact::{Header, Record};
-use needle_engine::config::Generation;
+use needle_engine::generation::Generation;
 use serde::Serialize;
 
 /// Describe a .cact file.

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use needle_engine::config::Generation;
+use needle_engine::generation::Generation;
 use needle_engine::tokenizer::Tokenizer;
 
 #[derive(clap::Args)]

@@ -17,7 +17,7 @@ use std::ops::RangeInclusive;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::generation::Generation;
+use crate::generation::Generation;
 
 /// Target width of one engram table entry when `engram_heads` is 0 (the reference's `ENGRAM_SUB_DIM`).
 const ENGRAM_SUB_DIM: usize = 128;

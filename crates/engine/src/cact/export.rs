@@ -10,7 +10,7 @@ use super::ladder::{rung, LadderError};
 use super::tensors::check_params;
 use super::{build_cact, write_cact, Bits, BitsChoice, BitsMapError, BuildError, WriteError};
 use crate::checkpoint::{Checkpoint, CheckpointError};
-use crate::config::Generation;
+use crate::generation::Generation;
 use crate::lora::{load_adapter, merge_into_checkpoint, AdapterFileError, MergeError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 

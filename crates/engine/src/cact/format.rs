@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::quant::{Bits, GROUP};
 use super::reader::{FormatError, RecordProblem};
-use crate::config::Generation;
+use crate::generation::Generation;
 
 /// First u32 of every Needle 2 `.cact`.
 pub const TAG: u32 = 0x05E1_2A83;

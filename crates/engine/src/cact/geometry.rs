@@ -6,7 +6,8 @@
 use thiserror::Error;
 
 use super::format::{list_slots, Header};
-use crate::config::{ConfigError, EngramDims, Generation, ModelConfig, ENGRAM_CONV_TAPS};
+use crate::config::{ConfigError, EngramDims, ModelConfig, ENGRAM_CONV_TAPS};
+use crate::generation::Generation;
 
 /// A Needle 3 header's layer mask has a bit for each of this many layers.
 const MASK_LAYERS: usize = 64;

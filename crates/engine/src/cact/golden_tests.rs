@@ -17,7 +17,7 @@ use super::format::header_len;
 use super::quant::{cq_split, header_codebooks};
 use super::{build_cact, export, Bits, BitsChoice, CactFile, ExportOptions, TensorKind};
 use crate::checkpoint::{Checkpoint, DType, NdArray, PickledAdapter};
-use crate::config::Generation;
+use crate::generation::Generation;
 use crate::lora::{load_adapter, merge_into_checkpoint};
 use crate::tokenizer::Tokenizer;
 

@@ -6,7 +6,7 @@
 //! One description per generation ([`Layout::of`]), read by the writer ([`super::tensors`]), the
 //! reader's names and the way back to the network's weights ([`super::weights`]).
 
-use crate::config::Generation;
+use crate::generation::Generation;
 
 /// One per-layer tensor: its export name, its checkpoint path under `stack/layers/block/` (stacked
 /// over layers), and how it is stored.

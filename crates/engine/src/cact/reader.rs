@@ -11,7 +11,7 @@ use thiserror::Error;
 use super::format::{Header, Record, TensorKind, ALIGN, MAX_NDIM, RECORD_LEN};
 use super::layout::{Layout, TOKENIZER};
 use super::quant::{self, CqBlobError, GROUP};
-use crate::config::Generation;
+use crate::generation::Generation;
 use crate::tokenizer;
 
 /// Byte offset of the header's `num_tensors`.

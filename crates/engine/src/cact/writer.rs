@@ -15,7 +15,7 @@ use super::quant::{self, Bits};
 use super::reader::FormatError;
 use super::tensors;
 use crate::checkpoint::{Checkpoint, DType, NdArray};
-use crate::config::Generation;
+use crate::generation::Generation;
 use crate::generation::VocabFit;
 use crate::model::ModelError;
 use crate::tokenizer::{self, TokenizerError};

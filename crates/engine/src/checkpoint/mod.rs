@@ -16,7 +16,8 @@ pub mod writer;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::config::{Generation, ModelConfig};
+use crate::config::ModelConfig;
+use crate::generation::Generation;
 pub use array::{unravel, ArrayError, DType, NdArray, RawLayout};
 use pickle::{PickleError, PyValue};
 use safetensors_file::SafetensorsProblem;

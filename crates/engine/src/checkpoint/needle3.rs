@@ -8,7 +8,8 @@ use safetensors::Dtype;
 
 use super::safetensors_file;
 use super::{Checkpoint, CheckpointError, DType, FileReader, NdArray, FORMAT_VERSION};
-use crate::config::{Generation, ModelConfig};
+use crate::config::ModelConfig;
+use crate::generation::Generation;
 
 /// Keys of a Needle 2 config that Needle 3's `TransformerConfig` lacks, so `from_saved` drops them
 /// (a stray `attn_dim` would otherwise set the head widths).
@@ -91,7 +92,6 @@ impl FileReader<'_> {
         CheckpointError::ConfigValue { path: self.path.to_owned(), key: key.into(), problem }
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -334,7 +334,7 @@ fn summary(findings: &[Finding], unusable_lines: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Generation;
+    use crate::generation::Generation;
     use serde_json::json;
 
     fn example(line: usize, query: &str, answers: Value) -> Example {

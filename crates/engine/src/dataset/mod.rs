@@ -23,7 +23,7 @@ pub(crate) use render::{THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START};
 pub use report::{DatasetReport, HistogramBin, LengthStats, Sample};
 pub use schema::{check_row, Kind, RowIssue};
 
-use crate::config::Generation;
+use crate::generation::Generation;
 use crate::generation::{JsonStyle, TextFields};
 use crate::pyjson;
 use crate::tokenizer::Tokenizer;

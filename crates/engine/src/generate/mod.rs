@@ -22,8 +22,8 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::config::Generation;
 use crate::dataset::{check_row, duplicate_key, Example, Kind};
+use crate::generation::Generation;
 use client::RequestError;
 
 /// The reference's model, endpoint and the environment variables it reads.

@@ -22,7 +22,7 @@ use std::sync::atomic::AtomicBool;
 
 use serde::Serialize;
 
-use crate::config::Generation;
+use crate::generation::Generation;
 use cache::RepoCache;
 pub use transfer::Announced;
 pub use upload::Uploaded;

@@ -13,8 +13,8 @@ use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use super::Lora;
 use crate::checkpoint::safetensors_file::{self, SafetensorsProblem};
 use crate::checkpoint::{CheckpointError, DType, LoraFactors, NdArray, PickledAdapter, RawLayout};
-use crate::config::Generation;
 use crate::generation::FileKind;
+use crate::generation::Generation;
 
 /// What can go wrong reading or writing an adapter.
 #[derive(Debug, thiserror::Error)]

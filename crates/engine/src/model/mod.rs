@@ -4,7 +4,7 @@
 //! stack, block, attention, engram), Needle 3 adding to Needle 2's layers (q/k heads narrower than
 //! the v heads, Q/K/V convolution taps, windowed layers, an output slice of the vocabulary) and
 //! changing its MLP (learned Monarch transforms where Needle 2 has fixed Walsh rotations); the
-//! config's [`crate::config::Generation`] picks. Around it: the weights source ([`params`]),
+//! config's [`crate::generation::Generation`] picks. Around it: the weights source ([`params`]),
 //! linear and low-rank layers ([`linear`]), norms, the fused [`kernels`], the loss, batch
 //! [`packing`], evaluation and decoding.
 //!

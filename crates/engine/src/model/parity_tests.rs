@@ -5,8 +5,8 @@ use candle_core::{DType, Device};
 
 use super::{evaluate, masked_loss, Network, Params};
 use crate::checkpoint::Checkpoint;
-use crate::config::Generation;
 use crate::dataset::Dataset;
+use crate::generation::Generation;
 use crate::tokenizer::Tokenizer;
 
 const STEMS: [&str; 3] = ["tiny_f32", "tiny_f16", "pretrained"];

@@ -177,7 +177,7 @@ fn read_piece(reader: &mut Reader, id: usize) -> Result<Piece, TokenizerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Generation;
+    use crate::generation::Generation;
     use crate::tokenizer::{PieceProblem, VocabularyProblem};
 
     const BASE_BLOB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/tokenizer/variants/base.blob");

@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 
 use aho_corasick::{AhoCorasick, MatchKind};
 
-use crate::config::Generation;
 use crate::generation::DummyPrefix;
+use crate::generation::Generation;
 
 pub(crate) use blob::write as write_cact_blob;
 pub use blob::{piece_count as cact_blob_piece_count, stated_piece_count as cact_blob_stated_pieces};

@@ -214,7 +214,7 @@ fn check_supported(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Generation;
+    use crate::generation::Generation;
     use crate::tokenizer::{PieceProblem, VocabularyProblem, MAX_PIECES};
 
     const BASE_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/tokenizer/variants/base.model");
