@@ -4,7 +4,7 @@
 # Quick preset, so a first run that visibly learns the app takes a minute or two on any CPU.
 # `scripts/studio.sh --generation 2` opens the Needle 2 example instead; other arguments replace the
 # example, e.g. scripts/studio.sh --dataset mine.jsonl --checkpoint needle.safetensors (the end-to-end
-# test starts the app with the `|| args=(…)` line below, so keep it on one line)
+# test starts the app with the default arguments line below, so keep that on one line)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 scripts/setup.sh

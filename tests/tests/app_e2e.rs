@@ -683,10 +683,15 @@ async fn connect(driver: &TauriDriver, app: &Path, args: &[String]) -> Client {
     let capabilities = json!({ "browserName": "wry", "tauri:options": { "application": app, "args": args } });
     let Value::Object(capabilities) = capabilities else { unreachable!("a JSON object") };
     let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    ClientBuilder::new(connector).capabilities(capabilities).connect(&driver.url).await.unwrap_or_else(|e| {
-        let log = std::fs::read_to_string(&driver.log).unwrap_or_default();
-        panic!("tauri-driver at {} could not start {}: {e}\n{log}", driver.url, app.display())
-    })
+    // An app that exits at once (a bad argument) leaves WebKitWebDriver waiting for its window for ever.
+    let session = ClientBuilder::new(connector).capabilities(capabilities).connect(&driver.url);
+    let error = match tokio::time::timeout(UI_TIMEOUT, session).await {
+        Ok(Ok(client)) => return client,
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no window after {UI_TIMEOUT:?}"),
+    };
+    let log = std::fs::read_to_string(&driver.log).unwrap_or_default();
+    panic!("tauri-driver at {} could not start {} {args:?}: {error}\n{log}", driver.url, app.display())
 }
 
 fn free_port() -> u16 {
