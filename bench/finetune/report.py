@@ -5,7 +5,8 @@
 Reads WORKDIR/{ours,ref}.time (`/usr/bin/time -f '%e %M'`: wall seconds, peak RSS KiB),
 ours.events (`needle finetune --events jsonl`), ours.rc / ref.rc, ours.load / ref.load, ref.json (the reference's own
 timing report), score_test.json and, if present, score_train.json (reference_finetune.py score),
-and settings.json. Writes WORKDIR/summary.json as well.
+and settings.json (its generation names the reference and the adapters' extension). Writes
+WORKDIR/summary.json as well.
 """
 import json
 import os
@@ -63,6 +64,9 @@ def ours_events(path):
         elif kind == "finished":
             out["train_s"] = e.get("seconds")
             out["partial"] = e.get("partial")
+            calls = ((e.get("accuracy") or {}).get("tuned") or {}).get("calls")
+            if calls:
+                out["accuracy"] = f"{calls['exact']}/{calls['examples']}"
         elif kind == "failed":
             out["failed"] = e.get("message")
     return out
@@ -87,7 +91,9 @@ def main():
     ev = ours_events(p("ours.events"))
     ref = read_json(p("ref.json")) or {}
     scores = {k: read_json(p(f"score_{k}.json")) for k in ("test", "train")}
-    ours_adapter, ref_adapter = p("ours.pkl"), p("ref.pkl")
+    ext = settings.get("adapter_ext", "pkl")
+    ours_adapter, ref_adapter = p(f"ours.{ext}"), p(f"ref.{ext}")
+    reference = settings.get("reference", "reference")
 
     def scored(which, adapter):
         s = scores.get(which)
@@ -104,6 +110,8 @@ def main():
         ("last train-step loss", ev["last_loss"], ref.get("last_loss"), ".4f", "loss"),
         ("own val loss (own split)", ev["val_loss"], ref.get("val_loss"), ".4f", "loss"),
     ]
+    if ev.get("accuracy") or ref.get("accuracy"):
+        rows.append(("held-out calls exact (own)", ev.get("accuracy"), ref.get("accuracy"), "s", None))
     for which in ("test", "train"):
         s = scores.get(which)
         if s:
@@ -111,6 +119,7 @@ def main():
                          ".4f", "loss"))
 
     print()
+    print(f"  Needle {settings.get('generation', 2)}: ours vs {reference}")
     print(f"  settings: {json.dumps(settings)}")
     nproc = os.cpu_count()
     loads = {k: (read(p(f"{k}.load"), "") or "").strip() for k in ("ours", "ref")}
@@ -120,7 +129,7 @@ def main():
     if ref:
         print(f"  reference breakdown: setup {ref.get('setup_s')} s, first step (incl. jit) "
               f"{ref.get('first_step_s')} s, per later step {ref.get('per_step_s')} s, "
-              f"val+save {ref.get('finish_s')} s")
+              f"after the last step (val, its scoring, save) {ref.get('finish_s')} s")
     if ev.get("train_s") is not None:
         print(f"  ours: train loop {ev['train_s']:.1f} s, {fmt(ev.get('tokens_per_s'), '.0f')} padded tokens/s, "
               f"plan estimate {ev.get('memory_estimate_mb')} MiB")
@@ -130,7 +139,8 @@ def main():
         s = scores.get(which)
         if s:
             print(f"  {which}: {s['examples']} examples, {s['answer_tokens']} answer tokens, seq_len "
-                  f"{s['seq_len']}, base (no adapter) loss {s['base']:.4f}")
+                  f"{s['seq_len']}, scored {s.get('numerics', 'as stored')} by {reference}, "
+                  f"base (no adapter) loss {s['base']:.4f}")
     print()
     head = f"  {'':<28} {'ours':>12} {'reference':>12} {'ours/ref':>10} {'ours-ref':>10}"
     print(head)
