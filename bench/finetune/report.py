@@ -129,7 +129,7 @@ def main():
     if ref:
         print(f"  reference breakdown: setup {ref.get('setup_s')} s, first step (incl. jit) "
               f"{ref.get('first_step_s')} s, per later step {ref.get('per_step_s')} s, "
-              f"after the last step (val, its scoring, save) {ref.get('finish_s')} s")
+              f"after the last step (val, 3.x's held-out scoring, save) {ref.get('finish_s')} s")
     if ev.get("train_s") is not None:
         print(f"  ours: train loop {ev['train_s']:.1f} s, {fmt(ev.get('tokens_per_s'), '.0f')} padded tokens/s, "
               f"plan estimate {ev.get('memory_estimate_mb')} MiB")
