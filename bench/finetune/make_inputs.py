@@ -430,8 +430,12 @@ def layer_list(text):
 
 def package_generation():
     """(generation, version) of the cactus-needle this python has."""
-    from importlib.metadata import version
-    v = version("cactus-needle")
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        v = version("cactus-needle")
+    except PackageNotFoundError:
+        raise SystemExit(f"{sys.executable} has no cactus-needle: run make_inputs.py with the python of the "
+                         "generation's venv (tests/fixtures/regen.sh makes them; the side-by-side script's --python)")
     return int(v.split(".")[0]), v
 
 
