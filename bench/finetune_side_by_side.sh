@@ -139,7 +139,8 @@ fi
 import json, sys
 from importlib.metadata import version
 json.dump({"generation": $generation, "reference": "cactus-needle " + version("cactus-needle"),
-           "python": "$python", "adapter_ext": "$ext", "examples": $examples, "test_examples": $test_examples, "epochs": $epochs, "batch_size": $batch,
+           "python": "$python", "adapter_ext": "$ext",
+           "examples": $examples, "test_examples": $test_examples, "epochs": $epochs, "batch_size": $batch,
            "max_len": $max_len, "rank": $rank, "alpha": $alpha, "lr": $lr, "val_split": $val_split,
            "device_ours": "$device", "make_inputs_extra": "${kind_inputs[*]:-} ${extra[*]:-}",
            "needle": "$needle", "needle_built": "$( [ -n "$needle" ] && date -r "$needle" '+%F %T' )"},

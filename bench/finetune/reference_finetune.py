@@ -124,6 +124,8 @@ def train(args):
             if "val" in words:
                 val = float(words[words.index("val") + 1])
     schedule = next((t for t, m in events if m.strip().startswith("schedule")), started)
+    epochs = [t for t, m in events if m.strip().startswith("epoch")]
+    scored = next((t for t, m in events if m.strip().startswith("accuracy")), None)
     total_steps = None
     for _, m in events:
         if m.strip().startswith("schedule"):
@@ -141,6 +143,10 @@ def train(args):
                        if len(steps) > 1 and len(steps) == total_steps else None),
         "train_loop_s": round((steps[-1][0] if steps else finished) - schedule, 3),
         "finish_s": round(finished - (steps[-1][0] if steps else schedule), 3),   # val (+ 3.2.8's scoring) + save
+        # every epoch's steps and validation, as ours' `finished` seconds count them
+        "train_val_s": round(epochs[-1] - schedule, 3) if epochs else None,
+        # 3.2.8's end-of-run scoring: from the last epoch's line to its accuracy line
+        "scoring_s": round(scored - epochs[-1], 3) if scored and epochs else None,
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "last_loss": last_loss,
         "val_loss": val,

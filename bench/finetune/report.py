@@ -106,6 +106,7 @@ def main():
         ("exit status", ours_rc, ref_rc, None, "s"),
         ("wall s (whole process)", ours_wall, ref_wall, ".1f", "time"),
         ("peak RSS MB", ours_rss, ref_rss, ".0f", "mem"),
+        ("train s (steps + val)", ev["train_s"], ref.get("train_val_s"), ".1f", "time"),
         ("steps done", ev["steps"], ref.get("steps") if ref_rc == "0" else None, "d", None),
         ("last train-step loss", ev["last_loss"], ref.get("last_loss"), ".4f", "loss"),
         ("own val loss (own split)", ev["val_loss"], ref.get("val_loss"), ".4f", "loss"),
@@ -129,9 +130,11 @@ def main():
     if ref:
         print(f"  reference breakdown: setup {ref.get('setup_s')} s, first step (incl. jit) "
               f"{ref.get('first_step_s')} s, per later step {ref.get('per_step_s')} s, "
-              f"after the last step (val, 3.x's held-out scoring, save) {ref.get('finish_s')} s")
+              f"after the last step (val, 3.x's held-out scoring, save) {ref.get('finish_s')} s"
+              + (f", of which its held-out scoring {ref['scoring_s']} s" if ref.get("scoring_s") is not None else ""))
     if ev.get("train_s") is not None:
-        print(f"  ours: train loop {ev['train_s']:.1f} s, {fmt(ev.get('tokens_per_s'), '.0f')} padded tokens/s, "
+        print(f"  ours: steps + val {ev['train_s']:.1f} s (its held-out scoring follows), "
+              f"{fmt(ev.get('tokens_per_s'), '.0f')} padded tokens/s, "
               f"plan estimate {ev.get('memory_estimate_mb')} MiB")
     if ev.get("failed"):
         print(f"  ours failed: {ev['failed']}")
@@ -169,6 +172,9 @@ def main():
     if both_ok and ours_wall and ref_wall:
         print(f"\n  speed: ours is {ref_wall / ours_wall:.2f}x the reference's speed "
               f"(wall {ours_wall:.1f} s vs {ref_wall:.1f} s)")
+    ours_train, ref_train = ev.get("train_s"), ref.get("train_val_s")
+    if both_ok and ours_train and ref_train:
+        print(f"         steps + validation alone: {ref_train / ours_train:.2f}x ({ours_train:.1f} s vs {ref_train:.1f} s)")
     if both_ok and ours_rss and ref_rss:
         print(f"  memory: ours peaks at {ours_rss / ref_rss:.2f}x the reference's RSS "
               f"({ours_rss:.0f} MB vs {ref_rss:.0f} MB)")
