@@ -1,8 +1,14 @@
 """Inputs for the fine-tuning side-by-side benchmark (bench/finetune_side_by_side.sh).
 
-    python3 bench/finetune/make_inputs.py OUTDIR [--examples 160] [--test-examples 40]
+    PYTHON bench/finetune/make_inputs.py OUTDIR [--generation 3|2] [--examples 160] [--test-examples 40]
         [--tool-sets 8 | --tools-per-row] [--d-model 256] [--layers 6] [--heads 4] [--kv-heads 2] [--mhc-lanes 4]
-        [--engram-layers 2] [--engram-slots 2048] [--max-seq-len 2048] [--vocab 2048] [--seed 0]
+        [--engram-layers L,..] [--engram-slots N] [--max-seq-len 2048] [--vocab 2048] [--seed 0]
+        [Needle 3: --qk-head-dim 48 --v-head-dim 64 --global-layers 2,5 --sliding-window 512 --qkv-conv-taps 3]
+        [Needle 2: --contrastive-dim 64]
+
+PYTHON is the --generation's reference (cactus-needle 3.2.8 for 3, the default; 2.0.8 for 2): the
+tokenizer's chat markers, the rendering and the checkpoint all come from the installed package, and
+it is refused when it is not the generation asked for.
 
 Writes into OUTDIR:
 
@@ -12,17 +18,27 @@ Writes into OUTDIR:
                    seen by neither run: both adapters are scored on it with the reference's loss
   tokenizer.model  by default a sentencepiece BPE of --vocab 2048 pieces trained on the rendered
                    train.jsonl with the fixture tokenizer's settings (byte fallback, identity
-                   normalisation, chat markers at ids 4..13). With --vocab 0 it is a copy of
+                   normalisation, the package's chat markers from id 4: ten in 2.0.8, sixteen in
+                   3.2.8), rows rendered by the package's render_example. With --vocab 0 it is a copy of
                    tests/fixtures/models/tokenizer.model (vocab 512), but that one was trained on
                    tiny fixture data, byte-falls-back on many letters and digits and averages ~1.9
                    characters per token, so these tool prompts come out at 1400-4000 tokens and
                    most rows are truncated at --max-len 1024; the trained 2048-piece model gives
-                   ~4.5 characters per token (closer to the released 8192-piece tokenizer)
-  base.pkl         a format-v2 checkpoint made by the reference's own code: random init of
+                   ~4.5 characters per token (closer to the released 8192-piece tokenizer);
+                   it is a Needle 2 tokenizer, so --vocab 0 is for --generation 2 only
+  base.pkl         Needle 2: a format-v2 checkpoint made by the reference's own code: random init of
                    SimpleAttentionNetwork (every parameter, incl. the contrastive/confidence
                    heads), constant-initialised leaves perturbed with seeded noise like the
                    fixtures do (so no LoRA target is all-zero), float32, vocab = the tokenizer's
+  base.safetensors Needle 3: the same made by 3.2.8's code (make_needle3_fixtures.py's
+                   write_seeded_checkpoint: every parameter incl. the embedding, confidence and
+                   router probe heads a released checkpoint has), stored by its write_checkpoint
   inputs.json      what was made: sizes, token-length statistics, tool-prompt sharing
+
+The default model shape is each generation's released one scaled down alike (SHAPES below):
+d_model 768 -> 256, 6 layers, 4 heads; Needle 3 keeps its released per-head widths (q/k 48, v 64), 2
+KV heads, 3 conv taps and 4 lanes, and its window (1024 of 4096 positions) becomes 512 of 2048, so
+the longer rows outrun it as the released model's long rows do.
 
 With --tools-per-row every row gets a tool set of its own instead (a fresh draw of domain, tools,
 order and descriptions), so no two rows share more than the chat template's first tokens.
@@ -37,7 +53,6 @@ are multi-call, ~8 % off-topic refusals (`answers: []`), ~45 % carry `reasoning`
 Everything is seeded; JAX runs on CPU.
 """
 import argparse
-import dataclasses
 import json
 import os
 import pickle
@@ -385,21 +400,81 @@ def write_jsonl(path, rows):
 # Tokenizer and checkpoint (the reference's code)
 # --------------------------------------------------------------------------------------------
 
+FIXTURES = os.path.join(REPO, "tests", "fixtures")
+sys.path.insert(0, FIXTURES)
+
+# Each generation's released shape scaled down: Needle 2's (768 wide, 27 layers, 12/6 heads, engram
+# at 2 and 15, 8192 slots) and Needle 3's (768 wide, 20 layers, 12/2 heads of q/k 48 and v 64, a
+# 1024-token window with every fifth layer global and the last one too, engram at every fourth layer
+# ending at the last, 18432 slots, 4096 positions).
+SHAPES = {
+    2: dict(d_model=256, num_layers=6, num_heads=4, num_kv_heads=2, mhc_lanes=4, engram_layers=(2,),
+            engram_slots=2048, contrastive_dim=64, max_seq_len=2048),
+    3: dict(d_model=256, num_layers=6, num_heads=4, num_kv_heads=2, qk_head_dim=48, v_head_dim=64,
+            mhc_lanes=4, engram_layers=(2, 5), engram_slots=4608, global_layers=(2, 5), sliding_window=512,
+            qkv_conv_taps=3, max_seq_len=2048),
+}
+# Shape flags (argparse's names) and the config fields they set; a flag the generation's config
+# lacks is refused.
+SHAPE_FLAGS = {"d_model": "d_model", "layers": "num_layers", "heads": "num_heads", "kv_heads": "num_kv_heads",
+               "mhc_lanes": "mhc_lanes", "engram_layers": "engram_layers", "engram_slots": "engram_slots",
+               "max_seq_len": "max_seq_len", "contrastive_dim": "contrastive_dim", "qk_head_dim": "qk_head_dim",
+               "v_head_dim": "v_head_dim", "global_layers": "global_layers", "sliding_window": "sliding_window",
+               "qkv_conv_taps": "qkv_conv_taps"}
+BASE_NAMES = {2: "base.pkl", 3: "base.safetensors"}
+
+
+def layer_list(text):
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def package_generation():
+    """(generation, version) of the cactus-needle this python has."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        v = version("cactus-needle")
+    except PackageNotFoundError:
+        raise SystemExit(f"{sys.executable} has no cactus-needle: run make_inputs.py with the python of the "
+                         "generation's venv (tests/fixtures/regen.sh makes them; the side-by-side script's --python)")
+    return int(v.split(".")[0]), v
+
+
+def model_shape(args, vocab):
+    shape = dict(SHAPES[args.generation])
+    for flag, field in SHAPE_FLAGS.items():
+        value = getattr(args, flag)
+        if value is None:
+            continue
+        if field not in shape:
+            raise SystemExit(f"--{flag.replace('_', '-')}: a Needle {args.generation} model has no {field} "
+                             f"(its shape flags set {', '.join(sorted(shape))})")
+        shape[field] = value
+    return dict(shape, vocab_size=vocab, dtype="float32")
+
 def train_tokenizer(rows, vocab, path):
     from needle.model import finetune
     from needle.model.tokenizer import CHAT_MARKERS
-    sys.path.insert(0, os.path.join(REPO, "tests", "fixtures"))
     from fixture_common import train_bpe
     train_bpe(["".join(finetune.render_example(r)) for r in rows], path, vocab, CHAT_MARKERS)
 
 
-def make_checkpoint(path, shape, seed, perturb):
+def make_checkpoint(generation, path, shape, seed, perturb):
+    """(parameter count, perturbed leaves) of the generation's random-init base written to `path`."""
+    if generation == 3:
+        from make_needle3_fixtures import write_seeded_checkpoint
+        count, touched = write_seeded_checkpoint(path, shape, seed, heads=True, name="bench-finetune-random-init",
+                                                 perturb=perturb)
+        return int(count), len(touched)
+    return make_needle2_checkpoint(path, shape, seed, perturb)
+
+
+def make_needle2_checkpoint(path, shape, seed, perturb):
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from flax.traverse_util import flatten_dict, unflatten_dict
     from needle.model.architecture import SimpleAttentionNetwork, TransformerConfig
     from needle.model.run import CHECKPOINT_FORMAT_VERSION
+    from fixture_common import config_dict, perturb_constant_leaves
 
     config = TransformerConfig(**shape)
     model = SimpleAttentionNetwork(config)
@@ -414,18 +489,9 @@ def make_checkpoint(path, shape, seed, perturb):
     params = jax.tree.map(lambda a: np.asarray(a, np.float32), dict(variables["params"]))
     touched = []
     if perturb:
-        rng = np.random.default_rng(seed + 1)
-        flat = dict(flatten_dict(params))
-        for key in sorted(flat):
-            leaf = flat[key]
-            if np.unique(leaf).size <= 2:
-                noise = rng.normal(size=leaf.shape).astype(np.float32)
-                flat[key] = (leaf + noise * (0.05 + 0.1 * np.abs(leaf))).astype(np.float32)
-                touched.append("/".join(key))
-        params = unflatten_dict(flat)
-    cfg = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+        params, touched = perturb_constant_leaves(params, seed + 1)
     with open(path, "wb") as f:
-        pickle.dump({"format_version": CHECKPOINT_FORMAT_VERSION, "params": params, "config": cfg,
+        pickle.dump({"format_version": CHECKPOINT_FORMAT_VERSION, "params": params, "config": config_dict(config),
                      "step": 0, "run": {"name": "bench-finetune-random-init", "seed": seed,
                                         "perturbed": touched}}, f)
     return int(sum(a.size for a in jax.tree.leaves(params))), len(touched)
@@ -456,15 +522,14 @@ def main():
     ap.add_argument("--tool-sets", type=int, default=8, help=f"distinct tool prompts (1-{len(DOMAINS)})")
     ap.add_argument("--tools-per-row", action="store_true",
                     help="every row carries its own tool set (ignores --tool-sets): nothing shared")
-    ap.add_argument("--d-model", type=int, default=256)
-    ap.add_argument("--layers", type=int, default=6)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--kv-heads", type=int, default=2)
-    ap.add_argument("--mhc-lanes", type=int, default=4)
-    ap.add_argument("--engram-layers", type=str, default="2", help="comma-separated layer indices")
-    ap.add_argument("--engram-slots", type=int, default=2048)
-    ap.add_argument("--contrastive-dim", type=int, default=64)
-    ap.add_argument("--max-seq-len", type=int, default=2048)
+    ap.add_argument("--generation", type=int, choices=sorted(SHAPES), default=3,
+                    help="the model generation (default 3); this python's cactus-needle must be of it")
+    shape = ap.add_argument_group("model shape", "[default: the generation's scaled-down released shape, SHAPES]")
+    for flag in ("d-model", "layers", "heads", "kv-heads", "mhc-lanes", "engram-slots", "max-seq-len",
+                 "contrastive-dim", "qk-head-dim", "v-head-dim", "sliding-window", "qkv-conv-taps"):
+        shape.add_argument(f"--{flag}", type=int)
+    for flag in ("engram-layers", "global-layers"):
+        shape.add_argument(f"--{flag}", type=layer_list, help="comma-separated layer indices")
     ap.add_argument("--vocab", type=int, default=2048,
                     help="N: train a BPE of N pieces on train.jsonl (default 2048); 0: copy the fixture "
                          "tokenizer (vocab 512, ~1.9 characters per token: prompts become 3-4x longer)")
@@ -472,6 +537,12 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
+    generation, version = package_generation()
+    if generation != args.generation:
+        raise SystemExit(f"--generation {args.generation}: {sys.executable} has cactus-needle {version} (Needle "
+                         f"{generation}); run make_inputs.py with the python of a Needle {args.generation} venv")
+    if not args.vocab and generation != 2:
+        raise SystemExit(f"--vocab 0 copies {FIXTURE_TOKENIZER}, a Needle 2 tokenizer: give a vocabulary size")
     from needle.model.tokenizer import SANTokenizer
 
     os.makedirs(args.outdir, exist_ok=True)
@@ -497,20 +568,19 @@ def main():
         shutil.copyfile(FIXTURE_TOKENIZER, tok_path)
     tok = SANTokenizer(tok_path)
 
-    shape = dict(vocab_size=tok.vocab_size, d_model=args.d_model, num_heads=args.heads,
-                 num_kv_heads=args.kv_heads, num_layers=args.layers, mhc_lanes=args.mhc_lanes,
-                 engram_layers=tuple(int(x) for x in args.engram_layers.split(",") if x.strip()),
-                 engram_slots=args.engram_slots, contrastive_dim=args.contrastive_dim,
-                 max_seq_len=args.max_seq_len, dtype="float32")
-    n_params, n_touched = make_checkpoint(os.path.join(args.outdir, "base.pkl"), shape, args.seed + 100,
+    shape = model_shape(args, tok.vocab_size)
+    base = BASE_NAMES[generation]
+    n_params, n_touched = make_checkpoint(generation, os.path.join(args.outdir, base), shape, args.seed + 100,
                                           not args.no_perturb)
 
     per_set = [sum(r["_set"] == i for r in train) for i in range(len(tool_sets))]
     info = {
+        "generation": generation,
+        "package": f"cactus-needle {version}",
+        "base": base,
         "tokenizer": {"source": f"trained, vocab {args.vocab}" if args.vocab else FIXTURE_TOKENIZER,
                       "vocab": tok.vocab_size},
-        "checkpoint": dict(shape, engram_layers=list(shape["engram_layers"]), params=n_params,
-                           perturbed_leaves=n_touched),
+        "checkpoint": dict(shape, params=n_params, perturbed_leaves=n_touched),
         "tool_sets": [{"domain": s["domain"], "tools": len(s["schemas"]), "train_rows": per_set[i]}
                       for i, s in enumerate(tool_sets)] if tool_sets else "one per row",
         "train": token_stats(train, tok),
@@ -523,7 +593,8 @@ def main():
           f"median {t['seq_median']}, prompt {t['prompt_min']}..{t['prompt_max']} tokens), "
           f"test {info['test']['rows']} rows, "
           f"{f'{len(tool_sets)} tool sets {per_set}' if tool_sets else 'a tool set per row'}, "
-          f"vocab {tok.vocab_size}, checkpoint {n_params / 1e6:.2f}M params", flush=True)
+          f"vocab {tok.vocab_size}, Needle {generation} checkpoint {base} {n_params / 1e6:.2f}M params",
+          flush=True)
 
 
 if __name__ == "__main__":

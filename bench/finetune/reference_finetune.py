@@ -1,10 +1,12 @@
 """The reference side of the fine-tuning benchmarks (bench/finetune_side_by_side.sh and
-bench/calls_side_by_side.sh).
+bench/calls_side_by_side.sh), for either generation: run it with the python of the generation's
+reference, cactus-needle 2.0.8 (Needle 2: `.pkl` checkpoints and adapters) or 3.2.8 (Needle 3:
+`.safetensors` checkpoints and adapters, trained and scored quantization-aware).
 
     # train: the reference's own finetune_local (what `needle finetune` runs), timed
-    python3 bench/finetune/reference_finetune.py train DATA --checkpoint CKPT --tokenizer TOK \\
+    PYTHON bench/finetune/reference_finetune.py train DATA --checkpoint CKPT --tokenizer TOK \\
         [--epochs 1] [--batch-size 16] [--lr 1e-4] [--lora-rank 16] [--lora-alpha 32] \\
-        [--max-len 1024] [--val-split 0.1] [--seed 0] --out ADAPTER.pkl [--report REPORT.json]
+        [--max-len 1024] [--val-split 0.1] [--seed 0] --out ADAPTER [--report REPORT.json]
 
     # build: merge an adapter and export a .cact with the reference's build_main (its `needle build`)
     python3 bench/finetune/reference_finetune.py build CKPT --lora ADAPTER.pkl --tokenizer TOK \\
@@ -17,20 +19,28 @@ bench/calls_side_by_side.sh).
 `train` calls needle.model.finetune.finetune_local with the same argument object the reference
 CLI builds (`needle finetune`), with one patch: finetune_local loads its tokenizer with
 get_tokenizer(), which downloads from the Hugging Face hub; here that name is rebound to load
---tokenizer instead. It prints the reference's own progress lines, then one line
+--tokenizer instead. 3.2.8's finetune_local ends with its own scoring (exact calls of the held-out
+split, decoded through the W4 weights) before it saves; that is part of its run, as the end-of-run
+scoring is part of ours. It prints the reference's own progress lines, then one line
 `[reference] {...}` with wall seconds (whole process, imports included; and split into setup,
 first step incl. jit compile, remaining steps), peak RSS (getrusage ru_maxrss) and the last step
-and validation losses it printed. The NumPy global seed is set to --seed, so the per-epoch
-shuffles (np.random.permutation) are reproducible; the validation split and the LoRA init are
-already seeded (default_rng(0), PRNGKey(0)) inside finetune_local.
+and validation losses it printed (and 3.2.8's held-out accuracy). 2.0.8 shuffles with the NumPy
+global seed, which is set to --seed, so the per-epoch shuffles (np.random.permutation) are
+reproducible; the validation split and the LoRA init are already seeded (default_rng(0),
+PRNGKey(0)) inside finetune_local. 3.2.8 takes --seed itself (args.seed: default_rng(seed) for the
+split and the shuffles, PRNGKey(seed) for the LoRA init).
 
 `score` computes exactly finetune_local's loss_fn: logits of the model with merge_lora(params,
 lora, scale) applied, shifted cross-entropy, weighted by the answer mask (mask[:, 1:]), but
 summed over every example of DATA and divided by the total number of answer tokens (one
-token-weighted mean over the whole file, not a mean of batch means). Rows are encoded with the
-reference's fit_max_len / load_jsonl under --max-len. Adapters are `.pkl` files in the format
-finetune_local writes (`{"lora": {"a/b/kernel": {"A", "B"}}, "scale", "base", "rank"}`), which
-our `needle finetune --out X.pkl` writes too. JAX runs on CPU (JAX_PLATFORMS=cpu unless set).
+token-weighted mean over the whole file, not a mean of batch means). Under 3.2.8 that loss is
+its quantization-aware one, as it trains: the merged weights through CQ W4 (straight-through) and
+the model applied with quant=True after configure_deploy(act_bits, kv_bits); the base is scored
+the same way. Rows are encoded with the reference's fit_max_len / load_jsonl under --max-len.
+Adapters are files in the format finetune_local writes: 2.0.8's `.pkl` (`{"lora": {"a/b/kernel":
+{"A", "B"}}, "scale", "base", "rank"}`) or 3.2.8's `.safetensors` (read by its read_adapter), which
+our `needle finetune --out X.pkl|X.safetensors` writes too. JAX runs on CPU (JAX_PLATFORMS=cpu
+unless set).
 """
 import argparse
 import json
@@ -41,6 +51,12 @@ import time
 
 T0 = time.time()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def package_generation():
+    """The generation of the installed cactus-needle: 2 (2.0.x) or 3 (3.2.x)."""
+    from importlib.metadata import version
+    return int(version("cactus-needle").split(".")[0])
 
 
 def peak_rss_mb():
@@ -83,7 +99,7 @@ def train(args):
     ft_args = argparse.Namespace(
         jsonl_path=args.data, checkpoint=args.checkpoint, epochs=args.epochs, batch_size=args.batch_size,
         lr=args.lr, lora_rank=args.lora_rank, lora_alpha=args.lora_alpha, max_len=args.max_len,
-        val_split=args.val_split, generate=0, model=None, workers=1,
+        val_split=args.val_split, generate=0, model=None, workers=1, seed=args.seed,
         checkpoint_dir=os.path.dirname(os.path.abspath(args.out)), out=args.out)
 
     events = []   # (seconds since start, message) for every progress line finetune_local emits
@@ -96,9 +112,11 @@ def train(args):
     finished = time.time()
 
     steps = [(t, m) for t, m in events if m.strip().startswith("step")]
-    last_loss = val = None
+    last_loss = val = accuracy = None
     for _, m in events:
         words = m.split()
+        if words and words[0] == "accuracy":   # 3.2.8: "accuracy C/T held-out calls exact, ..."
+            accuracy = words[1]
         if words and words[0] == "step":
             last_loss = float(words[words.index("loss") + 1])
         if words and words[0] == "epoch":
@@ -106,6 +124,8 @@ def train(args):
             if "val" in words:
                 val = float(words[words.index("val") + 1])
     schedule = next((t for t, m in events if m.strip().startswith("schedule")), started)
+    epochs = [t for t, m in events if m.strip().startswith("epoch")]
+    scored = next((t for t, m in events if m.strip().startswith("accuracy")), None)
     total_steps = None
     for _, m in events:
         if m.strip().startswith("schedule"):
@@ -122,10 +142,15 @@ def train(args):
         "per_step_s": (round((steps[-1][0] - steps[0][0]) / (len(steps) - 1), 3)
                        if len(steps) > 1 and len(steps) == total_steps else None),
         "train_loop_s": round((steps[-1][0] if steps else finished) - schedule, 3),
-        "finish_s": round(finished - (steps[-1][0] if steps else schedule), 3),   # val + save
+        "finish_s": round(finished - (steps[-1][0] if steps else schedule), 3),   # val (+ 3.2.8's scoring) + save
+        # every epoch's steps and validation, as ours' `finished` seconds count them
+        "train_val_s": round(epochs[-1] - schedule, 3) if epochs else None,
+        # 3.2.8's end-of-run scoring: from the last epoch's line to its accuracy line
+        "scoring_s": round(scored - epochs[-1], 3) if scored and epochs else None,
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "last_loss": last_loss,
         "val_loss": val,
+        "accuracy": accuracy,
         "adapter": args.out,
     }
     print("[reference] " + json.dumps(report), flush=True)
@@ -147,11 +172,27 @@ def build(args):
 def load_adapter(path):
     import pickle
     import jax.numpy as jnp
-    with open(path, "rb") as f:
-        adapter = pickle.load(f)
+    if path.endswith(".safetensors"):
+        from needle.model.checkpoints import read_adapter   # 3.x only: its adapters are safetensors
+        adapter = read_adapter(path)
+    else:
+        with open(path, "rb") as f:
+            adapter = pickle.load(f)
     lora = {tuple(key.split("/")): {"A": jnp.asarray(v["A"], jnp.float32), "B": jnp.asarray(v["B"], jnp.float32)}
             for key, v in adapter["lora"].items()}
     return lora, float(adapter["scale"]), adapter.get("rank")
+
+
+def training_numerics(config):
+    """(weights, apply_args, name): how finetune_local runs the model in its loss. 2.0.8: the
+    weights as they are. 3.2.8: quantization-aware, the weights through CQ W4 with a straight-through
+    gradient and the model applied with quant=True (A8 activations, 8-bit queries and KV) after
+    configure_deploy, as its loss_fn does."""
+    if package_generation() == 2:
+        return (lambda p: p), {}, "as stored"
+    from needle.model.quantize import WEIGHT_BITS, configure_deploy, cq_ste_params
+    configure_deploy(act_bits=getattr(config, "act_bits", 8), kv_bits=getattr(config, "kv_bits", 8))
+    return (lambda p: cq_ste_params(p, WEIGHT_BITS)), {"quant": True}, f"QAT (CQ W{WEIGHT_BITS} STE + A8)"
 
 
 def score(args):
@@ -168,6 +209,7 @@ def score(args):
     config.dtype = "float32"   # as finetune_local
     params = jax.device_put(jax.tree.map(lambda a: np.asarray(a).astype(np.float32), params))
     model = SimpleAttentionNetwork(config)
+    weights, apply_args, numerics = training_numerics(config)
     max_len = finetune.fit_max_len(args.data, tok, args.max_len)
     seqs, masks = finetune.load_jsonl(args.data, tok, max_len)
     n = len(seqs)
@@ -180,7 +222,7 @@ def score(args):
 
     def sums(p, ids, mask):
         # finetune_local's loss_fn, returning numerator and denominator instead of their ratio
-        logits = model.apply({"params": p}, ids)
+        logits = model.apply({"params": weights(p)}, ids, **apply_args)
         logits, targets, mask = logits[:, :-1], ids[:, 1:], mask[:, 1:]
         ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
         return (ce * mask).sum(), mask.sum()
@@ -196,7 +238,7 @@ def score(args):
             den += float(m)
         return num / max(den, 1.0), den
 
-    results = {"data": args.data, "examples": n, "seq_len": int(max_len)}
+    results = {"data": args.data, "examples": n, "seq_len": int(max_len), "numerics": numerics}
     started = time.time()
     base, tokens = dataset_loss(params)
     results["answer_tokens"] = int(tokens)

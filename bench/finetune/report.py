@@ -5,7 +5,8 @@
 Reads WORKDIR/{ours,ref}.time (`/usr/bin/time -f '%e %M'`: wall seconds, peak RSS KiB),
 ours.events (`needle finetune --events jsonl`), ours.rc / ref.rc, ours.load / ref.load, ref.json (the reference's own
 timing report), score_test.json and, if present, score_train.json (reference_finetune.py score),
-and settings.json. Writes WORKDIR/summary.json as well.
+and settings.json (its generation names the reference and the adapters' extension). Writes
+WORKDIR/summary.json as well.
 """
 import json
 import os
@@ -63,6 +64,9 @@ def ours_events(path):
         elif kind == "finished":
             out["train_s"] = e.get("seconds")
             out["partial"] = e.get("partial")
+            calls = ((e.get("accuracy") or {}).get("tuned") or {}).get("calls")
+            if calls:
+                out["accuracy"] = f"{calls['exact']}/{calls['examples']}"
         elif kind == "failed":
             out["failed"] = e.get("message")
     return out
@@ -87,7 +91,9 @@ def main():
     ev = ours_events(p("ours.events"))
     ref = read_json(p("ref.json")) or {}
     scores = {k: read_json(p(f"score_{k}.json")) for k in ("test", "train")}
-    ours_adapter, ref_adapter = p("ours.pkl"), p("ref.pkl")
+    ext = settings.get("adapter_ext", "pkl")
+    ours_adapter, ref_adapter = p(f"ours.{ext}"), p(f"ref.{ext}")
+    reference = settings.get("reference", "reference")
 
     def scored(which, adapter):
         s = scores.get(which)
@@ -100,10 +106,13 @@ def main():
         ("exit status", ours_rc, ref_rc, None, "s"),
         ("wall s (whole process)", ours_wall, ref_wall, ".1f", "time"),
         ("peak RSS MB", ours_rss, ref_rss, ".0f", "mem"),
+        ("train s (steps + val)", ev["train_s"], ref.get("train_val_s"), ".1f", "time"),
         ("steps done", ev["steps"], ref.get("steps") if ref_rc == "0" else None, "d", None),
         ("last train-step loss", ev["last_loss"], ref.get("last_loss"), ".4f", "loss"),
         ("own val loss (own split)", ev["val_loss"], ref.get("val_loss"), ".4f", "loss"),
     ]
+    if ev.get("accuracy") or ref.get("accuracy"):
+        rows.append(("held-out calls exact (own)", ev.get("accuracy"), ref.get("accuracy"), "s", None))
     for which in ("test", "train"):
         s = scores.get(which)
         if s:
@@ -111,6 +120,7 @@ def main():
                          ".4f", "loss"))
 
     print()
+    print(f"  Needle {settings.get('generation', 2)}: ours vs {reference}")
     print(f"  settings: {json.dumps(settings)}")
     nproc = os.cpu_count()
     loads = {k: (read(p(f"{k}.load"), "") or "").strip() for k in ("ours", "ref")}
@@ -120,9 +130,11 @@ def main():
     if ref:
         print(f"  reference breakdown: setup {ref.get('setup_s')} s, first step (incl. jit) "
               f"{ref.get('first_step_s')} s, per later step {ref.get('per_step_s')} s, "
-              f"val+save {ref.get('finish_s')} s")
+              f"after the last step (val, 3.x's held-out scoring, save) {ref.get('finish_s')} s"
+              + (f", of which its held-out scoring {ref['scoring_s']} s" if ref.get("scoring_s") is not None else ""))
     if ev.get("train_s") is not None:
-        print(f"  ours: train loop {ev['train_s']:.1f} s, {fmt(ev.get('tokens_per_s'), '.0f')} padded tokens/s, "
+        print(f"  ours: steps + val {ev['train_s']:.1f} s (its held-out scoring follows), "
+              f"{fmt(ev.get('tokens_per_s'), '.0f')} padded tokens/s, "
               f"plan estimate {ev.get('memory_estimate_mb')} MiB")
     if ev.get("failed"):
         print(f"  ours failed: {ev['failed']}")
@@ -130,7 +142,8 @@ def main():
         s = scores.get(which)
         if s:
             print(f"  {which}: {s['examples']} examples, {s['answer_tokens']} answer tokens, seq_len "
-                  f"{s['seq_len']}, base (no adapter) loss {s['base']:.4f}")
+                  f"{s['seq_len']}, scored {s.get('numerics', 'as stored')} by {reference}, "
+                  f"base (no adapter) loss {s['base']:.4f}")
     print()
     head = f"  {'':<28} {'ours':>12} {'reference':>12} {'ours/ref':>10} {'ours-ref':>10}"
     print(head)
@@ -159,6 +172,9 @@ def main():
     if both_ok and ours_wall and ref_wall:
         print(f"\n  speed: ours is {ref_wall / ours_wall:.2f}x the reference's speed "
               f"(wall {ours_wall:.1f} s vs {ref_wall:.1f} s)")
+    ours_train, ref_train = ev.get("train_s"), ref.get("train_val_s")
+    if both_ok and ours_train and ref_train:
+        print(f"         steps + validation alone: {ref_train / ours_train:.2f}x ({ours_train:.1f} s vs {ref_train:.1f} s)")
     if both_ok and ours_rss and ref_rss:
         print(f"  memory: ours peaks at {ours_rss / ref_rss:.2f}x the reference's RSS "
               f"({ours_rss:.0f} MB vs {ref_rss:.0f} MB)")
