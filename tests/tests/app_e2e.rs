@@ -684,7 +684,8 @@ async fn connect(driver: &TauriDriver, app: &Path, args: &[String]) -> Client {
     let Value::Object(capabilities) = capabilities else { unreachable!("a JSON object") };
     let connector = hyper_util::client::legacy::connect::HttpConnector::new();
     // An app that exits at once (a bad argument) leaves WebKitWebDriver waiting for its window for ever.
-    let session = ClientBuilder::new(connector).capabilities(capabilities).connect(&driver.url);
+    let mut builder = ClientBuilder::new(connector);
+    let session = builder.capabilities(capabilities).connect(&driver.url);
     let error = match tokio::time::timeout(UI_TIMEOUT, session).await {
         Ok(Ok(client)) => return client,
         Ok(Err(e)) => e.to_string(),
