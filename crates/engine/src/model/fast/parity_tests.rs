@@ -60,11 +60,13 @@ fn relative_error(got: &[f32], want: &[f32]) -> f32 {
 /// The loss and the factors' gradients on both paths, with the CPU path keeping every layer and
 /// recomputing them: every gradient within 1e-4 of its largest entry. Under QAT the paths' last
 /// bits differ (attention's softmax is taken per block here, over whole rows there) and a
-/// quantizer turns such a difference into a whole 8-bit level now and then, which moves a few
-/// gradients by up to a few percent (3e-2 seen in one run of twelve; most runs agree to 1e-6), and
-/// a level flipped early in the forward moves every later gradient a little (a median of 9.5e-4
-/// seen once): there the median gradient must agree within 5e-3, the worst within 5e-2, as 3.2.8
-/// matches itself ([`crate::train`]'s Needle 3 parity test). The weights are drawn afresh each run.
+/// quantizer turns such a difference into a whole level now and then, which moves a few gradients
+/// by up to a few percent, and a level flipped early in the forward moves every later gradient a
+/// little. Seen on an AVX-512 Xeon: the loss within 1.1e-5 and the median gradient within 2.6e-3
+/// over 160 draws, but 5.2e-3 to 7.1e-3 in 4 of 90 others (worst gradients up to 3e-2 on an AMD
+/// Zen 4, where most draws agreed to 1e-6). So under QAT the loss must agree within 1e-4, the
+/// median gradient within 1e-2 and the worst within 5e-2; the arithmetic itself is held to 1e-4 by
+/// the tests without QAT. The weights are drawn afresh each run.
 fn check(cfg: &ModelConfig, qat: bool, what: &str) {
     let params = Params::random_init(&Device::Cpu);
     Network::load(cfg, &params).unwrap();
@@ -87,14 +89,18 @@ fn check(cfg: &ModelConfig, qat: bool, what: &str) {
     let want_loss: f32 = loss.to_scalar().unwrap();
 
     let cpu = CpuNetwork::new(&network).unwrap();
+    let (loss_within, median_within, worst_within) = if qat { (1e-4, 1e-2, 5e-2) } else { (1e-5, 1e-4, 1e-4) };
     for recompute in [false, true] {
         let (mut ws, mut grads) = (Workspace::default(), HostGrads::new());
         let got_loss = cpu.loss_and_grads(&packing, &low_rank, normalizer, recompute, &mut ws, &mut grads).unwrap();
         let way = format!("{what} (recompute {recompute})");
-        assert!(((got_loss - want_loss) / want_loss).abs() <= 1e-5, "{way}: loss {got_loss} vs {want_loss}");
+        assert!(((got_loss - want_loss) / want_loss).abs() <= loss_within, "{way}: loss {got_loss} vs {want_loss}");
         let (forward_only, _) = cpu.masked_ce_sum(&packing, Some(&low_rank), &mut ws).unwrap();
         let forward_only = (forward_only / normalizer) as f32;
-        assert!(((forward_only - want_loss) / want_loss).abs() <= 1e-5, "{way}: forward-only loss {forward_only}");
+        assert!(
+            ((forward_only - want_loss) / want_loss).abs() <= loss_within,
+            "{way}: forward-only loss {forward_only} vs {want_loss}"
+        );
         let mut errors = Vec::new();
         for ((path, layer), (a, b)) in low_rank.entries() {
             let (got_a, got_b) = &grads[&(path.clone(), *layer)];
@@ -105,7 +111,6 @@ fn check(cfg: &ModelConfig, qat: bool, what: &str) {
         }
         errors.sort_by(|a, b| a.0.total_cmp(&b.0));
         let ((median, _), (worst, name)) = (&errors[errors.len() / 2], &errors[errors.len() - 1]);
-        let (median_within, worst_within) = if qat { (5e-3, 5e-2) } else { (1e-4, 1e-4) };
         assert!(*median <= median_within, "{way}: the median gradient is off by {median} relative");
         assert!(*worst <= worst_within, "{way}: {name} off by {worst} relative");
     }
