@@ -4,17 +4,15 @@
 //! seen as an `a × b` matrix `Z` as `Aᵀ·Z·B` (its transpose, for the backward, as `A·Z·Bᵀ`). Every
 //! weight is frozen: the backward forms the input's gradient only.
 
+use super::mat::{matmul, Mat, MatMut, Threads};
 use crate::model::kernels::{exp, logistic};
 use crate::model::san::monarch::{MonarchMlp, COND_RANK};
 
-/// One transform's factors, and their transposes for the backward.
+/// One transform's factors, `A` `[a, a]` and `B` `[b, b]`.
 #[derive(Debug, Clone)]
 struct Kronecker {
     a: Vec<f32>,
     b: Vec<f32>,
-    a_t: Vec<f32>,
-    b_t: Vec<f32>,
-    /// The factors' sizes: `a × a` and `b × b`.
     sizes: (usize, usize),
 }
 
@@ -22,29 +20,19 @@ impl Kronecker {
     fn new((a, b): &(candle_core::Tensor, candle_core::Tensor)) -> crate::model::Result<Self> {
         let sizes = (a.dim(0)?, b.dim(0)?);
         let flat = |t: &candle_core::Tensor| t.flatten_all()?.to_vec1::<f32>();
-        Ok(Self { a: flat(a)?, b: flat(b)?, a_t: flat(&a.t()?)?, b_t: flat(&b.t()?)?, sizes })
+        Ok(Self { a: flat(a)?, b: flat(b)?, sizes })
     }
 
-    /// `y = M(z)`, or `M`'s transpose when `transposed`: `y = Lᵀ·Z·R` for the row `z` as an `a × b` matrix: the transform with `(L, R) = (A, B)`, its
-    /// transpose with `(Aᵀ, Bᵀ)`. `tmp` is a scratch row.
+    /// `y = M(z)` for the row `z` seen as an `a × b` matrix `Z`: `y = Aᵀ·Z·B`, or the transpose
+    /// `y = A·Z·Bᵀ` when `transposed`. `tmp` is a scratch row. Two small products through gemm's
+    /// register-blocked kernels: a loop of row updates here waits on its own stores.
     #[inline(always)]
     fn apply(&self, transposed: bool, z: &[f32], tmp: &mut [f32], y: &mut [f32]) {
-        let (left, right) = if transposed { (&self.a_t, &self.b_t) } else { (&self.a, &self.b) };
         let (ka, kb) = self.sizes;
-        // tmp = Z·R, row by row.
-        tmp.fill(0.0);
-        for (t_row, z_row) in tmp.chunks_mut(kb).zip(z.chunks(kb)) {
-            for (&z, r_row) in z_row.iter().zip(right.chunks(kb)) {
-                t_row.iter_mut().zip(r_row).for_each(|(t, r)| *t += z * r);
-            }
-        }
-        // y = Lᵀ·tmp: row k gathers L[i, k]·tmp[i].
-        y.fill(0.0);
-        for (l_row, t_row) in left.chunks(ka).zip(tmp.chunks(kb)) {
-            for (&l, y_row) in l_row.iter().zip(y.chunks_mut(kb)) {
-                y_row.iter_mut().zip(t_row).for_each(|(y, t)| *y += l * t);
-            }
-        }
+        let (a, b) = (Mat::new(&self.a, ka, ka), Mat::new(&self.b, kb, kb));
+        let (left, right) = if transposed { (a, b.t()) } else { (a.t(), b) };
+        matmul(MatMut::new(tmp, ka, kb), Mat::new(z, ka, kb), right, 1.0, false, Threads::One);
+        matmul(MatMut::new(y, ka, kb), left, Mat::new(tmp, ka, kb), 1.0, false, Threads::One);
     }
 }
 
