@@ -10,6 +10,8 @@
 use half::f16;
 use rayon::prelude::*;
 
+use crate::model::kernels::widest;
+
 /// Every CQ tensor quantizes along its input axis in groups of this many weights.
 pub const GROUP: usize = 128;
 
@@ -130,6 +132,7 @@ pub fn cq_blob_len(out: usize, in_dim: usize, bits: Bits) -> Option<usize> {
 /// The normalised Walsh-Hadamard transform of one group, in place: `x @ H / sqrt(128)` with H the
 /// Sylvester matrix, as a butterfly (7 add/sub stages) instead of a dense 128×128 product.
 /// H is symmetric and orthonormal after scaling, so the same call also inverts it.
+#[inline(always)]
 fn hadamard_in_place(x: &mut [f32; GROUP]) {
     let mut half = 1;
     while half < GROUP {
@@ -149,6 +152,7 @@ fn hadamard_in_place(x: &mut [f32; GROUP]) {
 
 /// Sum of squares exactly as numpy reduces 128 contiguous f32: eight interleaved partial sums,
 /// combined pairwise. Matching the order keeps our fp16 norms bit-identical to the reference's.
+#[inline(always)]
 fn sum_of_squares(x: &[f32; GROUP]) -> f32 {
     let mut r = [0.0f32; 8];
     for chunk in x.chunks_exact(8) {
@@ -265,11 +269,61 @@ pub fn cq_encode(weights: &[f32], in_dim: usize, bits: Bits) -> Vec<u8> {
 }
 
 /// A row-major `[out, in_dim]` matrix as its CQ encoding decodes: the weights a `.cact` ships, which
-/// quantization-aware training computes with (the reference's `cq_quantize`).
+/// quantization-aware training computes with (the reference's `cq_quantize`). The values of
+/// `cq_decode(cq_encode(…))` bit for bit, computed group by group without the blob: the same
+/// rotation, norm and nearest level, the norm through fp16 and the rotation back. Training merges
+/// and quantizes its adapted kernels every step, so this runs on tens of millions of weights a step.
 pub fn cq_round_trip(weights: &[f32], in_dim: usize, bits: Bits) -> Vec<f32> {
-    let out = weights.len().checked_div(in_dim).unwrap_or(0);
-    // The blob was made for this shape, so it decodes.
-    cq_decode(&cq_encode(weights, in_dim, bits), out, in_dim, bits).unwrap_or_default()
+    let mut out = vec![0f32; weights.len()];
+    if in_dim == 0 {
+        return out;
+    }
+    let cb = bits.codebook();
+    out.par_chunks_mut(in_dim).zip(weights.par_chunks(in_dim)).for_each(|(out, row)| {
+        widest(
+            #[inline(always)]
+            || round_trip_row(row, &cb, out),
+        )
+    });
+    out
+}
+
+/// One row of [`cq_round_trip`].
+#[inline(always)]
+fn round_trip_row(row: &[f32], cb: &[f32], out: &mut [f32]) {
+    for (row, out) in row.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
+        let mut group = [0.0f32; GROUP];
+        group[..row.len()].copy_from_slice(row);
+        hadamard_in_place(&mut group);
+        let norm = sum_of_squares(&group).sqrt();
+        let divisor = norm.max(1e-12);
+        group.iter_mut().for_each(|v| *v /= divisor);
+        nearest_levels(&mut group, cb);
+        let norm = f16::from_f32(norm).to_f32();
+        group.iter_mut().for_each(|v| *v *= norm);
+        hadamard_in_place(&mut group);
+        out.copy_from_slice(&group[..out.len()]);
+    }
+}
+
+/// Each element replaced by the level [`nearest_indices`] picks for it. The two neighbours it
+/// compares, `cb[pos − 1]` and `cb[pos]`, are found by sweeping the levels across the group
+/// (selects, which vectorise) rather than by indexing with each element's count: the levels are
+/// sorted, so the last level below `x` is the left one and the first not below it the right one,
+/// both clipped as the search is. A NaN finds neither and so lands on the last level, as there.
+#[inline(always)]
+fn nearest_levels(unit: &mut [f32; GROUP], cb: &[f32]) {
+    let last = cb.len() - 1;
+    let (mut left, mut right) = ([cb[0]; GROUP], [cb[last]; GROUP]);
+    for &c in &cb[1..last] {
+        left.iter_mut().zip(unit.iter()).for_each(|(l, &x)| *l = if c < x { c } else { *l });
+    }
+    for &c in cb[1..last].iter().rev() {
+        right.iter_mut().zip(unit.iter()).for_each(|(r, &x)| *r = if c < x { *r } else { c });
+    }
+    for ((x, l), r) in unit.iter_mut().zip(left).zip(right) {
+        *x = if (*x - l).abs() <= (*x - r).abs() { l } else { r };
+    }
 }
 
 /// A CQ blob that cannot be decoded.
@@ -354,6 +408,31 @@ mod tests {
                     * scale
             })
             .collect()
+    }
+
+    /// The round trip is the decoded encoding bit for bit, at every width, for rows that pad a
+    /// group, rows of zeros, huge and tiny values, values on the levels and NaN.
+    #[test]
+    fn round_trip_is_the_decoded_encoding_bit_for_bit() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        for bits in [Bits::Two, Bits::Three, Bits::Four, Bits::Ternary] {
+            for in_dim in [128, 200, 768] {
+                let mut weights: Vec<f32> = (0..5 * in_dim).map(|_| rng.random_range(-0.1f32..0.1)).collect();
+                weights[in_dim..2 * in_dim].fill(0.0);
+                weights[2 * in_dim..3 * in_dim].iter_mut().for_each(|w| *w *= 1e30);
+                weights[3 * in_dim..4 * in_dim].iter_mut().for_each(|w| *w *= 1e-30);
+                let levels = bits.codebook();
+                weights[4 * in_dim..][..levels.len()].copy_from_slice(&levels);
+                weights[4 * in_dim + 100] = f32::NAN;
+                let want = cq_decode(&cq_encode(&weights, in_dim, bits), 5, in_dim, bits).unwrap();
+                let got = cq_round_trip(&weights, in_dim, bits);
+                assert_eq!(got.len(), want.len());
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(g.to_bits(), w.to_bits(), "{bits} bits, width {in_dim}, weight {i}: {g} vs {w}");
+                }
+            }
+        }
     }
 
     #[test]
