@@ -52,7 +52,7 @@ impl App {
         let app = with_commands(mock_builder()).build(mock_context(noop_assets())).expect("mock app builds");
         let worker = Worker::app(PathBuf::from(env!("CARGO_BIN_EXE_needle-studio")));
         let hardware = needle_engine::backend::auto().info;
-        app.manage(Studio::open(data_dir.to_path_buf(), launch, worker, hardware, hub).expect("studio opens"));
+        Studio::open(data_dir.to_path_buf(), launch, worker, hardware, hub).expect("studio opens").manage(&app);
         let window = tauri::WebviewWindowBuilder::new(&app, "main", Default::default()).build().expect("window");
         Self { _app: app, window }
     }
@@ -496,7 +496,7 @@ fn a_newer_dataset_report_ends_the_older_one_in_its_worker() {
     let studio = app.studio();
     let older = {
         let (huge, tokenizer) = (huge.clone(), tokenizer.clone());
-        std::thread::spawn(move || studio.dataset_report(&huge, Some(&tokenizer), None, &json!(512)))
+        std::thread::spawn(move || studio.data().report(&huge, Some(&tokenizer), None, &json!(512)))
     };
     std::thread::sleep(Duration::from_millis(500));
     let report = app.ok(
