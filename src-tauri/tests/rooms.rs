@@ -1,7 +1,8 @@
 //! The app's rooms, checked from their source: no import runs back up to a module that contains the
 //! importer (in Rust a parent module's own items, `crate::lock` from `train/job.rs`; in the UI a file
-//! in a folder above, `../main.js`), no two modules import each other round a circle, and no two step
-//! panels of the UI import each other.
+//! in a folder above, `../main.js`), no two modules import each other round a circle, no two step
+//! panels of the UI import each other, and no worker flag is spelled by hand (the CLI's own argument
+//! types write them: `worker::job`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -144,6 +145,26 @@ fn no_rust_import_runs_back_up_a_level_or_round_a_circle() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     assert_eq!(circle(&graph), None, "modules importing each other round a circle");
     assert_eq!(circle(&by_folder(&graph)), None, "folders importing each other round a circle");
+}
+
+#[test]
+fn no_worker_flag_is_spelled_by_hand() {
+    let mut spelled = Vec::new();
+    for file in files(&root("src"), "rs") {
+        let text = std::fs::read_to_string(&file).unwrap();
+        // The app's code, that is: a test module (last in its file) may name the flags it expects.
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for (number, line) in code_lines(code) {
+            // `"--checkpoint"`, `"--query={}"`; the `"--"` that ends the flags is no flag.
+            let flag = line
+                .match_indices("\"--")
+                .any(|(at, _)| line[at + 3..].chars().next().is_some_and(|c| c.is_ascii_alphabetic()));
+            if flag {
+                spelled.push(format!("{}:{number}: {}", file.display(), line.trim()));
+            }
+        }
+    }
+    assert!(spelled.is_empty(), "flags written by hand; build a worker::job::Job instead:\n{}", spelled.join("\n"));
 }
 
 // ---------- the web UI ----------

@@ -4,7 +4,6 @@
 //! its environment ([`crate::secrets`]). One generation at a time.
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -16,6 +15,7 @@ use tauri::ipc::Channel;
 
 use crate::ground::{ending_in, lock};
 use crate::secrets::keys::{KeySource, Keys};
+use crate::worker::job::Job;
 use crate::worker::process::{CancelAnswer, Exit, Line, Process, Watcher, Worker};
 
 /// How many of the new rows the window is shown (the file has them all).
@@ -205,26 +205,16 @@ pub fn start(
     }
     let output = output_path(&request.dataset, &request.output);
     let model = Some(request.model.trim()).filter(|m| !m.is_empty()).unwrap_or(DEFAULT_MODEL);
-    let mut args: Vec<OsString> = vec![
-        "generate-data".into(),
-        "--augment".into(),
-        request.dataset.clone().into(),
-        "--num-samples".into(),
-        count.to_string().into(),
+    let job = Job::Generate {
+        dataset: request.dataset.clone(),
+        count,
         // A few rows are asked for in batches of that few: no request writes rows nobody keeps, and
         // the bar moves with each reply.
-        "--batch-size".into(),
-        DEFAULT_BATCH_SIZE.min(count).to_string().into(),
-        "--model".into(),
-        model.into(),
-        "--output".into(),
-        output.into(),
-        "--events".into(),
-        "jsonl".into(),
-    ];
-    if !request.endpoint.trim().is_empty() {
-        args.extend(["--endpoint".into(), request.endpoint.trim().into()]);
-    }
+        batch_size: DEFAULT_BATCH_SIZE.min(count),
+        model: model.into(),
+        endpoint: Some(request.endpoint.trim()).filter(|url| !url.is_empty()).map(Into::into),
+        output,
+    };
     let env = key.worker_env();
     let env: Vec<(&str, Option<&str>)> = env.iter().map(|(name, value)| (*name, value.as_deref())).collect();
 
@@ -241,7 +231,7 @@ pub fn start(
     };
     let watcher = GenerateWatcher { generations: Arc::clone(generations), channel, written: None };
     // Spawned under the slot's lock: the watcher's first update waits until the process is in the slot.
-    let process = worker.spawn_with_env(args, &env, watcher)?;
+    let process = worker.spawn_with_env(&job, &env, watcher)?;
     *slot = Slot { state: Some(running), process: Some(process) };
     Ok(())
 }

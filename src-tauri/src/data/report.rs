@@ -2,7 +2,6 @@
 //! the worker (a huge or hostile file costs that process, never the window's), and any of its lines
 //! as written.
 
-use std::ffi::OsString;
 use std::path::Path;
 
 use needle_engine::checkpoint::file_generation;
@@ -10,6 +9,7 @@ use needle_engine::dataset::Dataset;
 use needle_engine::generation::Generation;
 use needle_engine::settings::Field;
 
+use crate::worker::job::Job;
 use crate::worker::process::{Slot, Worker};
 
 /// How much of a dataset line the window is shown.
@@ -40,19 +40,9 @@ pub fn report(
         })?,
         None => chosen,
     };
-    let args: Vec<OsString> = vec![
-        "data".into(),
-        "--json".into(),
-        "--max-len".into(),
-        max_len.to_string().into(),
-        "--tokenizer".into(),
-        tokenizer.into(),
-        "--generation".into(),
-        generation.to_string().into(),
-        "--".into(),
-        path.into(),
-    ];
-    let out = worker.output_in(slot, args)?;
+    let max_len = max_len.as_u64().and_then(|n| usize::try_from(n).ok()).ok_or("the max length is not a count")?;
+    let job = Job::Report { dataset: path.into(), tokenizer: tokenizer.into(), max_len, generation };
+    let out = worker.output_in(slot, &job)?;
     serde_json::from_str(out.trim()).map_err(|error| format!("the worker's report was not understood ({error})"))
 }
 

@@ -1,13 +1,13 @@
 //! The Evaluate step's scoring of a built `.cact`: the file's own weights answer the held-out
 //! examples in the worker, as the base and the tuned model did at the end of the training.
 
-use std::ffi::OsString;
 use std::path::Path;
 
 use needle_engine::calls::{Accuracy, Answered, ModelScore};
 use needle_engine::train::finetune::SCORED_EXAMPLES;
 
 use crate::train::record::HistoryEntry;
+use crate::worker::job::Job;
 use crate::worker::process::Worker;
 
 /// The built `.cact`'s own (dequantized) weights scored: `needle eval --weights FILE --accuracy` on the
@@ -20,33 +20,20 @@ pub fn score_cact(worker: &Worker, entry: &HistoryEntry, cact: &Path) -> Result<
     }
     let scratch = tempfile::tempdir().map_err(|error| format!("no scratch folder for the scoring: {error}"))?;
     let answers = scratch.path().join("wrong.jsonl");
-    let args: Vec<OsString> = vec![
-        "eval".into(),
-        "--weights".into(),
-        cact.into(),
-        "--tokenizer".into(),
-        entry.request.tokenizer.clone().into(),
-        "--accuracy".into(),
-        "--answers".into(),
-        answers.clone().into(),
-        "--json".into(),
-        "--val-split".into(),
-        entry.request.settings.val_split.to_string().into(),
-        "--seed".into(),
-        entry.request.settings.seed.to_string().into(),
-        "--max-len".into(),
-        entry.request.settings.max_len.to_string().into(),
-        "--max-examples".into(),
-        SCORED_EXAMPLES.to_string().into(),
-        "--".into(),
-        entry.request.dataset.clone().into(),
-    ];
+    let job = Job::Evaluate {
+        cact: cact.into(),
+        tokenizer: entry.request.tokenizer.clone(),
+        dataset: entry.request.dataset.clone(),
+        settings: entry.request.settings,
+        examples: SCORED_EXAMPLES,
+        answers: answers.clone(),
+    };
     #[derive(serde::Deserialize)]
     struct Printed {
         loss: f64,
         accuracy: Accuracy,
     }
-    let out = worker.output(args)?;
+    let out = worker.output(&job)?;
     let printed: Printed = serde_json::from_str(out.trim())
         .map_err(|error| format!("the .cact's evaluation was not understood ({error}): {out}"))?;
     let wrong = std::fs::read_to_string(&answers)

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::model::preferences::Remembered;
 use crate::train::record::Records;
+use crate::worker::job::Job;
 use crate::worker::process::Worker;
 
 /// What the window asks.
@@ -75,15 +76,15 @@ fn answer(
     lora: Option<&Path>,
     tools: &Path,
 ) -> Result<TryAnswer, String> {
-    let mut args: Vec<std::ffi::OsString> = vec!["run".into(), "--checkpoint".into(), checkpoint.into()];
-    args.extend(["--tokenizer".into(), tokenizer.into()]);
-    if let Some(lora) = lora {
-        args.extend(["--lora".into(), lora.into()]);
-    }
-    // `--flag=value`: a query that starts with `-` is still the query.
-    args.extend(["--tools".into(), tools.into(), format!("--query={}", question.query).into()]);
-    args.extend([format!("--system={}", question.system).into(), format!("--max-new={MAX_NEW_TOKENS}").into()]);
-    args.push("--json".into());
-    let out = worker.output(args)?;
+    let job = Job::Try {
+        checkpoint: checkpoint.into(),
+        tokenizer: tokenizer.into(),
+        lora: lora.map(Into::into),
+        tools: tools.into(),
+        query: question.query.clone(),
+        system: question.system.clone(),
+        max_new: MAX_NEW_TOKENS,
+    };
+    let out = worker.output(&job)?;
     serde_json::from_str(out.trim()).map_err(|error| format!("the worker's answer was not understood ({error}): {out}"))
 }

@@ -1,7 +1,6 @@
 //! Building a run's `.cact` from the app: `needle build --events jsonl` in the worker, then the file
 //! read back (as `needle inspect` does) for its size and tensor count.
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 
 use needle_engine::cact::{CactFile, ExportEvent};
@@ -11,6 +10,7 @@ use tauri::ipc::Channel;
 use crate::evaluate::score::score_cact;
 use crate::ground::ending_in;
 use crate::train::record::{CactInfo, HistoryEntry, Records, TrainingRecord};
+use crate::worker::job::Job;
 use crate::worker::process::{Exit, Line, Watcher, Worker};
 
 /// What the window hears about a build.
@@ -52,21 +52,13 @@ pub fn start(
     if let Some(refusal) = generation.and_then(|generation| generation.refuses_bits(width)) {
         return Err(format!("{refusal}; choose another width"));
     }
-    let args: Vec<OsString> = vec![
-        "build".into(),
-        "--lora".into(),
-        adapter.into(),
-        "--tokenizer".into(),
-        entry.request.tokenizer.clone().into(),
-        "--bits".into(),
-        bits.to_string().into(),
-        "--out".into(),
-        out.into(),
-        "--events".into(),
-        "jsonl".into(),
-        "--".into(),
-        entry.request.checkpoint.clone().into(),
-    ];
+    let job = Job::Build {
+        checkpoint: entry.request.checkpoint.clone(),
+        adapter,
+        tokenizer: entry.request.tokenizer.clone(),
+        bits: width,
+        out,
+    };
     let watcher = BuildWatcher {
         record,
         records: records.clone(),
@@ -75,7 +67,7 @@ pub fn start(
         built: None,
         failure: None,
     };
-    worker.spawn(args, watcher).map(drop)
+    worker.spawn(&job, watcher).map(drop)
 }
 
 struct BuildWatcher {

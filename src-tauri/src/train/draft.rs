@@ -3,11 +3,12 @@
 //! are the engine's ([`needle_engine::settings`]).
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use needle_engine::settings::{FieldErrors, TrainSettings};
 use serde::{Deserialize, Serialize};
+
+use crate::worker::job::Finetune;
 
 /// A run as the UI sends it: each setting as typed (text, or a number), possibly missing or wrong.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -58,17 +59,16 @@ impl TrainingDraft {
 }
 
 impl TrainingRequest {
-    /// `needle finetune …` for this run, writing its adapter to `out`, with progress as JSON lines
-    /// and the flags in `mode` (`--dry-run`, `--resume`). The dataset comes last, after `--`, so
-    /// that no file name is ever read as a flag.
-    pub fn finetune_args(&self, out: &Path, mode: &[&str]) -> Vec<OsString> {
-        let mut args: Vec<OsString> = vec!["finetune".into(), "--checkpoint".into(), self.checkpoint.clone().into()];
-        args.extend(["--tokenizer".into(), self.tokenizer.clone().into(), "--out".into(), out.into()]);
-        args.extend(self.settings.flags().into_iter().map(OsString::from));
-        args.extend(["--device".into(), self.device.clone().into(), "--events".into(), "jsonl".into()]);
-        args.extend(mode.iter().map(OsString::from));
-        args.extend(["--".into(), self.dataset.clone().into()]);
-        args
+    /// The training as the worker takes it, its adapter saved to `adapter`.
+    pub fn finetune(&self, adapter: PathBuf) -> Finetune {
+        Finetune {
+            dataset: self.dataset.clone(),
+            checkpoint: self.checkpoint.clone(),
+            tokenizer: self.tokenizer.clone(),
+            device: self.device.clone(),
+            settings: self.settings,
+            adapter,
+        }
     }
 }
 
@@ -131,24 +131,5 @@ mod tests {
         assert_eq!(errors["checkpoint"], "no file at /no/such/base.pkl");
         assert_eq!(errors["device"], "choose one of auto, cpu");
         assert_eq!(errors.len(), 5);
-    }
-
-    #[test]
-    fn finetune_arguments_carry_every_setting() {
-        let request = draft(serde_json::to_value(presets()[0].settings).unwrap()).check(&devices()).unwrap();
-        let args: Vec<String> = request
-            .finetune_args(Path::new("/runs/a.pkl"), &["--resume"])
-            .iter()
-            .map(|a| a.to_string_lossy().into())
-            .collect();
-        let joined = args.join(" ");
-        for expected in
-            ["--epochs 6", "--lr 0.002", "--lora-rank 8", "--lora-alpha 16", "--batch-size 4", "--val-split 0.2"]
-        {
-            assert!(joined.contains(expected), "{expected} missing from {joined}");
-        }
-        assert!(joined.contains("--out /runs/a.pkl --epochs"), "{joined}");
-        assert!(joined.contains("--lr 0.002 --lora-rank 8"), "{joined}");
-        assert!(joined.ends_with(&format!("--device cpu --events jsonl --resume -- {}", request.dataset.display())));
     }
 }

@@ -1,7 +1,6 @@
 //! A training run from the app: `needle finetune --events jsonl` in the worker, its events turned into
 //! messages for the window (progress, the loss chart, the log) and into the run's history record.
 
-use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
 use needle_engine::train::Event;
@@ -12,6 +11,7 @@ use crate::train::chart::loss_chart;
 use crate::train::draft::TrainingRequest;
 use crate::train::record::{HistoryEntry, Records, Status, TrainingRecord};
 use crate::train::slot::{Claim, TrainingSlot};
+use crate::worker::job::Job;
 use crate::worker::process::{Exit, Line, Watcher, Worker};
 
 /// What the window hears about a run.
@@ -60,7 +60,8 @@ pub fn start(
 ) -> Result<HistoryEntry, String> {
     let claim = place.slot.begin()?;
     let (record, adapter) = place.records.create(request)?;
-    start_worker(place, claim, record, request.finetune_args(&adapter, &[]), channel, notify)
+    let job = Job::Train { finetune: request.finetune(adapter), plan_only: false };
+    start_worker(place, claim, record, &job, channel, notify)
 }
 
 /// Continues run `id`, which ended early, from the state it saved: same settings, same folder,
@@ -80,18 +81,18 @@ pub fn resume(
             _ => "this run saved no training state to resume from; start it again instead".into(),
         });
     }
-    let args = entry.request.finetune_args(&place.records.adapter_path(&entry), &["--resume"]);
+    let job = Job::Resume(entry.request.finetune(place.records.adapter_path(&entry)));
     record.entry.status = Status::Running;
     record.entry.message = None;
-    start_worker(place, claim, record, args, channel, notify)
+    start_worker(place, claim, record, &job, channel, notify)
 }
 
-/// Runs `args` in the worker for `record`, in the run slot `claim` holds.
+/// Runs `job` in the worker for `record`, in the training slot `claim` holds.
 fn start_worker(
     place: &Place,
     claim: Claim<'_>,
     mut record: TrainingRecord,
-    args: Vec<OsString>,
+    job: &Job,
     channel: Channel<TrainingMessage>,
     notify: Notify,
 ) -> Result<HistoryEntry, String> {
@@ -108,7 +109,7 @@ fn start_worker(
         earlier_seconds,
         last_chart: None,
     };
-    let process = place.worker.spawn(args, watcher)?;
+    let process = place.worker.spawn(job, watcher)?;
     claim.fill(entry.id.clone(), process);
     // Only once the worker runs: a resume that could not start leaves the record as it was. Its
     // watcher saves it again at every epoch and at the end, so a failure here loses nothing.

@@ -9,6 +9,7 @@ use crate::train::draft::{TrainingDraft, TrainingRequest};
 use crate::train::job::Place;
 use crate::train::record::Records;
 use crate::train::slot::TrainingSlot;
+use crate::worker::job::Job;
 use crate::worker::process::Worker;
 
 /// Shared by the Train step's commands; cloning is cheap.
@@ -39,8 +40,8 @@ impl TrainStep {
         let request = self.check(draft)?;
         // Its own scratch folder: plans made side by side never share a file.
         let scratch = tempfile::tempdir().map_err(|error| format!("could not make a scratch folder: {error}"))?;
-        let args = request.finetune_args(&scratch.path().join("adapter.pkl"), &["--dry-run"]);
-        let out = self.worker.output(args)?;
+        let job = Job::Train { finetune: request.finetune(scratch.path().join("adapter.pkl")), plan_only: true };
+        let out = self.worker.output(&job)?;
         serde_json::from_str(out.trim())
             .map_err(|error| format!("the worker's plan was not understood ({error}): {out}"))
     }

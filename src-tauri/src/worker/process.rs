@@ -15,6 +15,7 @@ use std::sync::{mpsc, Arc, Mutex, Weak};
 use needle_engine::backend::{self, BackendInfo};
 
 use crate::ground::lock;
+use crate::worker::job::Job;
 
 /// The first argument that puts the app's binary in worker mode.
 pub const WORKER_ARG: &str = "worker";
@@ -100,9 +101,9 @@ impl Worker {
         Self { program, leading: Vec::new(), processes: Arc::default() }
     }
 
-    fn command<I: Into<OsString>>(&self, args: impl IntoIterator<Item = I>) -> Command {
+    fn command(&self, job: &Job) -> Result<Command, String> {
         let mut command = Command::new(&self.program);
-        command.args(&self.leading).args(args.into_iter().map(Into::into));
+        command.args(&self.leading).args(job.argv()?);
         command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         #[cfg(windows)]
         {
@@ -110,25 +111,21 @@ impl Worker {
             use std::os::windows::process::CommandExt;
             command.creation_flags(0x0800_0000);
         }
-        command
+        Ok(command)
     }
 
-    /// Runs a short command to the end; its stdout, or its error message.
-    pub fn output<I: Into<OsString>>(&self, args: impl IntoIterator<Item = I>) -> Result<String, String> {
-        self.output_in(&Slot::default(), args)
+    /// Runs a short job to the end; its stdout, or its error message.
+    pub fn output(&self, job: &Job) -> Result<String, String> {
+        self.output_in(&Slot::default(), job)
     }
 
     /// [`Self::output`] as the one command of `slot`: it ends the command running there, whose
     /// caller then gets [`SUPERSEDED`].
-    pub fn output_in<I: Into<OsString>>(
-        &self,
-        slot: &Slot,
-        args: impl IntoIterator<Item = I>,
-    ) -> Result<String, String> {
+    pub fn output_in(&self, slot: &Slot, job: &Job) -> Result<String, String> {
         let (done, ended) = mpsc::channel();
         // Spawned under the slot's lock, so the process that ends up there is the latest request's.
         let mut current = lock(slot);
-        let process = self.spawn(args, Collect { stdout: String::new(), done })?;
+        let process = self.spawn(job, Collect { stdout: String::new(), done })?;
         if let Some(older) = current.replace(process) {
             older.kill();
         }
@@ -148,24 +145,20 @@ impl Worker {
         }
     }
 
-    /// Starts a long command followed by `watcher`.
-    pub fn spawn<I: Into<OsString>>(
-        &self,
-        args: impl IntoIterator<Item = I>,
-        watcher: impl Watcher,
-    ) -> Result<Arc<Process>, String> {
-        self.spawn_with_env(args, &[], watcher)
+    /// Starts a long job followed by `watcher`.
+    pub fn spawn(&self, job: &Job, watcher: impl Watcher) -> Result<Arc<Process>, String> {
+        self.spawn_with_env(job, &[], watcher)
     }
 
     /// [`Self::spawn`] with these environment variables set (`Some`) or removed (`None`): how a secret
     /// such as an API key reaches the worker, never on its command line.
-    pub fn spawn_with_env<I: Into<OsString>>(
+    pub fn spawn_with_env(
         &self,
-        args: impl IntoIterator<Item = I>,
+        job: &Job,
         env: &[(&str, Option<&str>)],
         mut watcher: impl Watcher,
     ) -> Result<Arc<Process>, String> {
-        let mut command = self.command(args);
+        let mut command = self.command(job)?;
         for (name, value) in env {
             match value {
                 Some(value) => command.env(name, value),
@@ -312,7 +305,7 @@ pub fn discover() -> std::io::Result<(Worker, BackendInfo)> {
     let gpu = this_app.program.with_file_name(format!("{GPU_WORKER}{}", std::env::consts::EXE_SUFFIX));
     if gpu.is_file() {
         let worker = Worker::needle(gpu);
-        let info = worker.output(["backend", "--json"]).ok().and_then(|out| serde_json::from_str(&out).ok());
+        let info = worker.output(&Job::Hardware).ok().and_then(|out| serde_json::from_str(&out).ok());
         if let Some(info @ BackendInfo { backend: backend::Backend::Cuda, .. }) = info {
             return Ok((worker, info));
         }
