@@ -88,7 +88,7 @@ impl Studio {
         let preferences = Remembered::open(&data_dir, &hub, checkpoint, tokenizer, launch.preset);
         let model = ModelStep::new(hub.clone(), hardware, preferences);
         let secrets = Secrets::default();
-        let records = Records::new(data_dir.join("runs"));
+        let records = Records::open(&data_dir);
         let slot = TrainingSlot::default();
         Ok(Self {
             launch_dataset: launch.dataset.map(absolute),

@@ -124,7 +124,7 @@ export const generateExamples = (request, onEvent) =>
 /** @returns {Promise<CancelAnswer>} */
 export const cancelGeneration = () => invoke('cancel_generation');
 
-/** @param {TrainingDraft} draft @returns {Promise<FieldErrors>} empty when the run can start */
+/** @param {TrainingDraft} draft @returns {Promise<FieldErrors>} empty when the training can start */
 export const validateTraining = (draft) => invoke('validate_training', { draft });
 
 /** @param {TrainingDraft} draft @returns {Promise<Plan>} */
@@ -132,7 +132,7 @@ export const planTraining = (draft) => invoke('plan_training', { draft });
 
 /**
  * @param {TrainingDraft} draft @param {(message: TrainingMessage) => void} onEvent
- * @returns {Promise<HistoryEntry>} the run's record as it starts
+ * @returns {Promise<HistoryEntry>} the training's record as it starts
  */
 export const startTraining = (draft, onEvent) => invoke('start_training', { draft, onEvent: channel(onEvent) });
 
@@ -146,20 +146,20 @@ export const resumeTraining = (id, onEvent) => invoke('resume_training', { id, o
 export const cancelTraining = () => invoke('cancel_training');
 
 /**
- * @param {string} runId @param {number} bits @param {string} out @param {(message: BuildMessage) => void} onEvent
+ * @param {string} trainingId @param {number} bits @param {string} out @param {(message: BuildMessage) => void} onEvent
  * @returns {Promise<void>}
  */
-export const buildCact = (runId, bits, out, onEvent) =>
-  invoke('build_cact', { runId, bits, out, onEvent: channel(onEvent) });
+export const buildCact = (trainingId, bits, out, onEvent) =>
+  invoke('build_cact', { trainingId, bits, out, onEvent: channel(onEvent) });
 
 /** @returns {Promise<PublishSetup>} */
 export const publishSetup = () => invoke('publish_setup');
 
 /**
- * @param {string} runId @param {string} repo @param {(message: PublishMessage) => void} onEvent
+ * @param {string} trainingId @param {string} repo @param {(message: PublishMessage) => void} onEvent
  * @returns {Promise<void>}
  */
-export const publishCact = (runId, repo, onEvent) => invoke('publish_cact', { runId, repo, onEvent: channel(onEvent) });
+export const publishCact = (trainingId, repo, onEvent) => invoke('publish_cact', { trainingId, repo, onEvent: channel(onEvent) });
 
 /** @param {Question} question @returns {Promise<Answers>} */
 export const tryModel = (question) => invoke('try_model', { question });

@@ -29,7 +29,7 @@
  */
 
 /**
- * A run's hyper-parameters (`needle_engine::settings::TrainSettings`).
+ * A training's hyper-parameters (`needle_engine::settings::TrainSettings`).
  * @typedef {object} TrainSettings
  * @property {number} epochs
  * @property {number} lr
@@ -44,7 +44,7 @@
 /** @typedef {keyof TrainSettings} TrainField */
 
 /**
- * One of the Run panel's fields as the app describes it (`needle_engine::settings::FormField`).
+ * One of the Train panel's fields as the app describes it (`needle_engine::settings::FormField`).
  * @typedef {object} FormField
  * @property {TrainField} name
  * @property {string} label
@@ -79,7 +79,7 @@
  * @property {Preferences} preferences
  * @property {string|null} dataset The dataset given at launch.
  * @property {Preset[]} presets
- * @property {FormField[]} training_fields The Run panel's fields, in display order.
+ * @property {FormField[]} training_fields The Train panel's fields, in display order.
  * @property {BuildWidth[]} build_widths
  * @property {HistoryEntry[]} history
  */
@@ -294,7 +294,7 @@
 /** @typedef {Record<string, string>} FieldErrors Field name → what is wrong and how to fix it. */
 
 /**
- * What a run will do (`needle_engine::train::Plan`).
+ * What a training will do (`needle_engine::train::Plan`).
  * @typedef {object} Plan
  * @property {number} examples
  * @property {number} validation
@@ -312,7 +312,7 @@
  * @property {number|null} seconds_estimate
  */
 
-/** @typedef {'running'|'finished'|'stopped'|'failed'|'interrupted'} RunStatus `history::Status` */
+/** @typedef {'running'|'finished'|'stopped'|'failed'|'interrupted'} TrainingStatus `train::record::TrainingStatus` */
 
 /**
  * Exact-call accuracy over a set of examples (`needle_engine::calls::Accuracy`).
@@ -370,7 +370,7 @@
  * @property {number} started_at Unix seconds.
  * @property {TrainingRequest} request
  * @property {string|null} backend
- * @property {RunStatus} status
+ * @property {TrainingStatus} status
  * @property {number|null} seconds
  * @property {number} steps_done
  * @property {number} steps
@@ -398,7 +398,7 @@
  */
 
 /**
- * The run channel (`training::TrainingMessage`).
+ * The training channel (`training::TrainingMessage`).
  * @typedef {({kind: 'progress'} & TrainEvent)
  *   | {kind: 'chart', svg: string}
  *   | {kind: 'log', line: string}
@@ -453,7 +453,7 @@
 
 /**
  * @typedef {object} Question `tryout::Question`
- * @property {string|null} run_id The run whose adapter answers beside the base.
+ * @property {string|null} training_id The training whose adapter answers beside the base.
  * @property {string} tools The tool schemas, as JSON text.
  * @property {string} query
  */

@@ -13,7 +13,7 @@ import { hear, state } from '../ground/state.js';
 /** @typedef {import('../ground/types.js').TryAnswer} TryAnswer */
 
 /**
- * The held-out scores of a run: base, tuned and (once built) the .cact, with a warning when the
+ * The held-out scores of a training: base, tuned and (once built) the .cact, with a warning when the
  * file answers markedly worse than the tuned model it was built from.
  * @param {HistoryEntry|null} entry
  */
@@ -56,7 +56,7 @@ function parseAdvice(entry, base, tuned) {
     `${percent(base.calls.parse_rate)}): it has learned the examples' wording but not yet the call format. ` +
     `The usual causes are too few examples (add more, or have \`needle generate-data --augment\` write them), ` +
     `a learning rate too high for them ` +
-    `(this run: ${lr}; try half) or too many epochs (this run: ${epochs}).`;
+    `(this training: ${lr}; try half) or too many epochs (this training: ${epochs}).`;
 }
 
 /**
@@ -114,7 +114,7 @@ const CUT = {
 function renderAnswer(id, answer) {
   const body = $(id).querySelector('.answer-body');
   if (!answer) {
-    body.replaceChildren('No tuned model yet: train a run or open one from History.');
+    body.replaceChildren('No tuned model yet: start a training or open one from History.');
     return;
   }
   const calls = answer.calls == null ? h('p', { class: 'verdict', 'data-ok': 'false' }, 'No parseable call')
@@ -131,7 +131,7 @@ function renderAnswer(id, answer) {
 
 async function askModels() {
   const entry = state.entry?.adapter ? state.entry : null;
-  const question = { run_id: entry?.id ?? null, tools: $('try-tools').value, query: $('try-query').value };
+  const question = { training_id: entry?.id ?? null, tools: $('try-tools').value, query: $('try-query').value };
   $('try-button').disabled = true;
   $('try-status').textContent = entry ? 'The base and the tuned model are answering…' : 'The base model is answering…';
   setMessage($('try-error'), null);

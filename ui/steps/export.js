@@ -22,14 +22,14 @@ import { badgeTab } from '../ground/tabs.js';
  * @param {HistoryEntry|null} entry
  */
 function showResult(entry) {
-  $('result').hidden = !entry?.adapter;
-  $('result-empty').hidden = Boolean(entry?.adapter);
+  $('export').hidden = !entry?.adapter;
+  $('export-empty').hidden = Boolean(entry?.adapter);
   if (!entry?.adapter) return;
   $('adapter-path').textContent = entry.adapter;
   $('cact-path').value = entry.suggested_cact;
   $('build-progress').value = 0;
   setBuildStatus('idle', '');
-  setMessage($('result-error'), null);
+  setMessage($('export-error'), null);
   renderBuilt(entry.cact);
 }
 
@@ -76,11 +76,11 @@ async function buildCact() {
   }
 }
 
-/** @param {string} runId the run being built @param {BuildMessage} message */
-function handleBuildEvent(runId, message) {
+/** @param {string} trainingId the training being built @param {BuildMessage} message */
+function handleBuildEvent(trainingId, message) {
   if (message.kind === 'built' || message.kind === 'failed') setBuilding(false);
   if (message.kind === 'built') tell('history', null);
-  if (state.entry?.id !== runId) return; // the panel now shows another run
+  if (state.entry?.id !== trainingId) return; // the panel now shows another training
   switch (message.kind) {
     case 'progress':
       if (message.event === 'stage') {
@@ -133,13 +133,13 @@ function renderPublish(publish) {
   }
 }
 
-/** @param {string} runId the run whose .cact is uploaded @param {PublishMessage} message */
-function handlePublishEvent(runId, message) {
+/** @param {string} trainingId the training whose .cact is uploaded @param {PublishMessage} message */
+function handlePublishEvent(trainingId, message) {
   if (message.kind === 'finished') {
     const { state: outcome, ...uploaded } = message.state;
     if (outcome === 'published') {
       tell('history', null);
-      const cact = state.entry?.id === runId ? state.entry.cact : null;
+      const cact = state.entry?.id === trainingId ? state.entry.cact : null;
       if (state.entry && cact) state.entry = { ...state.entry, cact: { ...cact, published: /** @type {Uploaded} */ (uploaded) } };
     }
     renderPublish(message.state);
@@ -186,7 +186,7 @@ export function showBuildWidths(widths) {
 }
 
 export function wireExport() {
-  const errorEl = $('result-error');
+  const errorEl = $('export-error');
   $('adapter-reveal').addEventListener('click', () => state.entry?.adapter && reveal(state.entry.adapter, errorEl));
   $('reveal-button').addEventListener('click', () => state.entry?.cact && reveal(state.entry.cact.path, errorEl));
   $('cact-choose').addEventListener('click', async () => {

@@ -16,7 +16,7 @@ import { badgeTab, showTab } from '../ground/tabs.js';
 /** @typedef {import('../ground/types.js').Opened} Opened */
 /** @typedef {import('../ground/types.js').Plan} Plan */
 /** @typedef {import('../ground/types.js').Preset} Preset */
-/** @typedef {import('../ground/types.js').RunStatus} RunStatus */
+/** @typedef {import('../ground/types.js').TrainingStatus} TrainingStatus */
 /** @typedef {import('../ground/types.js').Startup} Startup */
 /** @typedef {import('../ground/types.js').TrainEvent} TrainEvent */
 /** @typedef {import('../ground/types.js').TrainField} TrainField */
@@ -196,7 +196,7 @@ export function showTrainingSettings({ training_fields, presets: offered, prefer
   fields = training_fields;
   presets = offered;
   state.preset = preferences.preset;
-  $('run-fields').replaceChildren(...fields.map(fieldInput));
+  $('settings-fields').replaceChildren(...fields.map(fieldInput));
   $('preset-description').before(...presets.map(presetButton));
   const preset = presets.find((p) => p.name === state.preset) ?? presets[0];
   fillFields(preset?.settings ?? /** @type {TrainSettings} */ (Object.fromEntries(
@@ -234,7 +234,7 @@ function renderPlan(plan) {
   const fits = plan.memory_available_bytes == null || plan.memory_estimate_bytes <= plan.memory_available_bytes;
   const list = h('dl', {}, ...rows.flatMap(([term, value]) => [h('dt', {}, term), h('dd', {}, value)]));
   const warning = fits ? [] : [h('p', { class: 'error', role: 'alert' },
-    `This run needs about ${formatBytes(plan.memory_estimate_bytes)} but ${formatBytes(plan.memory_available_bytes)} ` +
+    `This training needs about ${formatBytes(plan.memory_estimate_bytes)} but ${formatBytes(plan.memory_available_bytes)} ` +
     'is free: it may be stopped by the system. Lower the batch size or the maximum length.')];
   $('plan').replaceChildren(list, ...warning);
 }
@@ -244,11 +244,11 @@ function renderPlan(plan) {
 const CHART_PLACEHOLDER = 'The loss chart appears once training starts.';
 
 /**
- * The run's status line, in the panel and in the strip.
- * @param {RunStatus|'stopping'} status @param {string} text
+ * The training's status line, in the panel and in the strip.
+ * @param {TrainingStatus|'stopping'} status @param {string} text
  */
-function setRunStatus(status, text) {
-  setStatus($('run-status'), status, text);
+function setTrainingStatus(status, text) {
+  setStatus($('training-status'), status, text);
   setStatus($('strip-status'), status, text);
 }
 
@@ -297,7 +297,7 @@ function resetProgress() {
 
 /**
  * @param {HistoryEntry} entry
- * @param {string} [message] how the run ended, when its channel said
+ * @param {string} [message] how the training ended, when its channel said
  */
 function describeEntry(entry, message) {
   const took = entry.seconds != null ? ` in ${formatElapsed(entry.seconds)}` : '';
@@ -306,7 +306,7 @@ function describeEntry(entry, message) {
   switch (entry.status) {
     case 'finished': return `Finished${took}${losses}`;
     case 'stopped': return `Stopped after ${entry.steps_done} / ${entry.steps} steps${took}${losses}`;
-    case 'failed': return message ?? entry.message ?? 'The run failed.';
+    case 'failed': return message ?? entry.message ?? 'The training failed.';
     case 'interrupted': return `Interrupted after ${entry.steps_done} / ${entry.steps} steps: ${entry.message}`;
     default: return 'Running…';
   }
@@ -315,33 +315,33 @@ function describeEntry(entry, message) {
 /** @param {HistoryEntry} entry @param {string} [message] */
 function renderEntryStatus(entry, message) {
   statusEntry = entry;
-  setRunStatus(entry.status, describeEntry(entry, message));
+  setTrainingStatus(entry.status, describeEntry(entry, message));
   renderSteps(entry.steps_done, entry.steps);
   updateButtons();
 }
 
 /**
- * Starts a run (fresh: the panel starts empty) or resumes one; its messages arrive on a channel.
+ * Starts a training (fresh: the panel starts empty) or resumes one; its messages arrive on a channel.
  * @param {(onEvent: (message: TrainingMessage) => void) => Promise<HistoryEntry>} launch
  * @param {boolean} fresh
  */
-async function runInWorker(launch, fresh) {
+async function trainInWorker(launch, fresh) {
   if (fresh) resetProgress();
   showEntry(null);
   statusEntry = null;
   setRunning(true);
-  setRunStatus('running', 'Starting…');
+  setTrainingStatus('running', 'Starting…');
   try {
-    const entry = await launch(handleRunEvent);
+    const entry = await launch(handleTrainingMessage);
     state.viewedId = entry.id;
     tell('history', null);
   } catch (error) {
     setRunning(false);
-    setRunStatus('failed', errorText(error));
+    setTrainingStatus('failed', errorText(error));
   }
 }
 
-const startTraining = () => runInWorker((onEvent) => api.startTraining(currentDraft(), onEvent), true);
+const startTraining = () => trainInWorker((onEvent) => api.startTraining(currentDraft(), onEvent), true);
 
 /**
  * Continues a training that ended early from its saved state; its chart goes on where it stopped.
@@ -354,12 +354,12 @@ async function resumeTraining(id) {
     tell('opened', opened);
     showEntry(opened.entry);
   } catch (error) {
-    setRunStatus('failed', errorText(error));
+    setTrainingStatus('failed', errorText(error));
     return;
   }
   $('log-lines').textContent = '';
   showTab('train');
-  await runInWorker((onEvent) => api.resumeTraining(id, onEvent), false);
+  await trainInWorker((onEvent) => api.resumeTraining(id, onEvent), false);
 }
 
 /**
@@ -374,7 +374,7 @@ function showOpened({ entry, chart }) {
 }
 
 /** @param {TrainingMessage} message */
-function handleRunEvent(message) {
+function handleTrainingMessage(message) {
   switch (message.kind) {
     case 'progress':
       handleTrainEvent(message);
@@ -386,10 +386,10 @@ function handleRunEvent(message) {
       appendLog(message.line);
       break;
     case 'finished':
-      runEnded(message.entry);
+      trainingEnded(message.entry);
       break;
     case 'failed':
-      runEnded(message.entry, message.message);
+      trainingEnded(message.entry, message.message);
       break;
   }
 }
@@ -401,11 +401,11 @@ function handleRunEvent(message) {
 function handleTrainEvent(event) {
   switch (event.event) {
     case 'started': {
-      if (!state.running) break; // a late message from a run that already ended
+      if (!state.running) break; // a late message from a training that already ended
       const where = `${backendLabel(event.backend)} (${event.device})`;
       const text = `Training on ${where}: ${formatCount(event.examples)} examples, ${formatCount(event.validation)} ` +
         `held out, sequence length ${event.seq_len}, est. peak memory ${formatBytes(event.memory_estimate_bytes)}`;
-      if ($('run-status').dataset.status === 'running') setRunStatus('running', text);
+      if ($('training-status').dataset.status === 'running') setTrainingStatus('running', text);
       renderSteps(event.first_step, event.steps);
       appendLog(`${text}; ${event.steps} steps, ${event.warmup} warm-up`);
       break;
@@ -425,7 +425,7 @@ function handleTrainEvent(event) {
 }
 
 /** @param {HistoryEntry} entry @param {string} [message] */
-function runEnded(entry, message) {
+function trainingEnded(entry, message) {
   setRunning(false);
   state.viewedId = entry.id;
   renderEntryStatus(entry, message);
@@ -439,10 +439,10 @@ async function cancelTraining() {
   try {
     const answer = await api.cancelTraining();
     if (answer === 'stopping') {
-      setRunStatus('stopping', 'Stopping after this step… (press again to stop now)');
+      setTrainingStatus('stopping', 'Stopping after this step… (press again to stop now)');
       $('cancel-button').textContent = 'Stop now';
     } else if (answer === 'killed') {
-      setRunStatus('stopping', 'Stopping now…');
+      setTrainingStatus('stopping', 'Stopping now…');
     } else {
       setRunning(false); // nothing was running any more
     }

@@ -14,7 +14,7 @@ use crate::worker::process::Worker;
 /// examples the training held out (the same ones its base and tuned scores used), so the table
 /// compares like with like.
 pub fn score_cact(worker: &Worker, entry: &HistoryEntry, cact: &Path) -> Result<Option<ModelScore>, String> {
-    // Only a run whose base and tuned models were scored has a row to compare the file with.
+    // Only a training whose base and tuned models were scored has a row to compare the file with.
     if entry.scores.is_none() {
         return Ok(None);
     }

@@ -1,4 +1,4 @@
-//! The Try panel: one question to the base model and to a run's tuned model, side by side. Each
+//! The Try panel: one question to the base model and to a training's tuned model, side by side. Each
 //! answer is `needle run --json` in the worker, so the weights never load into the window's process.
 
 use std::path::Path;
@@ -14,8 +14,8 @@ use crate::worker::process::Worker;
 /// What the window asks.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Question {
-    /// The run whose adapter answers beside the base; `None` asks the base model alone.
-    pub run_id: Option<String>,
+    /// The training whose adapter answers beside the base; `None` asks the base model alone.
+    pub training_id: Option<String>,
     /// The tool schemas, as JSON text (a list).
     pub tools: String,
     pub query: String,
@@ -48,10 +48,10 @@ pub fn ask(worker: &Worker, records: &Records, base: &Remembered, question: &Que
     if question.query.trim().is_empty() {
         return Err("Query: type what the user asks".into());
     }
-    let (checkpoint, tokenizer, adapter) = match &question.run_id {
+    let (checkpoint, tokenizer, adapter) = match &question.training_id {
         Some(id) => {
             let entry = records.load(id)?.entry;
-            let adapter = entry.adapter.ok_or("this run saved no adapter yet; wait for its first epoch")?;
+            let adapter = entry.adapter.ok_or("this training saved no adapter yet; wait for its first epoch")?;
             (entry.request.checkpoint, entry.request.tokenizer, Some(adapter))
         }
         None => {

@@ -1,4 +1,4 @@
-//! Building a run's `.cact` from the app: `needle build --events jsonl` in the worker, then the file
+//! Building a training's `.cact` from the app: `needle build --events jsonl` in the worker, then the file
 //! read back (as `needle inspect` does) for its size and tensor count.
 
 use std::path::PathBuf;
@@ -31,11 +31,11 @@ pub enum BuildMessage {
     },
 }
 
-/// Builds run `run_id`'s adapter merged into its base as a `bits`-bit `.cact` at `out`.
+/// Builds training `training_id`'s adapter merged into its base as a `bits`-bit `.cact` at `out`.
 pub fn start(
     worker: &Worker,
     records: &Records,
-    run_id: &str,
+    training_id: &str,
     bits: u8,
     out: PathBuf,
     channel: Channel<BuildMessage>,
@@ -44,9 +44,9 @@ pub fn start(
         return Err("choose where to save the .cact".into());
     }
     let out = ending_in(&out, "cact");
-    let record = records.load(run_id)?;
+    let record = records.load(training_id)?;
     let entry = &record.entry;
-    let adapter = entry.adapter.clone().ok_or("this run saved no adapter yet, so there is nothing to build")?;
+    let adapter = entry.adapter.clone().ok_or("this training saved no adapter yet, so there is nothing to build")?;
     let width = needle_engine::settings::build_width(bits)?;
     let generation = needle_engine::checkpoint::file_generation(&entry.request.checkpoint);
     if let Some(refusal) = generation.and_then(|generation| generation.refuses_bits(width)) {
@@ -108,7 +108,7 @@ impl Watcher for BuildWatcher {
 }
 
 impl BuildWatcher {
-    /// Opens the written file, scores it on the run's held-out examples, records it in the run's
+    /// Opens the written file, scores it on the training's held-out examples, records it in the training's
     /// history, and says what was built.
     fn read_back(&mut self, path: PathBuf, scheme: String) -> Result<BuildMessage, String> {
         let file = CactFile::open(&path).map_err(|error| error.to_string())?;

@@ -13,12 +13,12 @@ use crate::ground::Answer;
 #[tauri::command]
 pub async fn build_cact(
     export: State<'_, ExportStep>,
-    run_id: String,
+    training_id: String,
     bits: u8,
     out: PathBuf,
     on_event: Channel<BuildMessage>,
 ) -> Answer<()> {
-    build::start(&export.worker, &export.records, &run_id, bits, out, on_event)
+    build::start(&export.worker, &export.records, &training_id, bits, out, on_event)
 }
 
 #[tauri::command]
@@ -29,11 +29,11 @@ pub fn publish_setup(export: State<'_, ExportStep>) -> PublishSetup {
 #[tauri::command]
 pub fn publish_cact(
     export: State<'_, ExportStep>,
-    run_id: String,
+    training_id: String,
     repo: String,
     on_event: Channel<PublishMessage>,
 ) -> Answer<()> {
-    publish::start(&export.publish_place(), &run_id, &repo, on_event)
+    publish::start(&export.publish_place(), &training_id, &repo, on_event)
 }
 
 /// "Show in folder" for the adapter and the built file.

@@ -1,4 +1,4 @@
-//! Publishing a run's built `.cact` from the Export step, as `needle build --upload` does: pushed to
+//! Publishing a training's built `.cact` from the Export step, as `needle build --upload` does: pushed to
 //! a model repository on the hub by the engine ([`Hub::upload`]) on a thread of the app (network and
 //! disk, like a download), its progress kept here for the window. The repository's name starts as
 //! `NEEDLE_HF_REPO` says; the token is `HF_TOKEN`'s, or one typed once and kept in the keychain
@@ -89,21 +89,21 @@ pub struct Place<'a> {
     pub publishing: &'a Arc<Publishing>,
 }
 
-/// Uploads run `run_id`'s built `.cact` to `repo` under its file name, on a thread, reporting to
+/// Uploads training `training_id`'s built `.cact` to `repo` under its file name, on a thread, reporting to
 /// `channel`.
-pub fn start(place: &Place, run_id: &str, repo: &str, channel: Channel<PublishMessage>) -> Result<(), String> {
+pub fn start(place: &Place, training_id: &str, repo: &str, channel: Channel<PublishMessage>) -> Result<(), String> {
     let repo = repo.trim();
     if !is_repo_name(repo) {
         return Err("type the model repository as <you>/<model>".into());
     }
-    let cact = place.records.load(run_id)?.entry.cact.ok_or("build the .cact first, then publish it")?;
+    let cact = place.records.load(training_id)?.entry.cact.ok_or("build the .cact first, then publish it")?;
     let name = cact.path.file_name().ok_or("the built file has no name")?.to_string_lossy().into_owned();
     let token = place.token.value().or_else(|| place.hub.token.clone());
     let token = token.ok_or("type a Hugging Face token with write access (https://huggingface.co/settings/tokens)")?;
     let hub = Hub { token: Some(token), ..place.hub.clone() };
     let target = RepoFile::new(repo, DEFAULT_REVISION, &name);
     place.publishing.begin(target.name())?;
-    let (records, publishing, run_id) = (place.records.clone(), Arc::clone(place.publishing), run_id.to_owned());
+    let (records, publishing, training_id) = (place.records.clone(), Arc::clone(place.publishing), training_id.to_owned());
     std::thread::spawn(move || {
         let mut on_event = |event: HubEvent| {
             publishing.progress(&event);
@@ -111,11 +111,11 @@ pub fn start(place: &Place, run_id: &str, repo: &str, channel: Channel<PublishMe
             let _ = channel.send(PublishMessage::Progress(event));
         };
         let state = match hub.upload(&cact.path, &target, &mut on_event) {
-            Ok(uploaded) => match remember(&records, &run_id, &cact.path, &uploaded) {
+            Ok(uploaded) => match remember(&records, &training_id, &cact.path, &uploaded) {
                 Ok(()) => PublishState::Published(uploaded),
                 Err(error) => PublishState::Failed {
                     message: format!(
-                        "published at {}, but the run's history could not be updated: {error}",
+                        "published at {}, but the training's history could not be updated: {error}",
                         uploaded.url
                     ),
                 },
@@ -128,10 +128,10 @@ pub fn start(place: &Place, run_id: &str, repo: &str, channel: Channel<PublishMe
     Ok(())
 }
 
-/// Keeps where the file went with its run, for History and for the Export step when the run is opened
+/// Keeps where the file went with its training, for History and for the Export step when the training is opened
 /// again. A `.cact` built again since the upload began is another file, and stays unpublished.
-fn remember(records: &Records, run_id: &str, path: &Path, uploaded: &Uploaded) -> Result<(), String> {
-    let mut record = records.load(run_id)?;
+fn remember(records: &Records, training_id: &str, path: &Path, uploaded: &Uploaded) -> Result<(), String> {
+    let mut record = records.load(training_id)?;
     match &mut record.entry.cact {
         Some(cact) if cact.path == path => cact.published = Some(uploaded.clone()),
         _ => return Ok(()),

@@ -1,4 +1,4 @@
-//! A training as the app asks for it: the draft the Run panel sends while the user types, and the
+//! A training as the app asks for it: the draft the Train panel sends while the user types, and the
 //! checked request. What each setting means, its range, its messages and the presets that fill them
 //! are the engine's ([`needle_engine::settings`]).
 
@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::worker::job::Finetune;
 
-/// A run as the UI sends it: each setting as typed (text, or a number), possibly missing or wrong.
+/// A training as the UI sends it: each setting as typed (text, or a number), possibly missing or wrong.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct TrainingDraft {
     pub dataset: Option<String>,
@@ -32,7 +32,7 @@ pub struct TrainingRequest {
 }
 
 impl TrainingDraft {
-    /// The run, or every field that is wrong. `devices` are the choices the hardware offers.
+    /// The training, or every field that is wrong. `devices` are the choices the hardware offers.
     pub fn check(&self, devices: &[String]) -> Result<TrainingRequest, FieldErrors> {
         let mut errors = FieldErrors::new();
         let dataset = existing_file(&mut errors, "dataset", self.dataset.as_deref(), "choose a dataset (.jsonl)");

@@ -1,5 +1,5 @@
-//! A training run from the app: `needle finetune --events jsonl` in the worker, its events turned into
-//! messages for the window (progress, the loss chart, the log) and into the run's history record.
+//! A training from the app: `needle finetune --events jsonl` in the worker, its events turned into
+//! messages for the window (progress, the loss chart, the log) and into the training's history record.
 
 use std::time::{Duration, Instant};
 
@@ -9,12 +9,12 @@ use tauri::ipc::Channel;
 
 use crate::train::chart::loss_chart;
 use crate::train::draft::TrainingRequest;
-use crate::train::record::{HistoryEntry, Records, Status, TrainingRecord};
+use crate::train::record::{HistoryEntry, Records, TrainingStatus, TrainingRecord};
 use crate::train::slot::{Claim, TrainingSlot};
 use crate::worker::job::Job;
 use crate::worker::process::{Exit, Line, Watcher, Worker};
 
-/// What the window hears about a run.
+/// What the window hears about a training.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TrainingMessage {
@@ -41,8 +41,8 @@ pub type Notify = Box<dyn Fn(&str, &str) + Send>;
 
 /// Redraw the chart at most this often while steps stream in.
 const CHART_EVERY: Duration = Duration::from_millis(250);
-/// Runs at least this long end with a desktop notification: the user has probably looked away.
-const LONG_RUN: Duration = Duration::from_secs(30);
+/// Trainings at least this long end with a desktop notification: the user has probably looked away.
+const LONG_TRAINING: Duration = Duration::from_secs(30);
 
 /// Where a training runs and is kept: the worker, the records on disk, and the one slot.
 pub struct Place<'a> {
@@ -64,7 +64,7 @@ pub fn start(
     start_worker(place, claim, record, &job, channel, notify)
 }
 
-/// Continues run `id`, which ended early, from the state it saved: same settings, same folder,
+/// Continues training `id`, which ended early, from the state it saved: same settings, same folder,
 /// same record, its loss curve carried on.
 pub fn resume(
     place: &Place,
@@ -77,12 +77,12 @@ pub fn resume(
     let entry = place.records.listed(record.entry.clone(), None);
     if !entry.resumable {
         return Err(match entry.status {
-            Status::Finished => "this run finished; there is nothing to resume".into(),
-            _ => "this run saved no training state to resume from; start it again instead".into(),
+            TrainingStatus::Finished => "this training finished; there is nothing to resume".into(),
+            _ => "this training saved no training state to resume from; start it again instead".into(),
         });
     }
     let job = Job::Resume(entry.request.finetune(place.records.adapter_path(&entry)));
-    record.entry.status = Status::Running;
+    record.entry.status = TrainingStatus::Running;
     record.entry.message = None;
     start_worker(place, claim, record, &job, channel, notify)
 }
@@ -124,7 +124,7 @@ struct TrainingWatcher {
     notify: Notify,
     slot: TrainingSlot,
     started: Instant,
-    /// Time spent in the invocations before this one (a resumed run).
+    /// Time spent in the invocations before this one (a resumed training).
     earlier_seconds: f64,
     last_chart: Option<Instant>,
 }
@@ -144,23 +144,23 @@ impl Watcher for TrainingWatcher {
         let id = self.record.entry.id.clone();
         let closing = self.slot.is_closing(&id);
         let entry = &mut self.record.entry;
-        if closing && matches!(entry.status, Status::Running | Status::Stopped) {
+        if closing && matches!(entry.status, TrainingStatus::Running | TrainingStatus::Stopped) {
             // Asked to stop, or killed, because the app is closing: whatever the worker managed to
             // save is kept, and Resume goes on from there.
-            entry.status = Status::Interrupted;
+            entry.status = TrainingStatus::Interrupted;
             let resume = if entry.adapter.is_some() { "; Resume continues from the last save" } else { "" };
             entry.message =
                 Some(format!("cut short at step {} of {} when the app closed{resume}", entry.steps_done, entry.steps));
-        } else if entry.status == Status::Running {
+        } else if entry.status == TrainingStatus::Running {
             // The worker ended without `finished` or `failed`: killed by Cancel, or it crashed.
             if exit.killed {
-                entry.status = Status::Stopped;
+                entry.status = TrainingStatus::Stopped;
                 entry.message = Some(match &entry.adapter {
                     Some(_) => "stopped at once; the adapter from the last finished epoch is kept".into(),
                     None => "stopped at once, before the first epoch ended: no adapter was saved".into(),
                 });
             } else {
-                entry.status = Status::Failed;
+                entry.status = TrainingStatus::Failed;
                 entry.message = Some(exit.describe("the training worker"));
             }
         }
@@ -171,11 +171,11 @@ impl Watcher for TrainingWatcher {
         }
         self.send(TrainingMessage::Chart { svg: self.chart() });
         let entry = self.records.listed(self.record.entry.clone(), None);
-        if elapsed >= LONG_RUN {
+        if elapsed >= LONG_TRAINING {
             (self.notify)("Needle Studio", &summary(&entry));
         }
         match (entry.status, entry.message.clone()) {
-            (Status::Failed, message) => {
+            (TrainingStatus::Failed, message) => {
                 self.send(TrainingMessage::Failed { message: message.unwrap_or_default(), entry });
             }
             _ => self.send(TrainingMessage::Finished { entry }),
@@ -192,7 +192,7 @@ impl TrainingWatcher {
                 entry.backend = Some(format!("{backend} ({device})"));
                 entry.steps = *steps;
                 entry.steps_done = *first_step;
-                // A resumed run replays the steps after its last save: their old losses go.
+                // A resumed training replays the steps after its last save: their old losses go.
                 self.record.curve.train.retain(|&(step, _)| step <= *first_step);
                 self.record.curve.val.retain(|&(step, _)| step <= *first_step);
             }
@@ -230,7 +230,7 @@ impl TrainingWatcher {
                 entry.adapter = Some(adapter.clone());
                 entry.scores = accuracy.clone();
                 entry.seconds = Some(self.earlier_seconds + seconds);
-                entry.status = if *partial { Status::Stopped } else { Status::Finished };
+                entry.status = if *partial { TrainingStatus::Stopped } else { TrainingStatus::Finished };
                 if *partial {
                     entry.message = Some(format!(
                         "stopped after step {} of {}; the adapter holds what was learned so far",
@@ -240,7 +240,7 @@ impl TrainingWatcher {
                 return;
             }
             Event::Failed { message } => {
-                entry.status = Status::Failed;
+                entry.status = TrainingStatus::Failed;
                 entry.message = Some(message.clone());
                 return;
             }
@@ -261,7 +261,7 @@ impl TrainingWatcher {
     }
 
     fn send(&self, message: TrainingMessage) {
-        // A closed window drops its channel; the run goes on and its record is still saved.
+        // A closed window drops its channel; the training goes on and its record is still saved.
         let _ = self.channel.send(message);
     }
 }
@@ -270,9 +270,9 @@ impl TrainingWatcher {
 fn summary(entry: &HistoryEntry) -> String {
     let name = entry.request.dataset.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     match (entry.status, entry.final_loss) {
-        (Status::Failed, _) => format!("Fine-tuning on {name} failed: {}", entry.message.as_deref().unwrap_or("")),
-        (Status::Stopped, _) => format!("Fine-tuning on {name} stopped; the adapter is saved."),
-        (Status::Interrupted, _) => format!("Fine-tuning on {name} was cut short; Resume continues it."),
+        (TrainingStatus::Failed, _) => format!("Fine-tuning on {name} failed: {}", entry.message.as_deref().unwrap_or("")),
+        (TrainingStatus::Stopped, _) => format!("Fine-tuning on {name} stopped; the adapter is saved."),
+        (TrainingStatus::Interrupted, _) => format!("Fine-tuning on {name} was cut short; Resume continues it."),
         (_, Some(loss)) => format!("Fine-tuning on {name} finished: final loss {loss:.4}."),
         _ => format!("Fine-tuning on {name} finished."),
     }

@@ -12,29 +12,29 @@ use crate::worker::process::{CancelAnswer, Process};
 const STOP_GRACE: Duration = Duration::from_secs(15);
 const KILL_GRACE: Duration = Duration::from_secs(3);
 
-/// What a second Start hears while a run holds the slot.
-const ALREADY_GOING: &str = "a run is already going: cancel it or wait for it to finish";
+/// What a second Start hears while a training holds the slot.
+const ALREADY_GOING: &str = "a training is already going: cancel it or wait for it to finish";
 
-/// The run slot; clones share it.
+/// The training slot; clones share it.
 #[derive(Clone, Default)]
 pub struct TrainingSlot(Arc<Mutex<Option<Active>>>);
 
-/// The training run in progress.
+/// The training in progress.
 struct Active {
     id: String,
     process: Arc<Process>,
     /// Cancel was pressed once: the worker was asked to stop after its step.
     stopping: bool,
-    /// The app is closing: the run ends cut short, to be resumed.
+    /// The app is closing: the training ends cut short, to be resumed.
     closing: bool,
 }
 
-/// The free slot, held from the check that it is free until the run's worker is in it, so two
+/// The free slot, held from the check that it is free until the training's worker is in it, so two
 /// Starts can never both begin.
 pub struct Claim<'a>(MutexGuard<'a, Option<Active>>);
 
 impl TrainingSlot {
-    /// Claims the slot for a new run, or says that one is going.
+    /// Claims the slot for a new training, or says that one is going.
     pub fn begin(&self) -> Result<Claim<'_>, String> {
         let active = lock(&self.0);
         match *active {
@@ -43,23 +43,23 @@ impl TrainingSlot {
         }
     }
 
-    /// The id of the run in progress.
+    /// The id of the training in progress.
     pub fn running(&self) -> Option<String> {
-        lock(&self.0).as_ref().map(|run| run.id.clone())
+        lock(&self.0).as_ref().map(|training| training.id.clone())
     }
 
-    /// Whether run `id` is ending because the app is closing.
+    /// Whether training `id` is ending because the app is closing.
     pub fn is_closing(&self, id: &str) -> bool {
-        lock(&self.0).as_ref().is_some_and(|run| run.id == id && run.closing)
+        lock(&self.0).as_ref().is_some_and(|training| training.id == id && training.closing)
     }
 
-    /// Frees the slot of run `id` (if it still holds it), running `save` under the slot's lock so
-    /// the final record and the freed slot appear together: whoever sees the run ended can start the
+    /// Frees the slot of training `id` (if it still holds it), running `save` under the slot's lock so
+    /// the final record and the freed slot appear together: whoever sees the training ended can start the
     /// next one, and nobody sees a running record with no worker.
     pub fn finish<T>(&self, id: &str, save: impl FnOnce() -> T) -> T {
         let mut active = lock(&self.0);
         let saved = save();
-        if active.as_ref().is_some_and(|run| run.id == id) {
+        if active.as_ref().is_some_and(|training| training.id == id) {
             *active = None;
         }
         saved
@@ -69,33 +69,33 @@ impl TrainingSlot {
     pub fn cancel(&self) -> CancelAnswer {
         match lock(&self.0).as_mut() {
             None => CancelAnswer::Idle,
-            Some(run) if !run.stopping => {
-                run.stopping = true;
-                run.process.ask_to_stop();
+            Some(training) if !training.stopping => {
+                training.stopping = true;
+                training.process.ask_to_stop();
                 CancelAnswer::Stopping
             }
-            Some(run) => {
-                run.process.kill();
+            Some(training) => {
+                training.process.kill();
                 CancelAnswer::Killed
             }
         }
     }
 
-    /// The app is closing: the run is asked to stop and save what it learned, and killed if it has
+    /// The app is closing: the training is asked to stop and save what it learned, and killed if it has
     /// not within [`STOP_GRACE`]. Returns when its watcher has saved the record and freed the slot
     /// (or the graces have passed).
     pub fn close(&self) {
         let asked = match lock(&self.0).as_mut() {
-            Some(run) => {
-                run.closing = true;
-                run.process.ask_to_stop();
+            Some(training) => {
+                training.closing = true;
+                training.process.ask_to_stop();
                 true
             }
             None => false,
         };
         if asked && !self.wait_free(STOP_GRACE) {
-            if let Some(run) = lock(&self.0).as_ref() {
-                run.process.kill();
+            if let Some(training) = lock(&self.0).as_ref() {
+                training.process.kill();
             }
             self.wait_free(KILL_GRACE);
         }
@@ -114,7 +114,7 @@ impl TrainingSlot {
 }
 
 impl Claim<'_> {
-    /// Puts run `id`'s worker in the slot.
+    /// Puts training `id`'s worker in the slot.
     pub fn fill(mut self, id: String, process: Arc<Process>) {
         *self.0 = Some(Active { id, process, stopping: false, closing: false });
     }
