@@ -207,6 +207,9 @@ fn no_ui_import_runs_back_up_a_level_or_round_a_circle_and_no_panel_imports_anot
         let imports = graph.entry(name(&file)).or_default();
         for import in js_imports(&std::fs::read_to_string(&file).unwrap()) {
             let target = normal(&dir.join(&import));
+            // A type import of `./types.js` is TypeScript's name for the declarations in `./types.d.ts`.
+            let declared = target.with_extension("d.ts");
+            let target = if !target.is_file() && declared.is_file() { declared } else { target };
             let at = format!("{} imports {import}", name(&file));
             if !target.is_file() {
                 problems.push(format!("{at}: no such file"));

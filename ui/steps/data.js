@@ -228,7 +228,9 @@ function renderWritten(written) {
   setStatus($('generate-status'), 'written',
     `${formatCount(written.generated)} new rows${cut}; ${formatCount(written.written)} in ${written.path}` +
       (notes.length ? ` · ${notes.join(' · ')}` : ''));
-  $('generate-rows').replaceChildren(...written.rows.map((row) =>
+  // Each new row as written: a JSON object with its query and answers, shown as they are.
+  const rows = /** @type {{query?: unknown, answers?: unknown}[]} */ (written.rows ?? []);
+  $('generate-rows').replaceChildren(...rows.map((row) =>
     h('li', {}, String(row.query ?? ''), h('code', {}, JSON.stringify(row.answers ?? [])))));
 }
 

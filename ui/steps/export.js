@@ -87,7 +87,7 @@ function handleBuildEvent(trainingId, message) {
         $('build-progress').max = message.of;
         $('build-progress').value = message.index;
         setBuildStatus('building', `${message.label} (${message.index}/${message.of})`);
-      } else {
+      } else if (message.event === 'merged') {
         setBuildStatus('building', `Merged the adapter into ${message.groups} weight groups`);
       }
       break;

@@ -18,17 +18,18 @@ import { badgeTab, showTab } from '../ground/tabs.js';
 /** @typedef {import('../ground/types.js').Preset} Preset */
 /** @typedef {import('../ground/types.js').TrainingStatus} TrainingStatus */
 /** @typedef {import('../ground/types.js').Startup} Startup */
-/** @typedef {import('../ground/types.js').TrainEvent} TrainEvent */
-/** @typedef {import('../ground/types.js').TrainField} TrainField */
+/** @typedef {import('../ground/types.js').Event} TrainEvent */
 /** @typedef {import('../ground/types.js').TrainingDraft} TrainingDraft */
 /** @typedef {import('../ground/types.js').TrainingMessage} TrainingMessage */
 /** @typedef {import('../ground/types.js').TrainSettings} TrainSettings */
 /** @typedef {'dataset'|'checkpoint'|'tokenizer'} PathField */
+/** @typedef {keyof TrainSettings} TrainField */
+/** A setting's field, named for its key in the settings. @typedef {FormField & {name: TrainField}} SettingField */
 
 /** @type {PathField[]} */
 const PATH_FIELDS = ['dataset', 'checkpoint', 'tokenizer'];
 
-/** The settings' fields, in display order. @type {FormField[]} */
+/** The settings' fields, in display order. @type {SettingField[]} */
 let fields = [];
 /** @type {Preset[]} */
 let presets = [];
@@ -193,7 +194,8 @@ function applyPreset(preset) {
  * @param {Pick<Startup, 'training_fields'|'presets'|'preferences'>} startup
  */
 export function showTrainingSettings({ training_fields, presets: offered, preferences }) {
-  fields = training_fields;
+  // The engine names each field for its key in the settings (`TrainSettings`).
+  fields = /** @type {SettingField[]} */ (training_fields);
   presets = offered;
   state.preset = preferences.preset;
   $('settings-fields').replaceChildren(...fields.map(fieldInput));

@@ -19,7 +19,9 @@ const SETTINGS_LIMIT: u64 = 1 << 20;
 pub struct Preferences {
     pub checkpoint: Option<PathBuf>,
     pub tokenizer: Option<PathBuf>,
-    /// The published base model chosen by Download or Use (the default generation until one is).
+    /// The published base model chosen by Download or Use (the default generation until one is); the
+    /// window's own save leaves it out.
+    #[serde(default)]
     pub generation: Generation,
     /// `auto`, or a backend forced by the user.
     pub device: String,
