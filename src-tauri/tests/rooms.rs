@@ -252,8 +252,8 @@ fn the_checks_find_an_import_up_a_level_and_a_circle() {
     assert_eq!(graph["train::job"], BTreeSet::from(["ground".to_string(), "worker::process".to_string()]));
     assert_eq!(circle(&graph).map(|c| c.len()), Some(3), "train::job → worker::process → train::job");
     assert!(circle(&by_folder(&graph)).is_some());
-    assert_eq!(js_imports("import { $ } from '../ground/dom.js';\n/** @typedef {import('./types.js').X} X */"), [
-        "../ground/dom.js",
-        "./types.js"
-    ]);
+    assert_eq!(
+        js_imports("import { $ } from '../ground/dom.js';\n/** @typedef {import('./types.js').X} X */"),
+        ["../ground/dom.js", "./types.js"]
+    );
 }

@@ -174,8 +174,10 @@ fn docs(attrs: &[Attribute], indent: &str) -> String {
         [] => String::new(),
         [one] => format!("{indent}/** {one} */\n"),
         many => {
-            let lines: String =
-                many.iter().map(|l| if l.is_empty() { format!("{indent} *\n") } else { format!("{indent} * {l}\n") }).collect();
+            let lines: String = many
+                .iter()
+                .map(|l| if l.is_empty() { format!("{indent} *\n") } else { format!("{indent} * {l}\n") })
+                .collect();
             format!("{indent}/**\n{lines}{indent} */\n")
         }
     }
@@ -240,9 +242,10 @@ impl Generator {
                 Item::Enum(item) => Some((item.ident.to_string(), Definition::Enum(item.clone()))),
                 Item::Type(item) => Some((item.ident.to_string(), Definition::Alias(item.clone()))),
                 Item::Impl(item) => {
-                    let serialize = item.trait_.as_ref().is_some_and(|(_, path, _)| {
-                        path.segments.last().is_some_and(|last| last.ident == "Serialize")
-                    });
+                    let serialize = item
+                        .trait_
+                        .as_ref()
+                        .is_some_and(|(_, path, _)| path.segments.last().is_some_and(|last| last.ident == "Serialize"));
                     if let (true, Type::Path(own)) = (serialize, &*item.self_ty) {
                         self.hand_written.extend(own.path.segments.last().map(|last| last.ident.to_string()));
                     }
@@ -357,9 +360,10 @@ impl Generator {
                     if own.skip_serializing {
                         continue;
                     }
-                    let tag_value = own.rename.clone().unwrap_or_else(|| {
-                        renamed(&variant.ident.to_string(), serde.rename_all.as_deref())
-                    });
+                    let tag_value = own
+                        .rename
+                        .clone()
+                        .unwrap_or_else(|| renamed(&variant.ident.to_string(), serde.rename_all.as_deref()));
                     let quoted = format!("{tag_value:?}");
                     let doc = docs(&variant.attrs, "  ");
                     let text = match (&serde, &variant.fields) {
@@ -414,7 +418,11 @@ impl Generator {
         for field in fields {
             let serde = serde_of(&field.attrs);
             let ident = field.ident.as_ref().expect("a named field").to_string();
-            assert!(serde.opaque.is_none(), "field {ident}: serde({}) is not readable", serde.opaque.unwrap_or_default());
+            assert!(
+                serde.opaque.is_none(),
+                "field {ident}: serde({}) is not readable",
+                serde.opaque.unwrap_or_default()
+            );
             if (!input && serde.skip_serializing) || (input && serde.skip_deserializing) {
                 continue;
             }
@@ -428,7 +436,11 @@ impl Generator {
                 || (read && serde.default)
                 || (input && (all_default || outer(&field.ty) == Some("Option")));
             let mark = if optional { "?" } else { "" };
-            lines.push(format!("{}{indent}  {key}{mark}: {};", docs(&field.attrs, &format!("{indent}  ")), self.ts(&field.ty)));
+            lines.push(format!(
+                "{}{indent}  {key}{mark}: {};",
+                docs(&field.attrs, &format!("{indent}  ")),
+                self.ts(&field.ty)
+            ));
         }
         let object = if lines.is_empty() { "{}".to_string() } else { format!("{{\n{}\n{indent}}}", lines.join("\n")) };
         std::iter::once(object).chain(flattened).collect::<Vec<_>>().join(" & ")
@@ -487,7 +499,11 @@ impl Generator {
     /// An element type, in parentheses where `[]` would bind to its last part.
     fn element(&mut self, ty: &Type) -> String {
         let text = self.ts(ty);
-        if text.contains(' ') { format!("({text})") } else { text }
+        if text.contains(' ') {
+            format!("({text})")
+        } else {
+            text
+        }
     }
 }
 

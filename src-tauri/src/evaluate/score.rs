@@ -44,4 +44,3 @@ pub fn score_cact(worker: &Worker, entry: &HistoryEntry, cact: &Path) -> Result<
         .map_err(|error| format!("the .cact's wrong answers were not understood ({error})"))?;
     Ok(Some(ModelScore { loss: printed.loss, calls: printed.accuracy, wrong }))
 }
-

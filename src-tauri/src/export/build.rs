@@ -21,9 +21,9 @@ pub enum BuildMessage {
     Progress(ExportEvent),
     /// The file is written; its weights are answering the held-out examples.
     Scoring,
+    /// Boxed: the file's record and the entry dwarf the other messages.
     Built {
-        cact: CactInfo,
-        /// Boxed: the entry dwarfs the other messages.
+        cact: Box<CactInfo>,
         entry: Box<HistoryEntry>,
     },
     Failed {
@@ -59,14 +59,8 @@ pub fn start(
         bits: width,
         out,
     };
-    let watcher = BuildWatcher {
-        record,
-        records: records.clone(),
-        worker: worker.clone(),
-        channel,
-        built: None,
-        failure: None,
-    };
+    let watcher =
+        BuildWatcher { record, records: records.clone(), worker: worker.clone(), channel, built: None, failure: None };
     worker.spawn(&job, watcher).map(drop)
 }
 
@@ -122,7 +116,7 @@ impl BuildWatcher {
         let cact = CactInfo { path, bytes, tensors, scheme, scores, scores_error, published: None };
         self.record.entry.cact = Some(cact.clone());
         self.records.save(&self.record)?;
-        Ok(BuildMessage::Built { cact, entry: Box::new(self.record.entry.clone()) })
+        Ok(BuildMessage::Built { cact: Box::new(cact), entry: Box::new(self.record.entry.clone()) })
     }
 
     fn send(&self, message: BuildMessage) {

@@ -103,7 +103,8 @@ pub fn start(place: &Place, training_id: &str, repo: &str, channel: Channel<Publ
     let hub = Hub { token: Some(token), ..place.hub.clone() };
     let target = RepoFile::new(repo, DEFAULT_REVISION, &name);
     place.publishing.begin(target.name())?;
-    let (records, publishing, training_id) = (place.records.clone(), Arc::clone(place.publishing), training_id.to_owned());
+    let (records, publishing, training_id) =
+        (place.records.clone(), Arc::clone(place.publishing), training_id.to_owned());
     std::thread::spawn(move || {
         let mut on_event = |event: HubEvent| {
             publishing.progress(&event);

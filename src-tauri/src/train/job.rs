@@ -9,7 +9,7 @@ use tauri::ipc::Channel;
 
 use crate::train::chart::loss_chart;
 use crate::train::draft::TrainingRequest;
-use crate::train::record::{HistoryEntry, Records, TrainingStatus, TrainingRecord};
+use crate::train::record::{HistoryEntry, Records, TrainingRecord, TrainingStatus};
 use crate::train::slot::{Claim, TrainingSlot};
 use crate::worker::job::Job;
 use crate::worker::process::{Exit, Line, Watcher, Worker};
@@ -270,7 +270,9 @@ impl TrainingWatcher {
 fn summary(entry: &HistoryEntry) -> String {
     let name = entry.request.dataset.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     match (entry.status, entry.final_loss) {
-        (TrainingStatus::Failed, _) => format!("Fine-tuning on {name} failed: {}", entry.message.as_deref().unwrap_or("")),
+        (TrainingStatus::Failed, _) => {
+            format!("Fine-tuning on {name} failed: {}", entry.message.as_deref().unwrap_or(""))
+        }
         (TrainingStatus::Stopped, _) => format!("Fine-tuning on {name} stopped; the adapter is saved."),
         (TrainingStatus::Interrupted, _) => format!("Fine-tuning on {name} was cut short; Resume continues it."),
         (_, Some(loss)) => format!("Fine-tuning on {name} finished: final loss {loss:.4}."),

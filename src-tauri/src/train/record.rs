@@ -199,7 +199,8 @@ impl Records {
             entry.status = TrainingStatus::Interrupted;
             entry.message = Some("interrupted: the app closed while this training was going".into());
         }
-        let ended_early = matches!(entry.status, TrainingStatus::Stopped | TrainingStatus::Failed | TrainingStatus::Interrupted);
+        let ended_early =
+            matches!(entry.status, TrainingStatus::Stopped | TrainingStatus::Failed | TrainingStatus::Interrupted);
         let state = needle_engine::train::state::state_path(&self.adapter_path(&entry));
         entry.resumable = ended_early && entry.steps_done < entry.steps && state.is_file();
         entry

@@ -171,7 +171,11 @@ impl Finetune {
             dry_run,
             generate: 0,
             workers: FINETUNE_WORKERS,
-            llm: Llm { model: needle_engine::generate::DEFAULT_MODEL.into(), endpoint: None, timeout: DEFAULT_TIMEOUT_S },
+            llm: Llm {
+                model: needle_engine::generate::DEFAULT_MODEL.into(),
+                endpoint: None,
+                timeout: DEFAULT_TIMEOUT_S,
+            },
         }
     }
 }
