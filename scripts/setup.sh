@@ -5,7 +5,8 @@
 #
 # Usage: scripts/setup.sh           # the app's build dependencies (WebKitGTK and friends)
 #        scripts/setup.sh --test    # plus Xvfb, WebKitWebDriver and tauri-driver for tests/tests/app_e2e.rs,
-#                                   # and TypeScript's tsc for src-tauri/tests/ui_types.rs
+#                                   # gnome-keyring for the keychain test, and TypeScript's tsc for
+#                                   # src-tauri/tests/ui_types.rs
 set -euo pipefail
 
 command -v cargo >/dev/null || { echo "setup: cargo is required: install Rust from https://rustup.rs" >&2; exit 1; }
@@ -16,7 +17,8 @@ packages=(build-essential pkg-config libwebkit2gtk-4.1-dev libgtk-3-dev librsvg2
 typescript=5.9.3
 typescript_dir="$HOME/.cache/needle-studio/node"
 if [[ "${1:-}" == --test ]]; then
-    packages+=(xvfb webkit2gtk-driver)
+    # The keychain test's own session bus and Secret Service (src-tauri/tests/commands.rs).
+    packages+=(xvfb webkit2gtk-driver dbus gnome-keyring)
     command -v npm >/dev/null || packages+=(nodejs npm)
 fi
 

@@ -690,3 +690,108 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     files
 }
+
+// ---------- the keychain, for real: a Secret Service (gnome-keyring) on a session bus of the test's own ----------
+
+/// What a process of the keychain test does: type the token, or read it back (see below).
+const KEYCHAIN_ROLE: &str = "NEEDLE_TEST_KEYCHAIN_ROLE";
+const KEYCHAIN_DATA: &str = "NEEDLE_TEST_KEYCHAIN_DATA";
+const TYPED_TOKEN: &str = "hf_typed_into_the_keychain";
+
+/// A process of the test's own, ended with it.
+struct Started(std::process::Child);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A token typed in one app process is kept in the system's keychain, read back by a second app
+/// process, forgotten there, and never written to a file of the app's. The test starts its own session
+/// bus and Secret Service (`dbus-daemon`, `gnome-keyring-daemon`: `scripts/setup.sh --test`), and runs
+/// each app process as this test again, told its part by `NEEDLE_TEST_KEYCHAIN_ROLE`.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_token_typed_in_one_app_process_is_read_from_the_keychain_by_the_next() {
+    if let Ok(role) = std::env::var(KEYCHAIN_ROLE) {
+        return keychain_role(&role, Path::new(&std::env::var(KEYCHAIN_DATA).expect("the data folder")));
+    }
+    use std::io::{BufRead, Write};
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let missing = |program: &str, error: std::io::Error| {
+        panic!("cannot start {program} ({error}): scripts/setup.sh --test installs it (Debian: dbus, gnome-keyring)")
+    };
+    let mut bus = Command::new("dbus-daemon")
+        .args(["--session", "--nofork", "--print-address=1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| missing("dbus-daemon", e));
+    let mut address = String::new();
+    std::io::BufReader::new(bus.stdout.take().unwrap()).read_line(&mut address).unwrap();
+    let (_bus, address) = (Started(bus), address.trim().to_string());
+    let runtime = dir.path().join("run");
+    std::fs::create_dir_all(&runtime).unwrap();
+    std::fs::set_permissions(&runtime, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    // Its keyrings under the test's folder, the login keyring made and unlocked with the password on stdin.
+    let mut keyring = Command::new("gnome-keyring-daemon")
+        .args(["--foreground", "--unlock", "--components=secrets"])
+        .env("DBUS_SESSION_BUS_ADDRESS", &address)
+        .env("HOME", dir.path())
+        .env("XDG_DATA_HOME", dir.path().join("share"))
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| missing("gnome-keyring-daemon", e));
+    drop(keyring.stdin.take().map(|mut stdin| stdin.write_all(b"needle-test")));
+    let _keyring = Started(keyring);
+    let serving = || {
+        let asked = Command::new("dbus-send")
+            .args(["--session", "--print-reply", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus"])
+            .args(["org.freedesktop.DBus.NameHasOwner", "string:org.freedesktop.secrets"])
+            .env("DBUS_SESSION_BUS_ADDRESS", &address)
+            .output();
+        asked.is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains("boolean true"))
+    };
+    poll("the Secret Service on the test's bus", || json!(serving()), |up| up == &json!(true));
+
+    let data = dir.path().join("app");
+    for role in ["type", "read"] {
+        let run = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "a_token_typed_in_one_app_process_is_read_from_the_keychain_by_the_next", "--nocapture"])
+            .env(KEYCHAIN_ROLE, role)
+            .env(KEYCHAIN_DATA, &data)
+            .env("DBUS_SESSION_BUS_ADDRESS", &address)
+            .env_remove("HF_TOKEN")
+            .output()
+            .unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+        assert!(run.status.success() && said.contains("1 passed"), "the {role} process failed:\n{said}");
+    }
+    for file in walk(&data) {
+        let text = std::fs::read(&file).unwrap();
+        assert!(!String::from_utf8_lossy(&text).contains(TYPED_TOKEN), "{} holds the token", file.display());
+    }
+}
+
+/// One app process of the keychain test: `type` keeps the token, `read` finds it kept and forgets it.
+#[cfg(target_os = "linux")]
+fn keychain_role(role: &str, data: &Path) {
+    let app = App::open(data);
+    match role {
+        "type" => {
+            let kept = app.ok("remember_key", json!({ "name": "hub_token", "key": TYPED_TOKEN }));
+            assert_eq!(kept["source"], "keychain", "the keychain did not take the token: {kept}");
+        }
+        "read" => {
+            assert_eq!(app.ok("publish_setup", json!({}))["token"]["source"], "keychain", "not read back");
+            assert_eq!(app.ok("forget_key", json!({ "name": "hub_token" }))["source"], "none");
+            assert_eq!(App::open(data).ok("publish_setup", json!({}))["token"]["source"], "none", "not forgotten");
+        }
+        other => panic!("no keychain role {other}"),
+    }
+}
