@@ -1,6 +1,7 @@
 // @ts-check
 // The app's commands, channels and window services (dialogs, drag and drop): the one module that
-// knows their names. One function per command (src-tauri/src/commands.rs), typed with types.js.
+// knows their names. One function per command (each step's commands.rs in src-tauri/src), typed with
+// types.d.ts, which is generated from the Rust types.
 
 /** @typedef {import('./types.js').Answers} Answers */
 /** @typedef {import('./types.js').BaseModel} BaseModel */

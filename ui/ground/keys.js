@@ -1,6 +1,6 @@
 // @ts-check
 // A secret's field (Generate's API key, Publish's hub token): where it comes from, and Keep and Forget
-// for one typed in the window. The app keeps it (src-tauri/src/api_key.rs); the page never holds it.
+// for one typed in the window. The app keeps it (src-tauri/src/secrets/keys.rs); the page never holds it.
 
 import * as api from './api.js';
 import { $, setMessage } from './dom.js';

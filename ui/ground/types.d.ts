@@ -86,7 +86,7 @@ export type BaseModelOffer = {
   download: DownloadState;
 };
 
-/** What the Base model panel shows: every published base model, newest first. */
+/** What the Model step shows of the base models: every published one, newest first. */
 export type BaseModelStatus = {
   /** The generation last chosen by Download or Use (Needle 3 until then). */
   chosen: Generation;
@@ -99,10 +99,10 @@ export type BuildMessage =
   | ({ kind: "progress" } & ExportEvent)
   /** The file is written; its weights are answering the held-out examples. */
   | { kind: "scoring" }
+  /** Boxed: the file's record and the entry dwarf the other messages. */
   | {
     kind: "built";
     cact: CactInfo;
-    /** Boxed: the entry dwarfs the other messages. */
     entry: HistoryEntry;
   }
   | {

@@ -15,7 +15,7 @@ use tauri::ipc::Channel;
 use crate::ground::lock;
 use crate::model::preferences::Remembered;
 
-/// What the Base model panel shows: every published base model, newest first.
+/// What the Model step shows of the base models: every published one, newest first.
 #[derive(Debug, Clone, Serialize)]
 pub struct BaseModelStatus {
     /// The generation last chosen by Download or Use (Needle 3 until then).
