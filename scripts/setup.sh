@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
 # Installs what building Needle Studio needs beyond Rust, once; with --test, also what its end-to-end test
-# drives the app with. Only Linux needs anything: macOS has WebKit and Windows 10/11 has WebView2.
+# drives the app with and what type-checks its web UI. Only Linux needs anything: macOS has WebKit and
+# Windows 10/11 has WebView2 (and `npm install --prefix ~/.cache/needle-studio/node typescript` there).
 #
 # Usage: scripts/setup.sh           # the app's build dependencies (WebKitGTK and friends)
-#        scripts/setup.sh --test    # plus Xvfb, WebKitWebDriver and tauri-driver for tests/tests/app_e2e.rs
+#        scripts/setup.sh --test    # plus Xvfb, WebKitWebDriver and tauri-driver for tests/tests/app_e2e.rs,
+#                                   # gnome-keyring for the keychain test, and TypeScript's tsc for
+#                                   # src-tauri/tests/ui_types.rs
 set -euo pipefail
 
 command -v cargo >/dev/null || { echo "setup: cargo is required: install Rust from https://rustup.rs" >&2; exit 1; }
 [[ "$(uname -s)" == Linux ]] || exit 0
 
 packages=(build-essential pkg-config libwebkit2gtk-4.1-dev libgtk-3-dev librsvg2-dev libayatana-appindicator3-dev libxdo-dev)
+# The TypeScript that checks ui/, kept outside the clone (src-tauri/tests/ui_types.rs looks there).
+typescript=5.9.3
+typescript_dir="$HOME/.cache/needle-studio/node"
 if [[ "${1:-}" == --test ]]; then
-    packages+=(xvfb webkit2gtk-driver)
+    # The keychain test's own session bus and Secret Service (src-tauri/tests/commands.rs).
+    packages+=(xvfb webkit2gtk-driver dbus gnome-keyring)
+    command -v npm >/dev/null || packages+=(nodejs npm)
 fi
 
 if command -v dpkg >/dev/null; then
@@ -35,4 +43,9 @@ fi
 if [[ "${1:-}" == --test ]] && ! command -v tauri-driver >/dev/null && [[ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/tauri-driver" ]]; then
     echo "setup: installing tauri-driver" >&2
     cargo install tauri-driver --locked --quiet
+fi
+
+if [[ "${1:-}" == --test ]] && ! "$typescript_dir/node_modules/.bin/tsc" --version 2>/dev/null | grep -qx "Version $typescript"; then
+    echo "setup: installing TypeScript $typescript" >&2
+    npm install --prefix "$typescript_dir" --no-audit --no-fund --silent "typescript@$typescript"
 fi

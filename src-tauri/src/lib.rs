@@ -1,68 +1,39 @@
 //! Needle Studio, the desktop app: a Tauri 2 shell over the Needle engine.
 //!
-//! State lives here, in Rust ([`studio::Studio`]); the web UI in `ui/` only calls [`commands`] and
-//! renders what their channels send. Training and building run in a worker process ([`worker`]) that
-//! speaks `--events jsonl`, so a crash, an out-of-memory kill or a cancel never takes the window down.
-//!
-//! The rooms: [`training_request`] (a training as the Run panel asks for it),
-//! [`training_slot`] (the one training in progress: start, cancel, close), [`training`] and [`building`] (the worker jobs that
-//! train and build a `.cact`, and what the window hears of them), [`generating`] (more examples for the
-//! dataset, written by an LLM), [`publishing`] (a built `.cact` pushed to the hub), [`api_key`] (their
-//! key and token), [`tryout`] (Try), [`base_model`]
-//! (the published base models and their download), [`history`] (past trainings on disk), [`preferences`]
-//! (what the app remembers between launches), [`chart`] (the loss chart).
+//! One room per step of the window, each a folder holding its state, its work and the thin
+//! `#[tauri::command]` glue the web UI calls: [`model`] (hardware, base model, preferences), [`data`]
+//! (the dataset's report, Generate), [`train`] (the training, its record and chart), [`evaluate`]
+//! (the built file's scores, Try), [`export`] (Build, Publish) and [`history`] (past trainings). They
+//! stand on [`worker`] (the `needle` CLI as a child process, where trainings and builds run, so a
+//! crash, an out-of-memory kill or a cancel never takes the window down), [`secrets`] (Generate's key,
+//! Publish's token) and [`ground`] (helpers that import nothing of the app); [`studio`] composes them.
+//! State lives in Rust; `ui/` renders what the commands return and their channels send.
 
-mod api_key;
-mod base_model;
-mod building;
-mod chart;
-mod commands;
-mod generating;
+mod data;
+mod evaluate;
+mod export;
+mod ground;
 mod history;
-mod preferences;
-mod publishing;
+mod model;
+mod secrets;
 mod studio;
-mod training;
-mod training_request;
-mod training_slot;
-mod tryout;
+mod train;
 mod worker;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tauri::{AppHandle, Manager, RunEvent, Runtime};
 
-pub use studio::Studio;
-pub use worker::{Worker, SUPERSEDED, WORKER_ARG};
-
-/// What the app can be started with (the README's first command opens the bundled example).
-#[derive(Debug, Clone, Default, clap::Parser)]
-#[command(name = "needle-studio", version, about = "Fine-tune Needle on your dataset and build a .cact")]
-pub struct Launch {
-    /// A dataset (.jsonl) to open at start
-    #[arg(long)]
-    pub dataset: Option<PathBuf>,
-    /// A base checkpoint (.pkl, or a Needle 3 .safetensors) to use instead of the remembered one [default:
-    /// the chosen generation's from the hub cache, Needle 3 until another is chosen]
-    #[arg(long)]
-    pub checkpoint: Option<PathBuf>,
-    /// Its tokenizer [default: tokenizer.model beside the checkpoint]
-    #[arg(long)]
-    pub tokenizer: Option<PathBuf>,
-    /// The preset to start with (quick, balanced or thorough) instead of the remembered one
-    #[arg(long)]
-    pub preset: Option<String>,
-}
+pub use studio::{Launch, Studio};
+pub use worker::process::{Worker, SUPERSEDED, WORKER_ARG};
 
 /// Opens the app's window with what it was launched with, and returns when the window closes.
 pub fn open_window(launch: Launch) -> ExitCode {
     let app = with_commands(tauri::Builder::default()).setup(move |app| {
-        let (worker, hardware) = worker::discover()?;
+        let (worker, hardware) = worker::process::discover()?;
         let hub = needle_engine::hub::Hub::from_env();
-        app.manage(Studio::open(app.path().app_data_dir()?, launch, worker, hardware, hub)?);
+        Studio::open(app.path().app_data_dir()?, launch, worker, hardware, hub)?.manage(app);
         Ok(())
     });
     match app.build(tauri::generate_context!()) {
@@ -78,7 +49,7 @@ pub fn open_window(launch: Launch) -> ExitCode {
     }
 }
 
-/// The app's life: when it exits, its workers end with it (a training run first saves what it
+/// The app's life: when it exits, its workers end with it (a training first saves what it
 /// learned), so none is left running without a window.
 pub fn on_run_event<R: Runtime>(app: &AppHandle<R>, event: RunEvent) {
     if let RunEvent::Exit = event {
@@ -88,23 +59,6 @@ pub fn on_run_event<R: Runtime>(app: &AppHandle<R>, event: RunEvent) {
     }
 }
 
-/// A poisoned lock only means a thread panicked mid-update; the state itself is still whole.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// `path`, with `.{extension}` added unless it already ends in it: a save dialog that kept
-/// `notes.txt` must not overwrite that file.
-pub(crate) fn ending_in(path: &Path, extension: &str) -> PathBuf {
-    if path.extension().is_some_and(|ext| ext.eq_ignore_ascii_case(extension)) {
-        return path.to_owned();
-    }
-    let mut name = path.as_os_str().to_owned();
-    name.push(".");
-    name.push(extension);
-    PathBuf::from(name)
-}
-
 /// The plugins and commands; the command tests build their mock app with the same.
 pub fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R> {
     builder
@@ -112,30 +66,30 @@ pub fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R
         .plugin(tauri_plugin_notification::init())
         .plugin(tauri_plugin_opener::init())
         .invoke_handler(tauri::generate_handler![
-            commands::startup,
-            commands::save_preferences,
-            commands::base_model,
-            commands::download_base_model,
-            commands::use_base_model,
-            commands::cancel_download,
-            commands::load_dataset,
-            commands::dataset_line,
-            commands::generate_setup,
-            commands::remember_key,
-            commands::forget_key,
-            commands::generate_examples,
-            commands::cancel_generation,
-            commands::validate_training,
-            commands::plan_training,
-            commands::start_training,
-            commands::resume_training,
-            commands::cancel_training,
-            commands::build_cact,
-            commands::publish_setup,
-            commands::publish_cact,
-            commands::try_model,
-            commands::history,
-            commands::open_training,
-            commands::reveal,
+            studio::startup,
+            model::commands::save_preferences,
+            model::commands::base_model,
+            model::commands::download_base_model,
+            model::commands::use_base_model,
+            model::commands::cancel_download,
+            data::commands::load_dataset,
+            data::commands::dataset_line,
+            data::commands::generate_setup,
+            data::commands::generate_examples,
+            data::commands::cancel_generation,
+            secrets::commands::remember_key,
+            secrets::commands::forget_key,
+            train::commands::validate_training,
+            train::commands::plan_training,
+            train::commands::start_training,
+            train::commands::resume_training,
+            train::commands::cancel_training,
+            evaluate::commands::try_model,
+            export::commands::build_cact,
+            export::commands::publish_setup,
+            export::commands::publish_cact,
+            export::commands::reveal,
+            history::commands::history,
+            history::commands::open_training,
         ])
 }

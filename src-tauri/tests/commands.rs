@@ -1,5 +1,5 @@
 //! The app's commands through Tauri's IPC on the mock runtime: what the window sends, what it gets
-//! back, and the runs, builds and generations they start in a real worker (this package's binary in
+//! back, and the trainings, builds and generations they start in a real worker (this package's binary in
 //! worker mode; generations ask an OpenAI-compatible endpoint on loopback).
 
 use std::path::{Path, PathBuf};
@@ -16,8 +16,8 @@ use tauri::test::{get_ipc_response, mock_builder, mock_context, noop_assets, Moc
 use tauri::webview::InvokeRequest;
 use tauri::{Manager, WebviewWindow};
 
-/// A run on the tiny fixture model takes seconds; this bounds a slow CI machine.
-const RUN_TIMEOUT: Duration = Duration::from_secs(300);
+/// A training on the tiny fixture model takes seconds; this bounds a slow CI machine.
+const TRAINING_TIMEOUT: Duration = Duration::from_secs(300);
 
 fn repo(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(relative)
@@ -52,7 +52,7 @@ impl App {
         let app = with_commands(mock_builder()).build(mock_context(noop_assets())).expect("mock app builds");
         let worker = Worker::app(PathBuf::from(env!("CARGO_BIN_EXE_needle-studio")));
         let hardware = needle_engine::backend::auto().info;
-        app.manage(Studio::open(data_dir.to_path_buf(), launch, worker, hardware, hub).expect("studio opens"));
+        Studio::open(data_dir.to_path_buf(), launch, worker, hardware, hub).expect("studio opens").manage(&app);
         let window = tauri::WebviewWindowBuilder::new(&app, "main", Default::default()).build().expect("window");
         Self { _app: app, window }
     }
@@ -98,7 +98,7 @@ impl App {
         }
     }
 
-    /// Polls `history` until run `id` satisfies `done`, and returns its entry.
+    /// Polls `history` until training `id` satisfies `done`, and returns its entry.
     fn wait_for(&self, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
         let start = Instant::now();
         loop {
@@ -107,7 +107,7 @@ impl App {
             if let Some(entry) = entry.filter(|entry| done(entry)) {
                 return entry;
             }
-            assert!(start.elapsed() < RUN_TIMEOUT, "timed out waiting for run {id} to {what}");
+            assert!(start.elapsed() < TRAINING_TIMEOUT, "timed out waiting for training {id} to {what}");
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -192,7 +192,7 @@ fn the_dataset_report_counts_examples_and_names_bad_lines() {
 }
 
 #[test]
-fn validation_marks_each_bad_field_and_start_refuses_the_run() {
+fn validation_marks_each_bad_field_and_start_refuses_the_training() {
     let dir = tempfile::tempdir().unwrap();
     let app = App::open(dir.path());
     assert_eq!(app.ok("validate_training", json!({ "draft": draft(json!({})) })), json!({}));
@@ -206,11 +206,11 @@ fn validation_marks_each_bad_field_and_start_refuses_the_run() {
 
     let refused = app.error("start_training", json!({ "draft": bad, "onEvent": CHANNEL }));
     assert!(refused.starts_with("the training is not ready") && refused.contains("checkpoint"), "{refused}");
-    assert_eq!(app.ok("history", json!({})), json!([]), "a refused run leaves no record");
+    assert_eq!(app.ok("history", json!({})), json!([]), "a refused training leaves no record");
 }
 
 #[test]
-fn a_run_trains_in_the_worker_builds_a_cact_and_publishes_it() {
+fn a_training_runs_in_the_worker_builds_a_cact_and_publishes_it() {
     let dir = tempfile::tempdir().unwrap();
     // A hub on loopback for Publish; nothing else asks it anything.
     let fake = fake_hub::published();
@@ -228,7 +228,7 @@ fn a_run_trains_in_the_worker_builds_a_cact_and_publishes_it() {
 
     let done = app.wait_for(id, "end", |e| e["status"] != "running");
     assert_eq!(done["status"], "finished", "{done}");
-    assert_eq!(done["steps_done"].as_u64(), Some(steps), "the run took the planned steps");
+    assert_eq!(done["steps_done"].as_u64(), Some(steps), "the training took the planned steps");
     assert!(done["final_loss"].as_f64().unwrap().is_finite() && done["final_val"].is_f64(), "{done}");
     // The held-out examples were answered by the base and the tuned model.
     let held_out = done["scores"]["base"]["calls"]["examples"].as_u64().unwrap();
@@ -237,16 +237,16 @@ fn a_run_trains_in_the_worker_builds_a_cact_and_publishes_it() {
     assert!(done["scores"]["tuned"]["loss"].as_f64().unwrap() < done["scores"]["base"]["loss"].as_f64().unwrap());
     let adapter = PathBuf::from(done["adapter"].as_str().unwrap());
     assert!(adapter.is_file() && adapter.starts_with(dir.path()), "{}", adapter.display());
-    assert_eq!(app.ok("cancel_training", json!({})), "idle", "nothing runs after the run ended");
+    assert_eq!(app.ok("cancel_training", json!({})), "idle", "nothing runs after the training ended");
 
     let opened = app.ok("open_training", json!({ "id": id }));
-    assert!(opened["chart"].as_str().unwrap().contains("polyline"), "the reopened run has its loss chart");
+    assert!(opened["chart"].as_str().unwrap().contains("polyline"), "the reopened training has its loss chart");
     assert!(app.error("open_training", json!({ "id": "../settings" })).contains("settings"));
 
     let out = dir.path().join("built").join("tuned.cact");
-    let odd = app.error("build_cact", json!({ "runId": id, "bits": 3, "out": out, "onEvent": CHANNEL }));
+    let odd = app.error("build_cact", json!({ "trainingId": id, "bits": 3, "out": out, "onEvent": CHANNEL }));
     assert!(odd.contains("choose 4 or 2"), "{odd}");
-    app.ok("build_cact", json!({ "runId": id, "bits": 4, "out": out, "onEvent": CHANNEL }));
+    app.ok("build_cact", json!({ "trainingId": id, "bits": 4, "out": out, "onEvent": CHANNEL }));
     let built = app.wait_for(id, "record its .cact", |e| !e["cact"].is_null());
     let file = CactFile::open(&out).expect("the built .cact reads back");
     assert_eq!(built["cact"]["tensors"].as_u64(), Some(file.records.len() as u64));
@@ -259,7 +259,7 @@ fn a_run_trains_in_the_worker_builds_a_cact_and_publishes_it() {
     app.studio().isolate_keys();
     let setup = app.ok("publish_setup", json!({}));
     assert_eq!((setup["token"]["source"].as_str(), setup["state"]["state"].as_str()), (Some("none"), Some("idle")));
-    let publish = |repo: &str| json!({ "runId": id, "repo": repo, "onEvent": CHANNEL });
+    let publish = |repo: &str| json!({ "trainingId": id, "repo": repo, "onEvent": CHANNEL });
     assert!(app.error("publish_cact", publish("needle")).contains("<you>/<model>"));
     assert!(app.error("publish_cact", publish("alice/needle-home")).contains("token with write access"));
     app.ok("remember_key", json!({ "name": "hub_token", "key": "hf_typed" }));
@@ -274,10 +274,10 @@ fn a_run_trains_in_the_worker_builds_a_cact_and_publishes_it() {
         .seen()
         .iter()
         .all(|seen| seen.path.starts_with("/upload/") || seen.authorization.as_deref() == Some("Bearer hf_typed")));
-    // The run keeps where its file went, for History; the file built again is another, unpublished.
+    // The training keeps where its file went, for History; the file built again is another, unpublished.
     let kept = app.ok("open_training", json!({ "id": id }))["entry"]["cact"]["published"].clone();
     assert_eq!(kept["url"], published["url"], "{kept}");
-    app.ok("build_cact", json!({ "runId": id, "bits": 4, "out": out, "onEvent": CHANNEL }));
+    app.ok("build_cact", json!({ "trainingId": id, "bits": 4, "out": out, "onEvent": CHANNEL }));
     app.wait_for(id, "forget the upload of the file built before", |e| e["cact"]["published"].is_null());
 
     // Try: the base and the tuned model answer the same question side by side.
@@ -285,7 +285,7 @@ fn a_run_trains_in_the_worker_builds_a_cact_and_publishes_it() {
         "load_dataset",
         json!({ "path": repo("examples/smart_home.jsonl"), "tokenizer": repo("tests/fixtures/models/tokenizer.model"), "maxLen": 512 }),
     )["samples"][0];
-    let question = json!({ "run_id": id, "tools": sample["tools"], "query": sample["query"] });
+    let question = json!({ "training_id": id, "tools": sample["tools"], "query": sample["query"] });
     let answers = app.ok("try_model", json!({ "question": question }));
     for model in ["base", "tuned"] {
         assert!(
@@ -294,9 +294,9 @@ fn a_run_trains_in_the_worker_builds_a_cact_and_publishes_it() {
         );
     }
     // A query that starts with a dash is a query, not a flag.
-    let dashed = json!({ "run_id": null, "tools": sample["tools"], "query": "-5 degrees in the kitchen" });
+    let dashed = json!({ "training_id": null, "tools": sample["tools"], "query": "-5 degrees in the kitchen" });
     assert!(app.ok("try_model", json!({ "question": dashed }))["base"]["text"].is_string());
-    let bad = json!({ "run_id": id, "tools": "{not json", "query": "hi" });
+    let bad = json!({ "training_id": id, "tools": "{not json", "query": "hi" });
     assert!(app.error("try_model", json!({ "question": bad })).starts_with("Tools:"));
 }
 
@@ -311,7 +311,7 @@ fn cancel_stops_after_the_step_and_a_second_cancel_ends_the_worker() {
     assert_eq!(app.ok("cancel_training", json!({})), "stopping");
     let stopped = app.wait_for(entry["id"].as_str().unwrap(), "stop", |e| e["status"] != "running");
     assert_eq!(stopped["status"], "stopped", "{stopped}");
-    assert!(PathBuf::from(stopped["adapter"].as_str().unwrap()).is_file(), "a stopped run keeps its adapter");
+    assert!(PathBuf::from(stopped["adapter"].as_str().unwrap()).is_file(), "a stopped training keeps its adapter");
     assert!(stopped["steps_done"].as_u64().unwrap() < stopped["steps"].as_u64().unwrap());
 
     // Two presses: the worker is killed at once, and the window hears why.
@@ -324,7 +324,7 @@ fn cancel_stops_after_the_step_and_a_second_cancel_ends_the_worker() {
 }
 
 #[test]
-fn first_run_downloads_the_base_model_with_resume_and_then_uses_it() {
+fn first_start_downloads_the_base_model_with_resume_and_then_uses_it() {
     let fake = fake_hub::published();
     let dir = tempfile::tempdir().unwrap();
     let hub = Hub { endpoint: fake.endpoint().into(), token: None, offline: false, cache: dir.path().join("hub") };
@@ -436,23 +436,23 @@ fn wait_for_download(app: &App, generation: &str) -> Value {
         if offer["download"]["state"] != "running" {
             return offer.clone();
         }
-        assert!(start.elapsed() < RUN_TIMEOUT, "the download did not end: {status}");
+        assert!(start.elapsed() < TRAINING_TIMEOUT, "the download did not end: {status}");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
 
 #[test]
-fn closing_the_app_stops_its_worker_and_resume_finishes_the_run() {
+fn closing_the_app_stops_its_worker_and_resume_finishes_the_training() {
     let dir = tempfile::tempdir().unwrap();
     let app = App::open(dir.path());
     let entry = app.ok("start_training", json!({ "draft": draft(json!({ "epochs": 30 })), "onEvent": CHANNEL }));
     let id = entry["id"].as_str().unwrap().to_string();
-    // Once the first epoch has saved its state, close the window mid-run.
+    // Once the first epoch has saved its state, close the window mid-training.
     app.wait_for(&id, "save a first epoch", |e| !e["adapter"].is_null());
     app.close();
 
     // The worker was asked to stop, saved what it learned and is gone; the record says so.
-    let adapter = dir.path().join("runs").join(&id).join("adapter.pkl");
+    let adapter = dir.path().join("trainings").join(&id).join("adapter.pkl");
     #[cfg(target_os = "linux")]
     assert!(!worker_running(&adapter), "the worker outlived the app");
     let app = App::open(dir.path());
@@ -464,7 +464,7 @@ fn closing_the_app_stops_its_worker_and_resume_finishes_the_run() {
     assert!(0 < stopped_at && stopped_at < steps, "{listed}");
     assert!(adapter.is_file());
 
-    // Resume continues the same run from its saved state to the end.
+    // Resume continues the same training from its saved state to the end.
     let resumed = app.ok("resume_training", json!({ "id": id, "onEvent": CHANNEL }));
     assert_eq!(resumed["status"], "running");
     let done = app.wait_for(&id, "finish", |e| e["status"] != "running");
@@ -475,7 +475,7 @@ fn closing_the_app_stops_its_worker_and_resume_finishes_the_run() {
     assert!(again.contains("finished"), "{again}");
 }
 
-/// Whether a process whose command line names `adapter` (the run's worker) is still alive.
+/// Whether a process whose command line names `adapter` (the training's worker) is still alive.
 #[cfg(target_os = "linux")]
 fn worker_running(adapter: &Path) -> bool {
     let needle = adapter.to_string_lossy().into_owned();
@@ -496,7 +496,7 @@ fn a_newer_dataset_report_ends_the_older_one_in_its_worker() {
     let studio = app.studio();
     let older = {
         let (huge, tokenizer) = (huge.clone(), tokenizer.clone());
-        std::thread::spawn(move || studio.dataset_report(&huge, Some(&tokenizer), None, &json!(512)))
+        std::thread::spawn(move || studio.data().report(&huge, Some(&tokenizer), None, &json!(512)))
     };
     std::thread::sleep(Duration::from_millis(500));
     let report = app.ok(
@@ -689,4 +689,109 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
         }
     }
     files
+}
+
+// ---------- the keychain, for real: a Secret Service (gnome-keyring) on a session bus of the test's own ----------
+
+/// What a process of the keychain test does: type the token, or read it back (see below).
+const KEYCHAIN_ROLE: &str = "NEEDLE_TEST_KEYCHAIN_ROLE";
+const KEYCHAIN_DATA: &str = "NEEDLE_TEST_KEYCHAIN_DATA";
+const TYPED_TOKEN: &str = "hf_typed_into_the_keychain";
+
+/// A process of the test's own, ended with it.
+struct Started(std::process::Child);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A token typed in one app process is kept in the system's keychain, read back by a second app
+/// process, forgotten there, and never written to a file of the app's. The test starts its own session
+/// bus and Secret Service (`dbus-daemon`, `gnome-keyring-daemon`: `scripts/setup.sh --test`), and runs
+/// each app process as this test again, told its part by `NEEDLE_TEST_KEYCHAIN_ROLE`.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_token_typed_in_one_app_process_is_read_from_the_keychain_by_the_next() {
+    if let Ok(role) = std::env::var(KEYCHAIN_ROLE) {
+        return keychain_role(&role, Path::new(&std::env::var(KEYCHAIN_DATA).expect("the data folder")));
+    }
+    use std::io::{BufRead, Write};
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let missing = |program: &str, error: std::io::Error| {
+        panic!("cannot start {program} ({error}): scripts/setup.sh --test installs it (Debian: dbus, gnome-keyring)")
+    };
+    let mut bus = Command::new("dbus-daemon")
+        .args(["--session", "--nofork", "--print-address=1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| missing("dbus-daemon", e));
+    let mut address = String::new();
+    std::io::BufReader::new(bus.stdout.take().unwrap()).read_line(&mut address).unwrap();
+    let (_bus, address) = (Started(bus), address.trim().to_string());
+    let runtime = dir.path().join("run");
+    std::fs::create_dir_all(&runtime).unwrap();
+    std::fs::set_permissions(&runtime, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    // Its keyrings under the test's folder, the login keyring made and unlocked with the password on stdin.
+    let mut keyring = Command::new("gnome-keyring-daemon")
+        .args(["--foreground", "--unlock", "--components=secrets"])
+        .env("DBUS_SESSION_BUS_ADDRESS", &address)
+        .env("HOME", dir.path())
+        .env("XDG_DATA_HOME", dir.path().join("share"))
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| missing("gnome-keyring-daemon", e));
+    drop(keyring.stdin.take().map(|mut stdin| stdin.write_all(b"needle-test")));
+    let _keyring = Started(keyring);
+    let serving = || {
+        let asked = Command::new("dbus-send")
+            .args(["--session", "--print-reply", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus"])
+            .args(["org.freedesktop.DBus.NameHasOwner", "string:org.freedesktop.secrets"])
+            .env("DBUS_SESSION_BUS_ADDRESS", &address)
+            .output();
+        asked.is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains("boolean true"))
+    };
+    poll("the Secret Service on the test's bus", || json!(serving()), |up| up == &json!(true));
+
+    let data = dir.path().join("app");
+    for role in ["type", "read"] {
+        let run = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "a_token_typed_in_one_app_process_is_read_from_the_keychain_by_the_next", "--nocapture"])
+            .env(KEYCHAIN_ROLE, role)
+            .env(KEYCHAIN_DATA, &data)
+            .env("DBUS_SESSION_BUS_ADDRESS", &address)
+            .env_remove("HF_TOKEN")
+            .output()
+            .unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+        assert!(run.status.success() && said.contains("1 passed"), "the {role} process failed:\n{said}");
+    }
+    for file in walk(&data) {
+        let text = std::fs::read(&file).unwrap();
+        assert!(!String::from_utf8_lossy(&text).contains(TYPED_TOKEN), "{} holds the token", file.display());
+    }
+}
+
+/// One app process of the keychain test: `type` keeps the token, `read` finds it kept and forgets it.
+#[cfg(target_os = "linux")]
+fn keychain_role(role: &str, data: &Path) {
+    let app = App::open(data);
+    match role {
+        "type" => {
+            let kept = app.ok("remember_key", json!({ "name": "hub_token", "key": TYPED_TOKEN }));
+            assert_eq!(kept["source"], "keychain", "the keychain did not take the token: {kept}");
+        }
+        "read" => {
+            assert_eq!(app.ok("publish_setup", json!({}))["token"]["source"], "keychain", "not read back");
+            assert_eq!(app.ok("forget_key", json!({ "name": "hub_token" }))["source"], "none");
+            assert_eq!(App::open(data).ok("publish_setup", json!({}))["token"]["source"], "none", "not forgotten");
+        }
+        other => panic!("no keychain role {other}"),
+    }
 }

@@ -1,11 +1,11 @@
 //! The desktop app end to end, in a real webview: Needle Studio under Xvfb, driven through
 //! `tauri-driver` and WebKitWebDriver as a newcomer's first start with `scripts/studio.sh` (its own
 //! launch arguments: the bundled demo base and dataset, the Quick preset) — see both base models offered
-//! with their sizes, drop the dataset, read its report, start the Quick run, watch it finish and draw
+//! with their sizes, drop the dataset, read its report, start the Quick training, watch it finish and draw
 //! its loss chart, check that the tuned model calls the app's tools far better than its base (the
-//! first run's promise) and that Try answers the example's question right, build a `.cact` and check
+//! first training's promise) and that Try answers the example's question right, build a `.cact` and check
 //! the file, publish it to a model repository on the hub (a loopback one); then download Needle 2 and
-//! Needle 3 from the hub, tune Needle 3 with a short run, ask it in Try and build its `.cact` (format v3); then
+//! Needle 3 from the hub, tune Needle 3 with a short training, ask it in Try and build its `.cact` (format v3); then
 //! generate more examples from an OpenAI-compatible endpoint on loopback, with progress, and open a
 //! doctor's finding's line.
 //!
@@ -36,12 +36,12 @@ const CHECKPOINT: &str = "models/pretrained.pkl";
 const NEEDLE3_CHECKPOINT: &str = "models/needle3_tiny.safetensors";
 /// The Quick preset's sequence cap, which the report shown after choosing it uses.
 const QUICK_MAX_LEN: usize = 512;
-/// What the first run must show (issue 25): the tuned model's exact calls on the held-out rows, at
+/// What the first training must show (issue 25): the tuned model's exact calls on the held-out rows, at
 /// least this share and this many points above the base's, on at least this many rows.
 const TUNED_AT_LEAST: f64 = 0.6;
 const GAIN_AT_LEAST: f64 = 0.4;
 const HELD_OUT_AT_LEAST: u64 = 20;
-/// A Quick run on the example takes well under a minute; this is a bound for a slow CI machine.
+/// A Quick training on the example takes well under a minute; this is a bound for a slow CI machine.
 const RUN_TIMEOUT: Duration = Duration::from_secs(600);
 const UI_TIMEOUT: Duration = Duration::from_secs(60);
 /// The key the app finds in its environment, and the one the loopback endpoint wants.
@@ -125,15 +125,15 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
     ui.wait_for_text("report-examples", &expected.to_string()).await?;
     ui.shot("2-dataset", "dataset").await?;
 
-    // Run: the plan from the dry run, then Start; the strip under the steps follows the run.
+    // Train: the plan from the dry run, then Start; the strip under the steps follows the training.
     ui.click("tab-train").await?;
     ui.click("plan-button").await?;
     ui.wait("the plan", "return /Estimated peak memory/.test(document.getElementById('plan').textContent)").await?;
-    ui.shot("3-run", "run").await?;
+    ui.shot("3-train", "settings").await?;
     ui.click("start-button").await?;
-    let status = ui.wait_status("run-status", &["finished", "stopped", "failed"], RUN_TIMEOUT).await?;
+    let status = ui.wait_status("training-status", &["finished", "stopped", "failed"], RUN_TIMEOUT).await?;
     if status != "finished" {
-        return Err(format!("the run ended {status}: {}", ui.text("run-status").await?));
+        return Err(format!("the training ended {status}: {}", ui.text("training-status").await?));
     }
     let chart = "const svg = document.querySelector('#loss-chart svg'); return svg ? svg.outerHTML : ''";
     let svg = ui.eval(chart).await?;
@@ -150,9 +150,9 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
     let cells = "return JSON.stringify([...document.querySelectorAll('#evaluation-rows tr')]\
                  .map((r) => [r.children[2].textContent, r.children[3].textContent]))";
     let scores = ui.eval(cells).await?;
-    first_run_keeps_its_promise(&scores)?;
+    first_training_keeps_its_promise(&scores)?;
 
-    // Result: build a 4-bit .cact where the test says, then check the file.
+    // Export: build a 4-bit .cact where the test says, then check the file.
     ui.click("tab-export").await?;
     let out = scratch.join("tuned.cact");
     ui.type_path("cact-path", &out).await?;
@@ -166,7 +166,7 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
     if shown != file.records.len().to_string() {
         return Err(format!("the window says {shown} tensors, the file has {}", file.records.len()));
     }
-    ui.shot("5-result", "result").await?;
+    ui.shot("5-export", "export").await?;
 
     // Publish: to the repository NEEDLE_HF_REPO names, with HF_TOKEN's token, on the loopback hub.
     let offered = ui.eval("return document.getElementById('publish-repo').value").await?;
@@ -231,16 +231,16 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
     ui.shot("8-try", "try").await?;
     ui.click("tab-history").await?;
 
-    // History: the run is listed, with its record on disk in the app's data dir.
+    // History: the training is listed, with its record on disk in the app's data dir.
     let items = ui.eval("return String(document.querySelectorAll('#history-list .history-item').length)").await?;
     if items != "1" {
-        return Err(format!("history lists {items} runs after one run"));
+        return Err(format!("History lists {items} trainings after one"));
     }
     let marked = ui
         .eval("const p = document.querySelector('#history-list .published'); return p.textContent + ' ' + p.title")
         .await?;
     if marked != format!("published {}/{PUBLISH_REPO}", hub.endpoint()) {
-        return Err(format!("History does not show where the run's .cact was published: {marked:?}"));
+        return Err(format!("History does not show where the training's .cact was published: {marked:?}"));
     }
     ui.shot("6-history", "history").await?;
 
@@ -259,7 +259,7 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
     ui.wait_for_checkpoint(CHECKPOINT).await?;
     ui.shot("base-model-cached", "model").await?;
 
-    // Needle 3: downloaded from its own repository and used, then tuned by a Quick run on the small
+    // Needle 3: downloaded from its own repository and used, then tuned by a Quick training on the small
     // example (its rows fit the tiny checkpoint's context) and asked in Try.
     hub.set_faults(Faults::default());
     ui.click("hub-download-Needle3").await?;
@@ -271,14 +271,14 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
     ui.wait_for_text("dataset-path", &small.display().to_string()).await?;
     ui.click("tab-train").await?;
     ui.click("start-button").await?;
-    // The first run's "finished" is still shown until this one has started.
-    ui.wait_status("run-status", &["running", "stopped", "failed"], UI_TIMEOUT).await?;
-    let status = ui.wait_status("run-status", &["finished", "stopped", "failed"], RUN_TIMEOUT).await?;
+    // The first training's "finished" is still shown until this one has started.
+    ui.wait_status("training-status", &["running", "stopped", "failed"], UI_TIMEOUT).await?;
+    let status = ui.wait_status("training-status", &["finished", "stopped", "failed"], RUN_TIMEOUT).await?;
     if status != "finished" {
-        return Err(format!("the Needle 3 run ended {status}: {}", ui.text("run-status").await?));
+        return Err(format!("the Needle 3 training ended {status}: {}", ui.text("training-status").await?));
     }
     ui.click("tab-evaluate").await?;
-    // Emptied first, so that the answer waited for is this run's.
+    // Emptied first, so that the answer waited for is this training's.
     ui.eval("document.querySelector('#try-tuned .answer-body').textContent = ''; return ''").await?;
     ui.click("try-button").await?;
     ui.poll("the tuned Needle 3's answer", answered, RUN_TIMEOUT, |v| v == "true").await?;
@@ -300,7 +300,7 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
     }
     let file3 = CactFile::open(&out3).map_err(|e| format!("the built Needle 3 file does not read back: {e}"))?;
     let Generation::Needle3 = file3.header.generation else {
-        return Err(format!("the Needle 3 run built a {} .cact", file3.header.generation));
+        return Err(format!("the Needle 3 training built a {} .cact", file3.header.generation));
     };
     let shown = ui.text("cact-tensors").await?;
     if shown != file3.records.len().to_string() {
@@ -309,7 +309,7 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
     ui.click("tab-evaluate").await?;
     ui.poll("the Needle 3 .cact's scores", rows, UI_TIMEOUT, |n| n == "3").await?;
     generate_more(&ui, llm, &small, scratch).await?;
-    println!("run: {progress}; built {} ({} tensors)", out.display(), file.records.len());
+    println!("training: {progress}; built {} ({} tensors)", out.display(), file.records.len());
     Ok(())
 }
 
@@ -374,7 +374,7 @@ fn repo(path: &str) -> PathBuf {
 }
 
 /// The arguments `scripts/studio.sh` starts the app with when given none (its `args=(…)` line), with
-/// their paths made absolute: the first run the test makes is the one a newcomer makes.
+/// their paths made absolute: the first training the test makes is the one a newcomer makes.
 fn first_run_args() -> Vec<String> {
     let script = std::fs::read_to_string(repo("scripts/studio.sh")).expect("scripts/studio.sh");
     let line = script
@@ -387,9 +387,9 @@ fn first_run_args() -> Vec<String> {
 }
 
 /// The Evaluate table's exact-call and parse-rate cells (base first, tuned second) against the first
-/// run's target: the tuned model right on at least 60% of at least 20 held-out rows, 40 points above
+/// training's target: the tuned model right on at least 60% of at least 20 held-out rows, 40 points above
 /// the base, its answers parsing at least as often.
-fn first_run_keeps_its_promise(cells: &str) -> Result<(), String> {
+fn first_training_keeps_its_promise(cells: &str) -> Result<(), String> {
     let rows: Vec<(String, String)> = serde_json::from_str(cells).map_err(|e| format!("{cells}: {e}"))?;
     let score = |(exact, parse): &(String, String)| -> Option<(u64, u64, f64)> {
         let (right, total) = exact.split(" (").next()?.split_once(" / ")?;
@@ -407,7 +407,7 @@ fn first_run_keeps_its_promise(cells: &str) -> Result<(), String> {
         || tuned_parse < base_parse
     {
         return Err(format!(
-            "the first run does not show learning: base {base} / {held_out} ({base_parse}% parse), tuned {tuned} / \
+            "the first training does not show learning: base {base} / {held_out} ({base_parse}% parse), tuned {tuned} / \
              {held_out} ({tuned_parse}% parse); wanted at least {HELD_OUT_AT_LEAST} held out, the tuned model at \
              {TUNED_AT_LEAST} and {GAIN_AT_LEAST} above the base, parsing as often"
         ));

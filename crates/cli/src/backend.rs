@@ -2,14 +2,14 @@
 
 use needle_engine::backend::{self, DeviceRequest};
 
-#[derive(clap::Args)]
+#[derive(clap::Args, serde::Serialize)]
 pub struct Args {
     /// Force a backend (auto, cpu, cuda, metal); default: NEEDLE_DEVICE, else auto.
     #[arg(long)]
-    device: Option<String>,
+    pub device: Option<String>,
     /// Print one JSON object instead of text.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {

@@ -15,7 +15,7 @@ use crate::download::HubView;
 use crate::events::{print_json, EventFormat};
 
 /// Export a checkpoint to the `.cact` the runtime loads.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, clap::Args, serde::Serialize)]
 pub struct Args {
     /// Base checkpoint (Needle 2 .pkl or Needle 3 .safetensors) to export [default: the --generation's base
     /// model from the Hugging Face cache, downloaded if missing]
@@ -28,6 +28,7 @@ pub struct Args {
     pub out: Option<PathBuf>,
     /// Uniform CQ width [default: the checkpoint's weight_bits map, else 4; Needle 3 is 4 only]
     #[arg(long, value_parser = parse_build_width)]
+    #[serde(serialize_with = "width_number")]
     pub bits: Option<Bits>,
     /// Needle 3: export this rung of the depth ladder (2 to the model's layers) [default: every layer]
     #[arg(long)]
@@ -38,6 +39,7 @@ pub struct Args {
     /// The published base model built without a checkpoint: 2 (Cactus-Compute/needle2, as cactus-needle
     /// 2.0.8) or 3 (Cactus-Compute/needle3, 3.x's default)
     #[arg(long, default_value = Generation::default().profile().number.to_string())]
+    #[serde(serialize_with = "crate::inputs::as_number")]
     pub generation: Generation,
     /// Push the built .cact to the model repository named by NEEDLE_HF_REPO (`<you>/<model>`, created
     /// if missing) on the hub at HF_ENDPOINT, with the token in HF_TOKEN
@@ -46,6 +48,11 @@ pub struct Args {
     /// Print each stage as one JSON event per line on stdout
     #[arg(long, value_enum)]
     pub events: Option<EventFormat>,
+}
+
+/// A width as `--bits` reads it: its number.
+fn width_number<S: serde::Serializer>(bits: &Option<Bits>, serializer: S) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&bits.map(Bits::record_bits), serializer)
 }
 
 /// The reference's default: the checkpoint's file stem + `.cact`, in the current directory.

@@ -7,27 +7,28 @@ use needle_engine::dataset::{Checkup, Dataset, DatasetReport, Severity};
 use needle_engine::generation::Generation;
 use needle_engine::tokenizer::Tokenizer;
 
-#[derive(clap::Args)]
+#[derive(clap::Args, serde::Serialize)]
 pub struct Args {
     /// The JSONL dataset (one example per line).
-    data: PathBuf,
+    pub data: PathBuf,
     /// SentencePiece `tokenizer.model` [default: the --generation's, from the Hugging Face cache or the hub]
     #[arg(long)]
-    tokenizer: Option<PathBuf>,
+    pub tokenizer: Option<PathBuf>,
     /// Longest sequence a run may use (the reference's `--max-len`).
     #[arg(long, default_value_t = 1024)]
-    max_len: usize,
+    pub max_len: usize,
     /// Print the report as one JSON object.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
     /// Read and render the lines as this Needle generation's package does (3 also reads
     /// single-turn chat lines and strips the reasoning), with its tokenizer unless --tokenizer is given
     #[arg(long, default_value = Generation::default().profile().number.to_string())]
-    generation: Generation,
+    #[serde(serialize_with = "crate::inputs::as_number")]
+    pub generation: Generation,
     /// Also write the rows the doctor passes to this file: usable, calls that match their schemas, no
     /// repeats, within --max-len (its advice, such as ungrounded values, leaves rows in)
     #[arg(long, value_name = "OUT.jsonl")]
-    fix: Option<PathBuf>,
+    pub fix: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {

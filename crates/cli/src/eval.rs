@@ -15,9 +15,12 @@ use needle_engine::train::finetune::split;
 use needle_engine::train::memory::{activation_budget, forward_rows};
 use serde::Serialize;
 
+/// `--batch-size` when none is given.
+pub const DEFAULT_BATCH_SIZE: usize = 16;
+
 /// Measure the masked cross-entropy of the answer tokens over a JSONL file, and with `--accuracy`
 /// whether the model makes exactly the expected calls.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, clap::Args, Serialize)]
 pub struct Args {
     /// Dataset (.jsonl) in the reference's tool-call format
     pub data: PathBuf,
@@ -27,7 +30,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1024)]
     pub max_len: usize,
     /// Examples per forward pass, fewer when the device's memory holds fewer (the result does not change)
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
     pub batch_size: usize,
     /// Only the examples a `needle finetune` with this --val-split (and --seed) holds out
     #[arg(long)]

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum EventFormat {
     Jsonl,
 }

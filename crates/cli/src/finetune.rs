@@ -15,15 +15,18 @@ use needle_engine::settings::{preset, presets, Field, TrainSettings};
 use needle_engine::train::state::state_path;
 use needle_engine::train::{Event, FinetuneOptions, Plan, Session};
 
+/// `--checkpoint-dir` when none is given.
+pub const CHECKPOINT_DIR: &str = "checkpoints";
+
 /// Fine-tune LoRA adapters on a JSONL dataset (the reference's `finetune_local`).
-#[derive(Debug, clap::Args)]
+#[derive(Debug, clap::Args, serde::Serialize)]
 pub struct Args {
     #[command(flatten)]
     pub inputs: ModelInputs,
     #[command(flatten)]
     pub settings: Settings,
     /// Directory of the default adapter path
-    #[arg(long, default_value = "checkpoints")]
+    #[arg(long, default_value = CHECKPOINT_DIR)]
     pub checkpoint_dir: PathBuf,
     /// Adapter file; `.pkl` (reference format) or `.safetensors` [default: CHECKPOINT_DIR/needle_lora.pkl,
     /// or needle_lora-N.pkl when that holds an earlier run's adapter]
@@ -135,7 +138,7 @@ pub fn run(mut args: Args) -> Result<()> {
 /// defaults and help are the ones the app shows), and `--preset`, the app's presets by name: it
 /// fills every setting that no flag beside it gives. A value that is not a number, or not a whole
 /// one where a count is asked for, is refused here, and ranges by the engine when the run is prepared.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Settings(pub TrainSettings);
 
 const PRESET: &str = "preset";

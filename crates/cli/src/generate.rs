@@ -19,36 +19,36 @@ use serde_json::Value;
 use crate::events::{cancel_on_stdin, print_json, EventFormat};
 
 /// Write training data with an LLM: for tool schemas, or more of an existing dataset.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, clap::Args, serde::Serialize)]
 #[command(group(clap::ArgGroup::new("source").required(true).args(["tools", "augment"])))]
 pub struct Args {
     /// Tool schemas (a JSON list) to write examples for
     #[arg(long)]
-    tools: Option<PathBuf>,
+    pub tools: Option<PathBuf>,
     /// A dataset to write more of: its rows' tools are asked for, and the output holds its rows, then the new ones
     #[arg(long)]
-    augment: Option<PathBuf>,
+    pub augment: Option<PathBuf>,
     /// How many new rows to keep
     #[arg(long, default_value_t = generate::DEFAULT_NUM_SAMPLES)]
-    num_samples: usize,
+    pub num_samples: usize,
     /// Rows asked for in one request
     #[arg(long, default_value_t = generate::DEFAULT_BATCH_SIZE)]
-    batch_size: usize,
+    pub batch_size: usize,
     /// Requests in flight at once
     #[arg(long, default_value_t = generate::DEFAULT_WORKERS)]
-    workers: usize,
+    pub workers: usize,
     #[command(flatten)]
-    llm: Llm,
+    pub llm: Llm,
     /// Output JSONL [default: needle_data.jsonl with --tools, DATA.augmented.jsonl with --augment]
     #[arg(long)]
-    output: Option<PathBuf>,
+    pub output: Option<PathBuf>,
     /// Print progress as one JSON event per line on stdout; a line `cancel` on stdin then stops like Ctrl-C
     #[arg(long, value_enum)]
-    events: Option<EventFormat>,
+    pub events: Option<EventFormat>,
 }
 
 /// Which model writes the rows, and where it is asked.
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, clap::Args, serde::Serialize)]
 pub struct Llm {
     /// The model the endpoint serves
     #[arg(long, default_value = generate::DEFAULT_MODEL)]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use needle_engine::generation::Generation;
 use needle_engine::hub::BaseModel;
 
-#[derive(Debug, clap::Args)]
+#[derive(Debug, clap::Args, serde::Serialize)]
 pub struct ModelInputs {
     /// Dataset (.jsonl) in the reference's tool-call format
     pub data: PathBuf,
@@ -19,7 +19,13 @@ pub struct ModelInputs {
     /// The published base model used without --checkpoint (a given checkpoint's generation is read
     /// from the file): 3 (Cactus-Compute/needle3, as cactus-needle 3.x) or 2 (Cactus-Compute/needle2)
     #[arg(long, default_value = Generation::default().profile().number.to_string())]
+    #[serde(serialize_with = "as_number")]
     pub generation: Generation,
+}
+
+/// A generation as the command line names it: its number.
+pub fn as_number<S: serde::Serializer>(generation: &Generation, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_u8(generation.profile().number)
 }
 
 impl ModelInputs {
@@ -31,7 +37,7 @@ impl ModelInputs {
 
 /// The weights a command that answers prompts runs: a published base model or a given checkpoint, with an adapter,
 /// or a built `.cact` (what ships).
-#[derive(Debug, clap::Args)]
+#[derive(Debug, clap::Args, serde::Serialize)]
 pub struct WeightsInputs {
     /// Base checkpoint (.pkl, or a Needle 3 .safetensors) [default: the --generation's base model from the
     /// Hugging Face cache, downloaded if missing]
@@ -50,6 +56,7 @@ pub struct WeightsInputs {
     /// The published base model used without --checkpoint or --weights: 3 (Cactus-Compute/needle3, as
     /// cactus-needle 3.x) or 2 (Cactus-Compute/needle2)
     #[arg(long, default_value = Generation::default().profile().number.to_string(), conflicts_with = "weights")]
+    #[serde(serialize_with = "as_number")]
     pub generation: Generation,
 }
 

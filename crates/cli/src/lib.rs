@@ -43,29 +43,50 @@ mod tokenize;
 
 pub use events::CANCEL_LINE;
 
+/// The argument types of the subcommands a program that drives `needle` writes (the desktop app's
+/// worker jobs): filled in as values, they are written as a command line by the CLI's own definition
+/// ([`Cli`]), never by hand, and [`Cli`] reads them back.
+pub mod args {
+    pub use crate::backend::Args as Backend;
+    pub use crate::build::Args as Build;
+    pub use crate::data::Args as Data;
+    pub use crate::eval::{Args as Eval, DEFAULT_BATCH_SIZE as EVAL_BATCH_SIZE};
+    pub use crate::events::EventFormat;
+    pub use crate::finetune::{Args as Finetune, Settings, CHECKPOINT_DIR};
+    pub use crate::generate::{Args as GenerateData, Llm};
+    pub use crate::inputs::{ModelInputs, WeightsInputs};
+    pub use crate::run::Args as Run;
+}
+
 use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// The `needle` command line.
 #[derive(Parser)]
 #[command(name = "needle", version, about = "Fine-tune Needle (3, or 2) and build .cact files, without Python")]
-struct Cli {
+pub struct Cli {
     #[command(subcommand)]
-    command: Command,
+    pub command: Command,
 }
 
-#[derive(Subcommand)]
-enum Command {
+/// A subcommand with its arguments. Serialised (the subcommands a program writes, see [`args`]), it
+/// is `{"<subcommand>": {<argument id>: <value as the command line reads it>, …}}`.
+#[derive(Subcommand, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Command {
     /// Show the compute backend (CUDA, Metal or CPU) that training would use, and why.
     Backend(backend::Args),
     /// Time LoRA training steps and peak memory on a random-init model of a given shape.
+    #[serde(skip)]
     Bench(bench::Args),
     /// Merge an optional LoRA adapter into a checkpoint and write a quantized `.cact`.
     Build(build::Args),
     /// Report on a dataset: usable examples, problems by line, token lengths, sequence length.
     Data(data::Args),
     /// Fetch a base model's checkpoint and tokenizer (Needle 2 or 3, or a named file) from the Hugging Face hub.
+    #[serde(skip)]
     Download(download::Args),
     /// Masked answer loss of a checkpoint (and optional LoRA adapter) over a dataset.
     Eval(eval::Args),
@@ -74,10 +95,12 @@ enum Command {
     /// Write training data with an LLM (OpenRouter or any OpenAI-compatible endpoint), each row checked by the doctor.
     GenerateData(generate::Args),
     /// Describe a `.cact` file: geometry, tensors, sizes; `--verify` dequantizes every tensor.
+    #[serde(skip)]
     Inspect(inspect::Args),
     /// Ask a model (base, tuned or a built .cact) one question and print the calls it makes.
     Run(run::Args),
     /// Print the token ids of each input line as a JSON array.
+    #[serde(skip)]
     Tokenize(tokenize::Args),
 }
 

@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::inputs::WeightsInputs;
 
 /// Ask a model one question with a set of tools and print the calls it makes.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, clap::Args, serde::Serialize)]
 pub struct Args {
     #[command(flatten)]
     pub weights: WeightsInputs,

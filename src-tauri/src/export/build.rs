@@ -1,0 +1,126 @@
+//! Building a training's `.cact` from the app: `needle build --events jsonl` in the worker, then the file
+//! read back (as `needle inspect` does) for its size and tensor count.
+
+use std::path::PathBuf;
+
+use needle_engine::cact::{CactFile, ExportEvent};
+use serde::Serialize;
+use tauri::ipc::Channel;
+
+use crate::evaluate::score::score_cact;
+use crate::ground::ending_in;
+use crate::train::record::{CactInfo, HistoryEntry, Records, TrainingRecord};
+use crate::worker::job::Job;
+use crate::worker::process::{Exit, Line, Watcher, Worker};
+
+/// What the window hears about a build.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum BuildMessage {
+    /// The worker's `stage` and `merged` events, as they are.
+    Progress(ExportEvent),
+    /// The file is written; its weights are answering the held-out examples.
+    Scoring,
+    /// Boxed: the file's record and the entry dwarf the other messages.
+    Built {
+        cact: Box<CactInfo>,
+        entry: Box<HistoryEntry>,
+    },
+    Failed {
+        message: String,
+    },
+}
+
+/// Builds training `training_id`'s adapter merged into its base as a `bits`-bit `.cact` at `out`.
+pub fn start(
+    worker: &Worker,
+    records: &Records,
+    training_id: &str,
+    bits: u8,
+    out: PathBuf,
+    channel: Channel<BuildMessage>,
+) -> Result<(), String> {
+    if out.as_os_str().is_empty() {
+        return Err("choose where to save the .cact".into());
+    }
+    let out = ending_in(&out, "cact");
+    let record = records.load(training_id)?;
+    let entry = &record.entry;
+    let adapter = entry.adapter.clone().ok_or("this training saved no adapter yet, so there is nothing to build")?;
+    let width = needle_engine::settings::build_width(bits)?;
+    let generation = needle_engine::checkpoint::file_generation(&entry.request.checkpoint);
+    if let Some(refusal) = generation.and_then(|generation| generation.refuses_bits(width)) {
+        return Err(format!("{refusal}; choose another width"));
+    }
+    let job = Job::Build {
+        checkpoint: entry.request.checkpoint.clone(),
+        adapter,
+        tokenizer: entry.request.tokenizer.clone(),
+        bits: width,
+        out,
+    };
+    let watcher =
+        BuildWatcher { record, records: records.clone(), worker: worker.clone(), channel, built: None, failure: None };
+    worker.spawn(&job, watcher).map(drop)
+}
+
+struct BuildWatcher {
+    record: TrainingRecord,
+    records: Records,
+    /// Scores the written file (`needle eval --weights`) after the build.
+    worker: Worker,
+    channel: Channel<BuildMessage>,
+    /// The written file and its quantization scheme.
+    built: Option<(PathBuf, String)>,
+    failure: Option<String>,
+}
+
+impl Watcher for BuildWatcher {
+    fn line(&mut self, line: Line) {
+        // Stderr only matters if the worker dies; `Exit` keeps its tail.
+        let Line::Stdout(text) = line else { return };
+        match serde_json::from_str::<ExportEvent>(&text) {
+            Ok(ExportEvent::Built { path, scheme, .. }) => self.built = Some((path, scheme)),
+            Ok(ExportEvent::Failed { message }) => self.failure = Some(message),
+            Ok(progress) => self.send(BuildMessage::Progress(progress)),
+            Err(_) => {}
+        }
+    }
+
+    fn exit(mut self, exit: Exit) {
+        let message = match self.built.take() {
+            Some((path, scheme)) => match self.read_back(path, scheme) {
+                Ok(message) => message,
+                Err(message) => BuildMessage::Failed { message },
+            },
+            None => BuildMessage::Failed {
+                message: self.failure.take().unwrap_or_else(|| exit.describe("the build worker")),
+            },
+        };
+        self.send(message);
+    }
+}
+
+impl BuildWatcher {
+    /// Opens the written file, scores it on the training's held-out examples, records it in the training's
+    /// history, and says what was built.
+    fn read_back(&mut self, path: PathBuf, scheme: String) -> Result<BuildMessage, String> {
+        let file = CactFile::open(&path).map_err(|error| error.to_string())?;
+        let (bytes, tensors) = (file.size() as u64, file.records.len());
+        drop(file);
+        self.send(BuildMessage::Scoring);
+        let (scores, scores_error) = match score_cact(&self.worker, &self.record.entry, &path) {
+            Ok(scores) => (scores, None),
+            Err(error) => (None, Some(error)),
+        };
+        let cact = CactInfo { path, bytes, tensors, scheme, scores, scores_error, published: None };
+        self.record.entry.cact = Some(cact.clone());
+        self.records.save(&self.record)?;
+        Ok(BuildMessage::Built { cact: Box::new(cact), entry: Box::new(self.record.entry.clone()) })
+    }
+
+    fn send(&self, message: BuildMessage) {
+        // A closed window drops its channel; the file is written and recorded all the same.
+        let _ = self.channel.send(message);
+    }
+}

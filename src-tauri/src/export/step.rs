@@ -1,0 +1,27 @@
+//! The Export step's state: the worker builds run in, the trainings' records, the hub and its token,
+//! and the one upload slot.
+
+use std::sync::Arc;
+
+use needle_engine::hub::Hub;
+
+use crate::export::publish::{self, Publishing};
+use crate::secrets::keys::Keys;
+use crate::train::record::Records;
+use crate::worker::process::Worker;
+
+/// Shared by the Export step's commands; cloning is cheap.
+#[derive(Clone)]
+pub struct ExportStep {
+    pub worker: Worker,
+    pub records: Records,
+    pub hub: Hub,
+    pub token: Arc<Keys>,
+    pub publishing: Arc<Publishing>,
+}
+
+impl ExportStep {
+    pub fn publish_place(&self) -> publish::Place<'_> {
+        publish::Place { records: &self.records, hub: &self.hub, token: &self.token, publishing: &self.publishing }
+    }
+}

@@ -1,0 +1,314 @@
+//! The worker process: the `needle` CLI run as a child of the app, speaking `--events jsonl`.
+//!
+//! Training and building happen there, never in the window's process: an out-of-memory kill, a driver
+//! crash or a second Cancel ends the worker, and the app reports what happened. The worker is the app's
+//! own binary in worker mode (`needle-studio worker finetune …`), or a GPU build of `needle` shipped
+//! beside the app as `needle-cuda` when that one starts and finds its device.
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex, Weak};
+
+use needle_engine::backend::{self, BackendInfo};
+
+use crate::ground::lock;
+use crate::worker::job::Job;
+
+/// The first argument that puts the app's binary in worker mode.
+pub const WORKER_ARG: &str = "worker";
+
+/// The name a CUDA build of the `needle` CLI ships under, beside the app (see README, GPU builds).
+const GPU_WORKER: &str = "needle-cuda";
+
+/// How many of the worker's last stderr lines a crash report quotes.
+const STDERR_TAIL: usize = 8;
+
+/// A program that runs `needle` subcommands. Clones share one list of the processes they started, so
+/// that the app can end every one of them when it exits.
+#[derive(Debug, Clone)]
+pub struct Worker {
+    program: PathBuf,
+    leading: Vec<OsString>,
+    processes: Arc<Mutex<Vec<Weak<Process>>>>,
+}
+
+/// Where a short command runs when a newer one of its kind replaces it (see [`Worker::output_in`]).
+pub type Slot = Mutex<Option<Arc<Process>>>;
+
+/// What a short command's caller hears when a newer command in its [`Slot`] ended it.
+pub const SUPERSEDED: &str = "superseded by a newer request";
+
+/// The answer to Cancel, for a worker that stops at its next step when asked (a training, a
+/// generation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelAnswer {
+    /// Nothing was running any more.
+    Idle,
+    /// The worker stops after its current step and keeps what it has.
+    Stopping,
+    /// A second Cancel: the worker was ended at once.
+    Killed,
+}
+
+/// One line the worker printed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Line {
+    Stdout(String),
+    Stderr(String),
+}
+
+/// How a worker ended, with the end of what it said on stderr.
+#[derive(Debug)]
+pub struct Exit {
+    pub status: std::io::Result<ExitStatus>,
+    pub stderr_tail: Vec<String>,
+    /// The app killed it (a second Cancel).
+    pub killed: bool,
+}
+
+/// What follows a running worker: every line it prints, in order, then how it ended. Both are called
+/// on one thread of its own.
+pub trait Watcher: Send + 'static {
+    fn line(&mut self, line: Line);
+    fn exit(self, exit: Exit);
+}
+
+/// A running worker: ask it to stop, or kill it.
+#[derive(Debug)]
+pub struct Process {
+    child: Mutex<Child>,
+    stdin: Mutex<Option<ChildStdin>>,
+    killed: AtomicBool,
+}
+
+impl Worker {
+    /// The app's own binary in worker mode.
+    pub fn this_app() -> std::io::Result<Self> {
+        Ok(Self::app(std::env::current_exe()?))
+    }
+
+    /// The app binary at `program` in worker mode.
+    pub fn app(program: PathBuf) -> Self {
+        Self { program, leading: vec![WORKER_ARG.into()], processes: Arc::default() }
+    }
+
+    /// A `needle` binary.
+    pub fn needle(program: PathBuf) -> Self {
+        Self { program, leading: Vec::new(), processes: Arc::default() }
+    }
+
+    fn command(&self, job: &Job) -> Result<Command, String> {
+        let mut command = Command::new(&self.program);
+        command.args(&self.leading).args(job.argv()?);
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        #[cfg(windows)]
+        {
+            // CREATE_NO_WINDOW: a console worker must not flash a console window over the app.
+            use std::os::windows::process::CommandExt;
+            command.creation_flags(0x0800_0000);
+        }
+        Ok(command)
+    }
+
+    /// Runs a short job to the end; its stdout, or its error message.
+    pub fn output(&self, job: &Job) -> Result<String, String> {
+        self.output_in(&Slot::default(), job)
+    }
+
+    /// [`Self::output`] as the one command of `slot`: it ends the command running there, whose
+    /// caller then gets [`SUPERSEDED`].
+    pub fn output_in(&self, slot: &Slot, job: &Job) -> Result<String, String> {
+        let (done, ended) = mpsc::channel();
+        // Spawned under the slot's lock, so the process that ends up there is the latest request's.
+        let mut current = lock(slot);
+        let process = self.spawn(job, Collect { stdout: String::new(), done })?;
+        if let Some(older) = current.replace(process) {
+            older.kill();
+        }
+        drop(current);
+        let (stdout, exit) = ended.recv().map_err(|_| "the worker's watcher stopped unexpectedly".to_string())?;
+        match exit.status {
+            Ok(status) if status.success() => Ok(stdout),
+            _ if exit.killed => Err(SUPERSEDED.into()),
+            _ => Err(exit.describe("the worker")),
+        }
+    }
+
+    /// Ends every worker still running: the app is closing.
+    pub fn kill_all(&self) {
+        for process in lock(&self.processes).drain(..).filter_map(|process| process.upgrade()) {
+            process.kill();
+        }
+    }
+
+    /// Starts a long job followed by `watcher`.
+    pub fn spawn(&self, job: &Job, watcher: impl Watcher) -> Result<Arc<Process>, String> {
+        self.spawn_with_env(job, &[], watcher)
+    }
+
+    /// [`Self::spawn`] with these environment variables set (`Some`) or removed (`None`): how a secret
+    /// such as an API key reaches the worker, never on its command line.
+    pub fn spawn_with_env(
+        &self,
+        job: &Job,
+        env: &[(&str, Option<&str>)],
+        mut watcher: impl Watcher,
+    ) -> Result<Arc<Process>, String> {
+        let mut command = self.command(job)?;
+        for (name, value) in env {
+            match value {
+                Some(value) => command.env(name, value),
+                None => command.env_remove(name),
+            };
+        }
+        let mut child = command.spawn().map_err(|error| self.start_error(&error))?;
+        let (lines, received) = mpsc::channel();
+        let stdout = child.stdout.take().map(|out| forward(out, lines.clone(), Line::Stdout));
+        let stderr = child.stderr.take().map(|err| forward(err, lines, Line::Stderr));
+        let process = Arc::new(Process {
+            stdin: Mutex::new(child.stdin.take()),
+            child: Mutex::new(child),
+            killed: AtomicBool::new(false),
+        });
+        let mut processes = lock(&self.processes);
+        processes.retain(|process| process.strong_count() > 0);
+        processes.push(Arc::downgrade(&process));
+        drop(processes);
+        let watched = Arc::clone(&process);
+        std::thread::spawn(move || {
+            let mut stderr_tail = Vec::new();
+            // Ends when both pipes are closed, that is when the worker has exited.
+            for line in received {
+                if let Line::Stderr(text) = &line {
+                    stderr_tail.push(text.clone());
+                    if stderr_tail.len() > STDERR_TAIL {
+                        stderr_tail.remove(0);
+                    }
+                }
+                watcher.line(line);
+            }
+            for reader in [stdout, stderr].into_iter().flatten() {
+                let _ = reader.join();
+            }
+            let status = lock(&watched.child).wait();
+            watcher.exit(Exit { status, stderr_tail, killed: watched.killed.load(Ordering::Relaxed) });
+        });
+        Ok(process)
+    }
+
+    fn start_error(&self, error: &std::io::Error) -> String {
+        format!("could not start the worker process {}: {error}", self.program.display())
+    }
+}
+
+impl Process {
+    /// Asks the worker to stop after its current step (it saves what it learned).
+    pub fn ask_to_stop(&self) {
+        if let Some(stdin) = lock(&self.stdin).as_mut() {
+            // A worker that already exited has closed the pipe; then there is nothing to stop.
+            let _ = writeln!(stdin, "{}", needle_cli::CANCEL_LINE).and_then(|()| stdin.flush());
+        }
+    }
+
+    /// Ends the worker now.
+    pub fn kill(&self) {
+        self.killed.store(true, Ordering::Relaxed);
+        let _ = lock(&self.child).kill();
+    }
+}
+
+/// Gathers a short command's stdout for [`Worker::output_in`].
+struct Collect {
+    stdout: String,
+    done: mpsc::Sender<(String, Exit)>,
+}
+
+impl Watcher for Collect {
+    fn line(&mut self, line: Line) {
+        if let Line::Stdout(text) = line {
+            self.stdout.push_str(&text);
+            self.stdout.push('\n');
+        }
+    }
+
+    fn exit(self, exit: Exit) {
+        // The caller waits for this; it can only be gone if its thread panicked.
+        let _ = self.done.send((self.stdout, exit));
+    }
+}
+
+impl Exit {
+    /// A sentence for the user about a worker that ended without reporting on stdout why. A clean
+    /// failure is the CLI's own `error: …` sentence, which already names the file and the fix.
+    pub fn describe(&self, what: &str) -> String {
+        let last = self.stderr_tail.iter().rev().map(|line| line.trim()).find(|line| !line.is_empty());
+        if let (Ok(status), Some(line)) = (&self.status, last) {
+            if let (Some(_), Some(message)) = (status.code(), line.strip_prefix("error: ")) {
+                return message.to_string();
+            }
+        }
+        let how = match &self.status {
+            Ok(status) => exit_reason(*status),
+            Err(error) => format!("could not be waited for ({error})"),
+        };
+        match last {
+            Some(line) => format!("{what} {how}; its last words: {line}"),
+            None => format!("{what} {how}"),
+        }
+    }
+}
+
+#[cfg(unix)]
+fn exit_reason(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status.signal() {
+        Some(9) => "was killed (signal 9; without a Cancel this usually means the system ran out of memory)".into(),
+        Some(signal) => format!("was killed by signal {signal}"),
+        None => format!("stopped with exit code {}", status.code().unwrap_or(-1)),
+    }
+}
+
+#[cfg(not(unix))]
+fn exit_reason(status: ExitStatus) -> String {
+    format!("stopped with exit code {}", status.code().unwrap_or(-1))
+}
+
+/// Sends each line of `pipe` to `lines`, wrapped by `kind`, from a thread of its own.
+fn forward(
+    pipe: impl Read + Send + 'static,
+    lines: mpsc::Sender<Line>,
+    kind: fn(String) -> Line,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(pipe);
+        let mut bytes = Vec::new();
+        // Lossy: a line that is not UTF-8 must not stop the reading, or the worker would block on
+        // a full pipe.
+        while reader.read_until(b'\n', &mut bytes).is_ok_and(|read| read > 0) {
+            let line = String::from_utf8_lossy(&bytes).trim_end_matches(['\n', '\r']).to_string();
+            bytes.clear();
+            if lines.send(kind(line)).is_err() {
+                return;
+            }
+        }
+    })
+}
+
+/// The worker to use and the hardware it will train on: a GPU build beside the app when it starts
+/// and reports a GPU, else the app itself, whose detection runs in this process.
+pub fn discover() -> std::io::Result<(Worker, BackendInfo)> {
+    let this_app = Worker::this_app()?;
+    let gpu = this_app.program.with_file_name(format!("{GPU_WORKER}{}", std::env::consts::EXE_SUFFIX));
+    if gpu.is_file() {
+        let worker = Worker::needle(gpu);
+        let info = worker.output(&Job::Hardware).ok().and_then(|out| serde_json::from_str(&out).ok());
+        if let Some(info @ BackendInfo { backend: backend::Backend::Cuda, .. }) = info {
+            return Ok((worker, info));
+        }
+    }
+    Ok((this_app, backend::auto().info))
+}

@@ -1,0 +1,910 @@
+// The types the window's commands and channels carry, generated from the Rust types by
+// src-tauri/tests/ui_types.rs; do not edit (NEEDLE_UI_TYPES=write cargo test -p needle-studio
+// --test ui_types writes it again).
+
+/** Exact-call accuracy over a set of examples. */
+export type Accuracy = {
+  examples: number;
+  /** Answers whose calls equal the expected ones, as JSON values in the order written. */
+  exact: number;
+  /** Answers with a parseable `<tool_call>` list. */
+  parsed: number;
+  exact_rate: number;
+  parse_rate: number;
+  /** Per expected tool name (`(no call)` for examples whose answer is no call): right / total. */
+  per_tool: Record<string, ToolScore>;
+  /** New tokens per second over all the answers. */
+  tokens_per_s: number;
+};
+
+/** One example as the model answered it, beside what was expected (`needle eval --answers`). */
+export type Answered = {
+  /** The example's line in its file. */
+  line: number;
+  query: string;
+  /** The expected calls; `None` when the file's answer is not a JSON list. */
+  expected: unknown[] | null;
+  /** The calls the model made; `None` when its answer holds no call list that parses. */
+  given: unknown[] | null;
+  /** The model's whole answer, reasoning included. */
+  text: string;
+  right: boolean;
+};
+
+export type Answers = {
+  base: TryAnswer;
+  tuned: TryAnswer | null;
+};
+
+/** A compute backend candle can run on. */
+export type Backend =
+  | "cpu"
+  | "cuda"
+  | "metal";
+
+/**
+ * The facts shown to the user about the chosen backend (`needle backend --json`, the app's badge,
+ * training's `started` event).
+ */
+export type BackendInfo = {
+  backend: Backend;
+  /** Human-readable device name (GPU model, or CPU brand). */
+  device: string;
+  /** Memory the device can use: GPU memory, or system RAM for the CPU. `None` where it cannot tell. */
+  memory_bytes: number | null;
+  /** Free memory where the backend reports it. */
+  memory_free_bytes: number | null;
+  /** Backends this binary was built with. */
+  compiled: Backend[];
+  /** Why this backend, and why no faster one. */
+  reason: string;
+};
+
+/** Paths to a base checkpoint and its tokenizer, wherever they came from. */
+export type BaseModel = {
+  checkpoint: string;
+  tokenizer: string;
+};
+
+/** One published base model as the panel offers it. */
+export type BaseModelOffer = {
+  generation: Generation;
+  /** "Needle 3", as the generation is displayed. */
+  label: string;
+  repo: string;
+  /** Its checkpoint and tokenizer, when both are in the cache. */
+  cached: BaseModel | null;
+  /**
+   * Bytes of both files: on disk when cached, else as the hub announces them; `None` while it
+   * downloads, or when the hub cannot be asked (then `note` says why).
+   */
+  bytes: number | null;
+  /** Bytes already on disk from a cancelled or cut download, which the next one resumes from. */
+  partial_bytes: number;
+  note: string | null;
+  /** Its download as the window last heard of it (idle while another generation downloads). */
+  download: DownloadState;
+};
+
+/** What the Model step shows of the base models: every published one, newest first. */
+export type BaseModelStatus = {
+  /** The generation last chosen by Download or Use (Needle 3 until then). */
+  chosen: Generation;
+  models: BaseModelOffer[];
+};
+
+/** What the window hears about a build. */
+export type BuildMessage =
+  /** The worker's `stage` and `merged` events, as they are. */
+  | ({ kind: "progress" } & ExportEvent)
+  /** The file is written; its weights are answering the held-out examples. */
+  | { kind: "scoring" }
+  /** Boxed: the file's record and the entry dwarf the other messages. */
+  | {
+    kind: "built";
+    cact: CactInfo;
+    entry: HistoryEntry;
+  }
+  | {
+    kind: "failed";
+    message: string;
+  };
+
+/** A `.cact` width a build offers. */
+export type BuildWidth = {
+  bits: number;
+  label: string;
+  /** The width chosen unless the user picks another. */
+  default: boolean;
+};
+
+/** A built `.cact`, as read back from the file. */
+export type CactInfo = {
+  path: string;
+  bytes: number;
+  tensors: number;
+  scheme: string;
+  /**
+   * Held-out loss and exact-call accuracy of the file's own (dequantized) weights, on the
+   * examples the training's scores used; `None` without a validation split.
+   */
+  scores?: ModelScore | null;
+  /** Why the file could not be scored, when it could not. */
+  scores_error?: string | null;
+  /** Where Publish put this file on the hub; a file built again is unpublished until published. */
+  published?: Uploaded | null;
+};
+
+/** The base and the tuned model on the same held-out examples. */
+export type CallScores = {
+  base: ModelScore;
+  tuned: ModelScore;
+};
+
+/**
+ * The answer to Cancel, for a worker that stops at its next step when asked (a training, a
+ * generation).
+ */
+export type CancelAnswer =
+  /** Nothing was running any more. */
+  | "idle"
+  /** The worker stops after its current step and keeps what it has. */
+  | "stopping"
+  /** A second Cancel: the worker was ended at once. */
+  | "killed";
+
+/** The answer to Cancel. */
+export type CancelDownload =
+  /** Nothing was downloading. */
+  | "idle"
+  /** The transfer stops at its next chunk; what arrived is kept for next time. */
+  | "stopping";
+
+/** The doctor's report on a file. */
+export type Checkup = {
+  /** One sentence: what to fix first. */
+  summary: string;
+  /** Errors first, then advice; within each, in the order of [`Kind`]; the first [`KEPT_FINDINGS`]. */
+  findings: Finding[];
+  /** Findings past the first [`KEPT_FINDINGS`], not listed. */
+  unlisted_findings: number;
+  rows: number;
+  /** Rows with at least one error: what `--fix` leaves out. */
+  failing_rows: number;
+  rows_without_call: number;
+  no_call_share: number;
+  /**
+   * The tools rows offer, with the number of calls of each in all the answers: the
+   * [`KEPT_TOOLS`] most called (of equals, the first by name).
+   */
+  calls_per_tool: Record<string, number>;
+  /** Tools offered past those [`Checkup::calls_per_tool`] keeps. */
+  unlisted_tools: number;
+};
+
+export type DatasetReport = {
+  path: string;
+  usable_examples: number;
+  /** Lines left out of training (each has a problem saying why). */
+  skipped_lines: number;
+  /** Row lengths (BOS + prompt + target + EOS) before truncation. */
+  token_lengths: LengthStats;
+  histogram: HistogramBin[];
+  /** The `--max-len` the sequence length was fitted under. */
+  cap: number;
+  seq_len: number;
+  truncated: number;
+  /** The first few examples as the model will see them. */
+  samples: Sample[];
+  /** The dataset doctor's findings: answers against their schemas, grounding, repeats, balance. */
+  doctor: Checkup;
+} & Problems;
+
+/** What the window hears while downloading: the hub's events as they are, then the outcome. */
+export type DownloadMessage =
+  | ({ kind: "progress" } & HubEvent)
+  | {
+    kind: "finished";
+    state: DownloadState;
+    base: BaseModel | null;
+  };
+
+/** The download as the window last heard of it. */
+export type DownloadState =
+  | { state: "idle" }
+  | {
+    state: "running";
+    file: string;
+    bytes: number;
+    total: number;
+  }
+  | { state: "done" }
+  | {
+    state: "failed";
+    message: string;
+  }
+  | {
+    state: "cancelled";
+    message: string;
+  };
+
+/**
+ * One thing that happened during `needle finetune`, in order: `started`, then `step`s with an
+ * `epoch` and a `saved` after each epoch, then `finished` — or `failed` at any point.
+ */
+export type Event =
+  | {
+    event: "started";
+    backend: string;
+    device: string;
+    /** Training examples (after the validation split). */
+    examples: number;
+    /** Held-out validation examples. */
+    validation: number;
+    seq_len: number;
+    /** Optimizer updates in the whole run. */
+    steps: number;
+    warmup: number;
+    memory_estimate_bytes: number;
+    /** The update the run starts from (non-zero when resumed). */
+    first_step: number;
+  }
+  | {
+    event: "step";
+    step: number;
+    total: number;
+    loss: number;
+    lr: number;
+    tokens_per_s: number;
+    eta_s: number;
+  }
+  | {
+    event: "epoch";
+    epoch: number;
+    /** The loss of the epoch's last batch (the reference prints the same). */
+    loss: number;
+    /** Mean validation loss over validation batches; `None` without a validation split. */
+    val: number | null;
+  }
+  | {
+    event: "saved";
+    path: string;
+  }
+  /** The held-out examples are being answered, to score the calls of the base and tuned models. */
+  | {
+    event: "scoring";
+    examples: number;
+  }
+  /** The held-out examples could not be scored (the adapter is saved all the same). */
+  | {
+    event: "unscored";
+    message: string;
+  }
+  | {
+    event: "finished";
+    adapter: string;
+    seconds: number;
+    /** True when the run was cancelled before its last step. */
+    partial: boolean;
+    /**
+     * Exact-call accuracy of the base and tuned models on the held-out examples (the first
+     * [`SCORED_EXAMPLES`](super::finetune::SCORED_EXAMPLES)); `None` for a partial run or without a
+     * validation split.
+     */
+    accuracy: CallScores | null;
+  }
+  | {
+    event: "failed";
+    message: string;
+  };
+
+/**
+ * One thing that happened during an export, in order: `stage`s (with `merged` after the merge),
+ * then `built` — or `failed` at any point.
+ */
+export type ExportEvent =
+  /** Stage `index` (1-based) of `of` is starting. */
+  | {
+    event: "stage";
+    label: string;
+    index: number;
+    of: number;
+  }
+  | {
+    event: "merged";
+    adapter: string;
+    groups: number;
+  }
+  | {
+    event: "built";
+    path: string;
+    bytes: number;
+    tensors: number;
+    scheme: string;
+  }
+  | {
+    event: "failed";
+    message: string;
+  };
+
+/** An example field whose type is checked. */
+export type Field =
+  | "query"
+  | "reasoning"
+  | "system"
+  | "tools"
+  | "answers"
+  | "function_calls";
+
+/** Field name → what is wrong with what was typed there, and how to fix it. */
+export type FieldErrors = Record<string, string>;
+
+/** One kind of problem, about one tool and argument where it has them, and the rows that have it. */
+export type Finding = {
+  kind: Kind;
+  severity: Severity;
+  tool: string | null;
+  argument: string | null;
+  /** How many rows (for `few_examples`: calls of the tool). */
+  count: number;
+  /** The rows' 1-based lines, the first [`KEPT_LINES`]. */
+  lines: number[];
+  message: string;
+};
+
+/**
+ * A field as a form shows it: its bounds as an input's `min` and `max` (open ends included: the
+ * range check says the rest), its step and its default.
+ */
+export type FormField = {
+  name: string;
+  label: string;
+  whole: boolean;
+  min: number | null;
+  max: number | null;
+  /** An `<input type="number">` step: `1` for whole numbers, else `any`. */
+  step: string;
+  default: unknown;
+};
+
+/** What the window hears: each reply's progress, each failed request, then the outcome. */
+export type GenerateMessage =
+  | {
+    kind: "progress";
+    state: GenerationState;
+  }
+  | {
+    kind: "request_failed";
+    message: string;
+  }
+  | {
+    kind: "finished";
+    state: GenerationState;
+  };
+
+/** What the window sends: each field as typed. */
+export type GenerateRequest = {
+  /** The dataset to write more of: its tools are asked for, and its rows come first in the output. */
+  dataset: string;
+  /** Where the originals and the new rows go [default: `DATA.augmented.jsonl`]. */
+  output: string;
+  count: string;
+  /** [default: the reference's model] */
+  model: string;
+  /** An OpenAI-compatible chat-completions URL [default: `OPENROUTER_URL`, else OpenRouter's]. */
+  endpoint: string;
+};
+
+/** What the Generate form starts with. */
+export type GenerateSetup = {
+  count: number;
+  model: string;
+  /** The endpoint used when the field is left empty. */
+  endpoint: string;
+  key: KeySource;
+  state: GenerationState;
+};
+
+/**
+ * A generation of the Needle model: which network, file formats and recipe a model belongs to.
+ * Told from the file itself ([`crate::checkpoint::generation`], the `.cact` tag).
+ */
+export type Generation =
+  /** `cactus-needle` 2.x: pickled format-v2 checkpoints, `.cact` tag `0x05E12A83`. */
+  | "Needle2"
+  /** `cactus-needle` 3.x: safetensors checkpoints with the config in their metadata, `.cact` v3. */
+  | "Needle3";
+
+/** The generation as the app last heard of it. */
+export type GenerationState =
+  | { state: "idle" }
+  | {
+    state: "running";
+    generated: number;
+    wanted: number;
+    failed_requests: number;
+    /** Rows not kept so far, by reason (the doctor's kinds, `duplicate_row`, ...). */
+    rejected: Record<string, number>;
+    /** Cancel was pressed: what arrived is being written. */
+    stopping: boolean;
+  }
+  | ({ state: "written" } & Written)
+  | {
+    state: "failed";
+    message: string;
+  };
+
+/**
+ * Rows longer than the previous bin's `up_to` and at most this one's; the bounds are the
+ * sequence lengths `fit_max_len` can pick (128, 256, 512, ...).
+ */
+export type HistogramBin = {
+  up_to: number;
+  count: number;
+};
+
+/** One training as the History panel lists it. */
+export type HistoryEntry = {
+  id: string;
+  /** Unix seconds. */
+  started_at: number;
+  /** What was asked for; Resume asks for it again. */
+  request: TrainingRequest;
+  /** The backend and device the worker reported, e.g. `cpu (AMD EPYC)`. */
+  backend: string | null;
+  status: TrainingStatus;
+  seconds: number | null;
+  steps_done: number;
+  steps: number;
+  final_loss: number | null;
+  final_val: number | null;
+  /** Set once the worker has saved one (after the first epoch, or at a cancel). */
+  adapter: string | null;
+  /** Why a training failed or stopped. */
+  message: string | null;
+  cact: CactInfo | null;
+  /** Held-out loss and exact-call accuracy of the base and the tuned model, when the training finished. */
+  scores?: CallScores | null;
+  /** Where Build writes unless the user picks another file. */
+  suggested_cact: string;
+  /**
+   * Whether Resume can continue it: it ended early with its training state saved. Derived
+   * when the entry is listed, never stored.
+   */
+  resumable?: boolean;
+};
+
+/**
+ * Progress of fetching files from the hub (or pushing one to it), rendered as a bar by the CLI and
+ * the app and printed as JSON lines by `needle download --events jsonl` (and `needle build --upload
+ * --events jsonl`), like training's events.
+ */
+export type HubEvent =
+  /** The file is in the cache: nothing was asked of the network. */
+  | {
+    event: "cached";
+    file: string;
+    path: string;
+    bytes: number;
+  }
+  /** A transfer starts; `resumed_from` bytes are already on disk from an earlier, cut one. */
+  | {
+    event: "started";
+    file: string;
+    total: number;
+    resumed_from: number;
+  }
+  /** Bytes on disk so far (resumed ones included), or sent so far, with the rate of this transfer. */
+  | {
+    event: "progress";
+    file: string;
+    bytes: number;
+    total: number;
+    bytes_per_s: number;
+    eta_s: number;
+  }
+  /** The file arrived whole, matched the hub's size and hash, and is in the cache at `path`. */
+  | {
+    event: "downloaded";
+    file: string;
+    path: string;
+    bytes: number;
+  }
+  /** A push starts: `total` bytes of a local file go to `file` (`org/model/path`). */
+  | {
+    event: "uploading";
+    file: string;
+    total: number;
+  }
+  /** The file is committed to its repository. */
+  | ({ event: "uploaded" } & Uploaded)
+  | {
+    event: "failed";
+    message: string;
+  };
+
+/** One thing wrong with one line. */
+export type Issue =
+  /** Bytes that are not UTF-8, first bad one at `column` (1-based, in characters). */
+  | {
+    kind: "not_utf8";
+    column: number;
+  }
+  /** The line starts with U+FEFF, which Python's `json.loads` rejects. */
+  | { kind: "byte_order_mark" }
+  | {
+    kind: "invalid_json";
+    column: number;
+    reason: string;
+  }
+  /**
+   * `NaN`/`Infinity`/`-Infinity` at `column`: Python's json reads them (so the reference trains
+   * on the line), standard JSON and we do not.
+   */
+  | {
+    kind: "non_finite_number";
+    column: number;
+  }
+  /** Valid JSON, but not an object; `found` names what it is ("a list", ...). */
+  | {
+    kind: "not_an_object";
+    found: string;
+  }
+  | { kind: "missing_query" }
+  /** Neither a `query` nor a single-turn chat (`messages`): Needle 3's package skips it. */
+  | { kind: "not_chat" }
+  /** A chat line Needle 3's package cannot read (it would crash). */
+  | {
+    kind: "bad_chat";
+    reason: string;
+  }
+  /** A field the template concatenates as text holds something else (the reference crashes). */
+  | {
+    kind: "not_a_string";
+    field: Field;
+    found: string;
+  }
+  /**
+   * `tools`/`answers` is neither a list nor a string: kept and rendered as its JSON text,
+   * as the reference does, but probably not what was meant.
+   */
+  | {
+    kind: "rendered_as_json";
+    field: Field;
+    found: string;
+  }
+  /** `system` is a non-string that Python treats as false: kept, with no system turn. */
+  | {
+    kind: "system_ignored";
+    found: string;
+  }
+  /** The encoded example is longer than the run's sequence length and was cut at the end. */
+  | {
+    kind: "truncated";
+    tokens: number;
+    seq_len: number;
+    target_tokens: number;
+    target_tokens_kept: number;
+  };
+
+/** Where a secret comes from. */
+export type KeySource =
+  /** The app's environment has it (the first of its variables that is set). */
+  | {
+    source: "environment";
+    variable: string;
+  }
+  /** Typed once, kept in the operating system's keychain. */
+  | { source: "keychain" }
+  /** Typed, kept in memory until the app closes: this system offers no keychain (`note` says why). */
+  | {
+    source: "session";
+    note: string;
+  }
+  /** None yet: the window asks for one. */
+  | { source: "none" };
+
+/** What is wrong with one row, by kind; the doctor counts and words them. */
+export type Kind =
+  /** `answers` is not a JSON list (or a JSON string holding one). */
+  | "unreadable_answers"
+  /** An entry of `answers` is not `{"name": "...", "arguments": {...}}`. */
+  | "not_a_call"
+  /** A call names a tool its row does not offer. */
+  | "unknown_tool"
+  /** A call leaves out an argument its tool requires. */
+  | "missing_argument"
+  /** A call gives an argument its tool does not declare. */
+  | "unknown_argument"
+  /** An argument's value is not of its declared type. */
+  | "wrong_type"
+  /** An argument's value is not one its declared `enum` allows. */
+  | "not_in_enum"
+  /** The same query (case aside) with the same answers as an earlier row. */
+  | "duplicate_row"
+  /** The row does not fit the sequence length: its end, the answer, is cut off. */
+  | "too_long"
+  /** An argument's value appears nowhere in the query. */
+  | "ungrounded"
+  /** The same words as an earlier row's query, in another order, case or punctuation. */
+  | "near_duplicate"
+  /** A tool that is offered but called in too few rows to learn. */
+  | "few_examples"
+  /** Most rows call nothing. */
+  | "mostly_no_call";
+
+export type LengthStats = {
+  min: number;
+  median: number;
+  max: number;
+};
+
+/** One model on a set of examples: the answer loss (as `needle eval`) and the calls it makes. */
+export type ModelScore = {
+  loss: number;
+  calls: Accuracy;
+  /**
+   * The examples it answered wrong, what was expected beside what it gave (for the app's
+   * Evaluate step; runs recorded before it was kept have none).
+   */
+  wrong?: Answered[];
+};
+
+/** A past training reopened: its record and its chart. */
+export type Opened = {
+  entry: HistoryEntry;
+  chart: string | null;
+};
+
+/** What a run will do, known before it starts (`--dry-run` prints it). */
+export type Plan = {
+  examples: number;
+  validation: number;
+  seq_len: number;
+  steps_per_epoch: number;
+  steps: number;
+  warmup: number;
+  adapted_weights: number;
+  trainable_parameters: number;
+  /** Predicted peak resident memory of the run (see [`super::memory`]). */
+  memory_estimate_bytes: number;
+  /** Whether steps recompute activations layer by layer to stay within that memory. */
+  recompute: boolean;
+  /**
+   * Rows per forward and backward pass at the longest rows (a batch with more is split, its
+   * gradients summed).
+   */
+  micro_batch: number;
+  /** Packed tokens per pass (shared prefixes counted once). */
+  tokens_per_pass?: number;
+  /** Memory the machine has free now, where the platform says. */
+  memory_available_bytes: number | null;
+  /**
+   * Predicted seconds for the whole run, from a timed step ([`Session::time_run`]); absent
+   * until timed.
+   */
+  seconds_estimate: number | null;
+};
+
+export type Preferences = {
+  checkpoint: string | null;
+  tokenizer: string | null;
+  /**
+   * The published base model chosen by Download or Use (the default generation until one is); the
+   * window's own save leaves it out.
+   */
+  generation?: Generation;
+  /** `auto`, or a backend forced by the user. */
+  device: string;
+  preset: string;
+};
+
+/**
+ * A named set of [`TrainSettings`]: what the app's Run panel offers as one click and
+ * `needle finetune --preset` fills before any flag given beside it.
+ */
+export type Preset = {
+  name: string;
+  label: string;
+  description: string;
+  settings: TrainSettings;
+};
+
+/** An [`Issue`] on a 1-based line of the file. */
+export type Problem = { line: number; issue: Issue; skipped: boolean; message: string };
+
+/**
+ * The problems of a file: the first [`KEPT_PROBLEMS`] in line order, and how many of each kind
+ * there are in all. Dereferences to the kept ones.
+ *
+ * Serialized flat into a report: `problems` (the kept ones), `problem_counts`, `problems_total`.
+ */
+export type Problems = {
+  problems: Problem[];
+  /** Every problem, kept or not, by [`Issue::kind`]. */
+  problem_counts: Record<string, number>;
+  problems_total: number;
+};
+
+/** What the window hears: the hub's events as they are, then the outcome. */
+export type PublishMessage =
+  | ({ kind: "progress" } & HubEvent)
+  | {
+    kind: "finished";
+    state: PublishState;
+  };
+
+/** What the Publish form starts with. */
+export type PublishSetup = {
+  /** `NEEDLE_HF_REPO`, when it is set. */
+  repo: string | null;
+  token: KeySource;
+  state: PublishState;
+};
+
+/** The upload as the app last heard of it. */
+export type PublishState =
+  | { state: "idle" }
+  | {
+    state: "running";
+    file: string;
+    bytes: number;
+    total: number;
+  }
+  | ({ state: "published" } & Uploaded)
+  | {
+    state: "failed";
+    message: string;
+  };
+
+/** What the window asks. */
+export type Question = {
+  /** The training whose adapter answers beside the base; `None` asks the base model alone. */
+  training_id?: string | null;
+  /** The tool schemas, as JSON text (a list). */
+  tools: string;
+  query: string;
+  system?: string;
+};
+
+export type Sample = {
+  line: number;
+  /** The texts below are cut at `SAMPLE_CHARS` characters, each marked where it was cut. */
+  prompt: string;
+  target: string;
+  tokens: number;
+  /** The example's tools and query as they were written, to try a model with. */
+  tools: string;
+  query: string;
+};
+
+/** Which secret the window means. */
+export type SecretName =
+  | "generate_key"
+  | "hub_token";
+
+export type Severity =
+  /** `--fix` leaves these rows out. */
+  | "error"
+  /** Worth a look; the rows stay. */
+  | "advice";
+
+/** Everything the window shows when it opens. */
+export type Startup = {
+  hardware: BackendInfo;
+  devices: string[];
+  preferences: Preferences;
+  dataset: string | null;
+  presets: Preset[];
+  /** The Train panel's fields: names, labels, ranges and the reference's defaults. */
+  training_fields: FormField[];
+  /** The widths Build offers. */
+  build_widths: BuildWidth[];
+  history: HistoryEntry[];
+};
+
+export type ToolScore = {
+  right: number;
+  total: number;
+};
+
+/** The hyper-parameters of a fine-tuning run. The keys are [`TRAIN_FIELDS`]' names. */
+export type TrainSettings = {
+  epochs: number;
+  lr: number;
+  rank: number;
+  alpha: number;
+  batch_size: number;
+  max_len: number;
+  val_split: number;
+  seed: number;
+};
+
+/** A training as the UI sends it: each setting as typed (text, or a number), possibly missing or wrong. */
+export type TrainingDraft = {
+  dataset?: string | null;
+  checkpoint?: string | null;
+  tokenizer?: string | null;
+  device?: string | null;
+  settings?: Record<string, unknown>;
+};
+
+/** What the window hears about a training. */
+export type TrainingMessage =
+  /** The worker's `started`, `step` and `epoch` events, as they are. */
+  | ({ kind: "progress" } & Event)
+  /** The loss chart, redrawn. */
+  | {
+    kind: "chart";
+    svg: string;
+  }
+  | {
+    kind: "log";
+    line: string;
+  }
+  | {
+    kind: "finished";
+    entry: HistoryEntry;
+  }
+  | {
+    kind: "failed";
+    message: string;
+    entry: HistoryEntry;
+  };
+
+/** A checked training: what it trains on, from which base, where, and how. */
+export type TrainingRequest = {
+  dataset: string;
+  checkpoint: string;
+  tokenizer: string;
+  device: string;
+  settings: TrainSettings;
+};
+
+export type TrainingStatus =
+  | "running"
+  | "finished"
+  /** Cancelled: the adapter holds what was learned up to the stop. */
+  | "stopped"
+  | "failed"
+  /** Cut short by the app closing (or dying) while it went. */
+  | "interrupted";
+
+/** One model's answer, as `needle run --json` prints it (the fields the panel shows). */
+export type TryAnswer = {
+  text: string;
+  /** The parsed calls; `None` when the answer has no parseable `<tool_call>` list. */
+  calls: unknown[] | null;
+  tokens_per_s: number;
+  /** Why decoding stopped (`end_of_turn`, `eos`, `max_new_tokens`, `max_length`). */
+  stop: string;
+};
+
+/** A file committed to a repository on the hub. */
+export type Uploaded = {
+  /** `org/model/path`, as [`RepoFile::name`] writes it. */
+  file: string;
+  bytes: number;
+  /** The repository's page on the hub. */
+  url: string;
+  /** The commit that added the file; `None` when the repository already held these bytes there. */
+  commit: string | null;
+};
+
+/** The file is written: the originals, then the new rows. */
+export type Written = {
+  path: string;
+  /** Rows in the file. */
+  written: number;
+  /** New rows among them (the last ones). */
+  generated: number;
+  wanted: number;
+  failed_requests: number;
+  rejected: Record<string, number>;
+  /** Kept rows the doctor has advice about, by kind. */
+  advice: Record<string, number>;
+  /** Stopped by Cancel before the count was reached. */
+  cancelled: boolean;
+  /** The first new rows, as written. */
+  rows?: unknown[];
+};

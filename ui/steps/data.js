@@ -1,0 +1,318 @@
+// @ts-check
+// The Data step: choose or drop a .jsonl file, and show the report the worker makes of it, with the
+// doctor's findings beside it (each line a button that shows the file's line); and Generate, more
+// examples from an LLM (count, model, endpoint and the key, then the worker's progress, Cancel, and
+// the new rows), whose written file becomes the dataset. The app checks the request and says what is
+// missing.
+
+import * as api from '../ground/api.js';
+import { $, debounce, errorText, formatCount, h, setMessage, setStatus } from '../ground/dom.js';
+import { pickPath } from '../ground/files.js';
+import { renderKey, wireKey } from '../ground/keys.js';
+import { hear, state, tell } from '../ground/state.js';
+
+/** @typedef {import('../ground/api.js').DragDrop} DragDrop */
+/** @typedef {import('../ground/types.js').Checkup} Checkup */
+/** @typedef {import('../ground/types.js').DatasetReport} DatasetReport */
+/** @typedef {import('../ground/types.js').GenerateMessage} GenerateMessage */
+/** @typedef {import('../ground/types.js').GenerationState} GenerationState */
+/** @typedef {import('../ground/types.js').Sample} Sample */
+/** @typedef {import('../ground/types.js').Written} Written */
+
+// ---------- the dataset's report ----------
+
+let datasetSeq = 0;
+/** @param {string} path */
+export async function loadDataset(path) {
+  const seq = ++datasetSeq;
+  state.dataset = path;
+  $('dataset-path').textContent = path;
+  $('dataset-path').classList.remove('muted');
+  setMessage($('dataset-error'), null);
+  tell('inputs', null);
+  try {
+    const { tokenizer, checkpoint } = state.model;
+    const report = await api.loadDataset(path, tokenizer || null, checkpoint || null, state.settings.max_len ?? '');
+    if (seq === datasetSeq) renderReport(report);
+  } catch (error) {
+    if (seq !== datasetSeq) return;
+    $('dataset-report').hidden = true;
+    setMessage($('dataset-error'), error);
+  }
+}
+
+/** Reads the chosen dataset again (its report depends on the tokenizer and the max length). */
+const scheduleDatasetReload = debounce(() => state.dataset && loadDataset(state.dataset), 300);
+
+async function chooseDataset() {
+  const errorEl = $('dataset-error');
+  const path = await pickPath({ name: 'JSONL dataset', ext: 'jsonl', current: state.dataset, errorEl });
+  if (path) loadDataset(path);
+}
+
+/** @param {DragDrop} payload */
+function handleDragDrop(payload) {
+  $('drop-zone').classList.toggle('dragging', payload.type === 'enter' || payload.type === 'over');
+  if (payload.type !== 'drop') return;
+  const path = (payload.paths ?? []).find((p) => p.toLowerCase().endsWith('.jsonl'));
+  if (path) loadDataset(path);
+  else setMessage($('dataset-error'), 'That is not a .jsonl file: drop a file with one JSON example per line.');
+}
+
+/** @param {DatasetReport} report */
+function renderReport(report) {
+  $('dataset-report').hidden = false;
+  tell('report', report);
+  $('report-examples').textContent = String(report.usable_examples); // plain numbers where tests read them
+  $('report-skipped').textContent = String(report.skipped_lines);
+  const lengths = report.token_lengths;
+  $('report-lengths').textContent = `${lengths.min} / ${lengths.median} / ${lengths.max}`;
+  $('report-seq-len').textContent = `${report.seq_len} (cap ${report.cap})`;
+  setMessage(
+    $('report-truncation'),
+    report.truncated > 0 &&
+      `${formatCount(report.truncated)} example(s) are longer than the sequence length (${report.seq_len} tokens) ` +
+        'and will be truncated. Raise Max length to keep them whole.',
+  );
+  renderHistogram(report.histogram);
+  renderProblems(report);
+  renderSamples(report.samples.slice(0, 3));
+  renderDoctor(report.doctor);
+}
+
+/** How many of a finding's lines get a button (the message counts them all). */
+const LINE_BUTTONS = 12;
+
+/** @param {Checkup} doctor */
+function renderDoctor(doctor) {
+  $('doctor-summary').textContent = doctor.summary;
+  $('doctor-line-box').hidden = true;
+  $('doctor-findings').replaceChildren(
+    ...doctor.findings.map((finding) => {
+      const buttons = finding.lines.slice(0, LINE_BUTTONS).map((line) =>
+        h('button', { type: 'button', class: 'line-link', 'data-line': String(line), 'aria-pressed': 'false',
+          title: `Show line ${line}` }, String(line)));
+      const more = finding.count - buttons.length;
+      return h('li', { 'data-kind': finding.kind },
+        h('span', { class: 'tag', 'data-severity': finding.severity }, finding.severity), finding.message,
+        buttons.length ? h('div', { class: 'lines' }, ...buttons,
+          more > 0 && finding.kind !== 'few_examples' ? h('span', { class: 'muted small' }, `+${formatCount(more)}`) : null)
+          : null);
+    }),
+    ...(doctor.unlisted_findings > 0 ? [h('li', { class: 'muted' }, `… and ${formatCount(doctor.unlisted_findings)} more`)] : []),
+  );
+  const tools = Object.entries(doctor.calls_per_tool).map(([tool, n]) => `${tool} ${formatCount(n)}`);
+  if (doctor.unlisted_tools > 0) tools.push(`… and ${formatCount(doctor.unlisted_tools)} more tools`);
+  $('doctor-tools').textContent = `Calls per tool: ${tools.join(', ') || 'none'} · ` +
+    `${formatCount(doctor.rows_without_call)} of ${formatCount(doctor.rows)} rows call nothing`;
+}
+
+let lineSeq = 0;
+/** Shows line `line` of the dataset as it is written. @param {number} line */
+async function showLine(line) {
+  const path = state.dataset;
+  if (!path) return;
+  const seq = ++lineSeq;
+  for (const button of document.querySelectorAll('#doctor-findings .line-link')) {
+    button.setAttribute('aria-pressed', String(/** @type {HTMLElement} */ (button).dataset.line === String(line)));
+  }
+  $('doctor-line-box').hidden = false;
+  $('doctor-line-title').textContent = `Line ${line}`;
+  try {
+    const text = await api.datasetLine(path, line);
+    if (seq === lineSeq) $('doctor-line').textContent = text;
+  } catch (error) {
+    if (seq === lineSeq) $('doctor-line').textContent = errorText(error);
+  }
+}
+
+/** @param {DatasetReport['histogram']} bins */
+function renderHistogram(bins) {
+  const most = Math.max(1, ...bins.map((bin) => bin.count));
+  $('report-histogram').replaceChildren(
+    ...bins.map((bin) => {
+      const bar = h('span', { class: 'bar', 'aria-hidden': 'true' });
+      bar.style.width = `${(100 * bin.count) / most}%`;
+      return h('li', {}, h('span', { class: 'bin' }, `≤${bin.up_to}`), h('span', {}, bar),
+        h('span', { class: 'count' }, formatCount(bin.count)));
+    }),
+  );
+}
+
+/**
+ * The first problems word for word (the report keeps at most a hundred), then counts of the rest.
+ * @param {DatasetReport} report
+ */
+function renderProblems(report) {
+  const { problems, problems_total: total, problem_counts: counts } = report;
+  $('report-problems-box').hidden = total === 0;
+  const items = problems.map((problem) =>
+    h('li', {}, problem.message, h('span', { class: 'tag' }, problem.skipped ? 'skipped' : 'kept')));
+  if (total > problems.length) {
+    const byKind = Object.entries(counts).map(([kind, n]) => `${formatCount(n)} ${kind.replaceAll('_', ' ')}`);
+    items.push(h('li', { class: 'muted' },
+      `… and ${formatCount(total - problems.length)} more (${byKind.join(', ')}); \`needle data\` lists the same.`));
+  }
+  $('report-problems').replaceChildren(...items);
+}
+
+/** @param {Sample[]} samples */
+function renderSamples(samples) {
+  $('report-samples').replaceChildren(
+    ...samples.map((sample) =>
+      h('div', { class: 'sample' },
+        h('div', { class: 'muted small' }, `Line ${sample.line} · ${formatCount(sample.tokens)} tokens`),
+        h('div', { class: 'label' }, 'Prompt'), h('pre', {}, sample.prompt),
+        h('div', { class: 'label' }, 'Target'), h('pre', {}, sample.target))),
+  );
+}
+
+function wireDataset() {
+  $('doctor-findings').addEventListener('click', (/** @type {MouseEvent} */ event) => {
+    const button = event.target instanceof Element ? event.target.closest('.line-link') : null;
+    if (button instanceof HTMLElement) showLine(Number(button.dataset.line));
+  });
+  $('drop-zone').addEventListener('click', chooseDataset);
+  $('dataset-choose').addEventListener('click', chooseDataset);
+  api.onDragDrop(handleDragDrop)
+    .catch((error) => setMessage($('dataset-error'), `Drag and drop is unavailable: ${errorText(error)}`));
+  hear('reportInputs', scheduleDatasetReload);
+}
+
+// ---------- Generate ----------
+
+/** @param {boolean} running */
+function setGenerating(running) {
+  $('generate-button').disabled = running;
+  $('generate-cancel').disabled = !running;
+}
+
+/** @param {Record<string, number>} counts */
+const byReason = (counts) =>
+  Object.entries(counts).map(([reason, n]) => `${formatCount(n)} ${reason.replaceAll('_', ' ')}`).join(', ');
+
+/** @param {GenerationState} generation */
+function renderState(generation) {
+  const status = $('generate-status');
+  switch (generation.state) {
+    case 'idle':
+      setStatus(status, 'idle', '');
+      break;
+    case 'running': {
+      $('generate-progress').max = generation.wanted;
+      $('generate-progress').value = generation.generated;
+      const parts = [`${formatCount(generation.generated)} of ${formatCount(generation.wanted)} new rows`];
+      if (generation.failed_requests) parts.push(`${formatCount(generation.failed_requests)} failed request(s)`);
+      const rejected = byReason(generation.rejected);
+      if (rejected) parts.push(`not kept: ${rejected}`);
+      const doing = generation.stopping ? 'Stopping: writing the rows that arrived' : 'Generating';
+      setStatus(status, generation.stopping ? 'stopping' : 'running', `${doing} · ${parts.join(' · ')}`);
+      break;
+    }
+    case 'written':
+      renderWritten(generation);
+      break;
+    case 'failed':
+      setStatus(status, 'failed', generation.message);
+      break;
+  }
+}
+
+/** @param {Written} written */
+function renderWritten(written) {
+  $('generate-progress').max = Math.max(1, written.wanted);
+  $('generate-progress').value = written.generated;
+  const cut = written.cancelled ? ' (cancelled: what arrived is kept)' : '';
+  const notes = [byReason(written.rejected) && `not kept: ${byReason(written.rejected)}`,
+    byReason(written.advice) && `kept with advice: ${byReason(written.advice)}`].filter(Boolean);
+  setStatus($('generate-status'), 'written',
+    `${formatCount(written.generated)} new rows${cut}; ${formatCount(written.written)} in ${written.path}` +
+      (notes.length ? ` · ${notes.join(' · ')}` : ''));
+  // Each new row as written: a JSON object with its query and answers, shown as they are.
+  const rows = /** @type {{query?: unknown, answers?: unknown}[]} */ (written.rows ?? []);
+  $('generate-rows').replaceChildren(...rows.map((row) =>
+    h('li', {}, String(row.query ?? ''), h('code', {}, JSON.stringify(row.answers ?? [])))));
+}
+
+/** @param {GenerateMessage} message */
+function handleGenerateEvent(message) {
+  switch (message.kind) {
+    case 'progress':
+      renderState(message.state);
+      break;
+    case 'request_failed':
+      setMessage($('generate-failure'), `A request failed: ${message.message}`);
+      break;
+    case 'finished':
+      setGenerating(false);
+      renderState(message.state);
+      // The written file is the dataset from now on: its report is read again.
+      if (message.state.state === 'written') loadDataset(message.state.path);
+      break;
+  }
+}
+
+async function generate() {
+  setMessage($('generate-error'), null);
+  setMessage($('generate-failure'), null);
+  $('generate-rows').replaceChildren();
+  $('generate-progress').value = 0;
+  setGenerating(true);
+  setStatus($('generate-status'), 'running', 'Asking the endpoint…');
+  const request = {
+    dataset: state.dataset ?? '',
+    output: $('generate-output').value.trim(),
+    count: $('generate-count').value,
+    model: $('generate-model').value,
+    endpoint: $('generate-endpoint').value,
+  };
+  try {
+    await api.generateExamples(request, handleGenerateEvent);
+  } catch (error) {
+    setGenerating(false);
+    setStatus($('generate-status'), 'idle', '');
+    setMessage($('generate-error'), error);
+  }
+}
+
+async function cancel() {
+  try {
+    const answer = await api.cancelGeneration();
+    if (answer === 'stopping') setStatus($('generate-status'), 'stopping', 'Stopping: writing the rows that arrived…');
+  } catch (error) {
+    setMessage($('generate-error'), error);
+  }
+}
+
+/** Fills the form with the defaults the app gives, the key's source and the last generation. */
+export async function showGenerateSetup() {
+  try {
+    const setup = await api.generateSetup();
+    $('generate-count').value = String(setup.count);
+    $('generate-model').value = setup.model;
+    $('generate-endpoint').placeholder = setup.endpoint;
+    renderKey('generate-key', setup.key);
+    renderState(setup.state);
+    setGenerating(setup.state.state === 'running');
+  } catch (error) {
+    setMessage($('generate-error'), `Generation is unavailable: ${errorText(error)}`);
+  }
+}
+
+function wireGenerate() {
+  const errorEl = $('generate-error');
+  $('generate-button').addEventListener('click', generate);
+  $('generate-cancel').addEventListener('click', cancel);
+  wireKey('generate-key', 'generate_key', errorEl);
+  $('generate-output-choose').addEventListener('click', async () => {
+    const current = $('generate-output').value.trim() || state.dataset;
+    const path = await pickPath({ name: 'JSONL dataset', ext: 'jsonl', current, errorEl, save: true });
+    if (path) $('generate-output').value = path;
+  });
+  setGenerating(false);
+}
+
+export function wireData() {
+  wireDataset();
+  wireGenerate();
+}

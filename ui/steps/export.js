@@ -1,0 +1,201 @@
+// @ts-check
+// The Export step: the training's adapter, its build into a .cact at the chosen width, and Publish,
+// which pushes the built file to a model repository on the hub.
+
+import * as api from '../ground/api.js';
+import { $, basename, errorText, formatBytes, h, setMessage, setStatus } from '../ground/dom.js';
+import { pickPath, reveal } from '../ground/files.js';
+import { renderKey, wireKey } from '../ground/keys.js';
+import { hear, state, tell } from '../ground/state.js';
+import { badgeTab } from '../ground/tabs.js';
+
+/** @typedef {import('../ground/types.js').BuildMessage} BuildMessage */
+/** @typedef {import('../ground/types.js').BuildWidth} BuildWidth */
+/** @typedef {import('../ground/types.js').CactInfo} CactInfo */
+/** @typedef {import('../ground/types.js').HistoryEntry} HistoryEntry */
+/** @typedef {import('../ground/types.js').PublishMessage} PublishMessage */
+/** @typedef {import('../ground/types.js').PublishState} PublishState */
+/** @typedef {import('../ground/types.js').Uploaded} Uploaded */
+
+/**
+ * Shows the training `entry` (or that there is none to show).
+ * @param {HistoryEntry|null} entry
+ */
+function showResult(entry) {
+  $('export').hidden = !entry?.adapter;
+  $('export-empty').hidden = Boolean(entry?.adapter);
+  if (!entry?.adapter) return;
+  $('adapter-path').textContent = entry.adapter;
+  $('cact-path').value = entry.suggested_cact;
+  $('build-progress').value = 0;
+  setBuildStatus('idle', '');
+  setMessage($('export-error'), null);
+  renderBuilt(entry.cact);
+}
+
+/** @param {CactInfo|null} cact */
+function renderBuilt(cact) {
+  $('build-result').hidden = !cact;
+  $('publish-form').hidden = !cact;
+  if (!cact) return;
+  $('cact-size').textContent = formatBytes(cact.bytes);
+  $('cact-tensors').textContent = String(cact.tensors);
+  $('cact-scheme').textContent = cact.scheme;
+  // This file's own upload: a file built again is unpublished.
+  renderPublish(cact.published ? { state: 'published', ...cact.published } : { state: 'idle' });
+}
+
+/** @param {'idle'|'building'|'built'|'failed'} status @param {string} text */
+const setBuildStatus = (status, text) => setStatus($('build-status'), status, text);
+
+/** @param {boolean} building */
+function setBuilding(building) {
+  state.building = building;
+  $('build-button').disabled = building;
+  tell('busy', null);
+}
+
+async function buildCact() {
+  const entry = state.entry;
+  if (!entry) return;
+  const out = $('cact-path').value.trim();
+  if (!out) {
+    setBuildStatus('failed', 'Choose where to save the .cact file.');
+    return;
+  }
+  const checked = /** @type {HTMLInputElement} */ (document.querySelector('input[name="bits"]:checked'));
+  setBuilding(true);
+  setBuildStatus('building', 'Starting the build…');
+  $('build-progress').value = 0;
+  renderBuilt(null);
+  try {
+    await api.buildCact(entry.id, Number(checked.value), out, (message) => handleBuildEvent(entry.id, message));
+  } catch (error) {
+    setBuilding(false);
+    setBuildStatus('failed', errorText(error));
+  }
+}
+
+/** @param {string} trainingId the training being built @param {BuildMessage} message */
+function handleBuildEvent(trainingId, message) {
+  if (message.kind === 'built' || message.kind === 'failed') setBuilding(false);
+  if (message.kind === 'built') tell('history', null);
+  if (state.entry?.id !== trainingId) return; // the panel now shows another training
+  switch (message.kind) {
+    case 'progress':
+      if (message.event === 'stage') {
+        $('build-progress').max = message.of;
+        $('build-progress').value = message.index;
+        setBuildStatus('building', `${message.label} (${message.index}/${message.of})`);
+      } else if (message.event === 'merged') {
+        setBuildStatus('building', `Merged the adapter into ${message.groups} weight groups`);
+      }
+      break;
+    case 'scoring':
+      setBuildStatus('building', 'Answering the held-out examples with the built file…');
+      break;
+    case 'built':
+      state.entry = { ...message.entry, cact: message.cact };
+      $('build-progress').value = $('build-progress').max;
+      setBuildStatus('built', `Built ${basename(message.cact.path)}`);
+      renderBuilt(message.cact);
+      tell('rebuilt', state.entry);
+      badgeTab('evaluate', message.cact.scores ? '•' : null);
+      break;
+    case 'failed':
+      setBuildStatus('failed', message.message);
+      break;
+  }
+}
+
+/** @param {'idle'|'publishing'|'published'|'failed'} status @param {string} text */
+const setPublishStatus = (status, text) => setStatus($('publish-status'), status, text);
+
+/** @param {PublishState} publish */
+function renderPublish(publish) {
+  $('publish-button').disabled = publish.state === 'running';
+  switch (publish.state) {
+    case 'idle':
+      setPublishStatus('idle', '');
+      break;
+    case 'running':
+      $('publish-progress').max = publish.total || 1;
+      $('publish-progress').value = publish.bytes;
+      setPublishStatus('publishing', `Uploading ${publish.file}: ${formatBytes(publish.bytes)} of ${formatBytes(publish.total)}`);
+      break;
+    case 'published':
+      $('publish-progress').value = $('publish-progress').max;
+      setPublishStatus('published', publish.commit ? `Published at ${publish.url}` : `Already published at ${publish.url}`);
+      break;
+    case 'failed':
+      setPublishStatus('failed', publish.message);
+      break;
+  }
+}
+
+/** @param {string} trainingId the training whose .cact is uploaded @param {PublishMessage} message */
+function handlePublishEvent(trainingId, message) {
+  if (message.kind === 'finished') {
+    const { state: outcome, ...uploaded } = message.state;
+    if (outcome === 'published') {
+      tell('history', null);
+      const cact = state.entry?.id === trainingId ? state.entry.cact : null;
+      if (state.entry && cact) state.entry = { ...state.entry, cact: { ...cact, published: /** @type {Uploaded} */ (uploaded) } };
+    }
+    renderPublish(message.state);
+  } else if (message.event === 'uploading' || message.event === 'progress') {
+    const bytes = message.event === 'progress' ? message.bytes : 0;
+    renderPublish({ state: 'running', file: message.file, bytes, total: message.total });
+  }
+}
+
+async function publishCact() {
+  const entry = state.entry;
+  if (!entry?.cact) return;
+  $('publish-progress').value = 0;
+  renderPublish({ state: 'running', file: basename(entry.cact.path), bytes: 0, total: 0 });
+  try {
+    await api.publishCact(entry.id, $('publish-repo').value.trim(), (message) => handlePublishEvent(entry.id, message));
+  } catch (error) {
+    renderPublish({ state: 'failed', message: errorText(error) });
+  }
+}
+
+/** Fills the Publish form: the repository NEEDLE_HF_REPO names, the token's source, the last upload. */
+export async function showPublishSetup() {
+  try {
+    const setup = await api.publishSetup();
+    if (setup.repo && !$('publish-repo').value) $('publish-repo').value = setup.repo;
+    renderKey('publish-token', setup.token);
+    renderPublish(setup.state);
+  } catch (error) {
+    setPublishStatus('failed', `Publishing is unavailable: ${errorText(error)}`);
+  }
+}
+
+/**
+ * The widths Build offers, as the app lists them, its default chosen.
+ * @param {BuildWidth[]} widths
+ */
+export function showBuildWidths(widths) {
+  $('build-widths').append(...widths.map(({ bits, label, default: chosen }) => {
+    const input = h('input', { type: 'radio', name: 'bits', id: `bits-${bits}`, value: String(bits),
+      ...(chosen ? { checked: '' } : {}) });
+    return h('label', {}, input, ` ${label}`);
+  }));
+}
+
+export function wireExport() {
+  const errorEl = $('export-error');
+  $('adapter-reveal').addEventListener('click', () => state.entry?.adapter && reveal(state.entry.adapter, errorEl));
+  $('reveal-button').addEventListener('click', () => state.entry?.cact && reveal(state.entry.cact.path, errorEl));
+  $('cact-choose').addEventListener('click', async () => {
+    const current = $('cact-path').value.trim();
+    const path = await pickPath({ name: 'Needle model', ext: 'cact', current, errorEl, save: true });
+    if (path) $('cact-path').value = path;
+  });
+  $('build-button').addEventListener('click', buildCact);
+  $('publish-button').addEventListener('click', publishCact);
+  wireKey('publish-token', 'hub_token', errorEl);
+  hear('shown', showResult);
+}
