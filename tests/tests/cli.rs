@@ -377,6 +377,14 @@ fn eval_accuracy_scores_exact_calls_per_tool() {
     let tally = |key: &str| -> u64 { per_tool.values().map(|t| t[key].as_u64().unwrap()).sum() };
     // An example counts once per tool it expects (or once as "(no call)").
     assert!(tally("total") >= examples && tally("right") >= exact, "{accuracy}");
+    // Every answer is of one kind, the right ones exact; each tool's kinds add up to its total.
+    let breakdown = &accuracy["breakdown"];
+    let sum = |kinds: &Value| -> u64 { kinds.as_object().unwrap().values().map(|n| n.as_u64().unwrap()).sum() };
+    assert_eq!(sum(&breakdown["kinds"]), examples, "{breakdown}");
+    assert_eq!(breakdown["kinds"]["exact"].as_u64().unwrap_or(0), exact, "{breakdown}");
+    for (tool, score) in per_tool {
+        assert_eq!(sum(&breakdown["per_tool"][tool]), score["total"].as_u64().unwrap(), "{tool}: {breakdown}");
+    }
 
     // `--answers` writes the ones answered wrong, each with what was expected and what was given.
     let dir = tempfile::tempdir().unwrap();
@@ -388,9 +396,20 @@ fn eval_accuracy_scores_exact_calls_per_tool() {
     assert_eq!(wrong.len() as u64, examples - exact, "one line per wrong answer");
     for row in &wrong {
         assert_eq!(row["right"], false, "{row}");
+        let kind = row["verdict"]["kind"].as_str().unwrap();
+        assert!(kind != "exact" && breakdown["kinds"][kind].as_u64().unwrap() > 0, "{row}");
         assert!(row["line"].as_u64().unwrap() > 0 && row["query"].is_string() && row["text"].is_string(), "{row}");
         assert!(row["expected"].is_array() && row["expected"] != row["given"], "{row}");
     }
     let output = run(&["eval", data.to_str().unwrap(), "--answers", answers.to_str().unwrap()]);
     assert!(!output.status.success() && stderr(&output).contains("--accuracy"), "{}", stderr(&output));
+
+    // The text says why, in the JSON's words.
+    let output = run(&args.iter().copied().filter(|arg| *arg != "--json").collect::<Vec<_>>());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    let wrong_line =
+        text.lines().find(|line| line.trim_start().starts_with("wrong ")).unwrap_or_else(|| panic!("{text}"));
+    let first_kind = breakdown["kinds"].as_object().unwrap().keys().find(|kind| *kind != "exact").unwrap();
+    assert!(wrong_line.contains(&first_kind.replace('_', " ")), "{text}");
 }

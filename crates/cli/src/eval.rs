@@ -1,6 +1,7 @@
 //! `needle eval`: the masked answer loss of a model (a checkpoint, with an adapter, or a built
 //! `.cact`) over a whole dataset file, and with `--accuracy` its exact-call accuracy.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -8,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 use crate::inputs::WeightsInputs;
 use anyhow::{Context, Result};
 use needle_engine::backend::{self, DeviceRequest};
-use needle_engine::calls::{accuracy, Accuracy, Answered};
+use needle_engine::calls::{accuracy, Accuracy, Answered, Kind};
 use needle_engine::dataset::{Dataset, Encoded, Example};
 use needle_engine::model::{evaluate, EvalSummary};
 use needle_engine::train::finetune::split;
@@ -39,11 +40,13 @@ pub struct Args {
     #[arg(long)]
     pub max_examples: Option<usize>,
     /// Also answer every example by greedy decoding and score the calls: exact-call accuracy, the
-    /// share of answers that parse, and accuracy per tool
+    /// share of answers that parse, accuracy per tool, and why the others are wrong (by kind, per
+    /// tool, and which tool was called for which)
     #[arg(long)]
     pub accuracy: bool,
     /// With --accuracy, write the examples answered wrong to this .jsonl, one a line: its file line, the
-    /// query, the expected and the given calls (null when they do not parse), and the whole answer
+    /// query, the expected and the given calls (null when they do not parse), the whole answer, and its
+    /// verdict (the kind of mistake and what differs)
     #[arg(long, requires = "accuracy")]
     pub answers: Option<PathBuf>,
     /// Force a backend (auto, cpu, cuda, metal); default: NEEDLE_DEVICE, else auto
@@ -163,9 +166,40 @@ fn print_summary(printed: &Printed, json: bool) -> Result<()> {
             100.0 * score.parse_rate,
             score.tokens_per_s
         )?;
+        let breakdown = &score.breakdown;
         for (tool, tally) in &score.per_tool {
-            writeln!(out, "  {:<9} {tool}  {}/{}", "", tally.right, tally.total)?;
+            let line = format!("{tool}  {}/{}", tally.right, tally.total);
+            match breakdown.per_tool.get(tool).and_then(wrong_kinds) {
+                Some(wrong) => writeln!(out, "  {:<9} {line}  ({wrong})", "")?,
+                None => writeln!(out, "  {:<9} {line}", "")?,
+            }
+        }
+        let wrong = wrong_kinds(&breakdown.kinds);
+        writeln!(out, "  {:<9} {}", "wrong", wrong.as_deref().unwrap_or("none"))?;
+        let mut confused: Vec<(&String, &String, usize)> = (breakdown.confusion.iter())
+            .flat_map(|(expected, called)| called.iter().map(move |(called, n)| (expected, called, *n)))
+            .filter(|(expected, called, _)| expected != called)
+            .collect();
+        confused.sort_by_key(|(.., n)| std::cmp::Reverse(*n));
+        for (expected, called, n) in confused.iter().take(CONFUSIONS_SHOWN) {
+            writeln!(out, "  {:<9} {called} for {expected}  ×{n}", "called")?;
         }
     }
     Ok(())
+}
+
+/// The most frequent confusions of tools the text summary lists (the JSON has them all).
+const CONFUSIONS_SHOWN: usize = 5;
+
+/// `2 wrong tool, 1 false refusal`: the kinds of the wrong answers, as the JSON names them;
+/// `None` when there are none.
+fn wrong_kinds(kinds: &BTreeMap<Kind, usize>) -> Option<String> {
+    let wrong: Vec<String> = (kinds.iter())
+        .filter(|(kind, _)| **kind != Kind::Exact)
+        .map(|(kind, n)| {
+            let name = serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(|s| s.replace('_', " ")));
+            format!("{n} {}", name.unwrap_or_default())
+        })
+        .collect();
+    (!wrong.is_empty()).then(|| wrong.join(", "))
 }

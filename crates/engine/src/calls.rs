@@ -2,6 +2,8 @@
 //! a built `.cact` read back), a prompt rendered as training renders it and answered by greedy
 //! decoding, the tool calls parsed out of the answer, and exact-call accuracy over examples.
 
+mod breakdown;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,6 +19,8 @@ use crate::lora::{self, load_adapter, AdapterFileError, MergeError};
 use crate::model::packing::{shared_prefixes, MIN_SHARED};
 use crate::model::{Completion, Forward, ModelError, Network, Params, Prefilled};
 use crate::tokenizer::{Tokenizer, TokenizerError, BOS_ID};
+
+pub use breakdown::{ArgumentDiff, ArgumentProblem, Breakdown, Kind, Verdict, UNNAMED, UNPARSEABLE};
 
 /// New tokens allowed beyond the expected answer's length when scoring: room for a near miss to
 /// close its call, never enough to run on.
@@ -219,6 +223,9 @@ pub struct Accuracy {
     /// New tokens per second over all the answers.
     #[serde(deserialize_with = "crate::train::events::number::f64")]
     pub tokens_per_s: f64,
+    /// Why the answers are wrong (scores recorded before it was kept have an empty one).
+    #[serde(default)]
+    pub breakdown: Breakdown,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -284,26 +291,26 @@ pub fn accuracy(
         tokens += answer.completion.ids.len();
         seconds += answer.completion.prefill_seconds + answer.completion.decode_seconds;
         let expected: Option<Vec<Value>> = serde_json::from_str(&example.answers).ok();
-        let right = answer.calls.is_some() && answer.calls == expected;
-        answered(Answered {
-            line: example.line,
-            query: example.query.clone(),
-            expected: expected.clone(),
-            given: answer.calls.clone(),
-            text: answer.text.clone(),
-            right,
-        });
+        let verdict = Verdict::of(expected.as_deref(), answer.calls.as_deref());
+        let right = verdict == Verdict::Exact;
         score.parsed += usize::from(answer.calls.is_some());
         score.exact += usize::from(right);
-        let tools = match &expected {
-            Some(calls) => tool_names(calls),
-            None => vec![UNREADABLE.to_string()],
-        };
-        for tool in tools {
-            let entry = score.per_tool.entry(tool).or_default();
+        let tools = tool_names(expected.as_deref());
+        for tool in &tools {
+            let entry = score.per_tool.entry(tool.clone()).or_default();
             entry.total += 1;
             entry.right += usize::from(right);
         }
+        score.breakdown.add(&tools, expected.as_deref(), answer.calls.as_deref(), &verdict);
+        answered(Answered {
+            line: example.line,
+            query: example.query.clone(),
+            expected,
+            given: answer.calls,
+            text: answer.text,
+            right,
+            verdict: Some(verdict),
+        });
         progress(done + 1, examples.len());
     }
     let share = |n: usize| if score.examples == 0 { 0.0 } else { n as f64 / score.examples as f64 };
@@ -325,11 +332,17 @@ pub struct Answered {
     pub given: Option<Vec<Value>>,
     /// The model's whole answer, reasoning included.
     pub text: String,
+    /// Whether the verdict is [`Verdict::Exact`] (what answers recorded before verdicts say).
     pub right: bool,
+    /// What kind of answer it is, and what differs; `None` in answers recorded before it was kept.
+    #[serde(default)]
+    pub verdict: Option<Verdict>,
 }
 
-/// The distinct tool names an expected answer calls, or [`NO_CALL`].
-fn tool_names(calls: &[Value]) -> Vec<String> {
+/// The rows of the per-tool table an example counts in: the distinct tool names its expected
+/// answer calls, [`NO_CALL`] when it calls none, [`UNREADABLE`] when it is not a JSON list.
+fn tool_names(expected: Option<&[Value]>) -> Vec<String> {
+    let Some(calls) = expected else { return vec![UNREADABLE.to_string()] };
     let mut names: Vec<String> =
         calls.iter().filter_map(|call| call.get("name").and_then(Value::as_str)).map(str::to_string).collect();
     names.sort();
@@ -421,7 +434,8 @@ mod tests {
     #[test]
     fn every_expected_tool_counts_once_and_no_call_has_its_own_row() {
         let calls = [json!({"name": "b"}), json!({"name": "a"}), json!({"name": "b"})];
-        assert_eq!(tool_names(&calls), ["a", "b"]);
-        assert_eq!(tool_names(&[]), [NO_CALL]);
+        assert_eq!(tool_names(Some(&calls)), ["a", "b"]);
+        assert_eq!(tool_names(Some(&[])), [NO_CALL]);
+        assert_eq!(tool_names(None), [UNREADABLE]);
     }
 }
