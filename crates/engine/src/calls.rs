@@ -26,6 +26,19 @@ pub use breakdown::{ArgumentDiff, ArgumentProblem, Breakdown, Kind, Verdict, UNN
 /// close its call, never enough to run on.
 pub const ANSWER_SLACK: usize = 16;
 
+/// How the weights are run: as stored, or with the deployment's quantization simulated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// As stored, in float.
+    Float,
+    /// The weights a `.cact` ships (every kernel, embedding and mHC projection through CQ at W4),
+    /// activations in float: how Needle 3's package scores a run.
+    QuantizedWeights,
+    /// As a `.cact` runs: those weights, and activations, queries, keys and values fake-quantized
+    /// to the config's widths (8 bits) by the quantization-aware training's forward.
+    Simulated,
+}
+
 /// Which weights to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Weights {
@@ -70,16 +83,12 @@ impl Weights {
     }
 
     pub fn load(&self, device: &Device) -> Result<Loaded, WeightsLoadError> {
-        self.load_as(device, false)
+        self.load_as(device, Precision::Float)
     }
 
-    /// The model as its `.cact` would run it: a checkpoint's weights (the adapter merged) through
-    /// CQ at W4, which is how Needle 3's package scores a run; a `.cact` as it is.
-    pub fn load_shipped(&self, device: &Device) -> Result<Loaded, WeightsLoadError> {
-        self.load_as(device, true)
-    }
-
-    fn load_as(&self, device: &Device, shipped: bool) -> Result<Loaded, WeightsLoadError> {
+    /// The weights run at `precision`; a `.cact`'s weights are already through CQ, so only
+    /// [`Precision::Simulated`] changes how it runs.
+    pub fn load_as(&self, device: &Device, precision: Precision) -> Result<Loaded, WeightsLoadError> {
         fn model(path: &Path) -> impl FnOnce(ModelError) -> WeightsLoadError + '_ {
             move |source| WeightsLoadError::Model { path: path.to_path_buf(), source }
         }
@@ -91,7 +100,14 @@ impl Weights {
                     let adapter = load_adapter(lora)?;
                     lora::merge_into_params(&mut params, &adapter)?;
                 }
-                let params = if shipped { params.through_cq().map_err(model(checkpoint))? } else { params };
+                let params = match precision {
+                    Precision::Float => params,
+                    Precision::QuantizedWeights => params.through_cq().map_err(model(checkpoint))?,
+                    Precision::Simulated => params
+                        .through_cq()
+                        .and_then(|params| params.fake_quantizing(&loaded.config))
+                        .map_err(model(checkpoint))?,
+                };
                 let network = Network::load(&loaded.config, &params).map_err(model(checkpoint))?;
                 Ok(Loaded { network, tokenizer: None })
             }
@@ -100,7 +116,12 @@ impl Weights {
                 let params = cact
                     .params(device)
                     .map_err(|source| WeightsLoadError::CactWeights { path: path.clone(), source })?;
-                let network = Network::load(&cact.model_config(), &params).map_err(model(path))?;
+                let config = cact.model_config();
+                let params = match precision {
+                    Precision::Float | Precision::QuantizedWeights => params,
+                    Precision::Simulated => params.fake_quantizing(&config).map_err(model(path))?,
+                };
+                let network = Network::load(&config, &params).map_err(model(path))?;
                 let tokenizer = match cact.tokenizer_index().and_then(|i| cact.blob(i)) {
                     Some(blob) => Some(
                         Tokenizer::from_cact_blob(blob)
@@ -192,6 +213,17 @@ fn answer_ids(
 pub struct CallScores {
     pub base: ModelScore,
     pub tuned: ModelScore,
+}
+
+/// The tuned model three ways on the same examples, so that a gap has a cause: as trained (float),
+/// with the deployment's quantization simulated ([`Precision::Simulated`]: what quantizing costs),
+/// and its built `.cact` read back and run the same way, 8-bit activations and all (what the file
+/// adds to that).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuantRows {
+    pub float: ModelScore,
+    pub simulated: ModelScore,
+    pub cact: ModelScore,
 }
 
 /// One model on a set of examples: the answer loss (as `needle eval`) and the calls it makes.
@@ -423,12 +455,43 @@ mod tests {
             (Some(&adapter), true, "loss_lora_w4", 1e-4),
         ] {
             let weights = Weights::Checkpoint { checkpoint: checkpoint.clone(), lora: lora.cloned() };
-            let loaded = if shipped { weights.load_shipped(&Device::Cpu) } else { weights.load(&Device::Cpu) };
+            let precision = if shipped { Precision::QuantizedWeights } else { Precision::Float };
+            let loaded = weights.load_as(&Device::Cpu, precision);
             let logits = loaded.unwrap().network.forward(&ids).unwrap();
             let loss: f32 = masked_loss(&logits, &ids, &golden["mask"]).unwrap().to_scalar().unwrap();
             let want = golden[key].to_vec1::<f32>().unwrap()[0];
             assert!(((loss - want) / want).abs() <= tolerance, "{key}: {loss} vs the reference's {want}");
         }
+    }
+
+    #[test]
+    fn a_simulated_needle2_model_computes_alike_on_both_paths() {
+        // Needle 2 under the QAT forward, as `needle eval --quant-rows` runs it: the hand-written
+        // path fake-quantizes where candle's does (seen: 1e-7 apart, where quantizing moves the
+        // loss by 4e-3; a last-bit difference may turn into a whole 8-bit level, hence 1e-4).
+        use crate::dataset::Encoded;
+        use crate::fixtures::fixture;
+        use crate::model::packing::Packing;
+
+        let golden =
+            candle_core::safetensors::load(fixture("golden/pretrained/forward.safetensors"), &Device::Cpu).unwrap();
+        let (ids, mask) = (golden["ids"].to_vec2::<i32>().unwrap(), golden["mask"].to_vec2::<f32>().unwrap());
+        let rows: Vec<Encoded> = (ids.iter().zip(mask))
+            .map(|(ids, mask)| Encoded { ids: ids.iter().map(|&id| id as u32).collect(), mask, truncated: false })
+            .collect();
+        let packing = Packing::new(&rows, false).unwrap();
+        let weights = Weights::Checkpoint { checkpoint: fixture("models/pretrained.pkl"), lora: None };
+        let loss = |precision, autograd| {
+            let network = weights.load_as(&Device::Cpu, precision).unwrap().network;
+            let mut forward = Forward::with_autograd(network, autograd).unwrap();
+            assert_eq!(forward.hand_written(), !autograd);
+            let (sum, count) = forward.masked_ce_sum(&packing, None).unwrap();
+            sum / count
+        };
+        let (cpu, candle, float) =
+            (loss(Precision::Simulated, false), loss(Precision::Simulated, true), loss(Precision::Float, false));
+        assert!(((cpu - candle) / candle).abs() <= 1e-4, "simulated: {cpu} on the CPU path, {candle} on candle's");
+        assert!(((float - cpu) / cpu).abs() >= 1e-3, "quantizing moved the loss only from {float} to {cpu}");
     }
 
     #[test]
