@@ -1,16 +1,18 @@
 //! `needle eval`: the masked answer loss of a model (a checkpoint, with an adapter, or a built
 //! `.cact`) over a whole dataset file, and with `--accuracy` its exact-call accuracy.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
-use crate::inputs::WeightsInputs;
+use crate::inputs::{Model, WeightsInputs};
 use anyhow::{Context, Result};
 use needle_engine::backend::{self, DeviceRequest};
-use needle_engine::calls::{accuracy, Accuracy, Answered};
+use needle_engine::calls::{accuracy, Accuracy, Answered, Kind, ModelScore, Precision, QuantRows, Weights};
 use needle_engine::dataset::{Dataset, Encoded, Example};
-use needle_engine::model::{evaluate, EvalSummary};
+use needle_engine::model::{evaluate, Device, EvalSummary, Network};
+use needle_engine::tokenizer::Tokenizer;
 use needle_engine::train::finetune::split;
 use needle_engine::train::memory::{activation_budget, forward_rows};
 use serde::Serialize;
@@ -42,17 +44,25 @@ pub struct Args {
     #[arg(long)]
     pub max_examples: Option<usize>,
     /// Also answer every example by greedy decoding and score the calls: exact-call accuracy, the
-    /// share of answers that parse, and accuracy per tool
+    /// share of answers that parse, accuracy per tool, and why the others are wrong (by kind, per
+    /// tool, and which tool was called for which)
     #[arg(long)]
     pub accuracy: bool,
     /// With --accuracy, write the examples answered wrong to this .jsonl, one a line: its file line, the
-    /// query, the expected and the given calls (null when they do not parse), and the whole answer
+    /// query, the expected and the given calls (null when they do not parse), the whole answer, and its
+    /// verdict (the kind of mistake and what differs)
     #[arg(long, requires = "accuracy")]
     pub answers: Option<PathBuf>,
+    /// With --accuracy, three rows: the checkpoint (and adapter) as given; the same weights with the
+    /// deployment's quantization simulated (CQ-W4 weights, 8-bit activations and KV cache, as a .cact
+    /// runs); and CACT, the .cact built from them, run the same way
+    #[arg(long, value_name = "CACT", requires = "accuracy", conflicts_with = "weights")]
+    pub quant_rows: Option<PathBuf>,
     /// Force a backend (auto, cpu, cuda, metal); default: NEEDLE_DEVICE, else auto
     #[arg(long)]
     pub device: Option<String>,
-    /// Print one JSON line {"loss", "examples", "tokens", "seq_len", "tokens_per_s"[, "accuracy"]} instead of text
+    /// Print one JSON line {"loss", "examples", "tokens", "seq_len", "tokens_per_s"[, "accuracy"][,
+    /// "quant_rows": {"float", "simulated", "cact"}]} instead of text
     #[arg(long)]
     pub json: bool,
 }
@@ -64,12 +74,18 @@ struct Printed {
     loss: EvalSummary,
     #[serde(skip_serializing_if = "Option::is_none")]
     accuracy: Option<Accuracy>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quant_rows: Option<QuantRows>,
 }
 
 pub fn run(args: Args) -> Result<()> {
     let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
     noteln!("  {:<9} {}  {}", "backend", selected.info.backend, selected.info.device);
     let model = args.weights.load(&selected.device)?;
+    // Loaded before any scoring, so that a .cact of another model is refused at once.
+    let quantized = (args.quant_rows.as_deref())
+        .map(|cact| Quantized::load(&args.weights, &selected.device, &model, cact))
+        .transpose()?;
     let dataset = Dataset::load(&args.data, model.network.config().generation)?;
     for problem in &dataset.problems {
         noteln!("  {:<9} {}: {problem}", "warning", args.data.display());
@@ -95,19 +111,51 @@ pub fn run(args: Args) -> Result<()> {
     }
     pairs.truncate(args.max_examples.unwrap_or(usize::MAX));
     let (rows, examples): (Vec<Encoded>, Vec<Example>) = pairs.into_iter().unzip();
-    let loss = evaluate(&model.network, rows.into_iter(), prepared.seq_len, rows_per_pass, |done, total| {
+    let held = Held { rows, examples, seq_len: prepared.seq_len, rows_per_pass };
+    let loss = evaluate(&model.network, held.rows.iter().cloned(), held.seq_len, rows_per_pass, |done, total| {
         report_progress("eval", done, total)
     })
     .with_context(|| format!("evaluating {}", model.label))?;
     noteln!();
-    let accuracy = if args.accuracy {
+    let answered = match args.accuracy {
+        true => Some(held.answer(&model.network, &model.tokenizer, "answer")?),
+        false => None,
+    };
+    if let (Some(path), Some((_, wrong))) = (&args.answers, &answered) {
+        write_answers(path, wrong)?;
+        noteln!("  {:<9} {} wrong answers in {}", "answers", wrong.len(), path.display());
+    }
+    let quant_rows = match (quantized, &answered) {
+        (Some(quantized), Some((calls, wrong))) => {
+            let float = ModelScore { loss: loss.loss, calls: calls.clone(), wrong: wrong.clone() };
+            let simulated = held.score(&quantized.simulated, &model.tokenizer, "simulated")?;
+            let cact = held.score(&quantized.cact, &model.tokenizer, "cact")?;
+            Some(QuantRows { float, simulated, cact })
+        }
+        _ => None,
+    };
+    let accuracy = answered.map(|(calls, _)| calls);
+    print_summary(&Printed { loss, accuracy, quant_rows }, args.json)
+}
+
+/// The examples scored, their rows, and how the rows' loss is computed.
+struct Held {
+    rows: Vec<Encoded>,
+    examples: Vec<Example>,
+    seq_len: usize,
+    rows_per_pass: usize,
+}
+
+impl Held {
+    /// `network`'s answers to every example: its accuracy, and the answers it got wrong.
+    fn answer(&self, network: &Network, tokenizer: &Tokenizer, what: &str) -> Result<(Accuracy, Vec<Answered>)> {
         let mut wrong = Vec::new();
         let score = accuracy(
-            &model.network,
-            &model.tokenizer,
-            &examples,
+            network,
+            tokenizer,
+            &self.examples,
             &AtomicBool::new(false),
-            |done, total| report_progress("answer", done, total),
+            |done, total| report_progress(what, done, total),
             |answered| {
                 if !answered.right {
                     wrong.push(answered)
@@ -115,15 +163,48 @@ pub fn run(args: Args) -> Result<()> {
             },
         )?;
         noteln!();
-        if let Some(path) = &args.answers {
-            write_answers(path, &wrong)?;
-            noteln!("  {:<9} {} wrong answers in {}", "answers", wrong.len(), path.display());
-        }
-        Some(score)
-    } else {
-        None
-    };
-    print_summary(&Printed { loss, accuracy }, args.json)
+        Ok((score, wrong))
+    }
+
+    /// `network`'s loss over the rows and its answers, reported as `what`.
+    fn score(&self, network: &Network, tokenizer: &Tokenizer, what: &str) -> Result<ModelScore> {
+        let progress = |done, total| report_progress(&format!("{what} loss"), done, total);
+        let loss = evaluate(network, self.rows.iter().cloned(), self.seq_len, self.rows_per_pass, progress)
+            .with_context(|| format!("evaluating the {what} row"))?
+            .loss;
+        noteln!();
+        let (calls, wrong) = self.answer(network, tokenizer, &format!("{what} calls"))?;
+        Ok(ModelScore { loss, calls, wrong })
+    }
+}
+
+/// The networks of the two quantized rows: the given weights with the deployment's quantization
+/// simulated, and the `.cact` built from them, run the same way.
+struct Quantized {
+    simulated: Network,
+    cact: Network,
+}
+
+impl Quantized {
+    fn load(weights: &WeightsInputs, device: &Device, model: &Model, cact: &Path) -> Result<Self> {
+        let simulated = weights.load_as(device, Precision::Simulated)?.network;
+        let built = Weights::Cact(cact.to_path_buf()).load_as(device, Precision::Simulated)?.network;
+        let (ours, theirs) = (model.network.config(), built.config());
+        anyhow::ensure!(
+            (ours.generation, ours.d_model, ours.vocab_size) == (theirs.generation, theirs.d_model, theirs.vocab_size),
+            "{} is a {} model of width {} and vocabulary {}, not a build of {} ({}, {}, {}); pass the .cact built \
+             from it",
+            cact.display(),
+            theirs.generation,
+            theirs.d_model,
+            theirs.vocab_size,
+            model.label,
+            ours.generation,
+            ours.d_model,
+            ours.vocab_size
+        );
+        Ok(Self { simulated, cact: built })
+    }
 }
 
 /// The wrong answers as JSON lines, written atomically.
@@ -166,9 +247,54 @@ fn print_summary(printed: &Printed, json: bool) -> Result<()> {
             100.0 * score.parse_rate,
             score.tokens_per_s
         )?;
+        let breakdown = &score.breakdown;
         for (tool, tally) in &score.per_tool {
-            writeln!(out, "  {:<9} {tool}  {}/{}", "", tally.right, tally.total)?;
+            let line = format!("{tool}  {}/{}", tally.right, tally.total);
+            match breakdown.per_tool.get(tool).and_then(wrong_kinds) {
+                Some(wrong) => writeln!(out, "  {:<9} {line}  ({wrong})", "")?,
+                None => writeln!(out, "  {:<9} {line}", "")?,
+            }
+        }
+        let wrong = wrong_kinds(&breakdown.kinds);
+        writeln!(out, "  {:<9} {}", "wrong", wrong.as_deref().unwrap_or("none"))?;
+        let mut confused: Vec<(&String, &String, usize)> = (breakdown.confusion.iter())
+            .flat_map(|(expected, called)| called.iter().map(move |(called, n)| (expected, called, *n)))
+            .filter(|(expected, called, _)| expected != called)
+            .collect();
+        confused.sort_by_key(|(.., n)| std::cmp::Reverse(*n));
+        for (expected, called, n) in confused.iter().take(CONFUSIONS_SHOWN) {
+            writeln!(out, "  {:<9} {called} for {expected}  ×{n}", "called")?;
+        }
+    }
+    if let Some(rows) = &printed.quant_rows {
+        let named = [("float", &rows.float), ("simulated", &rows.simulated), (".cact", &rows.cact)];
+        for (i, (name, row)) in named.into_iter().enumerate() {
+            let wrong = wrong_kinds(&row.calls.breakdown.kinds).map(|w| format!("  ({w})")).unwrap_or_default();
+            writeln!(
+                out,
+                "  {:<9} {name:<9}  {}/{} exact calls  loss {:.4}{wrong}",
+                if i == 0 { "rows" } else { "" },
+                row.calls.exact,
+                row.calls.examples,
+                row.loss
+            )?;
         }
     }
     Ok(())
+}
+
+/// The most frequent confusions of tools the text summary lists (the JSON has them all).
+const CONFUSIONS_SHOWN: usize = 5;
+
+/// `2 wrong tool, 1 false refusal`: the kinds of the wrong answers, as the JSON names them;
+/// `None` when there are none.
+fn wrong_kinds(kinds: &BTreeMap<Kind, usize>) -> Option<String> {
+    let wrong: Vec<String> = (kinds.iter())
+        .filter(|(kind, _)| **kind != Kind::Exact)
+        .map(|(kind, n)| {
+            let name = serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(|s| s.replace('_', " ")));
+            format!("{n} {}", name.unwrap_or_default())
+        })
+        .collect();
+    (!wrong.is_empty()).then(|| wrong.join(", "))
 }

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use needle_engine::calls::Precision;
 use needle_engine::generation::Generation;
 use needle_engine::hub::BaseModel;
 
@@ -71,6 +72,11 @@ pub struct Model {
 impl WeightsInputs {
     /// Loads the weights on `device`, and the tokenizer they need; checks the two belong together.
     pub fn load(&self, device: &needle_engine::model::Device) -> anyhow::Result<Model> {
+        self.load_as(device, Precision::Float)
+    }
+
+    /// [`WeightsInputs::load`], the weights run at `precision`.
+    pub fn load_as(&self, device: &needle_engine::model::Device, precision: Precision) -> anyhow::Result<Model> {
         use needle_engine::calls::Weights;
         use needle_engine::tokenizer::Tokenizer;
         let (weights, tokenizer_path) = match &self.weights {
@@ -85,7 +91,7 @@ impl WeightsInputs {
             }
         };
         // Every error of the load names its file: the checkpoint, the adapter or the `.cact`.
-        let loaded = weights.load(device)?;
+        let loaded = weights.load_as(device, precision)?;
         let (tokenizer, tokenizer_label) = match (tokenizer_path, loaded.tokenizer) {
             (Some(path), _) => (Tokenizer::load(&path)?, path),
             (None, Some(carried)) => (carried, weights.path().to_path_buf()),

@@ -2,6 +2,8 @@
 //! a built `.cact` read back), a prompt rendered as training renders it and answered by greedy
 //! decoding, the tool calls parsed out of the answer, and exact-call accuracy over examples.
 
+mod breakdown;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,9 +20,24 @@ use crate::model::packing::{shared_prefixes, MIN_SHARED};
 use crate::model::{Completion, Forward, ModelError, Network, Params, Prefilled};
 use crate::tokenizer::{Tokenizer, TokenizerError, BOS_ID};
 
+pub use breakdown::{ArgumentDiff, ArgumentProblem, Breakdown, Kind, Verdict, UNNAMED, UNPARSEABLE};
+
 /// New tokens allowed beyond the expected answer's length when scoring: room for a near miss to
 /// close its call, never enough to run on.
 pub const ANSWER_SLACK: usize = 16;
+
+/// How the weights are run: as stored, or with the deployment's quantization simulated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// As stored, in float.
+    Float,
+    /// The weights a `.cact` ships (every kernel, embedding and mHC projection through CQ at W4),
+    /// activations in float: how Needle 3's package scores a run.
+    QuantizedWeights,
+    /// As a `.cact` runs: those weights, and activations, queries, keys and values fake-quantized
+    /// to the config's widths (8 bits) by the quantization-aware training's forward.
+    Simulated,
+}
 
 /// Which weights to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,16 +83,12 @@ impl Weights {
     }
 
     pub fn load(&self, device: &Device) -> Result<Loaded, WeightsLoadError> {
-        self.load_as(device, false)
+        self.load_as(device, Precision::Float)
     }
 
-    /// The model as its `.cact` would run it: a checkpoint's weights (the adapter merged) through
-    /// CQ at W4, which is how Needle 3's package scores a run; a `.cact` as it is.
-    pub fn load_shipped(&self, device: &Device) -> Result<Loaded, WeightsLoadError> {
-        self.load_as(device, true)
-    }
-
-    fn load_as(&self, device: &Device, shipped: bool) -> Result<Loaded, WeightsLoadError> {
+    /// The weights run at `precision`; a `.cact`'s weights are already through CQ, so only
+    /// [`Precision::Simulated`] changes how it runs.
+    pub fn load_as(&self, device: &Device, precision: Precision) -> Result<Loaded, WeightsLoadError> {
         fn model(path: &Path) -> impl FnOnce(ModelError) -> WeightsLoadError + '_ {
             move |source| WeightsLoadError::Model { path: path.to_path_buf(), source }
         }
@@ -87,7 +100,14 @@ impl Weights {
                     let adapter = load_adapter(lora)?;
                     lora::merge_into_params(&mut params, &adapter)?;
                 }
-                let params = if shipped { params.through_cq().map_err(model(checkpoint))? } else { params };
+                let params = match precision {
+                    Precision::Float => params,
+                    Precision::QuantizedWeights => params.through_cq().map_err(model(checkpoint))?,
+                    Precision::Simulated => params
+                        .through_cq()
+                        .and_then(|params| params.fake_quantizing(&loaded.config))
+                        .map_err(model(checkpoint))?,
+                };
                 let network = Network::load(&loaded.config, &params).map_err(model(checkpoint))?;
                 Ok(Loaded { network, tokenizer: None })
             }
@@ -96,7 +116,12 @@ impl Weights {
                 let params = cact
                     .params(device)
                     .map_err(|source| WeightsLoadError::CactWeights { path: path.clone(), source })?;
-                let network = Network::load(&cact.model_config(), &params).map_err(model(path))?;
+                let config = cact.model_config();
+                let params = match precision {
+                    Precision::Float | Precision::QuantizedWeights => params,
+                    Precision::Simulated => params.fake_quantizing(&config).map_err(model(path))?,
+                };
+                let network = Network::load(&config, &params).map_err(model(path))?;
                 let tokenizer = match cact.tokenizer_index().and_then(|i| cact.blob(i)) {
                     Some(blob) => Some(
                         Tokenizer::from_cact_blob(blob)
@@ -190,6 +215,17 @@ pub struct CallScores {
     pub tuned: ModelScore,
 }
 
+/// The tuned model three ways on the same examples, so that a gap has a cause: as trained (float),
+/// with the deployment's quantization simulated ([`Precision::Simulated`]: what quantizing costs),
+/// and its built `.cact` read back and run the same way, 8-bit activations and all (what the file
+/// adds to that).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuantRows {
+    pub float: ModelScore,
+    pub simulated: ModelScore,
+    pub cact: ModelScore,
+}
+
 /// One model on a set of examples: the answer loss (as `needle eval`) and the calls it makes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ModelScore {
@@ -219,6 +255,9 @@ pub struct Accuracy {
     /// New tokens per second over all the answers.
     #[serde(deserialize_with = "crate::train::events::number::f64")]
     pub tokens_per_s: f64,
+    /// Why the answers are wrong (scores recorded before it was kept have an empty one).
+    #[serde(default)]
+    pub breakdown: Breakdown,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -284,26 +323,26 @@ pub fn accuracy(
         tokens += answer.completion.ids.len();
         seconds += answer.completion.prefill_seconds + answer.completion.decode_seconds;
         let expected: Option<Vec<Value>> = serde_json::from_str(&example.answers).ok();
-        let right = answer.calls.is_some() && answer.calls == expected;
-        answered(Answered {
-            line: example.line,
-            query: example.query.clone(),
-            expected: expected.clone(),
-            given: answer.calls.clone(),
-            text: answer.text.clone(),
-            right,
-        });
+        let verdict = Verdict::of(expected.as_deref(), answer.calls.as_deref());
+        let right = verdict == Verdict::Exact;
         score.parsed += usize::from(answer.calls.is_some());
         score.exact += usize::from(right);
-        let tools = match &expected {
-            Some(calls) => tool_names(calls),
-            None => vec![UNREADABLE.to_string()],
-        };
-        for tool in tools {
-            let entry = score.per_tool.entry(tool).or_default();
+        let tools = tool_names(expected.as_deref());
+        for tool in &tools {
+            let entry = score.per_tool.entry(tool.clone()).or_default();
             entry.total += 1;
             entry.right += usize::from(right);
         }
+        score.breakdown.add(&tools, expected.as_deref(), answer.calls.as_deref(), &verdict);
+        answered(Answered {
+            line: example.line,
+            query: example.query.clone(),
+            expected,
+            given: answer.calls,
+            text: answer.text,
+            right,
+            verdict: Some(verdict),
+        });
         progress(done + 1, examples.len());
     }
     let share = |n: usize| if score.examples == 0 { 0.0 } else { n as f64 / score.examples as f64 };
@@ -325,11 +364,17 @@ pub struct Answered {
     pub given: Option<Vec<Value>>,
     /// The model's whole answer, reasoning included.
     pub text: String,
+    /// Whether the verdict is [`Verdict::Exact`] (what answers recorded before verdicts say).
     pub right: bool,
+    /// What kind of answer it is, and what differs; `None` in answers recorded before it was kept.
+    #[serde(default)]
+    pub verdict: Option<Verdict>,
 }
 
-/// The distinct tool names an expected answer calls, or [`NO_CALL`].
-fn tool_names(calls: &[Value]) -> Vec<String> {
+/// The rows of the per-tool table an example counts in: the distinct tool names its expected
+/// answer calls, [`NO_CALL`] when it calls none, [`UNREADABLE`] when it is not a JSON list.
+fn tool_names(expected: Option<&[Value]>) -> Vec<String> {
+    let Some(calls) = expected else { return vec![UNREADABLE.to_string()] };
     let mut names: Vec<String> =
         calls.iter().filter_map(|call| call.get("name").and_then(Value::as_str)).map(str::to_string).collect();
     names.sort();
@@ -410,7 +455,8 @@ mod tests {
             (Some(&adapter), true, "loss_lora_w4", 1e-4),
         ] {
             let weights = Weights::Checkpoint { checkpoint: checkpoint.clone(), lora: lora.cloned() };
-            let loaded = if shipped { weights.load_shipped(&Device::Cpu) } else { weights.load(&Device::Cpu) };
+            let precision = if shipped { Precision::QuantizedWeights } else { Precision::Float };
+            let loaded = weights.load_as(&Device::Cpu, precision);
             let logits = loaded.unwrap().network.forward(&ids).unwrap();
             let loss: f32 = masked_loss(&logits, &ids, &golden["mask"]).unwrap().to_scalar().unwrap();
             let want = golden[key].to_vec1::<f32>().unwrap()[0];
@@ -419,9 +465,40 @@ mod tests {
     }
 
     #[test]
+    fn a_simulated_needle2_model_computes_alike_on_both_paths() {
+        // Needle 2 under the QAT forward, as `needle eval --quant-rows` runs it: the hand-written
+        // path fake-quantizes where candle's does (seen: 1e-7 apart, where quantizing moves the
+        // loss by 4e-3; a last-bit difference may turn into a whole 8-bit level, hence 1e-4).
+        use crate::dataset::Encoded;
+        use crate::fixtures::fixture;
+        use crate::model::packing::Packing;
+
+        let golden =
+            candle_core::safetensors::load(fixture("golden/pretrained/forward.safetensors"), &Device::Cpu).unwrap();
+        let (ids, mask) = (golden["ids"].to_vec2::<i32>().unwrap(), golden["mask"].to_vec2::<f32>().unwrap());
+        let rows: Vec<Encoded> = (ids.iter().zip(mask))
+            .map(|(ids, mask)| Encoded { ids: ids.iter().map(|&id| id as u32).collect(), mask, truncated: false })
+            .collect();
+        let packing = Packing::new(&rows, false).unwrap();
+        let weights = Weights::Checkpoint { checkpoint: fixture("models/pretrained.pkl"), lora: None };
+        let loss = |precision, autograd| {
+            let network = weights.load_as(&Device::Cpu, precision).unwrap().network;
+            let mut forward = Forward::with_autograd(network, autograd).unwrap();
+            assert_eq!(forward.hand_written(), !autograd);
+            let (sum, count) = forward.masked_ce_sum(&packing, None).unwrap();
+            sum / count
+        };
+        let (cpu, candle, float) =
+            (loss(Precision::Simulated, false), loss(Precision::Simulated, true), loss(Precision::Float, false));
+        assert!(((cpu - candle) / candle).abs() <= 1e-4, "simulated: {cpu} on the CPU path, {candle} on candle's");
+        assert!(((float - cpu) / cpu).abs() >= 1e-3, "quantizing moved the loss only from {float} to {cpu}");
+    }
+
+    #[test]
     fn every_expected_tool_counts_once_and_no_call_has_its_own_row() {
         let calls = [json!({"name": "b"}), json!({"name": "a"}), json!({"name": "b"})];
-        assert_eq!(tool_names(&calls), ["a", "b"]);
-        assert_eq!(tool_names(&[]), [NO_CALL]);
+        assert_eq!(tool_names(Some(&calls)), ["a", "b"]);
+        assert_eq!(tool_names(Some(&[])), [NO_CALL]);
+        assert_eq!(tool_names(None), [UNREADABLE]);
     }
 }

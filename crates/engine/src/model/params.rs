@@ -105,16 +105,22 @@ impl Params {
     /// kernel kept as stored too for an adapter to merge into, and the network built on them
     /// fake-quantizes its activations, queries, keys and values.
     pub fn for_qat(self, cfg: &ModelConfig) -> Result<Self> {
+        self.quantized(true)?.fake_quantizing(cfg)
+    }
+
+    /// The weights as they are, and the network built on them fake-quantizes its activations,
+    /// queries, keys and values as `cfg` deploys them: with weights already through CQ (a
+    /// `.cact`'s, or [`Params::through_cq`]'s), the forward the `.cact` runtime computes.
+    pub fn fake_quantizing(mut self, cfg: &ModelConfig) -> Result<Self> {
         if !matches!(cfg.kv_bits, 0 | 8) || !ACT_BITS.contains(&cfg.act_bits) {
             let what = format!(
-                "quantization-aware training at act_bits {} and kv_bits {} (8 and 8, or kv_bits 0)",
+                "fake quantization at act_bits {} and kv_bits {} (8 and 8, or kv_bits 0)",
                 cfg.act_bits, cfg.kv_bits
             );
             return Err(ModelError::Unsupported { what });
         }
-        let mut params = self.quantized(true)?;
-        params.qat = Some(Qat { act_bits: cfg.act_bits, kv_bits: cfg.kv_bits });
-        Ok(params)
+        self.qat = Some(Qat { act_bits: cfg.act_bits, kv_bits: cfg.kv_bits });
+        Ok(self)
     }
 
     /// The weights a model of `cfg` trains on, as its generation's package trains: Needle 2's as

@@ -11,6 +11,9 @@ use crate::calls::CallScores;
 /// `epoch` and a `saved` after each epoch, then `finished` — or `failed` at any point.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
+// `finished` carries two models' scores and is sent once a run; boxing them would only make the
+// app unpack them.
+#[allow(clippy::large_enum_variant)]
 pub enum Event {
     Started {
         backend: String,
@@ -108,10 +111,16 @@ pub(crate) mod number {
 mod tests {
     use super::*;
 
-    use crate::calls::{Accuracy, Answered, ModelScore};
+    use crate::calls::{Accuracy, Answered, Breakdown, ModelScore, Verdict};
 
     #[test]
     fn every_event_reads_back_from_its_json_line() {
+        // A wrong answer with a float in it: the enum buffers it as serde_json's number token.
+        let expected = vec![serde_json::json!({"name": "lights", "arguments": {"level": 1}})];
+        let given = vec![serde_json::json!({"name": "lights", "arguments": {"level": 0.5}})];
+        let verdict = Verdict::of(Some(&expected), Some(&given));
+        let mut breakdown = Breakdown::default();
+        breakdown.add(&["lights".into()], Some(&expected), Some(&given), &verdict);
         let events = [
             Event::Started {
                 backend: "cpu".into(),
@@ -143,15 +152,17 @@ mod tests {
                             exact: 1,
                             exact_rate: 0.5,
                             tokens_per_s: 12.5,
+                            breakdown,
                             ..Default::default()
                         },
                         wrong: vec![Answered {
                             line: 3,
                             query: "lights on".into(),
-                            expected: Some(vec![serde_json::json!({"name": "lights", "arguments": {}})]),
-                            given: None,
+                            expected: Some(expected),
+                            given: Some(given),
                             text: "<think></think>".into(),
                             right: false,
+                            verdict: Some(verdict),
                         }],
                     },
                     tuned: ModelScore {

@@ -28,7 +28,7 @@ const WARM_STEP_LIMIT_S: f64 = 10.0;
 /// Decoding steps the plan times, after a prompt's prefill.
 const DECODE_STEPS_TIMED: usize = 8;
 use crate::backend::BackendInfo;
-use crate::calls::{self, CallScores, ModelScore, Weights, WeightsLoadError};
+use crate::calls::{self, CallScores, ModelScore, Precision, Weights, WeightsLoadError};
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::dataset::{Dataset, DatasetError, Encoded, Example, Tokenized};
 use crate::lora::{save_adapter, AdapterFileError, AdapterMeta, Lora};
@@ -462,7 +462,8 @@ fn score_calls(
     // 3.x's package scores the weights a `.cact` ships (W4), as the archive will run them.
     let (base, tuned) = if base.config().generation.profile().recipe.scores_shipped_weights {
         let base_weights = Weights::Checkpoint { checkpoint: options.checkpoint.clone(), lora: None };
-        (base_weights.load_shipped(base.device())?.network, weights.load_shipped(base.device())?.network)
+        let shipped = |weights: &Weights| weights.load_as(base.device(), Precision::QuantizedWeights);
+        (shipped(&base_weights)?.network, shipped(&weights)?.network)
     } else {
         (base.clone(), weights.load(base.device())?.network)
     };
