@@ -15,6 +15,8 @@ export type Accuracy = {
   per_tool: Record<string, ToolScore>;
   /** New tokens per second over all the answers. */
   tokens_per_s: number;
+  /** Why the answers are wrong (scores recorded before it was kept have an empty one). */
+  breakdown?: Breakdown;
 };
 
 /** One example as the model answered it, beside what was expected (`needle eval --answers`). */
@@ -28,13 +30,44 @@ export type Answered = {
   given: unknown[] | null;
   /** The model's whole answer, reasoning included. */
   text: string;
+  /** Whether the verdict is [`Verdict::Exact`] (what answers recorded before verdicts say). */
   right: boolean;
+  /** What kind of answer it is, and what differs; `None` in answers recorded before it was kept. */
+  verdict?: Verdict | null;
 };
 
 export type Answers = {
   base: TryAnswer;
   tuned: TryAnswer | null;
 };
+
+/** One way a call's arguments differ from the expected ones. */
+export type ArgumentDiff = {
+  /** The call's place in the answer, from 0. */
+  call: number;
+  tool: string;
+  /**
+   * The argument's name; `None` when the arguments differ as a whole: one side's are not a
+   * JSON object, or the calls differ outside their arguments (both values are then the calls).
+   */
+  argument: string | null;
+} & ArgumentProblem;
+
+/** Missing, extra or another value, with the values there are. */
+export type ArgumentProblem =
+  | {
+    problem: "missing";
+    expected: unknown;
+  }
+  | {
+    problem: "extra";
+    given: unknown;
+  }
+  | {
+    problem: "wrong_value";
+    expected: unknown;
+    given: unknown;
+  };
 
 /** A compute backend candle can run on. */
 export type Backend =
@@ -91,6 +124,27 @@ export type BaseModelStatus = {
   /** The generation last chosen by Download or Use (Needle 3 until then). */
   chosen: Generation;
   models: BaseModelOffer[];
+};
+
+/** Answers by kind, per expected tool, and which tool was called where another was expected. */
+export type Breakdown = {
+  /**
+   * How many answers are of each kind (kinds no answer has are left out); they add up to the
+   * examples.
+   */
+  kinds: Record<string, number>;
+  /**
+   * Per expected tool, as the per-tool accuracy names them (an example counts under each tool
+   * it expects): its answers by kind.
+   */
+  per_tool: Record<string, Record<string, number>>;
+  /**
+   * Expected tool → called tool → how many calls. Calls pair in the order written; one with
+   * no partner (a false fire or refusal, more or fewer calls) pairs with `(no call)`, and an
+   * unparseable answer's expected calls with `(unparseable)`. An answer of no calls expected
+   * and none given counts once as `(no call)` → `(no call)`.
+   */
+  confusion: Record<string, Record<string, number>>;
 };
 
 /** What the window hears about a build. */
@@ -890,6 +944,31 @@ export type Uploaded = {
   /** The commit that added the file; `None` when the repository already held these bytes there. */
   commit: string | null;
 };
+
+/** One answer judged against the expected calls. */
+export type Verdict =
+  | { kind: "exact" }
+  | { kind: "unreadable_expected" }
+  | { kind: "unparseable" }
+  | { kind: "false_fire" }
+  | { kind: "false_refusal" }
+  | {
+    kind: "wrong_count";
+    expected: number;
+    given: number;
+  }
+  /** The first call (from 0, in the order written) that names another tool. */
+  | {
+    kind: "wrong_tool";
+    call: number;
+    expected: string;
+    given: string;
+  }
+  /** Every difference of every call, in call order. */
+  | {
+    kind: "wrong_arguments";
+    differences: ArgumentDiff[];
+  };
 
 /** The file is written: the originals, then the new rows. */
 export type Written = {

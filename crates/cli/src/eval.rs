@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 use crate::inputs::{Model, WeightsInputs};
 use anyhow::{Context, Result};
 use needle_engine::backend::{self, DeviceRequest};
-use needle_engine::calls::{accuracy, Accuracy, Answered, Kind, ModelScore, Precision, QuantRows, Weights};
+use needle_engine::calls::{accuracy, Accuracy, AnswerKind, Answered, ModelScore, Precision, QuantRows, Weights};
 use needle_engine::dataset::{Dataset, Encoded, Example};
 use needle_engine::model::{evaluate, Device, EvalSummary, Network};
 use needle_engine::tokenizer::Tokenizer;
@@ -288,9 +288,9 @@ const CONFUSIONS_SHOWN: usize = 5;
 
 /// `2 wrong tool, 1 false refusal`: the kinds of the wrong answers, as the JSON names them;
 /// `None` when there are none.
-fn wrong_kinds(kinds: &BTreeMap<Kind, usize>) -> Option<String> {
+fn wrong_kinds(kinds: &BTreeMap<AnswerKind, usize>) -> Option<String> {
     let wrong: Vec<String> = (kinds.iter())
-        .filter(|(kind, _)| **kind != Kind::Exact)
+        .filter(|(kind, _)| **kind != AnswerKind::Exact)
         .map(|(kind, n)| {
             let name = serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(|s| s.replace('_', " ")));
             format!("{n} {}", name.unwrap_or_default())

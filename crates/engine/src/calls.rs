@@ -20,7 +20,7 @@ use crate::model::packing::{shared_prefixes, MIN_SHARED};
 use crate::model::{Completion, Forward, ModelError, Network, Params, Prefilled};
 use crate::tokenizer::{Tokenizer, TokenizerError, BOS_ID};
 
-pub use breakdown::{ArgumentDiff, ArgumentProblem, Breakdown, Kind, Verdict, UNNAMED, UNPARSEABLE};
+pub use breakdown::{AnswerKind, ArgumentDiff, ArgumentProblem, Breakdown, Verdict, UNNAMED, UNPARSEABLE};
 
 /// New tokens allowed beyond the expected answer's length when scoring: room for a near miss to
 /// close its call, never enough to run on.

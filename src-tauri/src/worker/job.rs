@@ -105,6 +105,7 @@ impl Job {
                 max_examples: Some(*examples),
                 accuracy: true,
                 answers: Some(answers.clone()),
+                quant_rows: None,
                 device: None,
                 json: true,
             }),

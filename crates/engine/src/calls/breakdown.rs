@@ -1,5 +1,5 @@
 //! Why an answer is wrong. Each answer gets one [`Verdict`]: the first kind of mistake that
-//! applies, in the order of [`Kind`], with what differs (the tool, or each argument with both
+//! applies, in the order of [`AnswerKind`], with what differs (the tool, or each argument with both
 //! values). Over a set of answers, a [`Breakdown`] counts the kinds, per expected tool too, and
 //! which tool was called where another was expected.
 //!
@@ -14,10 +14,10 @@ use serde_json::Value;
 use super::NO_CALL;
 
 /// What an answer is. A wrong one is the first of these that applies, in this order (after
-/// [`Kind::Exact`], which is listed first so that tallies read from right to wrong).
+/// [`AnswerKind::Exact`], which is listed first so that tallies read from right to wrong).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Kind {
+pub enum AnswerKind {
     /// The calls expected, in the order expected.
     Exact,
     /// The example's own answer is not a JSON list, so no answer matches it (the dataset doctor
@@ -114,16 +114,16 @@ impl Verdict {
         }
     }
 
-    pub fn kind(&self) -> Kind {
+    pub fn kind(&self) -> AnswerKind {
         match self {
-            Verdict::Exact => Kind::Exact,
-            Verdict::UnreadableExpected => Kind::UnreadableExpected,
-            Verdict::Unparseable => Kind::Unparseable,
-            Verdict::FalseFire => Kind::FalseFire,
-            Verdict::FalseRefusal => Kind::FalseRefusal,
-            Verdict::WrongCount { .. } => Kind::WrongCount,
-            Verdict::WrongTool { .. } => Kind::WrongTool,
-            Verdict::WrongArguments { .. } => Kind::WrongArguments,
+            Verdict::Exact => AnswerKind::Exact,
+            Verdict::UnreadableExpected => AnswerKind::UnreadableExpected,
+            Verdict::Unparseable => AnswerKind::Unparseable,
+            Verdict::FalseFire => AnswerKind::FalseFire,
+            Verdict::FalseRefusal => AnswerKind::FalseRefusal,
+            Verdict::WrongCount { .. } => AnswerKind::WrongCount,
+            Verdict::WrongTool { .. } => AnswerKind::WrongTool,
+            Verdict::WrongArguments { .. } => AnswerKind::WrongArguments,
         }
     }
 }
@@ -185,10 +185,10 @@ fn differences(call: usize, expected: &Value, given: &Value) -> Vec<ArgumentDiff
 pub struct Breakdown {
     /// How many answers are of each kind (kinds no answer has are left out); they add up to the
     /// examples.
-    pub kinds: BTreeMap<Kind, usize>,
+    pub kinds: BTreeMap<AnswerKind, usize>,
     /// Per expected tool, as the per-tool accuracy names them (an example counts under each tool
     /// it expects): its answers by kind.
-    pub per_tool: BTreeMap<String, BTreeMap<Kind, usize>>,
+    pub per_tool: BTreeMap<String, BTreeMap<AnswerKind, usize>>,
     /// Expected tool → called tool → how many calls. Calls pair in the order written; one with
     /// no partner (a false fire or refusal, more or fewer calls) pairs with `(no call)`, and an
     /// unparseable answer's expected calls with `(unparseable)`. An answer of no calls expected
@@ -353,7 +353,10 @@ mod tests {
         assert_eq!(breakdown.kinds.len(), 7, "every kind but wrong arguments: {:?}", breakdown.kinds);
         let weather = &breakdown.per_tool["get_weather"];
         assert_eq!(weather.values().sum::<usize>(), 4);
-        assert_eq!([weather[&Kind::Exact], weather[&Kind::WrongTool], weather[&Kind::FalseRefusal]], [1, 1, 1]);
+        assert_eq!(
+            [weather[&AnswerKind::Exact], weather[&AnswerKind::WrongTool], weather[&AnswerKind::FalseRefusal]],
+            [1, 1, 1]
+        );
         assert_eq!(breakdown.per_tool["a"], breakdown.per_tool["b"], "a two-tool answer counts under both");
         let row = |tool: &str| -> Vec<(&str, usize)> {
             breakdown.confusion[tool].iter().map(|(called, n)| (called.as_str(), *n)).collect()

@@ -83,6 +83,11 @@ pub enum ModelError {
     )]
     TokenOutOfRange { id: u32, row: usize, position: usize, vocab: usize },
     #[error(
+        "answer token id {id} is beyond the {rows} vocabulary rows the model's output head scores \
+         (`out_vocab`), so the model can never write it; use the tokenizer that belongs to this checkpoint"
+    )]
+    TargetOutsideHead { id: u32, rows: usize },
+    #[error(
         "adapter entry `{path}`: {reason}; the adapter was trained for another base model (its recorded \
          base is `{base}`) — pass the checkpoint it was trained from"
     )]

@@ -142,3 +142,18 @@ fn every_needle3_part_under_qat_matches_the_candle_path() {
         ModelConfig { sliding_window: 16, global_layers: vec![1, 3], qkv_conv_taps: 3, out_vocab: 508, ..plain() };
     check(&cfg, true, "every part, QAT");
 }
+
+/// An answer token past Needle 3's output head (`out_vocab`) is an error naming it on both paths,
+/// never an index out of bounds.
+#[test]
+fn an_answer_token_outside_the_output_head_is_an_error_on_both_paths() {
+    let cfg = ModelConfig { out_vocab: 200, ..plain() };
+    let network = Network::load(&cfg, &Params::random_init(&Device::Cpu)).unwrap();
+    let packing = Packing::new(&rows(), true).unwrap();
+    let candle = network.masked_ce_sum(&packing, None).unwrap_err();
+    let cpu = CpuNetwork::new(&network).unwrap().masked_ce_sum(&packing, None, &mut Workspace::default()).unwrap_err();
+    for err in [candle, cpu] {
+        assert!(matches!(err, crate::model::ModelError::TargetOutsideHead { rows: 200, .. }), "{err}");
+        assert!(err.to_string().contains("use the tokenizer that belongs to this checkpoint"), "{err}");
+    }
+}

@@ -280,7 +280,8 @@ impl Network {
         Ok(self.logits(&last)?.flatten_all()?)
     }
 
-    /// Fails on a token outside the vocabulary, naming its row and position.
+    /// Fails on a token outside the vocabulary, naming its row and position, or on an answer token
+    /// outside the output head.
     pub(in crate::model) fn check_ids(&self, packing: &Packing) -> Result<()> {
         let vocab = self.cfg.vocab_size;
         for row in 0..packing.num_rows() {
@@ -291,7 +292,12 @@ impl Network {
                 }
             }
         }
-        Ok(())
+        // Needle 3's head scores only its text slice (`out_vocab`): a target past it has no logit.
+        let rows = self.output_rows();
+        match packing.scored().targets.iter().find(|&&id| id as usize >= rows) {
+            Some(&id) => Err(ModelError::TargetOutsideHead { id, rows }),
+            None => Ok(()),
+        }
     }
 }
 
