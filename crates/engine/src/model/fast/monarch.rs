@@ -191,15 +191,39 @@ mod tests {
     use crate::config::ModelConfig;
     use crate::model::params::Params;
 
+    /// The MLP's parameters at the scale a trained one has, so that its output and gradient are of
+    /// order one (at a random init's N(0, 0.02) three transforms shrink them below any tolerance):
+    /// factors N(0, 1/k), diagonals near one.
+    fn unit_scale_mlp(cfg: &ModelConfig) -> std::collections::BTreeMap<String, Tensor> {
+        let (d, n) = (cfg.d_model, cfg.hadamard_width());
+        let bits = usize::BITS - n.saturating_sub(1).leading_zeros();
+        let (a, b) = (1usize << (bits / 2), n >> (bits / 2));
+        let normal =
+            |mean: f32, std: f64, shape: &[usize]| Tensor::randn(mean, std as f32, shape, &Device::Cpu).unwrap();
+        let mut tensors = std::collections::BTreeMap::new();
+        for s in 1..=3 {
+            tensors.insert(format!("mlp/w{s}a"), normal(0.0, (a as f64).recip().sqrt(), &[a, a]));
+            tensors.insert(format!("mlp/w{s}b"), normal(0.0, (b as f64).recip().sqrt(), &[b, b]));
+        }
+        for name in ["d1", "d2", "d3", "d4"] {
+            tensors.insert(format!("mlp/{name}"), normal(1.0, 0.2, &[n]));
+        }
+        tensors.insert("mlp/b2".into(), normal(0.0, 0.2, &[n]));
+        tensors.insert("mlp/cond_v".into(), normal(0.0, (d as f64).recip().sqrt(), &[d, COND_RANK]));
+        tensors.insert("mlp/cond_u".into(), normal(0.0, 0.2, &[COND_RANK, n]));
+        tensors
+    }
+
     /// The row functions against the candle module and its autograd, at a width padded past
-    /// `d_model` (40 → 64, factors 8 × 8) and with a split permutation.
+    /// `d_model` (40 → 64, factors 8 × 8), with a split permutation, and at 16 × 32 factors.
     #[test]
     fn rows_match_the_candle_module_and_its_gradient() {
         for cfg in [
             ModelConfig { d_model: 40, ..ModelConfig::needle3_defaults() },
             ModelConfig { d_model: 32, ladder_widths: vec![16, 32], ..ModelConfig::needle3_defaults() },
+            ModelConfig { d_model: 400, ..ModelConfig::needle3_defaults() },
         ] {
-            let params = Params::random_init(&Device::Cpu);
+            let params = Params::from_tensors(unit_scale_mlp(&cfg), &Device::Cpu).unwrap();
             let candle = MonarchMlp::new(&cfg, params.root().pp("mlp")).unwrap();
             let rows = Monarch::new(&candle).unwrap();
             let (tokens, d) = (5, cfg.d_model);
