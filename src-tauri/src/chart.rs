@@ -118,7 +118,8 @@ pub fn kinds(bars: &[(&str, &BTreeMap<AnswerKind, usize>)]) -> String {
             .margin(8)
             .x_label_area_size(28)
             .y_label_area_size(30)
-            .build_cartesian_2d((0..bars.len()).into_segmented(), 0..most)?;
+            // An integer range counts both its ends: one segment per bar.
+            .build_cartesian_2d((0..bars.len().saturating_sub(1)).into_segmented(), 0..most)?;
         let name = |at: &SegmentValue<usize>| match at {
             SegmentValue::CenterOf(i) => bars.get(*i).map_or_else(String::new, |(name, _)| name.to_string()),
             _ => String::new(),

@@ -129,6 +129,7 @@ function renderPublish(publish) {
       setPublishStatus('published', publish.commit ? `Published at ${publish.url}` : `Already published at ${publish.url}`);
       break;
     case 'cancelled':
+      $('publish-progress').value = 0; // nothing of it is on the hub
       setPublishStatus('cancelled', publish.message);
       break;
     case 'failed':
@@ -140,8 +141,11 @@ function renderPublish(publish) {
 async function cancelPublish() {
   $('publish-cancel').disabled = true;
   try {
-    await api.cancelPublish();
-    setPublishStatus('publishing', 'Cancelling: stopping before anything is committed…');
+    const now = await api.cancelPublish();
+    // Unless the outcome came first on the upload's channel.
+    if (now.state === 'running' && $('publish-status').dataset.status === 'publishing') {
+      setPublishStatus('publishing', 'Cancelling: stopping before anything is committed…');
+    }
   } catch (error) {
     setPublishStatus('failed', errorText(error));
   } finally {
