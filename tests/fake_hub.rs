@@ -39,7 +39,7 @@ pub struct Faults {
     pub token: Option<String>,
     /// Announce a size one byte short of what is then sent.
     pub short_size: bool,
-    /// Send the body at about this many bytes per second.
+    /// Send the body at about this many bytes per second (and take an upload's bytes as slowly).
     pub bytes_per_s: Option<u64>,
     /// Answer 403 to every write, as the hub does for a token that may only read.
     pub read_only: bool,
@@ -127,6 +127,11 @@ impl FakeHub {
     /// The file at `path` in `repo`, as served (an uploaded one included).
     pub fn file(&self, repo: &str, path: &str) -> Option<HubFile> {
         lock(&self.state).files.get(&format!("{repo}/{path}")).cloned()
+    }
+
+    /// Whether the hub has the repository (made through the API, or holding a served file).
+    pub fn has_repo(&self, repo: &str) -> bool {
+        writes::exists(&lock(&self.state), repo)
     }
 
     /// The file's resolve URL, as error messages print it.

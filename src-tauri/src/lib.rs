@@ -6,9 +6,11 @@
 //! (the built file's scores, Try), [`export`] (Build, Publish) and [`history`] (past trainings). They
 //! stand on [`worker`] (the `needle` CLI as a child process, where trainings and builds run, so a
 //! crash, an out-of-memory kill or a cancel never takes the window down), [`secrets`] (Generate's key,
-//! Publish's token) and [`ground`] (helpers that import nothing of the app); [`studio`] composes them.
+//! Publish's token), [`chart`] (the charts, as SVG) and [`ground`] (helpers that import nothing of the
+//! app); [`studio`] composes them.
 //! State lives in Rust; `ui/` renders what the commands return and their channels send.
 
+mod chart;
 mod data;
 mod evaluate;
 mod export;
@@ -84,10 +86,12 @@ pub fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R
             train::commands::start_training,
             train::commands::resume_training,
             train::commands::cancel_training,
+            evaluate::commands::evaluation,
             evaluate::commands::try_model,
             export::commands::build_cact,
             export::commands::publish_setup,
             export::commands::publish_cact,
+            export::commands::cancel_publish,
             export::commands::reveal,
             history::commands::history,
             history::commands::open_training,

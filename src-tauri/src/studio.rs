@@ -98,6 +98,7 @@ impl Studio {
                 records: records.clone(),
                 slot: slot.clone(),
                 devices: model.devices().into(),
+                preferences: Arc::clone(&model.preferences),
             },
             evaluate: EvaluateStep {
                 worker: worker.clone(),

@@ -251,9 +251,27 @@ fn a_training_runs_in_the_worker_builds_a_cact_and_publishes_it() {
     let file = CactFile::open(&out).expect("the built .cact reads back");
     assert_eq!(built["cact"]["tensors"].as_u64(), Some(file.records.len() as u64));
     assert_eq!(built["cact"]["bytes"].as_u64(), Some(std::fs::metadata(&out).unwrap().len()));
-    // The file's own weights answered the same held-out examples.
-    assert_eq!(built["cact"]["scores"]["calls"]["examples"].as_u64(), Some(held_out), "{built}");
-    assert!(built["cact"]["scores"]["loss"].as_f64().unwrap().is_finite(), "{built}");
+    // The tuned model three ways, from one job: float, its quantization simulated, the file read back;
+    // each on the same held-out examples, each answer told apart by kind.
+    for row in ["float", "simulated", "cact"] {
+        let calls = &built["cact"]["rows"][row]["calls"];
+        assert_eq!(calls["examples"].as_u64(), Some(held_out), "{row}: {built}");
+        let kinds: u64 = calls["breakdown"]["kinds"].as_object().unwrap().values().map(|n| n.as_u64().unwrap()).sum();
+        assert_eq!(kinds, held_out, "{row}'s kinds add up to the examples: {calls}");
+        assert!(built["cact"]["rows"][row]["loss"].as_f64().unwrap().is_finite(), "{built}");
+    }
+    // Evaluate draws each tool's answers by kind and words the three rows' gaps.
+    let evaluation = app.ok("evaluation", json!({ "trainingId": id }));
+    let charts = evaluation["charts"].as_array().unwrap();
+    let tools = done["scores"]["tuned"]["calls"]["per_tool"].as_object().unwrap();
+    assert_eq!(charts.len(), tools.len(), "one chart per tool: {evaluation}");
+    assert!(charts
+        .iter()
+        .all(|c| c["svg"].as_str().unwrap().starts_with("<svg") && tools.contains_key(c["tool"].as_str().unwrap())));
+    let kinds = evaluation["kinds"].as_array().unwrap();
+    assert!(!kinds.is_empty() && kinds.iter().all(|k| k["color"].as_str().unwrap().starts_with('#')), "{evaluation}");
+    let gaps = evaluation["gaps"].as_str().unwrap();
+    assert!(gaps.starts_with("Quantizing the model") && gaps.contains(&format!("of {held_out} exact")), "{gaps}");
 
     // Publish: the built file to a model repository on the hub, with a token typed in the window.
     app.studio().isolate_keys();
@@ -263,8 +281,22 @@ fn a_training_runs_in_the_worker_builds_a_cact_and_publishes_it() {
     assert!(app.error("publish_cact", publish("needle")).contains("<you>/<model>"));
     assert!(app.error("publish_cact", publish("alice/needle-home")).contains("token with write access"));
     app.ok("remember_key", json!({ "name": "hub_token", "key": "hf_typed" }));
-    app.ok("publish_cact", publish("alice/needle-home"));
     let setup_state = || app.ok("publish_setup", json!({}))["state"].clone();
+    // Cancelled while the bytes travel (the hub takes them over a few seconds): nothing is published, and
+    // the repository the upload made is gone again.
+    assert_eq!(app.ok("cancel_publish", json!({}))["state"], "idle", "nothing to cancel before an upload");
+    let size = std::fs::metadata(&out).unwrap().len();
+    fake.set_faults(Faults { bytes_per_s: Some(size / 4 + 1), ..Faults::default() });
+    app.ok("publish_cact", publish("alice/needle-home"));
+    poll("the bytes to travel", setup_state, |state| state["state"] == "running" && state["total"].as_u64() > Some(0));
+    assert_eq!(app.ok("cancel_publish", json!({}))["state"], "running");
+    let cancelled = poll("the upload to stop", setup_state, |state| state["state"] != "running");
+    assert_eq!(cancelled["state"], "cancelled", "{cancelled}");
+    assert!(cancelled["message"].as_str().unwrap().contains("nothing of it was published"), "{cancelled}");
+    assert!(!fake.has_repo("alice/needle-home"), "the cancelled upload's repository is still on the hub");
+    assert!(!fake.seen().iter().any(|seen| seen.path.contains("/commit/")), "a cancelled upload committed");
+    fake.set_faults(Faults::default());
+    app.ok("publish_cact", publish("alice/needle-home"));
     let published = poll("the upload to end", setup_state, |state| state["state"] != "running");
     assert_eq!(published["state"], "published", "{published}");
     assert_eq!(published["url"], format!("{}/alice/needle-home", fake.endpoint()));
@@ -701,6 +733,26 @@ const TYPED_TOKEN: &str = "hf_typed_into_the_keychain";
 /// A process of the test's own, ended with it.
 struct Started(std::process::Child);
 
+/// What to say when a program of the session-bus tests cannot start.
+#[cfg(target_os = "linux")]
+fn missing(program: &str, error: std::io::Error) -> ! {
+    panic!("cannot start {program} ({error}): scripts/setup.sh --test installs it (Debian: dbus, gnome-keyring)")
+}
+
+/// A session bus of the test's own (`dbus-daemon`), and its address.
+#[cfg(target_os = "linux")]
+fn session_bus() -> (Started, String) {
+    use std::io::BufRead;
+    let mut bus = std::process::Command::new("dbus-daemon")
+        .args(["--session", "--nofork", "--print-address=1"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| missing("dbus-daemon", e));
+    let mut address = String::new();
+    std::io::BufReader::new(bus.stdout.take().unwrap()).read_line(&mut address).unwrap();
+    (Started(bus), address.trim().to_string())
+}
+
 impl Drop for Started {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -718,20 +770,10 @@ fn a_token_typed_in_one_app_process_is_read_from_the_keychain_by_the_next() {
     if let Ok(role) = std::env::var(KEYCHAIN_ROLE) {
         return keychain_role(&role, Path::new(&std::env::var(KEYCHAIN_DATA).expect("the data folder")));
     }
-    use std::io::{BufRead, Write};
+    use std::io::Write;
     use std::process::{Command, Stdio};
     let dir = tempfile::tempdir().unwrap();
-    let missing = |program: &str, error: std::io::Error| {
-        panic!("cannot start {program} ({error}): scripts/setup.sh --test installs it (Debian: dbus, gnome-keyring)")
-    };
-    let mut bus = Command::new("dbus-daemon")
-        .args(["--session", "--nofork", "--print-address=1"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| missing("dbus-daemon", e));
-    let mut address = String::new();
-    std::io::BufReader::new(bus.stdout.take().unwrap()).read_line(&mut address).unwrap();
-    let (_bus, address) = (Started(bus), address.trim().to_string());
+    let (_bus, address) = session_bus();
     let runtime = dir.path().join("run");
     std::fs::create_dir_all(&runtime).unwrap();
     std::fs::set_permissions(&runtime, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
@@ -793,5 +835,88 @@ fn keychain_role(role: &str, data: &Path) {
             assert_eq!(App::open(data).ok("publish_setup", json!({}))["token"]["source"], "none", "not forgotten");
         }
         other => panic!("no keychain role {other}"),
+    }
+}
+
+// ---------- the notification at a training's end, on a session bus of the test's own ----------
+
+/// The app process of the notification test, and its data folder.
+const NOTIFY_DATA: &str = "NEEDLE_TEST_NOTIFY_DATA";
+/// Written in that folder once the notification is seen: the app process may end.
+const NOTIFIED: &str = "notified";
+
+/// A training that ends tells the desktop, on the session bus, as `org.freedesktop.Notifications`'
+/// `Notify`: title, and a body that names the dataset and the outcome. `dbus-monitor` stands in for the
+/// desktop's notification server and shows the call as it crosses the test's own bus. The preferences
+/// file lowers the threshold (`notify_after_s`, 30 s unless it says otherwise) to 0, so the tiny
+/// training counts; the app process is this test again, told its part by `NEEDLE_TEST_NOTIFY_DATA`.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_training_that_ends_notifies_the_desktop_on_the_session_bus() {
+    if let Ok(data) = std::env::var(NOTIFY_DATA) {
+        return notifying_app(Path::new(&data));
+    }
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let (_bus, address) = session_bus();
+    let calls = "type='method_call',interface='org.freedesktop.Notifications',member='Notify'";
+    let mut monitor = Command::new("dbus-monitor")
+        .args(["--address", &address, calls])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| missing("dbus-monitor", e));
+    let (heard, lines) = std::sync::mpsc::channel();
+    let printed = std::io::BufReader::new(monitor.stdout.take().unwrap());
+    std::thread::spawn(move || printed.lines().map_while(Result::ok).try_for_each(|line| heard.send(line)));
+    let _monitor = Started(monitor);
+    // The monitor's first words (the bus naming it) say it is listening.
+    lines.recv_timeout(Duration::from_secs(10)).expect("dbus-monitor did not start listening");
+
+    let data = dir.path().join("app");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("settings.json"), r#"{"notify_after_s": 0}"#).unwrap();
+    let app = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "a_training_that_ends_notifies_the_desktop_on_the_session_bus", "--nocapture"])
+        .env(NOTIFY_DATA, &data)
+        .env("DBUS_SESSION_BUS_ADDRESS", &address)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The Notify call, its strings in order: app name, icon, title, body.
+    let start = Instant::now();
+    let mut strings: Option<Vec<String>> = None;
+    while let Ok(line) = lines.recv_timeout(TRAINING_TIMEOUT.saturating_sub(start.elapsed())) {
+        let line = line.trim();
+        match &mut strings {
+            None if line.starts_with("method call") && line.contains("member=Notify") => strings = Some(Vec::new()),
+            Some(seen) if line.starts_with("string ") => seen.push(line["string ".len()..].trim_matches('"').into()),
+            Some(seen) if seen.len() >= 4 => break,
+            _ => {}
+        }
+    }
+    std::fs::write(data.join(NOTIFIED), "").unwrap();
+    let said = app.wait_with_output().unwrap();
+    let out = format!("{}{}", String::from_utf8_lossy(&said.stdout), String::from_utf8_lossy(&said.stderr));
+    assert!(said.status.success() && out.contains("1 passed"), "the app process failed:\n{out}");
+    let strings = strings.unwrap_or_else(|| panic!("no notification crossed the bus; the app said:\n{out}"));
+    assert_eq!(strings.get(2).map(String::as_str), Some("Needle Studio"), "{strings:?}");
+    let body = strings.get(3).map_or("", String::as_str);
+    assert!(body.starts_with("Fine-tuning on smart_home.jsonl finished: final loss"), "{strings:?}");
+}
+
+/// The app process of the notification test: one short training, then waits to be told the
+/// notification was seen (or gives up after the training timeout).
+#[cfg(target_os = "linux")]
+fn notifying_app(data: &Path) {
+    let app = App::open(data);
+    let entry = app.ok("start_training", json!({ "draft": draft(json!({})), "onEvent": CHANNEL }));
+    let done = app.wait_for(entry["id"].as_str().unwrap(), "end", |e| e["status"] != "running");
+    assert_eq!(done["status"], "finished", "{done}");
+    let start = Instant::now();
+    while !data.join(NOTIFIED).exists() && start.elapsed() < TRAINING_TIMEOUT {
+        std::thread::sleep(Duration::from_millis(100));
     }
 }

@@ -1,7 +1,8 @@
 //! The fake hub's upload API, as `huggingface_hub`'s `create_repo` and `upload_file` use it: create a
 //! repository (409 when it exists), see one, the preupload plan (`lfs` for a binary file, `regular`
 //! for text), the LFS batch answer with storage URLs (one `PUT`, or parts and a completion call), the
-//! verify call, and the NDJSON commit, after which the file is served like any other.
+//! verify call, and the NDJSON commit, after which the file is served like any other; and
+//! `delete_repo`, which removes a repository with its files.
 
 use std::collections::BTreeMap;
 use std::net::TcpStream;
@@ -45,6 +46,7 @@ pub(super) fn serve(
     let segments: Vec<&str> = target.trim_start_matches('/').split('/').collect();
     match segments[..] {
         ["api", "repos", "create"] => create(out, state, body),
+        ["api", "repos", "delete"] if method == "DELETE" => delete(out, state, body),
         ["api", "models", org, name] => {
             let known = exists(&lock(state), &format!("{org}/{name}"));
             respond(out, if known { 200 } else { 404 }, &[], b"{}")
@@ -62,7 +64,7 @@ pub(super) fn serve(
     }
 }
 
-fn exists(state: &State, repo: &str) -> bool {
+pub(super) fn exists(state: &State, repo: &str) -> bool {
     state.repos.contains(repo) || state.files.values().any(|file| file.repo == repo)
 }
 
@@ -86,6 +88,22 @@ fn create(out: &mut TcpStream, state: &Mutex<State>, body: &[u8]) -> std::io::Re
     let url = format!("{}/{repo}", state.endpoint);
     drop(state);
     json_answer(out, 200, &json!({"url": url, "name": repo}))
+}
+
+fn delete(out: &mut TcpStream, state: &Mutex<State>, body: &[u8]) -> std::io::Result<()> {
+    let asked: Value = serde_json::from_slice(body).unwrap_or_default();
+    let (Some(org), Some(name)) = (asked["organization"].as_str(), asked["name"].as_str()) else {
+        return json_answer(out, 400, &json!({"error": "name and organization are required"}));
+    };
+    let repo = format!("{org}/{name}");
+    let mut state = lock(state);
+    if !exists(&state, &repo) {
+        return respond(out, 404, &[("X-Error-Code", "RepoNotFound".into())], b"Repository not found");
+    }
+    state.repos.remove(&repo);
+    state.files.retain(|_, file| file.repo != repo);
+    drop(state);
+    respond(out, 200, &[], b"")
 }
 
 /// `lfs` for a file whose first bytes hold a NUL (binary), as the hub decides; the oid of what is at
@@ -148,8 +166,13 @@ fn batch(out: &mut TcpStream, state: &Mutex<State>, org: &str, name: &str, body:
     json_answer(out, 200, &json!({"transfer": "basic", "objects": objects}))
 }
 
-/// A `PUT` to storage: a whole object (kept only if its bytes hash to its name) or one part of one.
+/// A `PUT` to storage: a whole object (kept only if its bytes hash to its name) or one part of one;
+/// with `bytes_per_s`, answered only after the time the bytes would take at that rate.
 fn store(out: &mut TcpStream, state: &Mutex<State>, rest: &str, body: &[u8]) -> std::io::Result<()> {
+    let rate = lock(state).faults.bytes_per_s;
+    if let Some(rate) = rate {
+        std::thread::sleep(std::time::Duration::from_secs_f64(body.len() as f64 / rate.max(1) as f64));
+    }
     let mut state = lock(state);
     match rest.split_once("?part=") {
         Some((oid, part)) => {

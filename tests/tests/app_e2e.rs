@@ -3,8 +3,11 @@
 //! launch arguments: the bundled demo base and dataset, the Quick preset) — see both base models offered
 //! with their sizes, drop the dataset, read its report, start the Quick training, watch it finish and draw
 //! its loss chart, check that the tuned model calls the app's tools far better than its base (the
-//! first training's promise) and that Try answers the example's question right, build a `.cact` and check
-//! the file, publish it to a model repository on the hub (a loopback one); then download Needle 2 and
+//! first training's promise), with a chart per tool of the answers by kind, and that Try answers the
+//! example's question right, build a `.cact` and check the file and the tuned model's three rows (float,
+//! quantization simulated, the file) with their gaps in words and the wrong answers grouped by kind,
+//! cancel a publish mid-upload and see the hub as it was, then publish it to a model repository on the
+//! hub (a loopback one); then download Needle 2 and
 //! Needle 3 from the hub, tune Needle 3 with a short training, ask it in Try and build its `.cact` (format v3); then
 //! generate more examples from an OpenAI-compatible endpoint on loopback, with progress, and open a
 //! doctor's finding's line.
@@ -151,6 +154,14 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
                  .map((r) => [r.children[2].textContent, r.children[3].textContent]))";
     let scores = ui.eval(cells).await?;
     first_training_keeps_its_promise(&scores)?;
+    // Why the answers are wrong, per tool: a chart of stacked bars by kind for each tool the examples call.
+    let charts = "return String(document.querySelectorAll('#breakdown-charts figure svg rect').length > 0 && \
+                  document.querySelectorAll('#breakdown-charts figure').length)";
+    let drawn = ui.poll("the charts of answers by kind", charts, UI_TIMEOUT, |n| n != "false" && n != "0").await?;
+    let tools = ui.eval("return String(document.querySelectorAll('#breakdown-kinds li').length)").await?;
+    if tools == "0" {
+        return Err(format!("{drawn} charts of answers by kind, but no legend of the kinds"));
+    }
 
     // Export: build a 4-bit .cact where the test says, then check the file.
     ui.click("tab-export").await?;
@@ -174,6 +185,27 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
     if (offered.as_str(), token.as_str()) != (PUBLISH_REPO, "From HF_TOKEN") {
         return Err(format!("Publish offers repository {offered:?} with the token {token:?}"));
     }
+    // Cancelled while the hub takes the bytes (slowly, here): nothing is published, the hub is as it was.
+    let size = std::fs::metadata(&out).map_err(|e| format!("{}: {e}", out.display()))?.len();
+    hub.set_faults(Faults { bytes_per_s: Some(size / 4 + 1), ..Faults::default() });
+    ui.click("publish-button").await?;
+    // Under way: the hub's plan arrived, with the file's size.
+    ui.wait(
+        "the upload under way",
+        "return !document.getElementById('publish-cancel').hidden && \
+             document.getElementById('publish-progress').max > 1",
+    )
+    .await?;
+    ui.click("publish-cancel").await?;
+    let stopped = ui.wait_status("publish-status", &["cancelled", "published", "failed"], UI_TIMEOUT).await?;
+    if stopped != "cancelled" {
+        return Err(format!("Cancel during Publish ended {stopped}: {}", ui.text("publish-status").await?));
+    }
+    ui.shot("5-publish-cancelled", "export").await?;
+    if hub.has_repo(PUBLISH_REPO) || hub.seen().iter().any(|seen| seen.path.contains("/commit/")) {
+        return Err("the cancelled upload left a repository or a commit on the hub".into());
+    }
+    hub.set_faults(Faults::default());
     ui.click("publish-button").await?;
     let published = ui.wait_status("publish-status", &["published", "failed"], UI_TIMEOUT).await?;
     if published != "published" {
@@ -188,24 +220,44 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
         return Err(format!("Publish's status does not name the repository's page: {said}"));
     }
 
-    // The built file's own weights join the evaluation table; Try asks the base and the tuned model
-    // the dataset's first question.
+    // The tuned model three ways (float, quantization simulated, the built file), the gaps in words;
+    // Try asks the base and the tuned model the dataset's first question.
     ui.click("tab-evaluate").await?;
-    ui.poll("the .cact's scores", rows, UI_TIMEOUT, |n| n == "3").await?;
-    // The rows each model answered wrong, expected beside given: as many as its score says.
+    let quant = "return String(document.querySelectorAll('#quant-rows tr').length)";
+    ui.poll("the tuned model's three rows", quant, RUN_TIMEOUT, |n| n == "3").await?;
+    let gaps = ui
+        .poll("the gaps in words", "return document.getElementById('quant-gaps').textContent", UI_TIMEOUT, |t| {
+            t.starts_with("Quantizing the model")
+        })
+        .await?;
+    // The rows each model answered wrong, grouped by kind, expected beside given: as many as its score
+    // says (the float row is the tuned model's again, so it is not listed twice).
     let wrong_listed = r#"
         const listed = [...document.querySelectorAll('#evaluation-wrong details')]
             .map((d) => `${d.querySelector('summary').textContent} (${d.querySelectorAll('tbody tr').length} rows)`);
-        const missed = [...document.querySelectorAll('#evaluation-rows tr')].flatMap((r) => {
+        const quant = [...document.querySelectorAll('#quant-rows tr')].slice(1);
+        const missed = [...document.querySelectorAll('#evaluation-rows tr'), ...quant].flatMap((r) => {
             const [exact, total] = r.children[2].textContent.split(' (')[0].split(' / ').map(Number);
             const n = total - exact;
-            return n ? [`${r.children[0].textContent}: ${n} answered wrong (${n} rows)`] : [];
+            return n ? [`${r.children[0].textContent.split(' (')[0]}: ${n} answered wrong (${n} rows)`] : [];
         });
         return JSON.stringify(listed) === JSON.stringify(missed) ? 'ok' : `listed ${listed}; scores say ${missed}`;
     "#;
     let listed = ui.eval(wrong_listed).await?;
     if listed != "ok" {
         return Err(format!("Evaluate's wrong answers disagree with its scores: {listed}"));
+    }
+    // Each wrong answer sits under its kind's heading; a wrong argument is shown, both values marked.
+    let grouped = r#"
+        const groups = [...document.querySelectorAll('#evaluation-wrong section[data-kind]')];
+        const unmarked = [...document.querySelectorAll('#evaluation-wrong section[data-kind="wrong_arguments"] tbody tr')]
+            .filter((r) => !r.querySelector('.differs mark'));
+        return groups.every((g) => g.querySelector('h4') && g.querySelector('tbody tr')) && !unmarked.length
+            ? 'ok' : `${groups.length} groups, ${unmarked.length} wrong arguments without what differs`;
+    "#;
+    let grouped = ui.eval(grouped).await?;
+    if grouped != "ok" {
+        return Err(format!("Evaluate's wrong answers are not grouped by kind: {grouped}"));
     }
     // A tuned model whose answers parse less often than the base's gets a line on why.
     let advice = r#"
@@ -218,6 +270,8 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
     }
     ui.eval("const d = document.querySelector('#evaluation-wrong details'); if (d) d.open = true; return ''").await?;
     ui.shot("7-evaluate", "evaluation").await?;
+    ui.shot("7-breakdown", "breakdown").await?;
+    ui.shot("7-quant-rows", "quant").await?;
     ui.wait("the Try panel's question", "return document.getElementById('try-query').value").await?;
     ui.click("try-button").await?;
     let answered = "return document.querySelector('#try-tuned .answer-body').textContent.includes('tokens/s')";
@@ -307,9 +361,9 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
         return Err(format!("the window says {shown} tensors, the Needle 3 file has {}", file3.records.len()));
     }
     ui.click("tab-evaluate").await?;
-    ui.poll("the Needle 3 .cact's scores", rows, UI_TIMEOUT, |n| n == "3").await?;
+    ui.poll("the Needle 3 .cact's three rows", quant, RUN_TIMEOUT, |n| n == "3").await?;
     generate_more(&ui, llm, &small, scratch).await?;
-    println!("training: {progress}; built {} ({} tensors)", out.display(), file.records.len());
+    println!("training: {progress}; built {} ({} tensors); {gaps}", out.display(), file.records.len());
     Ok(())
 }
 

@@ -1,10 +1,12 @@
 //! Pushing a file to the hub, against the loopback hub ([`fake_hub`]): the repository created (or
 //! found), a binary file sent by LFS in one piece or in parts, a text file in the commit itself, the
-//! same bytes again making no commit; then `needle build --upload` as a user runs it, and its errors:
-//! no repository named, no token, a token that may not write, no hub.
+//! same bytes again making no commit, a cancelled upload leaving the hub as it was; then `needle build
+//! --upload` as a user runs it, and its errors: no repository named, no token, a token that may not
+//! write, no hub.
 
 use std::path::Path;
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use needle_engine::hub::{Hub, HubError, HubEvent, RepoFile};
 use needle_tests::fake_hub::{self, FakeHub, Faults};
@@ -21,8 +23,53 @@ fn hub(fake: &FakeHub, token: Option<&str>) -> Hub {
 /// Uploads `local` to `path` in [`REPO`], returning what happened along the way.
 fn upload(hub: &Hub, local: &Path, path: &str) -> (Result<needle_engine::hub::Uploaded, HubError>, Vec<HubEvent>) {
     let mut events = Vec::new();
-    let result = hub.upload(local, &RepoFile::new(REPO, "main", path), &mut |event| events.push(event));
+    let never = AtomicBool::new(false);
+    let result = hub.upload(local, &RepoFile::new(REPO, "main", path), &mut |event| events.push(event), &never);
     (result, events)
+}
+
+/// Uploads `local` to `path` in [`REPO`], cancelling it at the first event `stop_at` picks.
+fn cancelled_upload(hub: &Hub, local: &Path, path: &str, stop_at: impl Fn(&HubEvent) -> bool) -> String {
+    let cancel = AtomicBool::new(false);
+    let mut on_event = |event: HubEvent| {
+        if stop_at(&event) {
+            cancel.store(true, Ordering::Relaxed);
+        }
+    };
+    match hub.upload(local, &RepoFile::new(REPO, "main", path), &mut on_event, &cancel) {
+        Err(error @ HubError::UploadCancelled { .. }) => error.to_string(),
+        other => panic!("the upload was not cancelled: {other:?}"),
+    }
+}
+
+#[test]
+fn a_cancelled_upload_leaves_the_hub_as_it_was() {
+    let fake = fake_hub::published();
+    let hub = hub(&fake, Some(TOKEN));
+    let local = fixture("models/pretrained.pkl");
+
+    // Cut as the bytes start: the repository this upload created is deleted again.
+    let message = cancelled_upload(&hub, &local, "model.pkl", |e| matches!(e, HubEvent::Uploading { .. }));
+    assert!(message.contains("cancelled before its commit") && message.contains("nothing of it"), "{message}");
+    assert!(!fake.has_repo(REPO), "the repository the cancelled upload made is still there");
+    let puts = fake.seen().into_iter().filter(|s| s.method == "PUT").count();
+    assert!(puts <= 1, "the bytes kept going after the cancel: {puts} PUTs");
+
+    // Every part sent, cancelled before the commit: a repository that was there stays, as it was.
+    let notes = tempfile::tempdir().unwrap();
+    let readme = notes.path().join("README.md");
+    std::fs::write(&readme, "# A tuned Needle\n").unwrap();
+    upload(&hub, &readme, "README.md").0.unwrap();
+    let size = std::fs::metadata(&local).unwrap().len() as usize;
+    fake.set_faults(Faults { part_bytes: Some(size / 3 + 1), ..Faults::default() });
+    let all_sent = |e: &HubEvent| matches!(e, HubEvent::Progress { bytes, total, .. } if bytes == total);
+    cancelled_upload(&hub, &local, "model.pkl", all_sent);
+    assert!(fake.file(REPO, "model.pkl").is_none(), "a cancelled upload was committed");
+    assert_eq!(fake.file(REPO, "README.md").map(|file| file.bytes), Some(b"# A tuned Needle\n".to_vec()));
+    let seen: Vec<String> = fake.seen().iter().map(|s| format!("{} {}", s.method, s.path)).collect();
+    let commits = seen.iter().filter(|s| s.contains("/commit/")).count();
+    assert_eq!(commits, 1, "only the earlier upload committed: {seen:?}");
+    assert!(!seen.iter().any(|s| s.contains("lfs-complete")), "the parts were completed after the cancel: {seen:?}");
 }
 
 #[test]
@@ -87,7 +134,9 @@ fn refusals_say_what_to_do() {
     let message = upload(&hub(&fake, None), &local, "m.pkl").0.unwrap_err().to_string();
     assert!(message.contains("HF_TOKEN") && message.contains("write access"), "{message}");
     assert_eq!(fake.seen(), [], "nothing is asked without a token");
-    let bad_name = hub(&fake, Some(TOKEN)).upload(&local, &RepoFile::new("needle", "main", "m.pkl"), &mut |_| {});
+    let never = AtomicBool::new(false);
+    let bad_name =
+        hub(&fake, Some(TOKEN)).upload(&local, &RepoFile::new("needle", "main", "m.pkl"), &mut |_| {}, &never);
     assert!(bad_name.unwrap_err().to_string().contains("use <you>/<model>"));
 
     fake.set_faults(Faults { read_only: true, ..Faults::default() });

@@ -11,6 +11,7 @@
 /** @typedef {import('./types.js').CancelAnswer} CancelAnswer */
 /** @typedef {import('./types.js').DatasetReport} DatasetReport */
 /** @typedef {import('./types.js').DownloadMessage} DownloadMessage */
+/** @typedef {import('./types.js').Evaluation} Evaluation */
 /** @typedef {import('./types.js').FieldErrors} FieldErrors */
 /** @typedef {import('./types.js').GenerateMessage} GenerateMessage */
 /** @typedef {import('./types.js').GenerateRequest} GenerateRequest */
@@ -23,6 +24,7 @@
 /** @typedef {import('./types.js').Preferences} Preferences */
 /** @typedef {import('./types.js').PublishMessage} PublishMessage */
 /** @typedef {import('./types.js').PublishSetup} PublishSetup */
+/** @typedef {import('./types.js').PublishState} PublishState */
 /** @typedef {import('./types.js').Question} Question */
 /** @typedef {import('./types.js').TrainingDraft} TrainingDraft */
 /** @typedef {import('./types.js').TrainingMessage} TrainingMessage */
@@ -161,6 +163,12 @@ export const publishSetup = () => invoke('publish_setup');
  * @returns {Promise<void>}
  */
 export const publishCact = (trainingId, repo, onEvent) => invoke('publish_cact', { trainingId, repo, onEvent: channel(onEvent) });
+
+/** Stops the upload going before its commit; its outcome follows on its channel. @returns {Promise<PublishState>} */
+export const cancelPublish = () => invoke('cancel_publish');
+
+/** @param {string} trainingId @returns {Promise<Evaluation>} */
+export const evaluation = (trainingId) => invoke('evaluation', { trainingId });
 
 /** @param {Question} question @returns {Promise<Answers>} */
 export const tryModel = (question) => invoke('try_model', { question });

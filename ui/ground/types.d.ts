@@ -19,6 +19,31 @@ export type Accuracy = {
   breakdown?: Breakdown;
 };
 
+/**
+ * What an answer is. A wrong one is the first of these that applies, in this order (after
+ * [`AnswerKind::Exact`], which is listed first so that tallies read from right to wrong).
+ */
+export type AnswerKind =
+  /** The calls expected, in the order expected. */
+  | "exact"
+  /**
+   * The example's own answer is not a JSON list, so no answer matches it (the dataset doctor
+   * names such rows).
+   */
+  | "unreadable_expected"
+  /** The answer holds no `<tool_call>` block with a JSON list. */
+  | "unparseable"
+  /** Calls where none was expected. */
+  | "false_fire"
+  /** No call where one was expected. */
+  | "false_refusal"
+  /** Another number of calls than expected. */
+  | "wrong_count"
+  /** As many calls, but one names another tool. */
+  | "wrong_tool"
+  /** The right tools, but an argument is missing, extra or has another value. */
+  | "wrong_arguments";
+
 /** One example as the model answered it, beside what was expected (`needle eval --answers`). */
 export type Answered = {
   /** The example's line in its file. */
@@ -179,10 +204,11 @@ export type CactInfo = {
   tensors: number;
   scheme: string;
   /**
-   * Held-out loss and exact-call accuracy of the file's own (dequantized) weights, on the
-   * examples the training's scores used; `None` without a validation split.
+   * The tuned model three ways on the examples the training's scores used: float, its
+   * quantization simulated, and this file read back; `None` without a validation split. (Files
+   * scored before the three rows were kept have none: build again to score them.)
    */
-  scores?: ModelScore | null;
+  rows?: QuantRows | null;
   /** Why the file could not be scored, when it could not. */
   scores_error?: string | null;
   /** Where Publish put this file on the hub; a file built again is unpublished until published. */
@@ -281,6 +307,18 @@ export type DownloadState =
     state: "cancelled";
     message: string;
   };
+
+export type Evaluation = {
+  /**
+   * One per expected tool (`(no call)` among them), in name order; none for scores recorded
+   * before answers were told apart by kind.
+   */
+  charts: ToolChart[];
+  /** The kinds the charts show, in their stacking order. */
+  kinds: KindKey[];
+  /** What quantizing and the file cost, once the `.cact` is built and scored. */
+  gaps: string | null;
+};
 
 /**
  * One thing that happened during `needle finetune`, in order: `started`, then `step`s with an
@@ -687,6 +725,14 @@ export type Kind =
   /** Most rows call nothing. */
   | "mostly_no_call";
 
+/** A kind as the page names and colours it. */
+export type KindKey = {
+  kind: AnswerKind;
+  label: string;
+  /** `#rrggbb`. */
+  color: string;
+};
+
 export type LengthStats = {
   min: number;
   median: number;
@@ -751,6 +797,11 @@ export type Preferences = {
   /** `auto`, or a backend forced by the user. */
   device: string;
   preset: string;
+  /**
+   * A training that took at least this many seconds ends with a desktop notification: the user
+   * has probably looked away. Kept in the file, not a field of the window.
+   */
+  notify_after_s?: number;
 };
 
 /**
@@ -806,10 +857,27 @@ export type PublishState =
     total: number;
   }
   | ({ state: "published" } & Uploaded)
+  /** Stopped before the commit: the message says what (if anything) is left on the hub. */
+  | {
+    state: "cancelled";
+    message: string;
+  }
   | {
     state: "failed";
     message: string;
   };
+
+/**
+ * The tuned model three ways on the same examples, so that a gap has a cause: as trained (float),
+ * with the deployment's quantization simulated ([`Precision::Simulated`]: what quantizing costs),
+ * and its built `.cact` read back and run the same way, 8-bit activations and all (what the file
+ * adds to that).
+ */
+export type QuantRows = {
+  float: ModelScore;
+  simulated: ModelScore;
+  cact: ModelScore;
+};
 
 /** What the window asks. */
 export type Question = {
@@ -855,6 +923,12 @@ export type Startup = {
   /** The widths Build offers. */
   build_widths: BuildWidth[];
   history: HistoryEntry[];
+};
+
+export type ToolChart = {
+  tool: string;
+  /** SVG markup. */
+  svg: string;
 };
 
 export type ToolScore = {

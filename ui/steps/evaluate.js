@@ -1,48 +1,93 @@
 // @ts-check
-// The Evaluate step: the held-out scores of the training shown, and Try (one question to the base and
-// the tuned model, side by side).
+// The Evaluate step: the held-out scores of the training shown (base and tuned; the tuned model float,
+// with its quantization simulated and as the built .cact; per tool, by kind of answer), and Try (one
+// question to the base and the tuned model, side by side).
 
 import * as api from '../ground/api.js';
 import { $, formatLoss, h, percent, setMessage } from '../ground/dom.js';
 import { hear, state } from '../ground/state.js';
 
 /** @typedef {import('../ground/types.js').Answered} Answered */
+/** @typedef {import('../ground/types.js').AnswerKind} AnswerKind */
+/** @typedef {import('../ground/types.js').KindKey} KindKey */
+/** @typedef {import('../ground/types.js').Verdict} Verdict */
 /** @typedef {import('../ground/types.js').DatasetReport} DatasetReport */
 /** @typedef {import('../ground/types.js').HistoryEntry} HistoryEntry */
 /** @typedef {import('../ground/types.js').ModelScore} ModelScore */
 /** @typedef {import('../ground/types.js').TryAnswer} TryAnswer */
 
 /**
- * The held-out scores of a training: base, tuned and (once built) the .cact, with a warning when the
- * file answers markedly worse than the tuned model it was built from.
+ * One model's scores as a table row.
+ * @param {string} name @param {ModelScore} score
+ */
+const scoreRow = (name, score) => h('tr', {},
+  h('th', { scope: 'row' }, name),
+  h('td', {}, formatLoss(score.loss)),
+  h('td', {}, `${score.calls.exact} / ${score.calls.examples} (${percent(score.calls.exact_rate)})`),
+  h('td', {}, percent(score.calls.parse_rate)));
+
+/**
+ * The held-out scores of a training: base and tuned; once the .cact is built, the tuned model three
+ * ways (float, quantization simulated, the file), with a warning when the file answers markedly worse
+ * than the float model; then, drawn by the app, why the answers are wrong.
  * @param {HistoryEntry|null} entry
  */
 function renderEvaluation(entry) {
   const scores = entry?.scores;
-  const cact = entry?.cact?.scores;
+  const rows = entry?.cact?.rows;
   $('evaluation-table').hidden = !scores;
   $('evaluation-empty').hidden = Boolean(scores);
-  /** @type {[string, ModelScore][]} */
-  const rows = scores ? [['Base', scores.base], ['Tuned', scores.tuned]] : [];
-  if (scores && cact) rows.push([`.cact (${entry?.cact?.scheme})`, cact]);
-  $('evaluation-rows').replaceChildren(...rows.map(([name, score]) => h('tr', {},
-    h('th', { scope: 'row' }, name),
-    h('td', {}, formatLoss(score.loss)),
-    h('td', {}, `${score.calls.exact} / ${score.calls.examples} (${percent(score.calls.exact_rate)})`),
-    h('td', {}, percent(score.calls.parse_rate)))));
-  const worse = scores && cact &&
-    (cact.calls.exact_rate < scores.tuned.calls.exact_rate - 0.1 || cact.loss > scores.tuned.loss * 1.1);
+  $('evaluation-rows').replaceChildren(...(scores ? [scoreRow('Base', scores.base), scoreRow('Tuned', scores.tuned)] : []));
+  $('quant').hidden = !rows;
+  $('quant-rows').replaceChildren(...(rows ? [scoreRow('Float', rows.float),
+    scoreRow('Quantization simulated', rows.simulated), scoreRow(`.cact (${entry?.cact?.scheme})`, rows.cact)] : []));
+  const worse = rows &&
+    (rows.cact.calls.exact_rate < rows.float.calls.exact_rate - 0.1 || rows.cact.loss > rows.float.loss * 1.1);
   setMessage($('evaluation-warning'), worse &&
-    `The .cact answers markedly worse than the tuned model (${percent(cact.calls.exact_rate)} exact calls against ` +
-    `${percent(scores.tuned.calls.exact_rate)}, loss ${formatLoss(cact.loss)} against ${formatLoss(scores.tuned.loss)}): ` +
+    `The .cact answers markedly worse than the tuned model (${percent(rows.cact.calls.exact_rate)} exact calls against ` +
+    `${percent(rows.float.calls.exact_rate)}, loss ${formatLoss(rows.cact.loss)} against ${formatLoss(rows.float.loss)}): ` +
     'quantization costs this model accuracy. ' +
     (/^W2/.test(entry?.cact?.scheme ?? '') ? 'Build it at 4 bits rather than 2, or check' : 'Check') +
     ' it with Try before shipping.');
   $('evaluation-note').textContent = scores && entry ? evaluationNote(entry, scores.base.calls.examples) : '';
   setMessage($('evaluation-advice'), scores && entry && parseAdvice(entry, scores.base, scores.tuned));
-  $('evaluation-wrong').replaceChildren(...rows
+  /** @type {[string, ModelScore][]} */
+  const models = scores ? [['Base', scores.base], ['Tuned', scores.tuned]] : [];
+  if (rows) models.push(['Quantization simulated', rows.simulated], ['.cact', rows.cact]);
+  $('quant-gaps').textContent = '';
+  $('breakdown').hidden = true;
+  $('evaluation-wrong').replaceChildren();
+  if (entry && scores) renderBreakdown(entry.id, models);
+}
+
+/**
+ * The app's drawing and words for training `id`: a chart per tool, their legend, the three rows'
+ * gaps; then each model's wrong answers grouped by kind, in the legend's names and colours.
+ * @param {string} id @param {[string, ModelScore][]} models
+ */
+async function renderBreakdown(id, models) {
+  let evaluation;
+  try {
+    evaluation = await api.evaluation(id);
+    setMessage($('breakdown-error'), null);
+  } catch (error) {
+    setMessage($('breakdown-error'), error);
+    return;
+  }
+  if (state.entry?.id !== id) return; // another training is shown by now
+  $('quant-gaps').textContent = evaluation.gaps ?? '';
+  $('breakdown').hidden = evaluation.charts.length === 0;
+  $('breakdown-kinds').replaceChildren(...evaluation.kinds.map(({ label, color }) =>
+    h('li', {}, h('span', { class: 'swatch', style: `background: ${color}` }), label)));
+  $('breakdown-charts').replaceChildren(...evaluation.charts.map(({ tool, svg }) => {
+    const drawing = h('div', {});
+    drawing.innerHTML = svg; // SVG markup from our own Rust: trusted
+    return h('figure', { 'data-tool': tool }, h('figcaption', {}, tool), drawing);
+  }));
+  const keys = new Map(evaluation.kinds.map((key) => [key.kind, key]));
+  $('evaluation-wrong').replaceChildren(...models
     .filter(([, score]) => score.wrong?.length)
-    .map(([name, score]) => wrongAnswers(name, score.wrong ?? [])));
+    .map(([name, score]) => wrongAnswers(name, score.wrong ?? [], keys)));
 }
 
 /**
@@ -59,21 +104,72 @@ function parseAdvice(entry, base, tuned) {
     `(this training: ${lr}; try half) or too many epochs (this training: ${epochs}).`;
 }
 
+/** @param {unknown} value */
+const json = (value) => JSON.stringify(value);
+
 /**
- * The held-out rows one model answered wrong, the expected and the given calls side by side.
- * @param {string} name @param {Answered[]} wrong
+ * What differs in a wrong answer, the expected and the given side highlighted.
+ * @param {Verdict|null|undefined} verdict
+ * @returns {(Node|string)[]}
  */
-function wrongAnswers(name, wrong) {
-  const calls = (/** @type {unknown[]|null} */ value) => value ? JSON.stringify(value) : 'no call list that parses';
+function differences(verdict) {
+  const expected = (/** @type {string} */ text) => h('mark', { class: 'expected' }, text);
+  const given = (/** @type {string} */ text) => h('mark', { class: 'given' }, text);
+  switch (verdict?.kind) {
+    case 'wrong_count':
+      return [expected(`${verdict.expected} calls`), ' expected, ', given(`${verdict.given}`), ' given'];
+    case 'wrong_tool':
+      return [`call ${verdict.call + 1}: `, expected(verdict.expected), ' → ', given(verdict.given)];
+    case 'wrong_arguments':
+      return verdict.differences.flatMap((diff, i) => {
+        const name = h('code', {}, diff.argument ?? 'arguments');
+        const at = [...(i ? [h('br', {})] : []), `${diff.tool}: `, name];
+        switch (diff.problem) {
+          case 'missing': return [...at, ' missing, expected ', expected(json(diff.expected))];
+          case 'extra': return [...at, ' extra: ', given(json(diff.given))];
+          case 'wrong_value': return [...at, ' ', expected(json(diff.expected)), ' → ', given(json(diff.given))];
+        }
+        return at;
+      });
+    default:
+      return [];
+  }
+}
+
+/**
+ * The held-out rows one model answered wrong, grouped by kind (in the charts' order and colours), the
+ * expected and the given calls side by side with what differs.
+ * @param {string} name @param {Answered[]} wrong @param {Map<AnswerKind, KindKey>} keys
+ */
+function wrongAnswers(name, wrong, keys) {
+  const calls = (/** @type {unknown[]|null} */ value) => value ? json(value) : 'no call list that parses';
+  /** @type {Map<string, Answered[]>} */
+  const byKind = new Map();
+  for (const row of wrong) {
+    const kind = row.verdict?.kind ?? '';
+    byKind.set(kind, [...(byKind.get(kind) ?? []), row]);
+  }
+  const order = [...keys.keys()];
+  const kinds = [...byKind.keys()].sort((a, b) =>
+    (order.indexOf(/** @type {AnswerKind} */ (a)) >>> 0) - (order.indexOf(/** @type {AnswerKind} */ (b)) >>> 0));
   return h('details', { class: 'wrong-answers' },
     h('summary', {}, `${name}: ${wrong.length} answered wrong`),
-    h('table', { class: 'scores' },
-      h('thead', {}, h('tr', {}, h('th', {}, 'Line'), h('th', {}, 'Query'), h('th', {}, 'Expected'), h('th', {}, 'Given'))),
-      h('tbody', {}, ...wrong.map((row) => h('tr', {},
-        h('td', {}, String(row.line)),
-        h('td', {}, row.query),
-        h('td', {}, h('code', {}, calls(row.expected))),
-        h('td', { title: row.text }, h('code', {}, calls(row.given))))))));
+    ...kinds.map((kind) => {
+      const rows = byKind.get(kind) ?? [];
+      const key = keys.get(/** @type {AnswerKind} */ (kind));
+      return h('section', { 'data-kind': kind },
+        h('h4', {}, ...(key ? [h('span', { class: 'swatch', style: `background: ${key.color}` })] : []),
+          `${key?.label ?? 'not told apart (scored before kinds were kept)'}: ${rows.length}`),
+        h('table', { class: 'scores' },
+          h('thead', {}, h('tr', {}, h('th', {}, 'Line'), h('th', {}, 'Query'), h('th', {}, 'Expected'),
+            h('th', {}, 'Given'), h('th', {}, 'What differs'))),
+          h('tbody', {}, ...rows.map((row) => h('tr', {},
+            h('td', {}, String(row.line)),
+            h('td', {}, row.query),
+            h('td', {}, h('code', {}, calls(row.expected))),
+            h('td', { title: row.text }, h('code', {}, calls(row.given))),
+            h('td', { class: 'differs' }, ...differences(row.verdict)))))));
+    }));
 }
 
 /**
@@ -83,7 +179,7 @@ function wrongAnswers(name, wrong) {
 function evaluationNote(entry, examples) {
   const cact = entry.cact;
   return `${examples} held-out example(s), answered by greedy decoding; a call counts when it equals the expected one exactly.` +
-    (cact && !cact.scores ? ` The .cact was not scored${cact.scores_error ? `: ${cact.scores_error}` : ''}.` : '') +
+    (cact && !cact.rows ? ` The .cact was not scored${cact.scores_error ? `: ${cact.scores_error}` : ' (build it again to score it)'}.` : '') +
     (!cact ? ' Build the .cact (Export) to score it too.' : '');
 }
 

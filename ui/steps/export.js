@@ -1,6 +1,6 @@
 // @ts-check
 // The Export step: the training's adapter, its build into a .cact at the chosen width, and Publish,
-// which pushes the built file to a model repository on the hub.
+// which pushes the built file to a model repository on the hub (or, cancelled, leaves the hub as it was).
 
 import * as api from '../ground/api.js';
 import { $, basename, errorText, formatBytes, h, setMessage, setStatus } from '../ground/dom.js';
@@ -100,7 +100,7 @@ function handleBuildEvent(trainingId, message) {
       setBuildStatus('built', `Built ${basename(message.cact.path)}`);
       renderBuilt(message.cact);
       tell('rebuilt', state.entry);
-      badgeTab('evaluate', message.cact.scores ? '•' : null);
+      badgeTab('evaluate', message.cact.rows ? '•' : null);
       break;
     case 'failed':
       setBuildStatus('failed', message.message);
@@ -108,12 +108,13 @@ function handleBuildEvent(trainingId, message) {
   }
 }
 
-/** @param {'idle'|'publishing'|'published'|'failed'} status @param {string} text */
+/** @param {'idle'|'publishing'|'published'|'cancelled'|'failed'} status @param {string} text */
 const setPublishStatus = (status, text) => setStatus($('publish-status'), status, text);
 
 /** @param {PublishState} publish */
 function renderPublish(publish) {
   $('publish-button').disabled = publish.state === 'running';
+  $('publish-cancel').hidden = publish.state !== 'running';
   switch (publish.state) {
     case 'idle':
       setPublishStatus('idle', '');
@@ -127,9 +128,28 @@ function renderPublish(publish) {
       $('publish-progress').value = $('publish-progress').max;
       setPublishStatus('published', publish.commit ? `Published at ${publish.url}` : `Already published at ${publish.url}`);
       break;
+    case 'cancelled':
+      $('publish-progress').value = 0; // nothing of it is on the hub
+      setPublishStatus('cancelled', publish.message);
+      break;
     case 'failed':
       setPublishStatus('failed', publish.message);
       break;
+  }
+}
+
+async function cancelPublish() {
+  $('publish-cancel').disabled = true;
+  try {
+    const now = await api.cancelPublish();
+    // Unless the outcome came first on the upload's channel.
+    if (now.state === 'running' && $('publish-status').dataset.status === 'publishing') {
+      setPublishStatus('publishing', 'Cancelling: stopping before anything is committed…');
+    }
+  } catch (error) {
+    setPublishStatus('failed', errorText(error));
+  } finally {
+    $('publish-cancel').disabled = false;
   }
 }
 
@@ -196,6 +216,7 @@ export function wireExport() {
   });
   $('build-button').addEventListener('click', buildCact);
   $('publish-button').addEventListener('click', publishCact);
+  $('publish-cancel').addEventListener('click', cancelPublish);
   wireKey('publish-token', 'hub_token', errorEl);
   hear('shown', showResult);
 }

@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 
 use anyhow::{Context, Result};
 use needle_engine::cact::{export, Bits, ExportEvent, ExportOptions};
@@ -82,7 +83,9 @@ fn upload(out: &Path, repo: &str, events: Option<EventFormat>) -> Result<String>
     let name = name.to_string_lossy().into_owned();
     let mut view = HubView::new(events);
     let target = RepoFile::new(repo, DEFAULT_REVISION, &name);
-    let uploaded = Hub::from_env().upload(out, &target, &mut |event| view.show(&event));
+    // The command line stops an upload as it stops a download: by ending the process.
+    let never = AtomicBool::new(false);
+    let uploaded = Hub::from_env().upload(out, &target, &mut |event| view.show(&event), &never);
     uploaded.inspect_err(|error| view.show(&HubEvent::Failed { message: error.to_string() }))?;
     Ok(name)
 }

@@ -291,10 +291,7 @@ const CONFUSIONS_SHOWN: usize = 5;
 fn wrong_kinds(kinds: &BTreeMap<AnswerKind, usize>) -> Option<String> {
     let wrong: Vec<String> = (kinds.iter())
         .filter(|(kind, _)| **kind != AnswerKind::Exact)
-        .map(|(kind, n)| {
-            let name = serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(|s| s.replace('_', " ")));
-            format!("{n} {}", name.unwrap_or_default())
-        })
+        .map(|(kind, n)| format!("{n} {}", kind.label()))
         .collect();
     (!wrong.is_empty()).then(|| wrong.join(", "))
 }

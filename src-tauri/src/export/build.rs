@@ -7,7 +7,7 @@ use needle_engine::cact::{CactFile, ExportEvent};
 use serde::Serialize;
 use tauri::ipc::Channel;
 
-use crate::evaluate::score::score_cact;
+use crate::evaluate::score::quant_rows;
 use crate::ground::ending_in;
 use crate::train::record::{CactInfo, HistoryEntry, Records, TrainingRecord};
 use crate::worker::job::Job;
@@ -67,7 +67,7 @@ pub fn start(
 struct BuildWatcher {
     record: TrainingRecord,
     records: Records,
-    /// Scores the written file (`needle eval --weights`) after the build.
+    /// Scores the written file beside the model it was built from (`needle eval --quant-rows`).
     worker: Worker,
     channel: Channel<BuildMessage>,
     /// The written file and its quantization scheme.
@@ -102,18 +102,18 @@ impl Watcher for BuildWatcher {
 }
 
 impl BuildWatcher {
-    /// Opens the written file, scores it on the training's held-out examples, records it in the training's
-    /// history, and says what was built.
+    /// Opens the written file, scores it beside the tuned model on the training's held-out examples,
+    /// records it in the training's history, and says what was built.
     fn read_back(&mut self, path: PathBuf, scheme: String) -> Result<BuildMessage, String> {
         let file = CactFile::open(&path).map_err(|error| error.to_string())?;
         let (bytes, tensors) = (file.size() as u64, file.records.len());
         drop(file);
         self.send(BuildMessage::Scoring);
-        let (scores, scores_error) = match score_cact(&self.worker, &self.record.entry, &path) {
-            Ok(scores) => (scores, None),
+        let (rows, scores_error) = match quant_rows(&self.worker, &self.record.entry, &path) {
+            Ok(rows) => (rows, None),
             Err(error) => (None, Some(error)),
         };
-        let cact = CactInfo { path, bytes, tensors, scheme, scores, scores_error, published: None };
+        let cact = CactInfo { path, bytes, tensors, scheme, rows, scores_error, published: None };
         self.record.entry.cact = Some(cact.clone());
         self.records.save(&self.record)?;
         Ok(BuildMessage::Built { cact: Box::new(cact), entry: Box::new(self.record.entry.clone()) })

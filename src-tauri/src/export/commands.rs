@@ -1,4 +1,5 @@
-//! The Export step's commands: build a training's `.cact`, publish it, show either file in its folder.
+//! The Export step's commands: build a training's `.cact`, publish it (or cancel that), show either file
+//! in its folder.
 
 use std::path::PathBuf;
 
@@ -6,7 +7,7 @@ use tauri::ipc::Channel;
 use tauri::State;
 
 use crate::export::build::{self, BuildMessage};
-use crate::export::publish::{self, PublishMessage, PublishSetup};
+use crate::export::publish::{self, PublishMessage, PublishSetup, PublishState};
 use crate::export::step::ExportStep;
 use crate::ground::Answer;
 
@@ -34,6 +35,12 @@ pub fn publish_cact(
     on_event: Channel<PublishMessage>,
 ) -> Answer<()> {
     publish::start(&export.publish_place(), &training_id, &repo, on_event)
+}
+
+/// Stops the upload going before its commit; the outcome follows on its channel.
+#[tauri::command]
+pub fn cancel_publish(export: State<'_, ExportStep>) -> PublishState {
+    export.publishing.cancel()
 }
 
 /// "Show in folder" for the adapter and the built file.

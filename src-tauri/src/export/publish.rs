@@ -2,13 +2,15 @@
 //! a model repository on the hub by the engine ([`Hub::upload`]) on a thread of the app (network and
 //! disk, like a download), its progress kept here for the window. The repository's name starts as
 //! `NEEDLE_HF_REPO` says; the token is `HF_TOKEN`'s, or one typed once and kept in the keychain
-//! ([`crate::secrets`]), else the one `huggingface-cli login` saved. One upload at a time.
+//! ([`crate::secrets`]), else the one `huggingface-cli login` saved. One upload at a time; Cancel stops
+//! it before its commit, so nothing is half-published and the hub is left as it was.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use needle_engine::hub::upload::{is_repo_name, REPO_VAR};
-use needle_engine::hub::{Hub, HubEvent, RepoFile, Uploaded, DEFAULT_REVISION};
+use needle_engine::hub::{Hub, HubError, HubEvent, RepoFile, Uploaded, DEFAULT_REVISION};
 use serde::Serialize;
 use tauri::ipc::Channel;
 
@@ -30,9 +32,19 @@ pub struct PublishSetup {
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum PublishState {
     Idle,
-    Running { file: String, bytes: u64, total: u64 },
+    Running {
+        file: String,
+        bytes: u64,
+        total: u64,
+    },
     Published(Uploaded),
-    Failed { message: String },
+    /// Stopped before the commit: the message says what (if anything) is left on the hub.
+    Cancelled {
+        message: String,
+    },
+    Failed {
+        message: String,
+    },
 }
 
 /// What the window hears: the hub's events as they are, then the outcome.
@@ -43,22 +55,36 @@ pub enum PublishMessage {
     Finished { state: PublishState },
 }
 
-/// The one upload slot.
+/// The one upload slot, and the flag that cancels the upload in it.
 #[derive(Default)]
-pub struct Publishing(Mutex<Option<PublishState>>);
+pub struct Publishing {
+    state: Mutex<Option<PublishState>>,
+    cancel: Arc<AtomicBool>,
+}
 
 impl Publishing {
     pub fn state(&self) -> PublishState {
-        lock(&self.0).clone().unwrap_or(PublishState::Idle)
+        lock(&self.state).clone().unwrap_or(PublishState::Idle)
     }
 
     fn begin(&self, file: String) -> Result<(), String> {
-        let mut state = lock(&self.0);
+        let mut state = lock(&self.state);
         if let Some(PublishState::Running { file, .. }) = &*state {
             return Err(format!("{file} is being uploaded; wait for it to finish"));
         }
+        self.cancel.store(false, Ordering::Relaxed);
         *state = Some(PublishState::Running { file, bytes: 0, total: 0 });
         Ok(())
+    }
+
+    /// Asks the upload going to stop before its commit; the state as it is now (the outcome
+    /// follows on the upload's channel).
+    pub fn cancel(&self) -> PublishState {
+        let state = lock(&self.state);
+        if let Some(PublishState::Running { .. }) = &*state {
+            self.cancel.store(true, Ordering::Relaxed);
+        }
+        state.clone().unwrap_or(PublishState::Idle)
     }
 
     fn progress(&self, event: &HubEvent) {
@@ -67,11 +93,11 @@ impl Publishing {
             HubEvent::Progress { file, bytes, total, .. } => (file, *bytes, *total),
             _ => return,
         };
-        *lock(&self.0) = Some(PublishState::Running { file: file.clone(), bytes, total });
+        *lock(&self.state) = Some(PublishState::Running { file: file.clone(), bytes, total });
     }
 
     fn finish(&self, state: PublishState) {
-        *lock(&self.0) = Some(state);
+        *lock(&self.state) = Some(state);
     }
 }
 
@@ -111,7 +137,7 @@ pub fn start(place: &Place, training_id: &str, repo: &str, channel: Channel<Publ
             // A window that went away stops listening; the upload carries on.
             let _ = channel.send(PublishMessage::Progress(event));
         };
-        let state = match hub.upload(&cact.path, &target, &mut on_event) {
+        let state = match hub.upload(&cact.path, &target, &mut on_event, &publishing.cancel) {
             Ok(uploaded) => match remember(&records, &training_id, &cact.path, &uploaded) {
                 Ok(()) => PublishState::Published(uploaded),
                 Err(error) => PublishState::Failed {
@@ -121,6 +147,7 @@ pub fn start(place: &Place, training_id: &str, repo: &str, channel: Channel<Publ
                     ),
                 },
             },
+            Err(error @ HubError::UploadCancelled { .. }) => PublishState::Cancelled { message: error.to_string() },
             Err(error) => PublishState::Failed { message: error.to_string() },
         };
         publishing.finish(state.clone());

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::train::chart::loss_chart;
+use crate::chart;
 use crate::train::record::{HistoryEntry, Records};
 use crate::train::slot::TrainingSlot;
 
@@ -29,7 +29,8 @@ impl HistoryStep {
     pub fn open(&self, id: &str) -> Result<Opened, String> {
         let record = self.records.load(id)?;
         let entry = self.records.listed(record.entry, self.slot.running().as_deref());
-        let chart = (!record.curve.train.is_empty()).then(|| loss_chart(&record.curve, entry.steps));
+        let chart =
+            (!record.curve.train.is_empty()).then(|| chart::loss(&record.curve.train, &record.curve.val, entry.steps));
         Ok(Opened { entry, chart })
     }
 }

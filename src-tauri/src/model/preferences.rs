@@ -1,5 +1,6 @@
 //! What the app remembers between launches: the base model (its files, and the published generation
-//! chosen in the Model step), the device choice and the preset.
+//! chosen in the Model step), the device choice, the preset, and how long a training must take before
+//! its end is worth a desktop notification.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -26,6 +27,17 @@ pub struct Preferences {
     /// `auto`, or a backend forced by the user.
     pub device: String,
     pub preset: String,
+    /// A training that took at least this many seconds ends with a desktop notification: the user
+    /// has probably looked away. Kept in the file, not a field of the window.
+    #[serde(default = "notify_after_s")]
+    pub notify_after_s: u64,
+}
+
+/// [`Preferences::notify_after_s`] until the file says otherwise.
+pub const NOTIFY_AFTER_S: u64 = 30;
+
+fn notify_after_s() -> u64 {
+    NOTIFY_AFTER_S
 }
 
 impl Default for Preferences {
@@ -36,6 +48,7 @@ impl Default for Preferences {
             generation: Generation::default(),
             device: "auto".into(),
             preset: "balanced".into(),
+            notify_after_s: NOTIFY_AFTER_S,
         }
     }
 }
@@ -106,10 +119,10 @@ impl Remembered {
     }
 
     /// Remembers what the window's fields say. The base model's generation is not a field: it stays
-    /// as Download and Use chose it ([`Self::use_base_model`]).
+    /// as Download and Use chose it ([`Self::use_base_model`]); nor is the notification's threshold.
     pub fn save_window(&self, preferences: Preferences) -> Result<(), String> {
-        let generation = self.generation();
-        self.remember(Preferences { generation, ..preferences })
+        let Preferences { generation, notify_after_s, .. } = self.get();
+        self.remember(Preferences { generation, notify_after_s, ..preferences })
     }
 
     /// Makes `base`, the published base model of `generation`, the remembered one (Download, Use).

@@ -1,5 +1,7 @@
 //! The Train step's commands: check, plan, start, resume and cancel a training.
 
+use std::time::Duration;
+
 use needle_engine::settings::FieldErrors;
 use needle_engine::train::Plan;
 use tauri::ipc::Channel;
@@ -32,7 +34,7 @@ pub async fn start_training<R: Runtime>(
     on_event: Channel<TrainingMessage>,
 ) -> Answer<HistoryEntry> {
     let request = train.check(&draft)?;
-    job::start(&train.place(), &request, on_event, notifier(app))
+    job::start(&train.place(), &request, on_event, notifier(app, &train))
 }
 
 #[tauri::command]
@@ -42,15 +44,18 @@ pub async fn resume_training<R: Runtime>(
     id: String,
     on_event: Channel<TrainingMessage>,
 ) -> Answer<HistoryEntry> {
-    job::resume(&train.place(), &id, on_event, notifier(app))
+    job::resume(&train.place(), &id, on_event, notifier(app, &train))
 }
 
-/// Desktop notifications for the end of a long training.
-fn notifier<R: Runtime>(app: AppHandle<R>) -> Notify {
-    Box::new(move |title, body| {
-        // No notification service (a bare X session, say) is no reason to fail a finished training.
-        let _ = app.notification().builder().title(title).body(body).show();
-    })
+/// Desktop notifications for the end of a training longer than the preferences' threshold.
+fn notifier<R: Runtime>(app: AppHandle<R>, train: &TrainStep) -> Notify {
+    Notify {
+        after: Duration::from_secs(train.preferences.get().notify_after_s),
+        show: Box::new(move |title, body| {
+            // No notification service (a bare X session, say) is no reason to fail a finished training.
+            let _ = app.notification().builder().title(title).body(body).show();
+        }),
+    }
 }
 
 #[tauri::command]

@@ -7,7 +7,7 @@ use needle_engine::train::Event;
 use serde::Serialize;
 use tauri::ipc::Channel;
 
-use crate::train::chart::loss_chart;
+use crate::chart;
 use crate::train::draft::TrainingRequest;
 use crate::train::record::{HistoryEntry, Records, TrainingRecord, TrainingStatus};
 use crate::train::slot::{Claim, TrainingSlot};
@@ -37,12 +37,16 @@ pub enum TrainingMessage {
 }
 
 /// Shows a desktop notification: (title, body).
-pub type Notify = Box<dyn Fn(&str, &str) + Send>;
+pub type Show = Box<dyn Fn(&str, &str) + Send>;
+
+/// The desktop notification at a training's end, shown when the training took at least `after`.
+pub struct Notify {
+    pub after: Duration,
+    pub show: Show,
+}
 
 /// Redraw the chart at most this often while steps stream in.
 const CHART_EVERY: Duration = Duration::from_millis(250);
-/// Trainings at least this long end with a desktop notification: the user has probably looked away.
-const LONG_TRAINING: Duration = Duration::from_secs(30);
 
 /// Where a training runs and is kept: the worker, the records on disk, and the one slot.
 pub struct Place<'a> {
@@ -171,8 +175,8 @@ impl Watcher for TrainingWatcher {
         }
         self.send(TrainingMessage::Chart { svg: self.chart() });
         let entry = self.records.listed(self.record.entry.clone(), None);
-        if elapsed >= LONG_TRAINING {
-            (self.notify)("Needle Studio", &summary(&entry));
+        if elapsed >= self.notify.after {
+            (self.notify.show)("Needle Studio", &summary(&entry));
         }
         match (entry.status, entry.message.clone()) {
             (TrainingStatus::Failed, message) => {
@@ -253,7 +257,8 @@ impl TrainingWatcher {
     }
 
     fn chart(&self) -> String {
-        loss_chart(&self.record.curve, self.record.entry.steps)
+        let curve = &self.record.curve;
+        chart::loss(&curve.train, &curve.val, self.record.entry.steps)
     }
 
     fn log(&self, line: String) {

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use needle_engine::calls::{CallScores, ModelScore};
+use needle_engine::calls::{CallScores, QuantRows};
 use needle_engine::generation::Generation;
 use needle_engine::hub::Uploaded;
 use serde::{Deserialize, Serialize};
@@ -31,10 +31,11 @@ pub struct CactInfo {
     pub bytes: u64,
     pub tensors: usize,
     pub scheme: String,
-    /// Held-out loss and exact-call accuracy of the file's own (dequantized) weights, on the
-    /// examples the training's scores used; `None` without a validation split.
+    /// The tuned model three ways on the examples the training's scores used: float, its
+    /// quantization simulated, and this file read back; `None` without a validation split. (Files
+    /// scored before the three rows were kept have none: build again to score them.)
     #[serde(default)]
-    pub scores: Option<ModelScore>,
+    pub rows: Option<QuantRows>,
     /// Why the file could not be scored, when it could not.
     #[serde(default)]
     pub scores_error: Option<String>,

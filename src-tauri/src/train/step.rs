@@ -1,10 +1,12 @@
 //! The Train step's state: the worker trainings run in, their records on disk, the one training in
-//! progress, and the devices a training may ask for.
+//! progress, the devices a training may ask for, and the preferences (when a training's end is
+//! notified).
 
 use std::sync::Arc;
 
 use needle_engine::train::Plan;
 
+use crate::model::preferences::Remembered;
 use crate::train::draft::{TrainingDraft, TrainingRequest};
 use crate::train::job::Place;
 use crate::train::record::Records;
@@ -20,6 +22,7 @@ pub struct TrainStep {
     pub slot: TrainingSlot,
     /// The device selector's choices (the Model step's).
     pub devices: Arc<[String]>,
+    pub preferences: Arc<Remembered>,
 }
 
 impl TrainStep {

@@ -36,15 +36,17 @@ pub enum Job {
     Resume(Finetune),
     /// `needle build`: the adapter merged into its base, written as a `bits`-bit `.cact`.
     Build { checkpoint: PathBuf, adapter: PathBuf, tokenizer: PathBuf, bits: Bits, out: PathBuf },
-    /// `needle eval --accuracy`: a built `.cact` scored on the first `examples` that a training with
-    /// `settings` held out, its wrong answers written to `answers`.
+    /// `needle eval --accuracy --quant-rows`: the tuned model (`checkpoint` with `adapter` merged)
+    /// three ways (float, its quantization simulated, and `cact`, built from it) on the first
+    /// `examples` that a training with `settings` held out.
     Evaluate {
+        checkpoint: PathBuf,
+        adapter: PathBuf,
         cact: PathBuf,
         tokenizer: PathBuf,
         dataset: PathBuf,
         settings: TrainSettings,
         examples: usize,
-        answers: PathBuf,
     },
     /// `needle generate-data --augment`: `count` more rows of a dataset, in requests of `batch_size`,
     /// written after its own to `output`.
@@ -89,26 +91,28 @@ impl Job {
                 upload: false,
                 events: Some(EventFormat::Jsonl),
             }),
-            Job::Evaluate { cact, tokenizer, dataset, settings, examples, answers } => Command::Eval(args::Eval {
-                data: dataset.clone(),
-                weights: WeightsInputs {
-                    checkpoint: None,
-                    lora: None,
-                    weights: Some(cact.clone()),
-                    tokenizer: Some(tokenizer.clone()),
-                    generation: Generation::default(),
-                },
-                max_len: settings.max_len,
-                batch_size: args::EVAL_BATCH_SIZE,
-                val_split: Some(settings.val_split),
-                seed: settings.seed,
-                max_examples: Some(*examples),
-                accuracy: true,
-                answers: Some(answers.clone()),
-                quant_rows: None,
-                device: None,
-                json: true,
-            }),
+            Job::Evaluate { checkpoint, adapter, cact, tokenizer, dataset, settings, examples } => {
+                Command::Eval(args::Eval {
+                    data: dataset.clone(),
+                    weights: WeightsInputs {
+                        checkpoint: Some(checkpoint.clone()),
+                        lora: Some(adapter.clone()),
+                        weights: None,
+                        tokenizer: Some(tokenizer.clone()),
+                        generation: Generation::default(),
+                    },
+                    max_len: settings.max_len,
+                    batch_size: args::EVAL_BATCH_SIZE,
+                    val_split: Some(settings.val_split),
+                    seed: settings.seed,
+                    max_examples: Some(*examples),
+                    accuracy: true,
+                    answers: None,
+                    quant_rows: Some(cact.clone()),
+                    device: None,
+                    json: true,
+                })
+            }
             Job::Generate { dataset, count, batch_size, model, endpoint, output } => {
                 Command::GenerateData(args::GenerateData {
                     tools: None,
@@ -272,12 +276,13 @@ mod tests {
                 out: "/out/tuned.cact".into(),
             },
             Job::Evaluate {
+                checkpoint: "/m/base.pkl".into(),
+                adapter: "/t/adapter.pkl".into(),
                 cact: "/out/tuned.cact".into(),
                 tokenizer: "/m/tokenizer.model".into(),
                 dataset: "/data/smart_home.jsonl".into(),
                 settings: presets()[1].settings,
                 examples: 24,
-                answers: "/tmp/wrong.jsonl".into(),
             },
             Job::Generate {
                 dataset: "/data/smart_home.jsonl".into(),

@@ -37,6 +37,22 @@ pub enum AnswerKind {
     WrongArguments,
 }
 
+impl AnswerKind {
+    /// How tables and charts name the kind: its JSON name, in words.
+    pub fn label(self) -> &'static str {
+        match self {
+            AnswerKind::Exact => "exact",
+            AnswerKind::UnreadableExpected => "unreadable expected",
+            AnswerKind::Unparseable => "unparseable",
+            AnswerKind::FalseFire => "false fire",
+            AnswerKind::FalseRefusal => "false refusal",
+            AnswerKind::WrongCount => "wrong count",
+            AnswerKind::WrongTool => "wrong tool",
+            AnswerKind::WrongArguments => "wrong arguments",
+        }
+    }
+}
+
 /// One answer judged against the expected calls.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -365,6 +381,23 @@ mod tests {
         assert_eq!(row(NO_CALL), [(NO_CALL, 1), ("get_weather", 1)]);
         assert_eq!((row("a"), row("b")), (vec![("b", 1)], vec![(NO_CALL, 1)]));
         assert!(!breakdown.confusion.contains_key(UNREADABLE), "an unreadable row has no calls to pair");
+    }
+
+    #[test]
+    fn a_kinds_label_is_its_json_name_in_words() {
+        let kinds = [
+            AnswerKind::Exact,
+            AnswerKind::UnreadableExpected,
+            AnswerKind::Unparseable,
+            AnswerKind::FalseFire,
+            AnswerKind::FalseRefusal,
+            AnswerKind::WrongCount,
+            AnswerKind::WrongTool,
+            AnswerKind::WrongArguments,
+        ];
+        for kind in kinds {
+            assert_eq!(serde_json::to_value(kind).unwrap(), json!(kind.label().replace(' ', "_")));
+        }
     }
 
     #[test]

@@ -158,6 +158,9 @@ pub enum HubError {
     Unexpected { url: String, what: String },
     #[error("the upload could not reach {endpoint} ({cause}); check the connection (or HF_ENDPOINT) and run it again")]
     UploadCut { endpoint: String, cause: String },
+    /// `leftover`: why the repository the upload created could not be deleted again, if it could not.
+    #[error("the upload of {file} was cancelled before its commit, so nothing of it was published{}", cancel_leftover(.leftover))]
+    UploadCancelled { file: String, leftover: Option<String> },
 }
 
 /// The way around the hub: which address to fetch on a connected machine, and how to use the file.
@@ -166,6 +169,15 @@ fn by_hand(url: &str) -> String {
         "fetch {url} on a connected machine and choose that file (--checkpoint for a .pkl or .safetensors, \
          --tokenizer for a .model; a tokenizer.model beside the checkpoint is found by itself)"
     )
+}
+
+fn cancel_leftover(leftover: &Option<String>) -> String {
+    match leftover {
+        None => String::new(),
+        Some(cause) => format!(
+            "; the empty repository it had created is still there ({cause}): delete it on the hub if it is not wanted"
+        ),
+    }
 }
 
 fn refusal_fix(token_sent: bool) -> &'static str {
@@ -288,17 +300,18 @@ impl Hub {
 
     /// Creates `target`'s repository unless it exists and commits the file at `local` to
     /// `target.path` on `target.revision`, as `huggingface_hub`'s `create_repo(exist_ok=True)` and
-    /// `upload_file` do.
+    /// `upload_file` do; `cancel` stops it before the commit, the hub left as it was.
     pub fn upload(
         &self,
         local: &Path,
         target: &RepoFile,
         on_event: &mut dyn FnMut(HubEvent),
+        cancel: &AtomicBool,
     ) -> Result<Uploaded, HubError> {
         if self.offline {
             return Err(HubError::OfflineUpload { file: target.name() });
         }
-        upload::upload(self, local, target, on_event)
+        upload::upload(self, local, target, on_event, cancel)
     }
 
     fn offline_error(&self, file: &RepoFile) -> HubError {

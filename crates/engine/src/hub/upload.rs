@@ -11,11 +11,16 @@
 //!
 //! `huggingface_hub` sends large files by the Xet protocol where `hf_xet` is installed and by this
 //! LFS path where it is not; the hub takes both, and only the LFS one is plain HTTP.
+//!
+//! Nothing is in the repository until the commit, the last step, so an upload cancelled before it
+//! leaves the repository as it was (bytes sent to storage belong to no commit); a repository the
+//! cancelled upload created itself is deleted again (`DELETE /api/repos/delete`).
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
@@ -63,12 +68,14 @@ pub fn is_repo_name(repo: &str) -> bool {
     matches!(repo.split_once('/'), Some((owner, name)) if part(owner) && part(name))
 }
 
-/// Creates `target`'s repository unless it exists, then commits `local` at `target.path`.
+/// Creates `target`'s repository unless it exists, then commits `local` at `target.path`. Setting
+/// `cancel` stops the upload at its next step or chunk, before the commit: the hub is left as it was.
 pub fn upload(
     hub: &Hub,
     local: &Path,
     target: &RepoFile,
     on_event: &mut dyn FnMut(HubEvent),
+    cancel: &AtomicBool,
 ) -> Result<Uploaded, HubError> {
     if !is_repo_name(&target.repo) {
         return Err(HubError::RepoName { repo: target.repo.clone() });
@@ -77,8 +84,35 @@ pub fn upload(
         return Err(HubError::NoToken { repo: target.repo.clone() });
     }
     let described = describe(local)?;
-    create_repo(hub, &target.repo)?;
-    let mode = preupload(hub, target, &described)?;
+    stop_if_cancelled(cancel, target)?;
+    let created = create_repo(hub, &target.repo)?;
+    match push(hub, local, target, &described, on_event, cancel) {
+        Err(HubError::UploadCancelled { file, .. }) if created => {
+            let leftover = delete_repo(hub, &target.repo).err().map(|error| error.to_string());
+            Err(HubError::UploadCancelled { file, leftover })
+        }
+        pushed => pushed,
+    }
+}
+
+/// [`HubError::UploadCancelled`] once `cancel` is set.
+fn stop_if_cancelled(cancel: &AtomicBool, target: &RepoFile) -> Result<(), HubError> {
+    match cancel.load(Ordering::Relaxed) {
+        true => Err(HubError::UploadCancelled { file: target.name(), leftover: None }),
+        false => Ok(()),
+    }
+}
+
+/// Everything after the repository exists: the plan, the bytes, the commit.
+fn push(
+    hub: &Hub,
+    local: &Path,
+    target: &RepoFile,
+    described: &Local,
+    on_event: &mut dyn FnMut(HubEvent),
+    cancel: &AtomicBool,
+) -> Result<Uploaded, HubError> {
+    let mode = preupload(hub, target, described)?;
     let uploaded = |commit| Uploaded {
         file: target.name(),
         bytes: described.size,
@@ -92,9 +126,10 @@ pub fn upload(
         on_event(HubEvent::Uploaded(unchanged.clone()));
         return Ok(unchanged);
     }
+    stop_if_cancelled(cancel, target)?;
     on_event(HubEvent::Uploading { file: target.name(), total: described.size });
     let operation = if mode.lfs {
-        send_lfs(hub, local, target, &described, on_event)?;
+        send_lfs(hub, local, target, described, on_event, cancel)?;
         json!({"key": "lfsFile", "value": {
             "path": target.path, "algo": "sha256", "oid": described.sha256, "size": described.size,
         }})
@@ -103,6 +138,8 @@ pub fn upload(
         let content = base64::engine::general_purpose::STANDARD.encode(bytes);
         json!({"key": "file", "value": {"content": content, "path": target.path, "encoding": "base64"}})
     };
+    // The last moment to stop: once the commit is sent, the file is published.
+    stop_if_cancelled(cancel, target)?;
     let commit = commit(hub, target, operation)?;
     let done = uploaded(Some(commit));
     on_event(HubEvent::Uploaded(done.clone()));
@@ -131,17 +168,32 @@ fn describe(path: &Path) -> Result<Local, HubError> {
 
 /// `create_repo(repo, repo_type="model", exist_ok=True)`: a 409 means it exists. A token that may
 /// not create repositories (a fine-grained one) may still write to an existing one, so a refusal is
-/// only final when the repository cannot be seen either.
-fn create_repo(hub: &Hub, repo: &str) -> Result<(), HubError> {
-    let (organization, name) = repo.split_once('/').unwrap_or(("", repo));
+/// only final when the repository cannot be seen either. Whether this call made the repository.
+fn create_repo(hub: &Hub, repo: &str) -> Result<bool, HubError> {
     let url = format!("{}/api/repos/create", hub.endpoint);
-    let body = json!({"name": name, "organization": organization, "type": "model"});
-    let response = post(hub, &url, "application/json", &body.to_string())?;
+    let response = post(hub, &url, "application/json", &repo_body(repo))?;
     match response.status().as_u16() {
-        409 => Ok(()),
-        401..=403 if repo_exists(hub, repo)? => Ok(()),
-        _ => answer(repo, "creating the repository", &url, response).map(drop),
+        409 => Ok(false),
+        401..=403 if repo_exists(hub, repo)? => Ok(false),
+        _ => answer(repo, "creating the repository", &url, response).map(|_| true),
     }
+}
+
+/// `delete_repo(repo, repo_type="model")`: what a cancelled upload does to the repository it made.
+fn delete_repo(hub: &Hub, repo: &str) -> Result<(), HubError> {
+    let url = format!("{}/api/repos/delete", hub.endpoint);
+    let request = authorized(hub, agent().delete(&url), &url).force_send_body();
+    let response = request
+        .header("Content-Type", "application/json")
+        .send(repo_body(repo).as_bytes())
+        .map_err(|error| unreachable(&url, &error))?;
+    answer(repo, "removing the repository the cancelled upload created", &url, response).map(drop)
+}
+
+/// The body that names a model repository to the hub's repository calls.
+fn repo_body(repo: &str) -> String {
+    let (organization, name) = repo.split_once('/').unwrap_or(("", repo));
+    json!({"name": name, "organization": organization, "type": "model"}).to_string()
 }
 
 fn repo_exists(hub: &Hub, repo: &str) -> Result<bool, HubError> {
@@ -196,6 +248,7 @@ fn send_lfs(
     target: &RepoFile,
     local: &Local,
     on_event: &mut dyn FnMut(HubEvent),
+    cancel: &AtomicBool,
 ) -> Result<(), HubError> {
     #[derive(Deserialize)]
     struct Batch {
@@ -244,7 +297,7 @@ fn send_lfs(
     let Some(Actions { upload, verify }) = object.actions else {
         return Ok(());
     };
-    let mut sender = Sender { hub, path, target, local, on_event, meter: Meter::new(0), sent: 0 };
+    let mut sender = Sender { hub, path, target, local, on_event, cancel, meter: Meter::new(0), sent: 0 };
     if let Some(upload) = upload {
         match upload.chunk_size() {
             Some(chunk_size) => sender.multipart(&upload, chunk_size)?,
@@ -252,6 +305,7 @@ fn send_lfs(
         }
     }
     if let Some(verify) = verify {
+        stop_if_cancelled(cancel, target)?;
         let body = json!({"oid": local.sha256, "size": local.size}).to_string();
         answer(&target.repo, "checking the upload", &verify.href, post(hub, &verify.href, LFS_JSON, &body)?)?;
     }
@@ -282,13 +336,15 @@ impl Action {
     }
 }
 
-/// Sends the file's bytes, reporting progress across every request.
+/// Sends the file's bytes, reporting progress across every request and stopping mid-request when
+/// `cancel` is set.
 struct Sender<'a> {
     hub: &'a Hub,
     path: &'a Path,
     target: &'a RepoFile,
     local: &'a Local,
     on_event: &'a mut dyn FnMut(HubEvent),
+    cancel: &'a AtomicBool,
     meter: Meter,
     sent: u64,
 }
@@ -304,12 +360,14 @@ impl Sender<'_> {
         }
         let mut parts = Vec::new();
         for (index, url) in urls.into_iter().enumerate() {
+            stop_if_cancelled(self.cancel, self.target)?;
             let start = index as u64 * chunk_size;
             let response = self.put(url, start, chunk_size.min(self.local.size - start))?;
             let etag = header(&response, "etag")
                 .ok_or_else(|| HubError::Unexpected { url: url.to_string(), what: "no ETag for the part".into() })?;
             parts.push(json!({"partNumber": index + 1, "etag": etag}));
         }
+        stop_if_cancelled(self.cancel, self.target)?;
         let body = json!({"oid": self.local.sha256, "parts": parts}).to_string();
         let response = post(self.hub, &upload.href, LFS_JSON, &body)?;
         answer(&self.target.repo, "completing the upload", &upload.href, response).map(drop)
@@ -321,7 +379,10 @@ impl Sender<'_> {
         file.seek(SeekFrom::Start(start)).map_err(|source| read_error(self.path, source))?;
         let mut counted = Counted { inner: file.take(len), sender: self };
         let request = authorized(counted.sender.hub, agent().put(url), url).header("Content-Length", len.to_string());
-        let response = request.send(SendBody::from_reader(&mut counted)).map_err(|error| unreachable(url, &error))?;
+        let sent = request.send(SendBody::from_reader(&mut counted));
+        // A request the cancel cut short failed because of it, not because of the network.
+        stop_if_cancelled(self.cancel, self.target)?;
+        let response = sent.map_err(|error| unreachable(url, &error))?;
         answer(&self.target.repo, "uploading the file", url, response)
     }
 }
@@ -334,6 +395,9 @@ struct Counted<'s, 'a, R> {
 
 impl<R: Read> Read for Counted<'_, '_, R> {
     fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        if self.sender.cancel.load(Ordering::Relaxed) {
+            return Err(std::io::Error::other("the upload was cancelled"));
+        }
         let n = self.inner.read(buffer)?;
         let sender = &mut *self.sender;
         sender.sent += n as u64;

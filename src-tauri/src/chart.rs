@@ -1,0 +1,181 @@
+//! The app's charts, drawn in Rust with plotters as SVG that the UI drops into the page: a training's
+//! loss curve ([`loss`]) and one tool's held-out answers by kind ([`kinds`]). Both are drawn in one
+//! frame ([`draw`], [`styled`]): the same ink, type and grid, on the light theme and the dark.
+
+use std::collections::BTreeMap;
+
+use needle_engine::calls::AnswerKind;
+use plotters::chart::MeshStyle;
+use plotters::coord::ranged1d::ValueFormatter;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+/// Mid grey reads on both the light and the dark theme.
+const INK: RGBColor = RGBColor(128, 128, 128);
+const TRAIN: RGBColor = RGBColor(47, 111, 235);
+const VAL: RGBColor = RGBColor(232, 124, 30);
+
+const LOSS_SIZE: (u32, u32) = (760, 260);
+/// Small enough for a row of them, one per tool.
+const KINDS_SIZE: (u32, u32) = (300, 200);
+
+type Area<'s> = DrawingArea<SVGBackend<'s>, Shift>;
+type Drawn<'s> = Result<(), DrawingAreaErrorKind<<SVGBackend<'s> as DrawingBackend>::ErrorType>>;
+
+/// The chart `paint` draws on a `size` canvas, as SVG markup.
+fn draw(size: (u32, u32), paint: impl for<'s> FnOnce(&Area<'s>) -> Drawn<'s>) -> String {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+        // Drawing into a String cannot fail short of running out of memory; an unfinished chart is
+        // still better than none, so the error is not propagated.
+        let _ = paint(&root).and_then(|()| root.present());
+    }
+    svg
+}
+
+fn label_style() -> TextStyle<'static> {
+    ("sans-serif", 13).into_font().color(&INK)
+}
+
+/// The frame every chart's mesh is drawn in: grey axes and labels, a faint grid on the major ticks.
+fn styled<'m, 'a, 'b, X, Y>(
+    mesh: &'m mut MeshStyle<'a, 'b, X, Y, SVGBackend<'a>>,
+) -> &'m mut MeshStyle<'a, 'b, X, Y, SVGBackend<'a>>
+where
+    X: Ranged + ValueFormatter<X::ValueType>,
+    Y: Ranged + ValueFormatter<Y::ValueType>,
+{
+    mesh.axis_style(INK)
+        .bold_line_style(INK.mix(0.25))
+        .light_line_style(TRANSPARENT)
+        .label_style(label_style())
+        .axis_desc_style(label_style())
+}
+
+/// Train loss per step and validation loss per epoch, each `(step, loss)`, over `0..=steps`.
+pub fn loss(train: &[(usize, f32)], val: &[(usize, f32)], steps: usize) -> String {
+    draw(LOSS_SIZE, |root| {
+        let losses = train.iter().chain(val).map(|&(_, loss)| loss).filter(|l| l.is_finite());
+        let (low, high) = losses.fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), l| (lo.min(l), hi.max(l)));
+        let (low, high) = if low <= high { (low, high) } else { (0.0, 1.0) };
+        let pad = ((high - low) * 0.08).max(0.05);
+        let x_max = steps.max(train.last().map_or(1, |&(step, _)| step)).max(1);
+        let mut chart = ChartBuilder::on(root)
+            .margin(12)
+            .x_label_area_size(34)
+            .y_label_area_size(48)
+            .build_cartesian_2d(0..x_max, (low - pad).max(0.0)..high + pad)?;
+        styled(&mut chart.configure_mesh()).x_desc("step").y_desc("loss").draw()?;
+        chart
+            .draw_series(LineSeries::new(train.iter().copied(), TRAIN.stroke_width(2)))?
+            .label("train")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 18, y)], TRAIN.stroke_width(2)));
+        if !val.is_empty() {
+            chart
+                .draw_series(LineSeries::new(val.iter().copied(), VAL.stroke_width(2)))?
+                .label("validation")
+                .legend(|(x, y)| PathElement::new([(x, y), (x + 18, y)], VAL.stroke_width(2)));
+            chart.draw_series(val.iter().map(|&point| Circle::new(point, 4, VAL.filled())))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .label_font(label_style())
+            .border_style(INK.mix(0.5))
+            .background_style(TRANSPARENT)
+            .draw()?;
+        Ok(())
+    })
+}
+
+/// The colour a kind is drawn in, as the chart's bars and the page's legend show it: right in green,
+/// each way of being wrong in its own colour.
+pub fn kind_color(kind: AnswerKind) -> RGBColor {
+    match kind {
+        AnswerKind::Exact => RGBColor(46, 160, 67),
+        AnswerKind::UnreadableExpected => RGBColor(110, 110, 110),
+        AnswerKind::Unparseable => RGBColor(214, 39, 40),
+        AnswerKind::FalseFire => RGBColor(148, 103, 189),
+        AnswerKind::FalseRefusal => RGBColor(23, 190, 207),
+        AnswerKind::WrongCount => RGBColor(140, 86, 75),
+        AnswerKind::WrongTool => RGBColor(255, 127, 14),
+        AnswerKind::WrongArguments => RGBColor(227, 119, 194),
+    }
+}
+
+/// `#rrggbb`, for the page.
+pub fn css(color: RGBColor) -> String {
+    format!("#{:02x}{:02x}{:02x}", color.0, color.1, color.2)
+}
+
+/// One stacked bar per model (its name, and its answers by kind), the kinds stacked in their order
+/// from exact at the bottom; the legend is the page's, shared by every tool's chart.
+pub fn kinds(bars: &[(&str, &BTreeMap<AnswerKind, usize>)]) -> String {
+    draw(KINDS_SIZE, |root| {
+        let most = bars.iter().map(|(_, kinds)| kinds.values().sum::<usize>()).max().unwrap_or(0).max(1);
+        let mut chart = ChartBuilder::on(root)
+            .margin(8)
+            .x_label_area_size(28)
+            .y_label_area_size(30)
+            // An integer range counts both its ends: one segment per bar.
+            .build_cartesian_2d((0..bars.len().saturating_sub(1)).into_segmented(), 0..most)?;
+        let name = |at: &SegmentValue<usize>| match at {
+            SegmentValue::CenterOf(i) => bars.get(*i).map_or_else(String::new, |(name, _)| name.to_string()),
+            _ => String::new(),
+        };
+        styled(&mut chart.configure_mesh())
+            .disable_x_mesh()
+            .x_labels(bars.len())
+            .y_labels(most.min(5))
+            .x_label_formatter(&name)
+            .y_desc("answers")
+            .draw()?;
+        let blocks = bars.iter().enumerate().flat_map(|(i, (_, kinds))| {
+            kinds.iter().scan(0, move |bottom, (&kind, &n)| {
+                let from = *bottom;
+                *bottom += n;
+                let corners = [(SegmentValue::Exact(i), from), (SegmentValue::Exact(i + 1), from + n)];
+                let mut block = Rectangle::new(corners, kind_color(kind).filled());
+                block.set_margin(0, 0, 10, 10);
+                Some(block)
+            })
+        });
+        chart.draw_series(blocks)?;
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loss_chart_draws_both_series_and_the_axes() {
+        let svg = loss(&[(1, 3.0), (2, 2.5), (3, 2.1)], &[(3, 2.4)], 6);
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "{svg}");
+        for text in ["step", "loss", "train", "validation", "polyline"] {
+            assert!(svg.contains(text), "{text} missing from the chart");
+        }
+    }
+
+    #[test]
+    fn an_empty_curve_still_draws_axes() {
+        let svg = loss(&[], &[], 10);
+        assert!(svg.contains("step") && !svg.contains("validation"));
+    }
+
+    #[test]
+    fn the_kinds_chart_stacks_one_block_per_kind_of_each_bar_in_its_colour() {
+        let base = BTreeMap::from([(AnswerKind::Exact, 2), (AnswerKind::Unparseable, 4)]);
+        let tuned = BTreeMap::from([(AnswerKind::Exact, 5), (AnswerKind::WrongArguments, 1)]);
+        let svg = kinds(&[("Base", &base), ("Tuned", &tuned)]);
+        assert!(svg.starts_with("<svg") && svg.contains("Base") && svg.contains("Tuned"), "{svg}");
+        for kind in [AnswerKind::Exact, AnswerKind::Unparseable, AnswerKind::WrongArguments] {
+            let fill = css(kind_color(kind));
+            assert!(svg.to_lowercase().contains(&fill), "no {kind:?} block ({fill}) in {svg}");
+        }
+        let exact = css(kind_color(AnswerKind::Exact));
+        assert_eq!(svg.to_lowercase().matches(&exact).count(), 2, "one exact block per bar");
+    }
+}
