@@ -246,15 +246,17 @@ impl Field {
         }
     }
 
-    /// What was typed into this field (text, or a number; missing reads as empty), parsed and held
-    /// to the range: the value, or what to do instead.
+    /// What was typed into this field (text, a number or a boolean; missing reads as empty, and a
+    /// switch left empty as off), parsed and held to the range: the value, or what to do instead.
     pub fn read(&self, typed: Option<&Value>) -> Result<Value, &'static str> {
-        let text = match (typed, self.kind) {
-            (Some(Value::String(text)), _) => text.clone(),
-            (Some(value @ (Value::Number(_) | Value::Bool(_))), _) => as_typed(value),
-            (_, Kind::Switch) => return Ok(Value::Bool(false)),
+        let text = match typed {
+            Some(Value::String(text)) => text.clone(),
+            Some(value @ (Value::Number(_) | Value::Bool(_))) => as_typed(value),
             _ => String::new(),
         };
+        if self.kind == Kind::Switch && text.trim().is_empty() {
+            return Ok(Value::Bool(false));
+        }
         let value = self.parse(&text)?;
         match self.admits(&value) {
             true => Ok(value),
@@ -528,6 +530,7 @@ mod tests {
     fn a_switch_is_off_unless_turned_on_and_reads_only_true_or_false() {
         let qat = Field::named("qat").unwrap();
         assert_eq!(qat.read(None), Ok(Value::Bool(false)), "a checkbox left alone sends nothing");
+        assert_eq!(qat.read(Some(&"".into())), Ok(Value::Bool(false)));
         assert_eq!(qat.read(Some(&Value::Bool(true))), Ok(Value::Bool(true)));
         assert_eq!(qat.read(Some(&"true".into())), Ok(Value::Bool(true)));
         assert_eq!(qat.read(Some(&"maybe".into())), Err("use true or false"));
