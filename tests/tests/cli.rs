@@ -509,3 +509,77 @@ fn eval_quant_rows_agree_between_the_simulation_and_the_file() {
     let err = stderr(&output);
     assert!(!output.status.success() && err.contains("not a build of") && !err.contains("examples"), "{err}");
 }
+
+/// `needle eval --ladder`: every rung of the Needle 3 fixture scored as its `.cact` runs, one row
+/// per depth, shallowest first, each file bigger than the last and the whole one the size of
+/// 3.2.8's build; each rung's answers of one kind each. A Needle 2 model is told the ladder is
+/// Needle 3's, and a cancelled sweep prints no table.
+#[test]
+fn eval_ladder_scores_each_rung_as_it_ships_and_a_cancel_leaves_no_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = golden_questions(dir.path());
+    let (checkpoint, adapter) =
+        (fixture("models/needle3_heads.safetensors"), fixture("golden/needle3_heads/adapter.safetensors"));
+    let args = [
+        "eval",
+        data.to_str().unwrap(),
+        "--checkpoint",
+        checkpoint.to_str().unwrap(),
+        "--lora",
+        adapter.to_str().unwrap(),
+        "--ladder",
+    ];
+    let output = run(&[&args[..], &["--json"]].concat());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let ladder: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    let rungs = ladder["rungs"].as_array().unwrap();
+    let field = |key: &str| rungs.iter().map(|rung| rung[key].as_u64().unwrap()).collect::<Vec<_>>();
+    assert_eq!((ladder["num_layers"].as_u64(), field("layers")), (Some(4), vec![2, 3, 4]), "{ladder}");
+    let sizes = field("cact_bytes");
+    assert!(sizes.windows(2).all(|pair| pair[0] < pair[1]), "{sizes:?}");
+    let whole = std::fs::metadata(fixture("golden/needle3_heads/lora.cact")).unwrap().len();
+    assert_eq!(sizes[2], whole, "the whole rung is the size of 3.2.8's build");
+    let examples = ladder["examples"].as_u64().unwrap();
+    for rung in rungs {
+        let calls = &rung["calls"];
+        let kinds = calls["breakdown"]["kinds"].as_object().unwrap();
+        assert_eq!(kinds.values().map(|n| n.as_u64().unwrap()).sum::<u64>(), examples, "{rung}");
+        assert_eq!(kinds.get("exact").and_then(Value::as_u64).unwrap_or(0), calls["exact"].as_u64().unwrap());
+        assert!(calls["decode_tokens_per_s"].as_f64().unwrap() > 0.0, "{rung}");
+    }
+
+    // The text: a line per rung, its exact calls and its file's size.
+    let output = run(&args);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    for (rung, bytes) in rungs.iter().zip(&sizes) {
+        let calls = format!("{}/{examples}", rung["calls"]["exact"]);
+        let line = text.lines().find(|line| line.trim_start().starts_with(&rung["layers"].to_string()));
+        let line = line.unwrap_or_else(|| panic!("no line for rung {}: {text}", rung["layers"]));
+        assert!(line.contains(&calls) && line.contains(&format!("{:.2} MB", *bytes as f64 / 1e6)), "{text}");
+    }
+
+    // Cancelled from the app (`cancel` on stdin): the events end there, and no table is printed.
+    let mut child = needle!()
+        .args([&args[..], &["--events", "jsonl"]].concat())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    writeln!(child.stdin.take().unwrap(), "{}", needle_cli::CANCEL_LINE).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let events: Vec<Value> = stdout(&output).lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    assert!(!output.status.success() && stderr(&output).contains("cancelled"), "{}", stderr(&output));
+    assert_eq!(events.last().map(|event| &event["event"]), Some(&Value::from("cancelled")), "{events:?}");
+    assert!(events.iter().all(|event| event["event"] != "finished"), "{events:?}");
+
+    let needle2 = fixture("models/pretrained.pkl");
+    let output = run(&["eval", data.to_str().unwrap(), "--checkpoint", needle2.to_str().unwrap(), "--ladder"]);
+    let err = stderr(&output);
+    assert!(
+        !output.status.success() && err.contains("a Needle 2 model has no depth ladder; the ladder is Needle 3's"),
+        "{err}"
+    );
+}

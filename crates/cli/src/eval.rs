@@ -11,6 +11,7 @@ use anyhow::{Context, Result};
 use needle_engine::backend::{self, DeviceRequest};
 use needle_engine::calls::{accuracy, Accuracy, AnswerKind, Answered, ModelScore, Precision, QuantRows, Weights};
 use needle_engine::dataset::{Dataset, Encoded, Example};
+use needle_engine::generation::Generation;
 use needle_engine::model::{evaluate, Device, EvalSummary, Network};
 use needle_engine::tokenizer::Tokenizer;
 use needle_engine::train::finetune::split;
@@ -58,11 +59,14 @@ pub struct Args {
     /// runs); and CACT, the .cact built from them, run the same way
     #[arg(long, value_name = "CACT", requires = "accuracy", conflicts_with = "weights")]
     pub quant_rows: Option<PathBuf>,
+    #[command(flatten)]
+    pub ladder: crate::ladder::LadderArgs,
     /// Force a backend (auto, cpu, cuda, metal); default: NEEDLE_DEVICE, else auto
     #[arg(long)]
     pub device: Option<String>,
     /// Print one JSON line {"loss", "examples", "tokens", "seq_len", "tokens_per_s"[, "accuracy"][,
-    /// "quant_rows": {"float", "simulated", "cact"}]} instead of text
+    /// "quant_rows": {"float", "simulated", "cact"}]} instead of text; with --ladder, the ladder
+    /// {"num_layers", "examples", "rungs": [{"layers", "cact_bytes", "calls"}]}
     #[arg(long)]
     pub json: bool,
 }
@@ -81,15 +85,15 @@ struct Printed {
 pub fn run(args: Args) -> Result<()> {
     let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
     noteln!("  {:<9} {}  {}", "backend", selected.info.backend, selected.info.device);
+    if args.ladder.ladder {
+        return crate::ladder::run(&args, &selected.device);
+    }
     let model = args.weights.load(&selected.device)?;
     // Loaded before any scoring, so that a .cact of another model is refused at once.
     let quantized = (args.quant_rows.as_deref())
         .map(|cact| Quantized::load(&args.weights, &selected.device, &model, cact))
         .transpose()?;
-    let dataset = Dataset::load(&args.data, model.network.config().generation)?;
-    for problem in &dataset.problems {
-        noteln!("  {:<9} {}: {problem}", "warning", args.data.display());
-    }
+    let dataset = load_dataset(&args, model.network.config().generation)?;
     let prepared = dataset.prepare(&model.tokenizer, args.max_len)?;
     // Passes of as many rows as the device's memory holds. Rows are not cut at the model's own
     // length, as the reference's whole-file loss does not cut them; one too long for any pass is
@@ -103,14 +107,8 @@ pub fn run(args: Args) -> Result<()> {
         prepared.seq_len,
         budget >> 20
     );
-    let mut pairs: Vec<(Encoded, Example)> = prepared.rows().zip(dataset.examples).collect();
-    if let Some(fraction) = args.val_split {
-        anyhow::ensure!((0.0..1.0).contains(&fraction), "--val-split {fraction}: use a fraction in [0, 1)");
-        pairs = split(pairs, fraction, args.seed).1;
-        anyhow::ensure!(!pairs.is_empty(), "--val-split {fraction} holds out no example of {}", args.data.display());
-    }
-    pairs.truncate(args.max_examples.unwrap_or(usize::MAX));
-    let (rows, examples): (Vec<Encoded>, Vec<Example>) = pairs.into_iter().unzip();
+    let pairs: Vec<(Encoded, Example)> = prepared.rows().zip(dataset.examples).collect();
+    let (rows, examples): (Vec<Encoded>, Vec<Example>) = held_out(&args, pairs)?.into_iter().unzip();
     let held = Held { rows, examples, seq_len: prepared.seq_len, rows_per_pass };
     let loss = evaluate(&model.network, held.rows.iter().cloned(), held.seq_len, rows_per_pass, |done, total| {
         report_progress("eval", done, total)
@@ -136,6 +134,27 @@ pub fn run(args: Args) -> Result<()> {
     };
     let accuracy = answered.map(|(calls, _)| calls);
     print_summary(&Printed { loss, accuracy, quant_rows }, args.json)
+}
+
+/// The dataset file as `generation` reads it, its problems noted.
+pub(crate) fn load_dataset(args: &Args, generation: Generation) -> Result<Dataset> {
+    let dataset = Dataset::load(&args.data, generation)?;
+    for problem in &dataset.problems {
+        noteln!("  {:<9} {}: {problem}", "warning", args.data.display());
+    }
+    Ok(dataset)
+}
+
+/// The examples (with what goes with each) that are scored: those a training with `--val-split`
+/// and `--seed` holds out, else all, at most `--max-examples` of them.
+pub(crate) fn held_out<T>(args: &Args, mut examples: Vec<T>) -> Result<Vec<T>> {
+    if let Some(fraction) = args.val_split {
+        anyhow::ensure!((0.0..1.0).contains(&fraction), "--val-split {fraction}: use a fraction in [0, 1)");
+        examples = split(examples, fraction, args.seed).1;
+        anyhow::ensure!(!examples.is_empty(), "--val-split {fraction} holds out no example of {}", args.data.display());
+    }
+    examples.truncate(args.max_examples.unwrap_or(usize::MAX));
+    Ok(examples)
 }
 
 /// The examples scored, their rows, and how the rows' loss is computed.
@@ -288,7 +307,7 @@ const CONFUSIONS_SHOWN: usize = 5;
 
 /// `2 wrong tool, 1 false refusal`: the kinds of the wrong answers, as the JSON names them;
 /// `None` when there are none.
-fn wrong_kinds(kinds: &BTreeMap<AnswerKind, usize>) -> Option<String> {
+pub(crate) fn wrong_kinds(kinds: &BTreeMap<AnswerKind, usize>) -> Option<String> {
     let wrong: Vec<String> = (kinds.iter())
         .filter(|(kind, _)| **kind != AnswerKind::Exact)
         .map(|(kind, n)| format!("{n} {}", kind.label()))

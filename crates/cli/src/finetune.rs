@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use needle_engine::backend::{self, DeviceRequest};
 use needle_engine::hub::BaseModel;
-use needle_engine::settings::{preset, presets, Field, TrainSettings};
+use needle_engine::settings::{preset, presets, Field, Kind, TrainSettings};
 use needle_engine::train::state::state_path;
 use needle_engine::train::{Event, FinetuneOptions, Plan, Session};
 
@@ -153,14 +153,14 @@ impl clap::Args for Settings {
                 .value_parser(clap::builder::PossibleValuesParser::new(names)),
         );
         TrainSettings::default().written().fold(command, |command, (field, default)| {
-            command.arg(
-                clap::Arg::new(field.name)
-                    .long(field.flag)
-                    .help(field.help)
+            let arg = clap::Arg::new(field.name).long(field.flag).help(field.help);
+            command.arg(match field.kind {
+                Kind::Switch => arg.action(clap::ArgAction::SetTrue),
+                Kind::Number { .. } => arg
                     .value_name(field.flag.to_uppercase().replace('-', "_"))
                     .default_value(default)
                     .value_parser(|text: &str| field.parse(text)),
-            )
+            })
         })
     }
 
@@ -179,9 +179,10 @@ impl clap::FromArgMatches for Settings {
         let values = start
             .written()
             .filter_map(|(field, start)| {
-                let value = match typed(field) {
-                    true => matches.get_one::<serde_json::Value>(field.name)?.clone(),
-                    false => field.parse(&start).ok()?,
+                let value = match (typed(field), field.kind) {
+                    (true, Kind::Switch) => serde_json::Value::Bool(matches.get_flag(field.name)),
+                    (true, Kind::Number { .. }) => matches.get_one::<serde_json::Value>(field.name)?.clone(),
+                    (false, _) => field.parse(&start).ok()?,
                 };
                 Some((field.name.to_string(), value))
             })

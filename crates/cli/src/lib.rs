@@ -38,6 +38,7 @@ mod finetune;
 mod generate;
 mod inputs;
 mod inspect;
+mod ladder;
 mod run;
 mod tokenize;
 

@@ -3,6 +3,7 @@
 //! decoding, the tool calls parsed out of the answer, and exact-call accuracy over examples.
 
 mod breakdown;
+pub mod ladder;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -89,9 +90,6 @@ impl Weights {
     /// The weights run at `precision`; a `.cact`'s weights are already through CQ, so only
     /// [`Precision::Simulated`] changes how it runs.
     pub fn load_as(&self, device: &Device, precision: Precision) -> Result<Loaded, WeightsLoadError> {
-        fn model(path: &Path) -> impl FnOnce(ModelError) -> WeightsLoadError + '_ {
-            move |source| WeightsLoadError::Model { path: path.to_path_buf(), source }
-        }
         match self {
             Weights::Checkpoint { checkpoint, lora } => {
                 let loaded = Checkpoint::load(checkpoint)?;
@@ -113,15 +111,7 @@ impl Weights {
             }
             Weights::Cact(path) => {
                 let cact = CactFile::open(path)?;
-                let params = cact
-                    .params(device)
-                    .map_err(|source| WeightsLoadError::CactWeights { path: path.clone(), source })?;
-                let config = cact.model_config();
-                let params = match precision {
-                    Precision::Float | Precision::QuantizedWeights => params,
-                    Precision::Simulated => params.fake_quantizing(&config).map_err(model(path))?,
-                };
-                let network = Network::load(&config, &params).map_err(model(path))?;
+                let network = cact_network(&cact, path, device, precision)?;
                 let tokenizer = match cact.tokenizer_index().and_then(|i| cact.blob(i)) {
                     Some(blob) => Some(
                         Tokenizer::from_cact_blob(blob)
@@ -133,6 +123,29 @@ impl Weights {
             }
         }
     }
+}
+
+/// The network a `.cact` holds, run at `precision` (its weights are already through CQ, so only
+/// [`Precision::Simulated`] changes how it runs); errors name `path`, where it was read from.
+pub(crate) fn cact_network(
+    cact: &CactFile,
+    path: &Path,
+    device: &Device,
+    precision: Precision,
+) -> Result<Network, WeightsLoadError> {
+    let params =
+        cact.params(device).map_err(|source| WeightsLoadError::CactWeights { path: path.to_path_buf(), source })?;
+    let config = cact.model_config();
+    let params = match precision {
+        Precision::Float | Precision::QuantizedWeights => params,
+        Precision::Simulated => params.fake_quantizing(&config).map_err(model(path))?,
+    };
+    Network::load(&config, &params).map_err(model(path))
+}
+
+/// A model error as a load error that names the file the weights came from.
+fn model(path: &Path) -> impl FnOnce(ModelError) -> WeightsLoadError + '_ {
+    move |source| WeightsLoadError::Model { path: path.to_path_buf(), source }
 }
 
 /// A model's answer to one prompt.
@@ -255,6 +268,10 @@ pub struct Accuracy {
     /// New tokens per second over all the answers.
     #[serde(deserialize_with = "crate::train::events::number::f64")]
     pub tokens_per_s: f64,
+    /// New tokens per second of decoding alone, each prompt's forward pass left out: the speed
+    /// an answer streams at (scores recorded before it was kept have 0).
+    #[serde(default, deserialize_with = "crate::train::events::number::f64")]
+    pub decode_tokens_per_s: f64,
     /// Why the answers are wrong (scores recorded before it was kept have an empty one).
     #[serde(default)]
     pub breakdown: Breakdown,
@@ -285,6 +302,8 @@ pub fn accuracy(
 ) -> crate::model::Result<Accuracy> {
     let mut score = Accuracy::default();
     let (mut tokens, mut seconds) = (0usize, 0f64);
+    // The steps after each prompt's pass: one per new token but the first.
+    let (mut steps, mut step_seconds) = (0usize, 0f64);
     let prompts: Vec<(Vec<u32>, usize)> = examples
         .iter()
         .map(|example| {
@@ -322,6 +341,8 @@ pub fn accuracy(
         let answer = answer_ids(&mut forward, tokenizer, prompt, prefilled, *budget)?;
         tokens += answer.completion.ids.len();
         seconds += answer.completion.prefill_seconds + answer.completion.decode_seconds;
+        steps += answer.completion.ids.len().saturating_sub(1);
+        step_seconds += answer.completion.decode_seconds;
         let expected: Option<Vec<Value>> = serde_json::from_str(&example.answers).ok();
         let verdict = Verdict::of(expected.as_deref(), answer.calls.as_deref());
         let right = verdict == Verdict::Exact;
@@ -349,6 +370,7 @@ pub fn accuracy(
     score.exact_rate = share(score.exact);
     score.parse_rate = share(score.parsed);
     score.tokens_per_s = tokens as f64 / seconds.max(1e-9);
+    score.decode_tokens_per_s = steps as f64 / step_seconds.max(1e-9);
     Ok(score)
 }
 

@@ -26,12 +26,26 @@ pub struct TrainSettings {
     pub max_len: usize,
     pub val_split: f64,
     pub seed: u64,
+    /// Train quantization-aware where the generation's recipe does not (Needle 2): see the
+    /// field's help. Settings recorded before it was kept read as off.
+    #[serde(default)]
+    pub qat: bool,
 }
 
 impl Default for TrainSettings {
     /// The reference's `needle finetune` defaults.
     fn default() -> Self {
-        Self { epochs: 3, lr: 1e-4, rank: 16, alpha: 32.0, batch_size: 16, max_len: 1024, val_split: 0.1, seed: 0 }
+        Self {
+            epochs: 3,
+            lr: 1e-4,
+            rank: 16,
+            alpha: 32.0,
+            batch_size: 16,
+            max_len: 1024,
+            val_split: 0.1,
+            seed: 0,
+            qat: false,
+        }
     }
 }
 
@@ -104,27 +118,31 @@ pub struct Field {
     pub label: &'static str,
     /// The CLI's help line.
     pub help: &'static str,
-    /// Only whole, non-negative numbers.
-    pub whole: bool,
-    pub min: Bound,
-    pub max: Bound,
+    pub kind: Kind,
     /// What to enter instead of a value outside the range.
     pub expected: &'static str,
+}
+
+/// What a field holds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Kind {
+    /// A number within `min` and `max`; with `whole`, only whole, non-negative numbers.
+    Number { whole: bool, min: Bound, max: Bound },
+    /// On or off: a flag the CLI takes without a value, a checkbox in a form. Not given reads as off.
+    Switch,
 }
 
 /// The largest `--max-len` accepted; a run's cap is also never more than the model's `max_seq_len`.
 const MAX_LEN_LIMIT: usize = 1 << 20;
 
 /// Every fine-tuning setting, in the order the CLI checks them and the app shows them.
-pub static TRAIN_FIELDS: [Field; 8] = [
+pub static TRAIN_FIELDS: [Field; 9] = [
     Field {
         name: "epochs",
         flag: "epochs",
         label: "Epochs",
         help: "Passes over the training examples",
-        whole: true,
-        min: Bound::Closed(1.0),
-        max: Bound::Closed(100_000.0),
+        kind: Kind::Number { whole: true, min: Bound::Closed(1.0), max: Bound::Closed(100_000.0) },
         expected: "use 1 to 100000",
     },
     Field {
@@ -132,9 +150,7 @@ pub static TRAIN_FIELDS: [Field; 8] = [
         flag: "lr",
         label: "Learning rate",
         help: "Peak learning rate, after a linear warmup and before the cosine decay",
-        whole: false,
-        min: Bound::Open(0.0),
-        max: Bound::Closed(1.0),
+        kind: Kind::Number { whole: false, min: Bound::Open(0.0), max: Bound::Closed(1.0) },
         expected: "use a learning rate in (0, 1], e.g. 1e-4",
     },
     Field {
@@ -142,9 +158,7 @@ pub static TRAIN_FIELDS: [Field; 8] = [
         flag: "lora-rank",
         label: "LoRA rank",
         help: "Rank of each adapter pair A·B",
-        whole: true,
-        min: Bound::Closed(1.0),
-        max: Bound::Closed(MAX_RANK as f64),
+        kind: Kind::Number { whole: true, min: Bound::Closed(1.0), max: Bound::Closed(MAX_RANK as f64) },
         expected: "use 1 to 4096",
     },
     Field {
@@ -152,9 +166,7 @@ pub static TRAIN_FIELDS: [Field; 8] = [
         flag: "lora-alpha",
         label: "LoRA alpha",
         help: "Adapter scale numerator: the update is scaled by alpha / rank",
-        whole: false,
-        min: Bound::Open(0.0),
-        max: Bound::None,
+        kind: Kind::Number { whole: false, min: Bound::Open(0.0), max: Bound::None },
         expected: "use a positive number, e.g. 2 × rank",
     },
     Field {
@@ -162,9 +174,7 @@ pub static TRAIN_FIELDS: [Field; 8] = [
         flag: "batch-size",
         label: "Batch size",
         help: "Examples per optimizer step",
-        whole: true,
-        min: Bound::Closed(1.0),
-        max: Bound::Closed(65_536.0),
+        kind: Kind::Number { whole: true, min: Bound::Closed(1.0), max: Bound::Closed(65_536.0) },
         expected: "use 1 to 65536",
     },
     Field {
@@ -172,9 +182,7 @@ pub static TRAIN_FIELDS: [Field; 8] = [
         flag: "max-len",
         label: "Max length (tokens)",
         help: "Longest sequence length; rows use the reference's fit_max_len bucket under it",
-        whole: true,
-        min: Bound::Closed(2.0),
-        max: Bound::Closed(MAX_LEN_LIMIT as f64),
+        kind: Kind::Number { whole: true, min: Bound::Closed(2.0), max: Bound::Closed(MAX_LEN_LIMIT as f64) },
         expected: "use 2 (a token and its successor) to 1048576; a run never uses more than the model's max_seq_len",
     },
     Field {
@@ -182,9 +190,7 @@ pub static TRAIN_FIELDS: [Field; 8] = [
         flag: "val-split",
         label: "Validation split",
         help: "Fraction of examples held out for the per-epoch validation loss",
-        whole: false,
-        min: Bound::Closed(0.0),
-        max: Bound::Open(1.0),
+        kind: Kind::Number { whole: false, min: Bound::Closed(0.0), max: Bound::Open(1.0) },
         expected: "use a fraction in [0, 1)",
     },
     Field {
@@ -192,10 +198,17 @@ pub static TRAIN_FIELDS: [Field; 8] = [
         flag: "seed",
         label: "Seed",
         help: "Seeds the validation split, the per-epoch shuffles and the LoRA initialisation",
-        whole: true,
-        min: Bound::Closed(0.0),
-        max: Bound::None,
+        kind: Kind::Number { whole: true, min: Bound::Closed(0.0), max: Bound::None },
         expected: "use a whole number",
+    },
+    Field {
+        name: "qat",
+        flag: "qat",
+        label: "Quantization-aware",
+        help: "Train as the .cact computes: weights through 4-bit CQ and activations, queries, keys and values \
+               at 8 bits, straight through (Needle 3's recipe always does; Needle 2's 2.0.8 recipe does not)",
+        kind: Kind::Switch,
+        expected: "use true or false",
     },
 ];
 
@@ -215,13 +228,17 @@ impl Field {
     /// kept exact (a seed above 2^53 stays itself); its range is checked by [`Field::admits`].
     pub fn parse(&self, text: &str) -> Result<Value, &'static str> {
         let text = text.trim();
-        if self.whole {
+        let whole = match self.kind {
+            Kind::Number { whole, .. } => whole,
+            Kind::Switch => return text.parse::<bool>().map(Value::Bool).map_err(|_| self.expected),
+        };
+        if whole {
             if let Ok(whole) = text.parse::<u64>() {
                 return Ok(whole.into());
             }
         }
         let number = text.parse::<f64>().ok().filter(|n| n.is_finite()).ok_or("enter a number")?;
-        match self.whole {
+        match whole {
             // `3.0` is three; `2.5` and `-1` are not counts.
             true if number >= 0.0 && number.fract() == 0.0 && number < u64::MAX as f64 => Ok((number as u64).into()),
             true => Err("use a whole number"),
@@ -229,16 +246,19 @@ impl Field {
         }
     }
 
-    /// What was typed into this field (text, or a number; missing reads as empty), parsed and held
-    /// to the range: the value, or what to do instead.
+    /// What was typed into this field (text, a number or a boolean; missing reads as empty, and a
+    /// switch left empty as off), parsed and held to the range: the value, or what to do instead.
     pub fn read(&self, typed: Option<&Value>) -> Result<Value, &'static str> {
         let text = match typed {
             Some(Value::String(text)) => text.clone(),
-            Some(number @ Value::Number(_)) => as_typed(number),
+            Some(value @ (Value::Number(_) | Value::Bool(_))) => as_typed(value),
             _ => String::new(),
         };
+        if self.kind == Kind::Switch && text.trim().is_empty() {
+            return Ok(Value::Bool(false));
+        }
         let value = self.parse(&text)?;
-        match value.as_f64().is_some_and(|v| self.admits(v)) {
+        match self.admits(&value) {
             true => Ok(value),
             false => Err(self.expected),
         }
@@ -249,14 +269,19 @@ impl Field {
         TRAIN_FIELDS.iter().find(|field| field.name == name)
     }
 
-    /// Whether `value` is within the field's range.
-    pub fn admits(&self, value: f64) -> bool {
-        let above = match self.min {
+    /// Whether `value` is of the field's kind, and within its range.
+    pub fn admits(&self, value: &Value) -> bool {
+        let (min, max) = match self.kind {
+            Kind::Number { min, max, .. } => (min, max),
+            Kind::Switch => return value.is_boolean(),
+        };
+        let Some(value) = value.as_f64() else { return false };
+        let above = match min {
             Bound::Closed(min) => value >= min,
             Bound::Open(min) => value > min,
             Bound::None => true,
         };
-        let below = match self.max {
+        let below = match max {
             Bound::Closed(max) => value <= max,
             Bound::Open(max) => value < max,
             Bound::None => true,
@@ -265,7 +290,7 @@ impl Field {
     }
 }
 
-/// A value as a user writes it: `0.0001`, `16`, never `16.0`.
+/// A value as a user writes it: `0.0001`, `16`, never `16.0`; `true`.
 fn as_typed(value: &Value) -> String {
     match (value.as_u64(), value.as_f64()) {
         (Some(whole), _) => whole.to_string(),
@@ -280,12 +305,22 @@ fn as_typed(value: &Value) -> String {
 pub struct FormField {
     pub name: &'static str,
     pub label: &'static str,
+    /// `number`, or `switch` (a checkbox; its bounds are null).
+    pub kind: FormKind,
     pub whole: bool,
     pub min: Option<f64>,
     pub max: Option<f64>,
     /// An `<input type="number">` step: `1` for whole numbers, else `any`.
     pub step: &'static str,
     pub default: Value,
+}
+
+/// The input a form shows for a field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FormKind {
+    Number,
+    Switch,
 }
 
 /// Every fine-tuning field as a form shows it, with the reference's recipe as the defaults.
@@ -296,14 +331,21 @@ pub fn form_fields() -> Vec<FormField> {
     };
     TrainSettings::default()
         .values()
-        .map(|(field, default)| FormField {
-            name: field.name,
-            label: field.label,
-            whole: field.whole,
-            min: edge(field.min),
-            max: edge(field.max),
-            step: if field.whole { "1" } else { "any" },
-            default,
+        .map(|(field, default)| {
+            let (kind, whole, min, max) = match field.kind {
+                Kind::Number { whole, min, max } => (FormKind::Number, whole, edge(min), edge(max)),
+                Kind::Switch => (FormKind::Switch, false, None, None),
+            };
+            FormField {
+                name: field.name,
+                label: field.label,
+                kind,
+                whole,
+                min,
+                max,
+                step: if whole { "1" } else { "any" },
+                default,
+            }
         })
         .collect()
 }
@@ -326,7 +368,7 @@ impl TrainSettings {
     /// marks them all before Start.
     pub fn out_of_range(&self) -> Vec<OutOfRange> {
         self.values()
-            .filter(|(field, value)| !value.as_f64().is_some_and(|v| field.admits(v)))
+            .filter(|(field, value)| !field.admits(value))
             .map(|(field, value)| OutOfRange { field, value: as_typed(&value) })
             .collect()
     }
@@ -353,9 +395,15 @@ impl TrainSettings {
             .map_err(|e| FieldErrors::from([("settings", format!("cannot read the settings: {e}"))]))
     }
 
-    /// `--flag value` for every setting, as `needle finetune` takes them.
+    /// `--flag value` for every setting, and `--flag` for each switch that is on, as `needle
+    /// finetune` takes them.
     pub fn flags(&self) -> Vec<String> {
-        self.written().flat_map(|(field, value)| [format!("--{}", field.flag), value]).collect()
+        self.values()
+            .flat_map(|(field, value)| match (field.kind, value) {
+                (Kind::Switch, Value::Bool(on)) => on.then(|| format!("--{}", field.flag)).into_iter().collect(),
+                (_, value) => vec![format!("--{}", field.flag), as_typed(&value)],
+            })
+            .collect()
     }
 }
 
@@ -460,16 +508,39 @@ mod tests {
 
     #[test]
     fn flags_carry_every_setting_in_a_form_the_fields_read_back() {
-        let settings = TrainSettings { lr: 2e-3, alpha: 16.0, seed: 7, ..TrainSettings::default() };
-        let flags = settings.flags();
-        assert_eq!(flags.len(), 2 * TRAIN_FIELDS.len());
-        let read: BTreeMap<String, Value> = flags
-            .chunks(2)
-            .map(|pair| {
-                let field = TRAIN_FIELDS.iter().find(|f| pair[0] == format!("--{}", f.flag)).unwrap();
-                (field.name.to_string(), Value::String(pair[1].clone()))
-            })
-            .collect();
-        assert_eq!(TrainSettings::from_text(&read).unwrap(), settings);
+        for qat in [false, true] {
+            let settings = TrainSettings { lr: 2e-3, alpha: 16.0, seed: 7, qat, ..TrainSettings::default() };
+            let mut flags = settings.flags().into_iter();
+            let mut read = BTreeMap::new();
+            while let Some(flag) = flags.next() {
+                let field = TRAIN_FIELDS.iter().find(|f| flag == format!("--{}", f.flag)).unwrap();
+                // A switch is on where its flag stands alone.
+                let value = match field.kind {
+                    Kind::Switch => "true".to_string(),
+                    Kind::Number { .. } => flags.next().unwrap(),
+                };
+                read.insert(field.name.to_string(), Value::String(value));
+            }
+            assert_eq!(read.len(), TRAIN_FIELDS.len() - usize::from(!qat), "{read:?}");
+            assert_eq!(TrainSettings::from_text(&read).unwrap(), settings);
+        }
+    }
+
+    #[test]
+    fn a_switch_is_off_unless_turned_on_and_reads_only_true_or_false() {
+        let qat = Field::named("qat").unwrap();
+        assert_eq!(qat.read(None), Ok(Value::Bool(false)), "a checkbox left alone sends nothing");
+        assert_eq!(qat.read(Some(&"".into())), Ok(Value::Bool(false)));
+        assert_eq!(qat.read(Some(&Value::Bool(true))), Ok(Value::Bool(true)));
+        assert_eq!(qat.read(Some(&"true".into())), Ok(Value::Bool(true)));
+        assert_eq!(qat.read(Some(&"maybe".into())), Err("use true or false"));
+        assert_eq!(qat.read(Some(&1.0.into())), Err("use true or false"));
+        // Settings recorded before the switch read as off, the recipe they ran.
+        let mut recorded = serde_json::to_value(TrainSettings::default()).unwrap();
+        recorded.as_object_mut().unwrap().remove("qat");
+        assert_eq!(serde_json::from_value::<TrainSettings>(recorded).unwrap(), TrainSettings::default());
+        let form = form_fields();
+        let switch = form.iter().find(|field| field.name == "qat").unwrap();
+        assert_eq!((switch.kind, &switch.default), (FormKind::Switch, &Value::Bool(false)));
     }
 }

@@ -2,7 +2,7 @@
 //! function that reports its stages, so the CLI's text, its `--events jsonl` stream and the desktop
 //! app's progress bar all come from the same steps.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -83,10 +83,7 @@ pub enum ExportError {
 pub fn export(options: &ExportOptions, emit: impl FnMut(ExportEvent)) -> Result<ExportEvent, ExportError> {
     let mut progress = Progress { emit, index: 0, of: if options.lora.is_some() { 5 } else { 4 } };
     progress.stage("Loading the checkpoint");
-    let mut ckpt = Checkpoint::load(&options.checkpoint)?;
-    // The merge and the quantizer slice and loop over the params' dimensions: those must be the
-    // config's before either runs.
-    check_params(&ckpt)?;
+    let mut ckpt = load_checked(&options.checkpoint)?;
     let generation = ckpt.config.generation;
     let ships = &generation.profile().ships;
     let checkpoint = || options.checkpoint.clone();
@@ -98,12 +95,8 @@ pub fn export(options: &ExportOptions, emit: impl FnMut(ExportEvent)) -> Result<
     }
     if let Some(lora) = &options.lora {
         progress.stage("Merging the adapter");
-        let adapter = load_adapter(lora)?;
-        merge_into_checkpoint(&mut ckpt, &adapter)?;
-        // As 3.x's build: a probe head the adapter did not train would judge the tuned model's
-        // answers with the base's judgement; the runtime then reports none.
-        ckpt.params.retain(|path, _| !ships.dropped_on_merge.iter().any(|head| path.starts_with(head)));
-        (progress.emit)(ExportEvent::Merged { adapter: lora.clone(), groups: adapter.lora.len() });
+        let groups = merge_adapter(&mut ckpt, lora)?;
+        (progress.emit)(ExportEvent::Merged { adapter: lora.clone(), groups });
     }
     rung(&mut ckpt, options.layers).map_err(|source| ExportError::Ladder { checkpoint: checkpoint(), source })?;
     progress.stage("Loading the tokenizer");
@@ -122,6 +115,27 @@ pub fn export(options: &ExportOptions, emit: impl FnMut(ExportEvent)) -> Result<
     };
     (progress.emit)(done.clone());
     Ok(done)
+}
+
+/// The checkpoint at `path` with its params checked against its config: the merge and the
+/// quantizer slice and loop over the params' dimensions, so those must be the config's before
+/// either runs.
+pub fn load_checked(path: &Path) -> Result<Checkpoint, ExportError> {
+    let ckpt = Checkpoint::load(path)?;
+    check_params(&ckpt)?;
+    Ok(ckpt)
+}
+
+/// Merges the adapter at `lora` into `ckpt` as `needle build` does; the number of weight groups
+/// merged.
+pub fn merge_adapter(ckpt: &mut Checkpoint, lora: &Path) -> Result<usize, ExportError> {
+    let adapter = load_adapter(lora)?;
+    merge_into_checkpoint(ckpt, &adapter)?;
+    // As 3.x's build: a probe head the adapter did not train would judge the tuned model's
+    // answers with the base's judgement; the runtime then reports none.
+    let dropped = ckpt.config.generation.profile().ships.dropped_on_merge;
+    ckpt.params.retain(|path, _| !dropped.iter().any(|head| path.starts_with(head)));
+    Ok(adapter.lora.len())
 }
 
 /// Numbers the stages as they start.

@@ -26,7 +26,7 @@ pub mod weights;
 pub mod writer;
 
 pub use bits::{BitsChoice, BitsMap, BitsMapError};
-pub use export::{export, ExportError, ExportEvent, ExportOptions};
+pub use export::{export, load_checked, merge_adapter, ExportError, ExportEvent, ExportOptions};
 pub use format::{align_up, Header, Record, TensorKind};
 pub use quant::Bits;
 pub use reader::{CactFile, ReadError};

@@ -123,10 +123,11 @@ impl Params {
         Ok(self)
     }
 
-    /// The weights a model of `cfg` trains on, as its generation's package trains: Needle 2's as
-    /// stored, Needle 3's quantization-aware ([`Params::for_qat`]).
-    pub fn for_training(self, cfg: &ModelConfig) -> Result<Self> {
-        if cfg.generation.profile().recipe.quantization_aware {
+    /// The weights a model of `cfg` trains on: quantization-aware ([`Params::for_qat`]) where its
+    /// generation's package trains so (Needle 3) or `qat` asks (`--qat`), else as stored (Needle 2's
+    /// 2.0.8 recipe).
+    pub fn for_training(self, cfg: &ModelConfig, qat: bool) -> Result<Self> {
+        if qat || cfg.generation.profile().recipe.quantization_aware {
             self.for_qat(cfg)
         } else {
             Ok(self)

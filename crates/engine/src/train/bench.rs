@@ -121,7 +121,7 @@ pub fn run(options: &BenchOptions, device: &Device, process_start: Instant) -> R
     let params = Params::random_init(device);
     // Building the network invents every weight, which the training recipe (Needle 3 quantizes) needs.
     Network::load(&config, &params)?;
-    let params = params.for_training(&config)?;
+    let params = params.for_training(&config, false)?;
     let network = Network::load(&config, &params)?;
     let lora = Lora::init(&params, rank, 2.0 * rank as f64, 0)?;
     let shape = StepShape {

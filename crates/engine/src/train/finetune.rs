@@ -167,7 +167,7 @@ impl Session {
         check_ranges(&s)?;
         check_writable(&options.out)?;
         let checkpoint = Checkpoint::load(&options.checkpoint)?;
-        let params = Params::from_checkpoint(&checkpoint, device)?.for_training(&checkpoint.config)?;
+        let params = Params::from_checkpoint(&checkpoint, device)?.for_training(&checkpoint.config, s.qat)?;
         let cfg = checkpoint.config.clone();
         drop(checkpoint);
         let load_seconds = started.elapsed().as_secs_f64();
@@ -582,6 +582,7 @@ mod tests {
                 max_len: 128,
                 val_split: 0.1,
                 seed: 0,
+                qat: false,
             },
             out: out.into(),
             resume,
