@@ -109,6 +109,7 @@ impl Job {
                     accuracy: true,
                     answers: None,
                     quant_rows: Some(cact.clone()),
+                    ladder: Default::default(),
                     device: None,
                     json: true,
                 })
