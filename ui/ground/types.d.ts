@@ -15,6 +15,11 @@ export type Accuracy = {
   per_tool: Record<string, ToolScore>;
   /** New tokens per second over all the answers. */
   tokens_per_s: number;
+  /**
+   * New tokens per second of decoding alone, each prompt's forward pass left out: the speed
+   * an answer streams at (scores recorded before it was kept have 0).
+   */
+  decode_tokens_per_s?: number;
   /** Why the answers are wrong (scores recorded before it was kept have an empty one). */
   breakdown?: Breakdown;
 };
@@ -451,6 +456,8 @@ export type Finding = {
 export type FormField = {
   name: string;
   label: string;
+  /** `number`, or `switch` (a checkbox; its bounds are null). */
+  kind: FormKind;
   whole: boolean;
   min: number | null;
   max: number | null;
@@ -458,6 +465,11 @@ export type FormField = {
   step: string;
   default: unknown;
 };
+
+/** The input a form shows for a field. */
+export type FormKind =
+  | "number"
+  | "switch";
 
 /** What the window hears: each reply's progress, each failed request, then the outcome. */
 export type GenerateMessage =
@@ -946,6 +958,11 @@ export type TrainSettings = {
   max_len: number;
   val_split: number;
   seed: number;
+  /**
+   * Train quantization-aware where the generation's recipe does not (Needle 2): see the
+   * field's help. Settings recorded before it was kept read as off.
+   */
+  qat?: boolean;
 };
 
 /** A training as the UI sends it: each setting as typed (text, or a number), possibly missing or wrong. */

@@ -47,8 +47,23 @@ const validated = () => [...fields.map((field) => field.name), ...PATH_FIELDS, '
  * @returns {Partial<Record<TrainField, string>>}
  */
 function typedSettings() {
-  state.settings = Object.fromEntries(fields.map(({ name }) => [name, $(`field-${name}`).value]));
+  state.settings = Object.fromEntries(fields.map(({ name }) => [name, typedText(name)]));
   return state.settings;
+}
+
+/**
+ * A field's input: a switch's checkbox, else a number's text box.
+ * @param {TrainField} name
+ */
+const fieldElement = (name) => /** @type {HTMLInputElement} */ ($(`field-${name}`));
+
+/**
+ * What a field holds, as the app reads it: a switch as `true` or `false`, a number as typed.
+ * @param {TrainField} name
+ */
+function typedText(name) {
+  const input = fieldElement(name);
+  return input.type === 'checkbox' ? String(input.checked) : input.value;
 }
 
 /**
@@ -56,13 +71,19 @@ function typedSettings() {
  * @param {TrainField} name
  */
 function typedNumber(name) {
-  const text = $(`field-${name}`).value.trim();
+  const input = fieldElement(name);
+  if (input.type === 'checkbox') return Number(input.checked);
+  const text = input.value.trim();
   return text === '' ? NaN : Number(text);
 }
 
 /** @param {TrainSettings} settings */
 function fillFields(settings) {
-  for (const { name } of fields) $(`field-${name}`).value = String(settings[name]);
+  for (const { name } of fields) {
+    const input = fieldElement(name);
+    if (input.type === 'checkbox') input.checked = settings[name] === true;
+    else input.value = String(settings[name]);
+  }
   typedSettings();
 }
 
@@ -141,16 +162,19 @@ function renderValidation(errors) {
 }
 
 /**
- * One setting's number input, its id and bounds as the app describes the field.
+ * One setting's input as the app describes the field: a switch's checkbox, else a number's box with
+ * its bounds.
  * @param {FormField} field
  */
-function fieldInput({ name, label, whole, min, max, step }) {
+function fieldInput({ name, label, kind, whole, min, max, step }) {
   /** @type {Record<string, string>} */
   const bounds = {};
   if (min != null) bounds.min = String(min);
   if (max != null) bounds.max = String(max);
-  const input = h('input', { type: 'number', id: `field-${name}`, 'data-kind': whole ? 'int' : 'float', ...bounds,
-    step, 'aria-describedby': `error-${name}` });
+  const input = kind === 'switch'
+    ? h('input', { type: 'checkbox', id: `field-${name}`, 'aria-describedby': `error-${name}` })
+    : h('input', { type: 'number', id: `field-${name}`, 'data-kind': whole ? 'int' : 'float', ...bounds,
+      step, 'aria-describedby': `error-${name}` });
   input.addEventListener('input', () => {
     inputsChanged();
     if (name === 'max_len') tell('reportInputs', null);
@@ -171,7 +195,7 @@ function presetButton(preset) {
 
 /** Marks the preset the fields match by value, if any, and says what it is for. */
 function renderPresets() {
-  const active = presets.find((preset) => fields.every(({ name }) => typedNumber(name) === preset.settings[name]));
+  const active = presets.find((preset) => fields.every(({ name }) => typedNumber(name) === Number(preset.settings[name])));
   for (const preset of presets) {
     $(`preset-${preset.name}`).setAttribute('aria-pressed', String(preset === active));
   }

@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use needle_engine::backend::{self, DeviceRequest};
 use needle_engine::hub::BaseModel;
-use needle_engine::settings::{preset, presets, Field, Kind, TrainSettings};
+use needle_engine::settings::{preset, presets, Field, FieldKind, TrainSettings};
 use needle_engine::train::state::state_path;
 use needle_engine::train::{Event, FinetuneOptions, Plan, Session};
 
@@ -155,8 +155,8 @@ impl clap::Args for Settings {
         TrainSettings::default().written().fold(command, |command, (field, default)| {
             let arg = clap::Arg::new(field.name).long(field.flag).help(field.help);
             command.arg(match field.kind {
-                Kind::Switch => arg.action(clap::ArgAction::SetTrue),
-                Kind::Number { .. } => arg
+                FieldKind::Switch => arg.action(clap::ArgAction::SetTrue),
+                FieldKind::Number { .. } => arg
                     .value_name(field.flag.to_uppercase().replace('-', "_"))
                     .default_value(default)
                     .value_parser(|text: &str| field.parse(text)),
@@ -180,8 +180,8 @@ impl clap::FromArgMatches for Settings {
             .written()
             .filter_map(|(field, start)| {
                 let value = match (typed(field), field.kind) {
-                    (true, Kind::Switch) => serde_json::Value::Bool(matches.get_flag(field.name)),
-                    (true, Kind::Number { .. }) => matches.get_one::<serde_json::Value>(field.name)?.clone(),
+                    (true, FieldKind::Switch) => serde_json::Value::Bool(matches.get_flag(field.name)),
+                    (true, FieldKind::Number { .. }) => matches.get_one::<serde_json::Value>(field.name)?.clone(),
                     (false, _) => field.parse(&start).ok()?,
                 };
                 Some((field.name.to_string(), value))

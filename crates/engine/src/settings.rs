@@ -118,14 +118,14 @@ pub struct Field {
     pub label: &'static str,
     /// The CLI's help line.
     pub help: &'static str,
-    pub kind: Kind,
+    pub kind: FieldKind,
     /// What to enter instead of a value outside the range.
     pub expected: &'static str,
 }
 
 /// What a field holds.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Kind {
+pub enum FieldKind {
     /// A number within `min` and `max`; with `whole`, only whole, non-negative numbers.
     Number { whole: bool, min: Bound, max: Bound },
     /// On or off: a flag the CLI takes without a value, a checkbox in a form. Not given reads as off.
@@ -142,7 +142,7 @@ pub static TRAIN_FIELDS: [Field; 9] = [
         flag: "epochs",
         label: "Epochs",
         help: "Passes over the training examples",
-        kind: Kind::Number { whole: true, min: Bound::Closed(1.0), max: Bound::Closed(100_000.0) },
+        kind: FieldKind::Number { whole: true, min: Bound::Closed(1.0), max: Bound::Closed(100_000.0) },
         expected: "use 1 to 100000",
     },
     Field {
@@ -150,7 +150,7 @@ pub static TRAIN_FIELDS: [Field; 9] = [
         flag: "lr",
         label: "Learning rate",
         help: "Peak learning rate, after a linear warmup and before the cosine decay",
-        kind: Kind::Number { whole: false, min: Bound::Open(0.0), max: Bound::Closed(1.0) },
+        kind: FieldKind::Number { whole: false, min: Bound::Open(0.0), max: Bound::Closed(1.0) },
         expected: "use a learning rate in (0, 1], e.g. 1e-4",
     },
     Field {
@@ -158,7 +158,7 @@ pub static TRAIN_FIELDS: [Field; 9] = [
         flag: "lora-rank",
         label: "LoRA rank",
         help: "Rank of each adapter pair A·B",
-        kind: Kind::Number { whole: true, min: Bound::Closed(1.0), max: Bound::Closed(MAX_RANK as f64) },
+        kind: FieldKind::Number { whole: true, min: Bound::Closed(1.0), max: Bound::Closed(MAX_RANK as f64) },
         expected: "use 1 to 4096",
     },
     Field {
@@ -166,7 +166,7 @@ pub static TRAIN_FIELDS: [Field; 9] = [
         flag: "lora-alpha",
         label: "LoRA alpha",
         help: "Adapter scale numerator: the update is scaled by alpha / rank",
-        kind: Kind::Number { whole: false, min: Bound::Open(0.0), max: Bound::None },
+        kind: FieldKind::Number { whole: false, min: Bound::Open(0.0), max: Bound::None },
         expected: "use a positive number, e.g. 2 × rank",
     },
     Field {
@@ -174,7 +174,7 @@ pub static TRAIN_FIELDS: [Field; 9] = [
         flag: "batch-size",
         label: "Batch size",
         help: "Examples per optimizer step",
-        kind: Kind::Number { whole: true, min: Bound::Closed(1.0), max: Bound::Closed(65_536.0) },
+        kind: FieldKind::Number { whole: true, min: Bound::Closed(1.0), max: Bound::Closed(65_536.0) },
         expected: "use 1 to 65536",
     },
     Field {
@@ -182,7 +182,7 @@ pub static TRAIN_FIELDS: [Field; 9] = [
         flag: "max-len",
         label: "Max length (tokens)",
         help: "Longest sequence length; rows use the reference's fit_max_len bucket under it",
-        kind: Kind::Number { whole: true, min: Bound::Closed(2.0), max: Bound::Closed(MAX_LEN_LIMIT as f64) },
+        kind: FieldKind::Number { whole: true, min: Bound::Closed(2.0), max: Bound::Closed(MAX_LEN_LIMIT as f64) },
         expected: "use 2 (a token and its successor) to 1048576; a run never uses more than the model's max_seq_len",
     },
     Field {
@@ -190,7 +190,7 @@ pub static TRAIN_FIELDS: [Field; 9] = [
         flag: "val-split",
         label: "Validation split",
         help: "Fraction of examples held out for the per-epoch validation loss",
-        kind: Kind::Number { whole: false, min: Bound::Closed(0.0), max: Bound::Open(1.0) },
+        kind: FieldKind::Number { whole: false, min: Bound::Closed(0.0), max: Bound::Open(1.0) },
         expected: "use a fraction in [0, 1)",
     },
     Field {
@@ -198,7 +198,7 @@ pub static TRAIN_FIELDS: [Field; 9] = [
         flag: "seed",
         label: "Seed",
         help: "Seeds the validation split, the per-epoch shuffles and the LoRA initialisation",
-        kind: Kind::Number { whole: true, min: Bound::Closed(0.0), max: Bound::None },
+        kind: FieldKind::Number { whole: true, min: Bound::Closed(0.0), max: Bound::None },
         expected: "use a whole number",
     },
     Field {
@@ -207,7 +207,7 @@ pub static TRAIN_FIELDS: [Field; 9] = [
         label: "Quantization-aware",
         help: "Train as the .cact computes: weights through 4-bit CQ and activations, queries, keys and values \
                at 8 bits, straight through (Needle 3's recipe always does; Needle 2's 2.0.8 recipe does not)",
-        kind: Kind::Switch,
+        kind: FieldKind::Switch,
         expected: "use true or false",
     },
 ];
@@ -229,8 +229,8 @@ impl Field {
     pub fn parse(&self, text: &str) -> Result<Value, &'static str> {
         let text = text.trim();
         let whole = match self.kind {
-            Kind::Number { whole, .. } => whole,
-            Kind::Switch => return text.parse::<bool>().map(Value::Bool).map_err(|_| self.expected),
+            FieldKind::Number { whole, .. } => whole,
+            FieldKind::Switch => return text.parse::<bool>().map(Value::Bool).map_err(|_| self.expected),
         };
         if whole {
             if let Ok(whole) = text.parse::<u64>() {
@@ -254,7 +254,7 @@ impl Field {
             Some(value @ (Value::Number(_) | Value::Bool(_))) => as_typed(value),
             _ => String::new(),
         };
-        if self.kind == Kind::Switch && text.trim().is_empty() {
+        if self.kind == FieldKind::Switch && text.trim().is_empty() {
             return Ok(Value::Bool(false));
         }
         let value = self.parse(&text)?;
@@ -272,8 +272,8 @@ impl Field {
     /// Whether `value` is of the field's kind, and within its range.
     pub fn admits(&self, value: &Value) -> bool {
         let (min, max) = match self.kind {
-            Kind::Number { min, max, .. } => (min, max),
-            Kind::Switch => return value.is_boolean(),
+            FieldKind::Number { min, max, .. } => (min, max),
+            FieldKind::Switch => return value.is_boolean(),
         };
         let Some(value) = value.as_f64() else { return false };
         let above = match min {
@@ -333,8 +333,8 @@ pub fn form_fields() -> Vec<FormField> {
         .values()
         .map(|(field, default)| {
             let (kind, whole, min, max) = match field.kind {
-                Kind::Number { whole, min, max } => (FormKind::Number, whole, edge(min), edge(max)),
-                Kind::Switch => (FormKind::Switch, false, None, None),
+                FieldKind::Number { whole, min, max } => (FormKind::Number, whole, edge(min), edge(max)),
+                FieldKind::Switch => (FormKind::Switch, false, None, None),
             };
             FormField {
                 name: field.name,
@@ -400,7 +400,7 @@ impl TrainSettings {
     pub fn flags(&self) -> Vec<String> {
         self.values()
             .flat_map(|(field, value)| match (field.kind, value) {
-                (Kind::Switch, Value::Bool(on)) => on.then(|| format!("--{}", field.flag)).into_iter().collect(),
+                (FieldKind::Switch, Value::Bool(on)) => on.then(|| format!("--{}", field.flag)).into_iter().collect(),
                 (_, value) => vec![format!("--{}", field.flag), as_typed(&value)],
             })
             .collect()
@@ -516,8 +516,8 @@ mod tests {
                 let field = TRAIN_FIELDS.iter().find(|f| flag == format!("--{}", f.flag)).unwrap();
                 // A switch is on where its flag stands alone.
                 let value = match field.kind {
-                    Kind::Switch => "true".to_string(),
-                    Kind::Number { .. } => flags.next().unwrap(),
+                    FieldKind::Switch => "true".to_string(),
+                    FieldKind::Number { .. } => flags.next().unwrap(),
                 };
                 read.insert(field.name.to_string(), Value::String(value));
             }
