@@ -90,6 +90,8 @@ pub enum TrainError {
     Adapter(#[from] AdapterFileError),
     #[error(transparent)]
     Weights(#[from] WeightsLoadError),
+    #[error(transparent)]
+    Golden(#[from] super::gradients::GoldenError),
 }
 
 pub type Result<T> = std::result::Result<T, TrainError>;
