@@ -45,15 +45,25 @@ pub fn read(path: &Path) -> std::result::Result<HashMap<String, Tensor>, GoldenE
 /// The batch's rows (its padding included: it sits after every scored token).
 pub fn batch(path: &Path) -> std::result::Result<Vec<Encoded>, GoldenError> {
     let tensors = read(path)?;
-    let table = |key: &str, dtype: DType| {
-        let tensor = tensors.get(key).ok_or_else(|| GoldenError::Missing { path: path.into(), key: key.into() })?;
-        let shape = |source| GoldenError::Shape { path: path.into(), key: key.into(), source };
-        tensor.to_dtype(dtype).map_err(shape)
-    };
-    let shape = |key: &str| move |source| GoldenError::Shape { path: path.into(), key: key.into(), source };
-    let ids = table("ids", DType::U32)?.to_vec2::<u32>().map_err(shape("ids"))?;
-    let mask = table("mask", DType::F32)?.to_vec2::<f32>().map_err(shape("mask"))?;
+    let ids = table(path, &tensors, "ids", DType::U32, Tensor::to_vec2::<u32>)?;
+    let mask = table(path, &tensors, "mask", DType::F32, Tensor::to_vec2::<f32>)?;
     Ok(ids.into_iter().zip(mask).map(|(ids, mask)| Encoded { ids, mask, truncated: false }).collect())
+}
+
+/// The [rows, length] table `key` of the file at `path`, as `dtype`.
+fn table<T>(
+    path: &Path,
+    tensors: &HashMap<String, Tensor>,
+    key: &str,
+    dtype: DType,
+    rows: fn(&Tensor) -> candle_core::Result<Vec<Vec<T>>>,
+) -> std::result::Result<Vec<Vec<T>>, GoldenError> {
+    let tensor = tensors.get(key).ok_or_else(|| GoldenError::Missing { path: path.into(), key: key.into() })?;
+    tensor.to_dtype(dtype).and_then(|t| rows(&t)).map_err(|source| GoldenError::Shape {
+        path: path.into(),
+        key: key.into(),
+        source,
+    })
 }
 
 /// A trainer on `checkpoint`, on `device`, holding the factors `<weight>/A`, `<weight>/B` of `adapter`
