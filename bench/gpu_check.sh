@@ -6,10 +6,15 @@
 #   bench/gpu_check.sh ROOT|DEB       # an unpacked bundle (ROOT/usr/bin/needle), or a .deb to unpack
 #   DEVICE=cpu bench/gpu_check.sh     # the same checks on the CPU, to try the script on a machine without a GPU
 #
-# The GPU machine takes at most 64 MiB of files, and the bundle's CUDA libraries alone are ~700 MB: carry the
-# unpacked bundle without usr/lib/needle-studio/cuda (`scripts/bundle.sh`, `dpkg -x`, then delete that folder
-# and copy the rest into a carried folder), and this script fills that folder with links to the machine's own
-# CUDA 13 libraries (the nvidia-* wheels of its python3, or /usr/local/cuda), saying which it used.
+#   bench/gpu_check.sh --pack DEB DIR # DIR: what to carry to the GPU machine (see below), then run
+#                                     # `bench/gpu_check.sh DIR` there
+#
+# The GPU machine takes at most 64 MiB of files with the repository, and the bundle's CUDA libraries alone are
+# ~700 MB, its `needle` 64 MB: `--pack` keeps only usr/bin/needle of the .deb, xz-compressed (~8 MB), and the run
+# unpacks it and fills usr/lib/needle-studio/cuda with links to the machine's own CUDA 13 libraries (the
+# nvidia-* wheels of its python3, or /usr/local/cuda), saying which it used. E.g. with the device tool:
+#   echo /.gpu-bundle/ >>.git/info/exclude; bench/gpu_check.sh --pack target/release/bundle/deb/*.deb .gpu-bundle
+#   run(command="bench/gpu_check.sh .gpu-bundle", carry=[".gpu-bundle"], timeout_s=600)
 #
 # What it runs, the verdicts in $OUT/summary.txt (each step's own output in a scratch folder it names):
 #   1. `needle backend`: on a GPU machine it must pick CUDA.
@@ -25,6 +30,18 @@
 # Needs: python3. Exits non-zero when a check fails.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if [[ ${1:-} == --pack ]]; then
+    [[ -f ${2:-} && -n ${3:-} ]] || { echo "usage: bench/gpu_check.sh --pack DEB DIR" >&2; exit 1; }
+    unpacked=$(mktemp -d -t needle-deb.XXXXXX)
+    dpkg -x "$2" "$unpacked" || exit 1
+    rm -rf "$3"
+    mkdir -p "$3/usr/bin"
+    xz -6 -c "$unpacked/usr/bin/needle" >"$3/usr/bin/needle.xz" || exit 1
+    rm -rf "$unpacked"
+    ls -l "$3/usr/bin/needle.xz"
+    exit 0
+fi
 
 device=${DEVICE:-cuda}
 out=$(mktemp -d -t needle-gpu-check.XXXXXX)
@@ -46,6 +63,10 @@ else
     exit 1
 fi
 needle="$root/usr/bin/needle"
+if [[ ! -x $needle && -f $needle.xz ]]; then
+    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+        "$needle.xz" "$needle" && chmod +x "$needle"
+fi
 [[ -x $needle ]] || { note "no usr/bin/needle in $root"; exit 1; }
 
 # The CUDA libraries the engine's rpath looks for ($ORIGIN/../lib/needle-studio/cuda), from this machine
