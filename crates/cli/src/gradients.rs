@@ -15,7 +15,8 @@ pub struct Args {
     /// Base checkpoint (.pkl, or a Needle 3 .safetensors)
     #[arg(long)]
     pub checkpoint: PathBuf,
-    /// The batch: safetensors with `ids` and `mask` of [rows, length] (e.g. tests/fixtures/golden/<stem>/forward.safetensors)
+    /// The batch: safetensors with `ids` and `mask` of [rows, length] (e.g.
+    /// tests/fixtures/golden/<stem>/forward.safetensors)
     #[arg(long)]
     pub batch: PathBuf,
     /// The adapter: safetensors with `<weight>/A` and `<weight>/B` for each weight LoRA adapts (e.g. the
@@ -40,8 +41,13 @@ pub fn run(args: Args) -> Result<()> {
     let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
     // No step is taken, so the schedule never matters.
     let schedule = Schedule::reference(1e-3, 1);
-    let (mut trainer, _) =
-        gradients::trainer(&args.checkpoint, &args.adapter, (args.lora_rank, args.lora_alpha), schedule, &selected.device)?;
+    let (mut trainer, _) = gradients::trainer(
+        &args.checkpoint,
+        &args.adapter,
+        (args.lora_rank, args.lora_alpha),
+        schedule,
+        &selected.device,
+    )?;
     let rows = gradients::batch(&args.batch)?;
     let (loss, grads) = gradients(&mut trainer, &rows)?;
     gradients::save(&args.out, loss, grads).with_context(|| format!("writing {}", args.out.display()))?;

@@ -76,7 +76,10 @@ mod tests {
     }
 
     fn app_report() -> BackendInfo {
-        BackendInfo { compiled: vec![Backend::Cpu], ..report(Backend::Cpu, "CPU", "CUDA not compiled in — training on the CPU") }
+        BackendInfo {
+            compiled: vec![Backend::Cpu],
+            ..report(Backend::Cpu, "CPU", "CUDA not compiled in — training on the CPU")
+        }
     }
 
     /// The choice with the bundled engine's answer standing in for the driver check it makes.
@@ -116,7 +119,11 @@ mod tests {
 
         let (program, info) = choice(Ok("error: unrecognized subcommand 'backend'\n".into()));
         assert_eq!(program, PathBuf::from("/opt/studio/needle-studio"));
-        assert!(info.reason.contains("`/opt/studio/needle backend --json` printed no backend report"), "{}", info.reason);
+        assert!(
+            info.reason.contains("`/opt/studio/needle backend --json` printed no backend report"),
+            "{}",
+            info.reason
+        );
     }
 
     #[test]

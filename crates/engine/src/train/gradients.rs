@@ -67,8 +67,9 @@ fn table<T>(
 }
 
 /// A trainer on `checkpoint`, on `device`, holding the factors `<weight>/A`, `<weight>/B` of `adapter`
-/// (of rank `rank`, scaled by `alpha / rank`), one for every weight LoRA adapts. Needle 3 trains quantization-aware, as the reference's
-/// `finetune_local` does. Also the adapter file's tensors, for the goldens beside the factors.
+/// (of rank `rank`, scaled by `alpha / rank`), one for every weight LoRA adapts. Needle 3 trains
+/// quantization-aware, as the reference's `finetune_local` does. Also the adapter file's tensors, for the
+/// goldens beside the factors.
 pub fn trainer(
     checkpoint: &Path,
     adapter: &Path,
