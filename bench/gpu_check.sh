@@ -10,9 +10,10 @@
 #                                     # `bench/gpu_check.sh DIR` there
 #
 # The GPU machine takes at most 64 MiB of files with the repository, and the bundle's CUDA libraries alone are
-# ~700 MB, its `needle` 64 MB: `--pack` keeps only usr/bin/needle of the .deb, xz-compressed (~8 MB), and the run
-# unpacks it and fills usr/lib/needle-studio/cuda with links to the machine's own CUDA 13 libraries (the
-# nvidia-* wheels of its python3, or /usr/local/cuda), saying which it used. E.g. with the device tool:
+# ~700 MB, its `needle` 64 MB: `--pack` keeps of the .deb only usr/bin/needle, xz-compressed (~9 MB), and the
+# CUDA runtime it cannot start without (libcudart, 0.7 MB); the run unpacks it and fills in the other CUDA
+# libraries with links to the machine's own CUDA 13 ones (the nvidia-* wheels of its python3, or
+# /usr/local/cuda), saying which it used. E.g. with the device tool:
 #   echo /.gpu-bundle/ >>.git/info/exclude; bench/gpu_check.sh --pack target/release/bundle/deb/*.deb .gpu-bundle
 #   run(command="bench/gpu_check.sh .gpu-bundle", carry=[".gpu-bundle"], timeout_s=600)
 #
@@ -36,10 +37,11 @@ if [[ ${1:-} == --pack ]]; then
     unpacked=$(mktemp -d -t needle-deb.XXXXXX)
     dpkg -x "$2" "$unpacked" || exit 1
     rm -rf "$3"
-    mkdir -p "$3/usr/bin"
+    mkdir -p "$3/usr/bin" "$3/usr/lib/needle-studio/cuda"
     xz -6 -c "$unpacked/usr/bin/needle" >"$3/usr/bin/needle.xz" || exit 1
+    cp "$unpacked"/usr/lib/needle-studio/cuda/libcudart.so.* "$3/usr/lib/needle-studio/cuda/" || exit 1
     rm -rf "$unpacked"
-    ls -l "$3/usr/bin/needle.xz"
+    du -ah "$3"
     exit 0
 fi
 
@@ -70,22 +72,34 @@ fi
 [[ -x $needle ]] || { note "no usr/bin/needle in $root"; exit 1; }
 
 # The CUDA libraries the engine's rpath looks for ($ORIGIN/../lib/needle-studio/cuda), from this machine
-# where the bundle came without them.
+# where the bundle came without them (a missing one only matters on CUDA: the engine then reports it).
 libs="$root/usr/lib/needle-studio/cuda"
-if [[ $device == cuda && ! -e $libs/libcublas.so.13 ]]; then
+if [[ ! -e $libs/libcublas.so.13 ]]; then
     mkdir -p "$libs"
-    found=$(python3 - <<'EOF'
+    # Each library the folder lacks, and where this machine has it (nothing where it has none).
+    found=$(python3 - "$libs" <<'EOF'
 import glob, os, site, sys
-dirs = [d for p in site.getsitepackages() + [site.getusersitepackages()] for d in glob.glob(os.path.join(p, "nvidia", "**", "lib"), recursive=True)]
+dirs = [d for p in site.getsitepackages() + [site.getusersitepackages()]
+        for d in glob.glob(os.path.join(p, "nvidia", "**", "lib"), recursive=True)]
 dirs += ["/usr/local/cuda/lib64", "/usr/local/cuda/lib"]
-want = ["libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13", "libcurand.so.10"]
-print("\n".join(next((os.path.join(d, w) for d in dirs if os.path.exists(os.path.join(d, w))), "missing:" + w) for w in want))
+for want in ["libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13", "libcurand.so.10"]:
+    if not os.path.exists(os.path.join(sys.argv[1], want)):
+        print(want, next((os.path.join(d, want) for d in dirs if os.path.exists(os.path.join(d, want))), ""))
 EOF
     )
-    while IFS= read -r lib; do
-        if [[ $lib == missing:* ]]; then note "this machine has no ${lib#missing:}"; failed=1; else ln -sf "$lib" "$libs/"; fi
+    while read -r lib path; do
+        if [[ -z $lib ]]; then
+            continue
+        elif [[ -n $path ]]; then
+            ln -s "$path" "$libs/$lib"
+            note "$lib: this machine's $path"
+        elif [[ $device == cuda ]]; then
+            note "FAILED: $lib: none on this machine, and CUDA needs it"
+            failed=1
+        else
+            note "$lib: none on this machine"
+        fi
     done <<<"$found"
-    note "CUDA libraries from this machine: $(tr '\n' ' ' <<<"$found")"
 fi
 
 note "== needle backend ($needle)"

@@ -20,7 +20,7 @@ use crate::model::{ModelError, Network, Params};
 #[derive(Debug, thiserror::Error)]
 pub enum GoldenError {
     #[error("{}: {source}; pass a safetensors file", path.display())]
-    Read { path: PathBuf, source: candle_core::Error },
+    Read { path: PathBuf, source: Box<candle_core::Error> },
     #[error(
         "{}: no tensor `{key}`; a batch holds `ids` and `mask` ([rows, length]), an adapter `<weight>/A` and \
          `<weight>/B` for each adapted weight",
@@ -34,12 +34,12 @@ pub enum GoldenError {
     )]
     Targets { path: PathBuf, expected: Vec<String>, found: Vec<String> },
     #[error("{}: `{key}` is not a [rows, length] table of numbers ({source})", path.display())]
-    Shape { path: PathBuf, key: String, source: candle_core::Error },
+    Shape { path: PathBuf, key: String, source: Box<candle_core::Error> },
 }
 
 /// Every tensor of a safetensors file, on the CPU.
 pub fn read(path: &Path) -> std::result::Result<HashMap<String, Tensor>, GoldenError> {
-    candle_core::safetensors::load(path, &Device::Cpu).map_err(|source| GoldenError::Read { path: path.into(), source })
+    candle_core::safetensors::load(path, &Device::Cpu).map_err(|source| GoldenError::Read { path: path.into(), source: Box::new(source) })
 }
 
 /// The batch's rows (its padding included: it sits after every scored token).
@@ -62,7 +62,7 @@ fn table<T>(
     tensor.to_dtype(dtype).and_then(|t| rows(&t)).map_err(|source| GoldenError::Shape {
         path: path.into(),
         key: key.into(),
-        source,
+        source: Box::new(source),
     })
 }
 
