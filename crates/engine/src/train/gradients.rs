@@ -39,7 +39,8 @@ pub enum GoldenError {
 
 /// Every tensor of a safetensors file, on the CPU.
 pub fn read(path: &Path) -> std::result::Result<HashMap<String, Tensor>, GoldenError> {
-    candle_core::safetensors::load(path, &Device::Cpu).map_err(|source| GoldenError::Read { path: path.into(), source: Box::new(source) })
+    candle_core::safetensors::load(path, &Device::Cpu)
+        .map_err(|source| GoldenError::Read { path: path.into(), source: Box::new(source) })
 }
 
 /// The batch's rows (its padding included: it sits after every scored token).
