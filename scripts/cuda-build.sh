@@ -2,18 +2,26 @@
 # Builds the CUDA flavour of `needle` on a machine with no CUDA toolkit and no GPU.
 #
 # The toolkit comes from NVIDIA's PyPI wheels (CUDA 13.0, all from one release so nvcc, the headers and the
-# libraries agree), laid out as an ordinary CUDA root that candle-kernels (nvcc through cudaforge: PTX plus a static libmoe.a) and
-# cudarc (`nvcc --version`, then `-lcuda -lcublas ...`) understand.
+# libraries agree), laid out as an ordinary CUDA root that
+# candle-kernels (nvcc through cudaforge: PTX plus a static libmoe.a) and cudarc (`nvcc --version`) understand.
 #
-# The binary needs the NVIDIA driver's libcuda.so.1 to start at all: candle-core builds cudarc with
-# `dynamic-linking`, so libcuda is a NEEDED library, not one loaded on demand. The toolkit's own libraries
-# (cublas, curand, cudart) are found through the rpath this script sets.
-# Needs: cargo, a C compiler (`cc`, also nvcc's host compiler), python3 with pip, and PyPI (or PIP_FIND_LINKS).
+# The binary starts on any machine, with or without the NVIDIA driver: cudarc loads the driver's libcuda.so.1
+# and the toolkit's libraries when the CUDA backend is first asked for (`dynamic-loading`), and `needle backend`
+# reports a missing driver instead of failing to start. candle-core asks cudarc for `dynamic-linking` (libcuda a
+# NEEDED library), so this script builds with a copy of candle-core that asks for `dynamic-loading` instead:
+# that one word is the whole patch (candle issue #3900, PR #3916 would make it an option).
+# The toolkit's run-time libraries are staged in $NEEDLE_CUDA_TARGET/lib/needle-studio/cuda, which the binary's
+# rpath names relative to itself ($ORIGIN/../lib/needle-studio/cuda): the same layout a bundle installs
+# (scripts/bundle.sh), so the binary runs from the target dir and from a bundle alike.
+# On Windows (Git Bash) the toolkit is NVIDIA's installed CUDA Toolkit 13.0 instead of the wheels, and the
+# DLLs are also copied beside needle.exe, where Windows looks for them.
+# Needs: cargo, a C compiler (`cc`, nvcc's host compiler), python3 with pip, and PyPI (or PIP_FIND_LINKS).
 #
 # Usage: scripts/cuda-build.sh            # toolkit into $NEEDLE_CUDA_HOME, binary into $NEEDLE_CUDA_TARGET
 # Env:   NEEDLE_CUDA_HOME    toolchain dir      (default $HOME/.cache/needle-studio/cuda)
 #        NEEDLE_CUDA_TARGET  cargo target dir   (default $HOME/.cache/needle-studio/target-cuda)
-#        CUDA_COMPUTE_CAP    GPU generation the kernels are compiled for (default 90: H100/H200)
+#        CUDA_COMPUTE_CAP    oldest GPU generation the kernels run on (default 80: Ampere; newer GPUs, H100
+#                            included, compile the kernels' PTX when they first load them)
 #        PYTHON              interpreter whose pip installs the wheels (default python3)
 set -euo pipefail
 
@@ -21,11 +29,11 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 home=${NEEDLE_CUDA_HOME:-$HOME/.cache/needle-studio/cuda}
 target=${NEEDLE_CUDA_TARGET:-$HOME/.cache/needle-studio/target-cuda}
 python=${PYTHON:-python3}
-export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-90}
+export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-80}
 
 # One CUDA release, 13.0 (cudarc 0.19 knows up to 13.4). candle-kernels needs nvcc + cicc (nvidia-nvvm) + the
-# crt and cccl headers that cuda_fp16.h/cuda_bf16.h include; cudarc links -lcuda -lcublas -lcublasLt
-# -lcurand -lnvrtc and candle-kernels -lcudart, so each of those must be there at link time.
+# crt and cccl headers that cuda_fp16.h/cuda_bf16.h include; candle-kernels links -lcudart, and cudarc loads
+# cublas, cublasLt, curand and nvrtc at run time.
 wheels=(
     nvidia-cuda-nvcc==13.0.88
     nvidia-nvvm==13.0.88
@@ -63,44 +71,93 @@ link_libraries() {
     done
 }
 
-# libcuda.so belongs to the GPU driver, not to any wheel, yet cudarc's `dynamic-linking` passes `-lcuda`.
-# Like the toolkit's own lib64/stubs/libcuda.so, this stub only satisfies the linker: it has the driver's
-# soname and exports every driver entry point cudarc can call, and the real libcuda.so.1 of the installed
-# driver is what the loader picks at run time. The names come from the cudarc source cargo resolved. Each
-# entry point answers CUDA_ERROR_STUB_LIBRARY (34), as NVIDIA's stub does, so a binary run against the stub
-# by mistake (or on purpose, to test the no-driver path) gets a driver error instead of undefined behaviour.
-build_libcuda_stub() {
-    local root=$1 cudarc_src
-    cudarc_src=$(cargo metadata --format-version 1 --manifest-path "$repo/Cargo.toml" --features needle-engine/cuda \
-        | "$python" -c 'import json, sys, os
+# The libraries the binary loads at run time from the toolkit: cudart (linked, for candle's kernels) and those
+# cudarc opens when candle opens a device (cublas, which needs cublasLt, and curand; nvrtc is linked in name
+# only: candle ships its kernels as PTX and never compiles any at run time). The driver's own library
+# (libcuda.so.1, nvcuda.dll) is not among them: it belongs to the installed driver. They are staged in
+# $target/lib/needle-studio/cuda, and a bundle ships exactly that directory.
+linux_libraries=(libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcurand.so.10)
+windows_libraries=(cudart64_13.dll cublas64_13.dll cublasLt64_13.dll curand64_10.dll)
+
+# Links (Linux: the wheels stay where they are) or copies (Windows) of the libraries found under $1.
+stage_runtime_libraries() {
+    local from=$1 staged="$target/lib/needle-studio/cuda" lib found
+    shift
+    rm -rf "$staged"
+    mkdir -p "$staged"
+    for lib in "$@"; do
+        found=$(find "$from" -name "$lib" -print -quit)
+        [[ -n $found ]] || { log "$lib is not in the toolkit at $from: it and the library list disagree"; exit 1; }
+        if [[ $lib == *.dll ]]; then cp "$found" "$staged/"; else ln -s "$found" "$staged/$lib"; fi
+    done
+}
+
+# A copy of candle-core (the version cargo resolved) whose cudarc dependency asks for `dynamic-loading`.
+patched_candle_core() {
+    local src version dest
+    read -r src version < <(cargo metadata --format-version 1 --manifest-path "$repo/Cargo.toml" \
+        --features needle-engine/cuda | "$python" -c 'import json, sys, os
 meta = json.load(sys.stdin)
-print(next(os.path.dirname(p["manifest_path"]) for p in meta["packages"] if p["name"] == "cudarc"))')
-    log "generating lib/stubs/libcuda.so from $cudarc_src"
-    mkdir -p "$root/lib/stubs"
-    grep -ohE 'pub unsafe fn cu[A-Za-z0-9_]+' "$cudarc_src/src/driver/sys/mod.rs" | sort -u \
-        | sed -E 's/pub unsafe fn (.*)/int \1(void) { return 34; }/' >"$root/lib/stubs/libcuda.c"
-    cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$root/lib/stubs/libcuda.so" "$root/lib/stubs/libcuda.c"
+core = next(p for p in meta["packages"] if p["name"] == "candle-core" and p["source"])
+print(os.path.dirname(core["manifest_path"]), core["version"])')
+    dest="$home/candle-core-$version-dynamic-loading"
+    if [[ ! -f $dest/Cargo.toml ]]; then
+        rm -rf "$dest.tmp"
+        cp -r "$src" "$dest.tmp"
+        # Only the one line in [dependencies.cudarc]'s feature list; anything else means candle changed.
+        [[ $(grep -c '^    "dynamic-linking",$' "$dest.tmp/Cargo.toml") == 1 ]] ||
+            { log "candle-core $version: expected one \"dynamic-linking\" feature line in $src/Cargo.toml"; exit 1; }
+        sed -i 's/^    "dynamic-linking",$/    "dynamic-loading",/' "$dest.tmp/Cargo.toml"
+        mv "$dest.tmp" "$dest"
+    fi
+    printf '%s' "$dest"
+}
+
+# The patch changes candle-core's entry in Cargo.lock, so the build runs in a copy of the workspace: the
+# checkout's lock file, and any cargo run in the checkout meanwhile, see nothing of it. tar keeps the files'
+# times, so cargo rebuilds only what changed since the last copy.
+copy_workspace() {
+    rm -rf "$target/workspace"
+    mkdir -p "$target/workspace"
+    tar -C "$repo" --exclude=./target --exclude=./.git --exclude=./ui/node_modules -cf - . | tar -C "$target/workspace" -xf -
+}
+
+# The toolkit from the wheels, and an rpath that finds the staged libraries from the binary's own place.
+linux_toolkit() {
+    install_wheels
+    local root="$home/site/nvidia/cu13"
+    link_libraries "$root"
+    export CUDA_ROOT=$root CUDA_PATH=$root CUDA_HOME=$root
+    export PATH="$root/bin:$PATH"
+    export LIBRARY_PATH="$root/lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
+    export RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C link-arg=-Wl,-rpath,\$ORIGIN/../lib/needle-studio/cuda"
+}
+
+# Windows (Git Bash): NVIDIA's CUDA Toolkit 13.0 installer sets CUDA_PATH, and nvcc needs MSVC's cl.exe on
+# PATH (a "x64 Native Tools" prompt). Windows finds DLLs beside the program, so no rpath.
+windows_toolkit() {
+    [[ -n ${CUDA_PATH:-} ]] || { log "CUDA_PATH is not set: install NVIDIA's CUDA Toolkit 13.0"; exit 1; }
+    command -v cl.exe >/dev/null || { log "cl.exe is not on PATH: run from a Visual Studio x64 Native Tools prompt"; exit 1; }
+    export PATH="$(cygpath -u "$CUDA_PATH")/bin:$PATH"
 }
 
 main() {
     mkdir -p "$home"
-    install_wheels
-    local root="$home/site/nvidia/cu13"
-    link_libraries "$root"
-    build_libcuda_stub "$root"
+    local exe='' toolkit libraries candle
+    case "$(uname -s)" in
+    Linux) linux_toolkit; toolkit="$home/site/nvidia/cu13/lib"; libraries=("${linux_libraries[@]}") ;;
+    MINGW* | MSYS* | CYGWIN*) windows_toolkit; toolkit=$(cygpath -u "$CUDA_PATH")/bin; libraries=("${windows_libraries[@]}"); exe=.exe ;;
+    *) log "CUDA builds are made on Linux and Windows, not on $(uname -s)"; exit 1 ;;
+    esac
+    candle=$(patched_candle_core)
+    log "nvcc: $(nvcc --version | tail -1); compute capability $CUDA_COMPUTE_CAP; candle-core from $candle"
 
-    export CUDA_ROOT=$root CUDA_PATH=$root CUDA_HOME=$root
-    export PATH="$root/bin:$PATH"
-    export LIBRARY_PATH="$root/lib:$root/lib/stubs${LIBRARY_PATH:+:$LIBRARY_PATH}"
-    # The binary needs libcublas/libcurand/libnvrtc at run time too: point it at the toolkit it was built
-    # with, so running it on this machine needs no LD_LIBRARY_PATH (the driver's libcuda.so.1 comes from the
-    # system's library path as usual).
-    export RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C link-arg=-Wl,-rpath,$root/lib"
-    log "nvcc: $(nvcc --version | tail -1); compute capability $CUDA_COMPUTE_CAP"
-
-    cargo build --release --manifest-path "$repo/Cargo.toml" --target-dir "$target" \
-        -p needle-cli --features cuda
-    log "built $target/release/needle"
+    copy_workspace
+    cargo build --release --manifest-path "$target/workspace/Cargo.toml" --target-dir "$target" \
+        --config "patch.crates-io.candle-core.path=\"$candle\"" -p needle-cli --features cuda
+    stage_runtime_libraries "$toolkit" "${libraries[@]}"
+    if [[ -n $exe ]]; then cp "$target/lib/needle-studio/cuda/"*.dll "$target/release/"; fi
+    log "built $target/release/needle$exe (run-time libraries in $target/lib/needle-studio/cuda)"
 }
 
 main "$@"

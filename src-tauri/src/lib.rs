@@ -33,7 +33,7 @@ pub use worker::process::{Worker, SUPERSEDED, WORKER_ARG};
 /// Opens the app's window with what it was launched with, and returns when the window closes.
 pub fn open_window(launch: Launch) -> ExitCode {
     let app = with_commands(tauri::Builder::default()).setup(move |app| {
-        let (worker, hardware) = worker::process::discover()?;
+        let (worker, hardware) = worker::engine::discover()?;
         let hub = needle_engine::hub::Hub::from_env();
         Studio::open(app.path().app_data_dir()?, launch, worker, hardware, hub)?.manage(app);
         Ok(())

@@ -36,6 +36,7 @@ mod eval;
 mod events;
 mod finetune;
 mod generate;
+mod gradients;
 mod inputs;
 mod inspect;
 mod ladder;
@@ -95,6 +96,9 @@ pub enum Command {
     Finetune(finetune::Args),
     /// Write training data with an LLM (OpenRouter or any OpenAI-compatible endpoint), each row checked by the doctor.
     GenerateData(generate::Args),
+    /// One reverse pass's loss and LoRA gradients on a batch, written out to compare devices (bench/gpu_check.sh).
+    #[serde(skip)]
+    Gradients(gradients::Args),
     /// Describe a `.cact` file: geometry, tensors, sizes; `--verify` dequantizes every tensor.
     #[serde(skip)]
     Inspect(inspect::Args),
@@ -118,6 +122,7 @@ pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) ->
         Command::Eval(args) => eval::run(args),
         Command::Finetune(args) => finetune::run(args),
         Command::GenerateData(args) => generate::run(args),
+        Command::Gradients(args) => gradients::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Run(args) => run::run(args),
         Command::Tokenize(args) => tokenize::run(args),

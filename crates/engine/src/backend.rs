@@ -42,13 +42,23 @@ impl Backend {
         }
     }
 
+    /// Whether this platform can have the backend at all: CUDA has no macOS driver, Metal exists only there.
+    /// A backend that cannot exist here goes unmentioned in the reasons.
+    fn exists_here(self) -> bool {
+        match self {
+            Backend::Cpu => true,
+            Backend::Cuda => !cfg!(target_os = "macos"),
+            Backend::Metal => cfg!(target_os = "macos"),
+        }
+    }
+
     /// How to get a build that has this backend.
     fn build_hint(self) -> &'static str {
         match self {
             Backend::Cpu => "",
             Backend::Cuda => {
-                "use the CUDA build of needle (`cargo build --release --features cuda`, see README \
-                 'GPU builds'), or set NEEDLE_DEVICE=cpu"
+                "use the `needle` a Needle Studio bundle installs, or build one with scripts/cuda-build.sh \
+                 (see README 'GPU builds'), or set NEEDLE_DEVICE=cpu"
             }
             Backend::Metal => {
                 "use a macOS build with the `metal` feature (`cargo build --release --features metal`), \
@@ -164,9 +174,11 @@ pub fn select(request: DeviceRequest) -> Result<Selected, BackendError> {
 }
 
 /// The fastest backend that opens: CUDA, then Metal, then the CPU, which always does.
+/// On the CPU, the reason names each GPU backend this platform can have and why it was not used, e.g.
+/// "CUDA: NVIDIA driver not found (libcuda.so.1) — training on the CPU".
 pub fn auto() -> Selected {
     let mut skipped = Vec::new();
-    for backend in [Backend::Cuda, Backend::Metal] {
+    for backend in [Backend::Cuda, Backend::Metal].into_iter().filter(|b| b.exists_here()) {
         if !backend.is_compiled() {
             skipped.push(format!("{} not compiled in", backend.label()));
             continue;
@@ -179,8 +191,8 @@ pub fn auto() -> Selected {
             Err(detail) => skipped.push(format!("{}: {detail}", backend.label())),
         }
     }
-    let reason = format!("no GPU backend: {}", skipped.join("; "));
-    Selected { device: Device::Cpu, info: info(Backend::Cpu, probe_cpu(), reason) }
+    skipped.push("training on the CPU".into());
+    Selected { device: Device::Cpu, info: info(Backend::Cpu, probe_cpu(), skipped.join(" — ")) }
 }
 
 /// Name and memory (total, free) of an opened device.
@@ -261,8 +273,37 @@ pub fn device_memory_free(device: &Device) -> Option<u64> {
     gpu_memory(device).map(|(free, _)| free)
 }
 
+/// The NVIDIA driver's library, which the driver installs and no build of needle ships.
+#[cfg(feature = "cuda")]
+const CUDA_DRIVER_LIBRARY: &str = if cfg!(windows) { "nvcuda.dll" } else { "libcuda.so.1" };
+
+/// Whether the driver and the toolkit libraries that cudarc loads on first use are there: cudarc panics
+/// when one is missing, so ask before anything calls it. The toolkit's ship with needle (beside it, or in
+/// `../lib/needle-studio/cuda` through its rpath), so a missing one means a broken install.
+#[cfg(feature = "cuda")]
+fn cuda_libraries_load() -> Result<(), String> {
+    use cudarc::{cublas, curand, driver};
+    // SAFETY: each only tries to load (and unloads) a library by its usual names.
+    if !unsafe { driver::sys::is_culib_present() } {
+        return Err(format!("NVIDIA driver not found ({CUDA_DRIVER_LIBRARY})"));
+    }
+    // cuBLAS loads its own cuBLASLt; candle opens no other (it never compiles kernels at run time).
+    let toolkit: [(&str, unsafe fn() -> bool); 2] =
+        [("cuBLAS", cublas::sys::is_culib_present), ("cuRAND", curand::sys::is_culib_present)];
+    for (name, present) in toolkit {
+        // SAFETY: as above.
+        if !unsafe { present() } {
+            return Err(format!(
+                "the {name} library that ships with needle did not load; reinstall needle, or set {DEVICE_ENV}=cpu"
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(feature = "cuda")]
 fn open_cuda() -> Result<(Device, Probe), String> {
+    cuda_libraries_load()?;
     let count = cudarc::driver::CudaContext::device_count().map_err(|e| format!("CUDA driver: {e}"))?;
     if count < 1 {
         return Err("the CUDA driver reports no GPU".into());
@@ -320,7 +361,9 @@ mod tests {
         assert!(!selected.info.device.is_empty());
         if !cfg!(any(feature = "cuda", feature = "metal")) {
             assert_eq!(selected.info.backend, Backend::Cpu);
-            assert!(selected.info.reason.contains("CUDA not compiled in"), "{}", selected.info.reason);
+            let gpu = if Backend::Cuda.exists_here() { "CUDA" } else { "Metal" };
+            let expected = format!("{gpu} not compiled in — training on the CPU");
+            assert_eq!(selected.info.reason, expected);
             assert!(selected.info.memory_bytes.unwrap_or(0) > 0);
         }
     }

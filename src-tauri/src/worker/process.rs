@@ -2,26 +2,21 @@
 //!
 //! Training and building happen there, never in the window's process: an out-of-memory kill, a driver
 //! crash or a second Cancel ends the worker, and the app reports what happened. The worker is the app's
-//! own binary in worker mode (`needle-studio worker finetune …`), or a GPU build of `needle` shipped
-//! beside the app as `needle-cuda` when that one starts and finds its device.
+//! own binary in worker mode (`needle-studio worker finetune …`), or the `needle` a bundle ships beside
+//! the app ([`super::engine`] chooses).
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, Weak};
-
-use needle_engine::backend::{self, BackendInfo};
 
 use crate::ground::lock;
 use crate::worker::job::Job;
 
 /// The first argument that puts the app's binary in worker mode.
 pub const WORKER_ARG: &str = "worker";
-
-/// The name a CUDA build of the `needle` CLI ships under, beside the app (see README, GPU builds).
-const GPU_WORKER: &str = "needle-cuda";
 
 /// How many of the worker's last stderr lines a crash report quotes.
 const STDERR_TAIL: usize = 8;
@@ -99,6 +94,11 @@ impl Worker {
     /// A `needle` binary.
     pub fn needle(program: PathBuf) -> Self {
         Self { program, leading: Vec::new(), processes: Arc::default() }
+    }
+
+    /// The binary it runs.
+    pub fn program(&self) -> &Path {
+        &self.program
     }
 
     fn command(&self, job: &Job) -> Result<Command, String> {
@@ -296,19 +296,4 @@ fn forward(
             }
         }
     })
-}
-
-/// The worker to use and the hardware it will train on: a GPU build beside the app when it starts
-/// and reports a GPU, else the app itself, whose detection runs in this process.
-pub fn discover() -> std::io::Result<(Worker, BackendInfo)> {
-    let this_app = Worker::this_app()?;
-    let gpu = this_app.program.with_file_name(format!("{GPU_WORKER}{}", std::env::consts::EXE_SUFFIX));
-    if gpu.is_file() {
-        let worker = Worker::needle(gpu);
-        let info = worker.output(&Job::Hardware).ok().and_then(|out| serde_json::from_str(&out).ok());
-        if let Some(info @ BackendInfo { backend: backend::Backend::Cuda, .. }) = info {
-            return Ok((worker, info));
-        }
-    }
-    Ok((this_app, backend::auto().info))
 }

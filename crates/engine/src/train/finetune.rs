@@ -11,6 +11,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 use super::events::Event;
+use super::gradients::GoldenError;
 use super::memory::{activation_budget, StepShape};
 use super::schedule::Schedule;
 use super::state::{load_state, save_state, state_path, RunKey, SavedState};
@@ -90,6 +91,14 @@ pub enum TrainError {
     Adapter(#[from] AdapterFileError),
     #[error(transparent)]
     Weights(#[from] WeightsLoadError),
+    #[error(transparent)]
+    Golden(Box<GoldenError>),
+}
+
+impl From<GoldenError> for TrainError {
+    fn from(error: GoldenError) -> Self {
+        TrainError::Golden(Box::new(error))
+    }
 }
 
 pub type Result<T> = std::result::Result<T, TrainError>;

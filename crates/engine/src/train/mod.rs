@@ -4,6 +4,7 @@ pub mod adamw;
 pub mod bench;
 pub mod events;
 pub mod finetune;
+pub mod gradients;
 pub mod memory;
 #[cfg(test)]
 mod parity_tests;

@@ -7,23 +7,19 @@
 
 use std::collections::HashMap;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 
+use super::gradients::{self, gradients};
 use super::{Schedule, Trainer};
 use crate::checkpoint::Checkpoint;
 use crate::dataset::Encoded;
-use crate::lora::{target_paths, Lora};
-use crate::model::{Network, Params};
+use crate::model::Params;
 
 const STEMS: [&str; 3] = ["tiny_f32", "tiny_f16", "pretrained"];
 /// Needle 3 checkpoints, made by cactus-needle 3.2.8 (`make_needle3_fixtures.py`).
 const NEEDLE3_STEMS: [&str; 2] = ["needle3_tiny", "needle3_tiny_out"];
 
 use crate::fixtures::{checkpoint_path, fixture};
-
-fn golden(stem: &str, file: &str) -> HashMap<String, Tensor> {
-    candle_core::safetensors::load(fixture(&format!("golden/{stem}/{file}")), &Device::Cpu).unwrap()
-}
 
 fn scalar(tensors: &HashMap<String, Tensor>, key: &str) -> f32 {
     tensors[key].to_vec1::<f32>().unwrap()[0]
@@ -43,27 +39,14 @@ fn golden_trainer(stem: &str) -> (Trainer, HashMap<String, Tensor>) {
 }
 
 fn golden_trainer_with(stem: &str, qat: bool) -> (Trainer, HashMap<String, Tensor>) {
-    let checkpoint = Checkpoint::load(&checkpoint_path(stem)).unwrap();
-    let params =
-        Params::from_checkpoint(&checkpoint, &Device::Cpu).unwrap().for_training(&checkpoint.config, qat).unwrap();
-    let lora = golden(stem, "lora.safetensors");
-    let paths = target_paths(&params).unwrap();
-    let mut want: Vec<&str> = lora.keys().filter_map(|k| k.strip_suffix("/A")).collect();
-    want.sort_unstable();
-    assert_eq!(paths, want, "{stem}: adapted weights");
-    let factors = paths.iter().map(|p| (p.clone(), lora[&format!("{p}/A")].clone(), lora[&format!("{p}/B")].clone()));
-    let adapter = Lora::from_factors(&params, 4, 8.0, factors).unwrap();
     let schedule = Schedule { peak: 1e-3, warmup: 1, total: 20 };
-    let network = Network::load(&checkpoint.config, &params).unwrap();
-    (Trainer::new(network, adapter, schedule).unwrap(), lora)
+    let adapter = fixture(&format!("golden/{stem}/lora.safetensors"));
+    gradients::trainer(&checkpoint_path(stem), &adapter, (4, 8.0), qat, schedule, &Device::Cpu).unwrap()
 }
 
-/// The golden batch as rows (its padding included: it sits after every scored token).
+/// The golden batch as rows.
 fn forward_batch(stem: &str) -> Vec<Encoded> {
-    let batch = golden(stem, "forward.safetensors");
-    let ids = batch["ids"].to_dtype(DType::U32).unwrap().to_vec2::<u32>().unwrap();
-    let mask = batch["mask"].to_vec2::<f32>().unwrap();
-    ids.into_iter().zip(mask).map(|(ids, mask)| Encoded { ids, mask, truncated: false }).collect()
+    gradients::batch(&fixture(&format!("golden/{stem}/forward.safetensors"))).unwrap()
 }
 
 /// How a step is computed: the path, recomputation, and the tokens a pass may hold.
@@ -92,12 +75,11 @@ fn assert_gradients(
     way: &str,
     within: Tolerance,
 ) {
-    let (loss, grads) = trainer.loss_and_gradients(rows).unwrap();
+    let (loss, grads) = gradients(trainer, rows).unwrap();
     let want = scalar(lora, "loss");
     assert!(((loss - want) / want).abs() <= within.loss, "{way}: loss {loss} vs {want}");
-    let names = trainer.lora.factors.iter().flat_map(|f| [format!("{}/grad_A", f.path), format!("{}/grad_B", f.path)]);
-    for (name, grad) in names.zip(&trainer.lora.stacked(&grads).unwrap()) {
-        let error = relative_error(grad, &lora[&name]);
+    for (name, grad) in &grads {
+        let error = relative_error(grad, &lora[name]);
         assert!(error <= within.tensors, "{way}: {name} off by {error} relative");
     }
 }
