@@ -15,6 +15,11 @@ export type Accuracy = {
   per_tool: Record<string, ToolScore>;
   /** New tokens per second over all the answers. */
   tokens_per_s: number;
+  /**
+   * New tokens per second of decoding alone, each prompt's forward pass left out: the speed
+   * an answer streams at (scores recorded before it was kept have 0).
+   */
+  decode_tokens_per_s?: number;
   /** Why the answers are wrong (scores recorded before it was kept have an empty one). */
   breakdown?: Breakdown;
 };
@@ -188,6 +193,16 @@ export type BuildMessage =
     kind: "failed";
     message: string;
   };
+
+/**
+ * What to build: a `bits`-bit `.cact` at `out`, of the whole model or (`layers`) one rung of its depth
+ * ladder.
+ */
+export type BuildRequest = {
+  bits: number;
+  layers?: number | null;
+  out: string;
+};
 
 /** A `.cact` width a build offers. */
 export type BuildWidth = {
@@ -451,6 +466,8 @@ export type Finding = {
 export type FormField = {
   name: string;
   label: string;
+  /** `number`, or `switch` (a checkbox; its bounds are null). */
+  kind: FormKind;
   whole: boolean;
   min: number | null;
   max: number | null;
@@ -458,6 +475,11 @@ export type FormField = {
   step: string;
   default: unknown;
 };
+
+/** The input a form shows for a field. */
+export type FormKind =
+  | "number"
+  | "switch";
 
 /** What the window hears: each reply's progress, each failed request, then the outcome. */
 export type GenerateMessage =
@@ -733,6 +755,74 @@ export type KindKey = {
   color: string;
 };
 
+/** Every rung asked for, shallowest first. */
+export type Ladder = {
+  /** The full depth of the model the rungs are cut from. */
+  num_layers: number;
+  /** The held-out examples each rung answered. */
+  examples: number;
+  rungs: Rung[];
+};
+
+/**
+ * One thing that happened during a sweep, in order: `started`; for each rung `rung`, then an
+ * `answered` per example, then `scored`; last `finished` — or `cancelled` (no table: a partial
+ * ladder would rank rungs it never tried) or `failed` at any point.
+ */
+export type LadderEvent =
+  | {
+    event: "started";
+    /** The depths to score, in the order they will be. */
+    rungs: number[];
+    examples: number;
+  }
+  /** Rung `index` (1-based) of `of` is being built. */
+  | {
+    event: "rung";
+    layers: number;
+    index: number;
+    of: number;
+  }
+  | {
+    event: "answered";
+    layers: number;
+    done: number;
+    total: number;
+  }
+  | {
+    event: "scored";
+    rung: Rung;
+  }
+  | {
+    event: "finished";
+    ladder: Ladder;
+  }
+  | {
+    event: "cancelled";
+    /** The rungs scored before the cancel. */
+    scored: number;
+  }
+  | {
+    event: "failed";
+    message: string;
+  };
+
+/** What the window hears about a sweep. */
+export type LadderMessage =
+  /** The worker's `started`, `rung`, `answered` and `scored` events, as they are. */
+  | ({ kind: "progress" } & LadderEvent)
+  /** Every rung scored, and the chart of their exact calls. */
+  | {
+    kind: "finished";
+    ladder: Ladder;
+    svg: string;
+  }
+  | { kind: "cancelled" }
+  | {
+    kind: "failed";
+    message: string;
+  };
+
 export type LengthStats = {
   min: number;
   median: number;
@@ -889,6 +979,19 @@ export type Question = {
   system?: string;
 };
 
+/** One rung scored. */
+export type Rung = {
+  /** Its depth: the blocks it keeps. */
+  layers: number;
+  /** The size of its `.cact`. */
+  cact_bytes: number;
+  /**
+   * Its calls on the held-out examples, run as the `.cact` runs: exact calls, why the others
+   * are wrong, and its decoding speed here ([`Accuracy::decode_tokens_per_s`]).
+   */
+  calls: Accuracy;
+};
+
 export type Sample = {
   line: number;
   /** The texts below are cut at `SAMPLE_CHARS` characters, each marked where it was cut. */
@@ -946,6 +1049,11 @@ export type TrainSettings = {
   max_len: number;
   val_split: number;
   seed: number;
+  /**
+   * Train quantization-aware where the generation's recipe does not (Needle 2): see the
+   * field's help. Settings recorded before it was kept read as off.
+   */
+  qat?: boolean;
 };
 
 /** A training as the UI sends it: each setting as typed (text, or a number), possibly missing or wrong. */
