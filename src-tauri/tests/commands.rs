@@ -247,7 +247,8 @@ fn a_training_runs_in_the_worker_builds_a_cact_and_publishes_it() {
     let refusal = app.ok("ladder_refusal", json!({ "trainingId": id }));
     assert!(refusal.as_str().is_some_and(|text| text.contains("is Needle 3's")), "{refusal}");
     let out = dir.path().join("built").join("tuned.cact");
-    let odd = app.error("build_cact", json!({ "trainingId": id, "request": { "bits": 3, "out": out }, "onEvent": CHANNEL }));
+    let odd =
+        app.error("build_cact", json!({ "trainingId": id, "request": { "bits": 3, "out": out }, "onEvent": CHANNEL }));
     assert!(odd.contains("choose 4 or 2"), "{odd}");
     app.ok("build_cact", json!({ "trainingId": id, "request": { "bits": 4, "out": out }, "onEvent": CHANNEL }));
     let built = app.wait_for(id, "record its .cact", |e| !e["cact"].is_null());
