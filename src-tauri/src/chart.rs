@@ -1,9 +1,10 @@
 //! The app's charts, drawn in Rust with plotters as SVG that the UI drops into the page: a training's
-//! loss curve ([`loss`]) and one tool's held-out answers by kind ([`kinds`]). Both are drawn in one
-//! frame ([`draw`], [`styled`]): the same ink, type and grid, on the light theme and the dark.
+//! loss curve ([`loss`]), one tool's held-out answers by kind ([`kinds`]) and a depth ladder's exact
+//! calls per rung ([`ladder`]). All are drawn in one frame ([`draw`], [`styled`]): the same ink, type and grid, on the light theme and the dark.
 
 use std::collections::BTreeMap;
 
+use needle_engine::calls::ladder::Ladder;
 use needle_engine::calls::AnswerKind;
 use plotters::chart::MeshStyle;
 use plotters::coord::ranged1d::ValueFormatter;
@@ -18,6 +19,7 @@ const VAL: RGBColor = RGBColor(232, 124, 30);
 const LOSS_SIZE: (u32, u32) = (760, 260);
 /// Small enough for a row of them, one per tool.
 const KINDS_SIZE: (u32, u32) = (300, 200);
+const LADDER_SIZE: (u32, u32) = (520, 220);
 
 type Area<'s> = DrawingArea<SVGBackend<'s>, Shift>;
 type Drawn<'s> = Result<(), DrawingAreaErrorKind<<SVGBackend<'s> as DrawingBackend>::ErrorType>>;
@@ -146,6 +148,41 @@ pub fn kinds(bars: &[(&str, &BTreeMap<AnswerKind, usize>)]) -> String {
     })
 }
 
+/// One bar per rung, shallowest first: its exact calls out of the examples, in the colour of exact
+/// answers, so the smallest rung that still makes the calls stands out.
+pub fn ladder(ladder: &Ladder) -> String {
+    draw(LADDER_SIZE, |root| {
+        let rungs = &ladder.rungs;
+        let most = ladder.examples.max(1);
+        let mut chart = ChartBuilder::on(root)
+            .margin(8)
+            .x_label_area_size(34)
+            .y_label_area_size(36)
+            // An integer range counts both its ends: one segment per bar.
+            .build_cartesian_2d((0..rungs.len().saturating_sub(1)).into_segmented(), 0..most)?;
+        let name = |at: &SegmentValue<usize>| match at {
+            SegmentValue::CenterOf(i) => rungs.get(*i).map_or_else(String::new, |rung| rung.layers.to_string()),
+            _ => String::new(),
+        };
+        styled(&mut chart.configure_mesh())
+            .disable_x_mesh()
+            .x_labels(rungs.len())
+            .y_labels(most.min(5))
+            .x_label_formatter(&name)
+            .x_desc("layers")
+            .y_desc("exact calls")
+            .draw()?;
+        let bars = rungs.iter().enumerate().map(|(i, rung)| {
+            let corners = [(SegmentValue::Exact(i), 0), (SegmentValue::Exact(i + 1), rung.calls.exact)];
+            let mut bar = Rectangle::new(corners, kind_color(AnswerKind::Exact).filled());
+            bar.set_margin(0, 0, 14, 14);
+            bar
+        });
+        chart.draw_series(bars)?;
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,5 +214,20 @@ mod tests {
         }
         let exact = css(kind_color(AnswerKind::Exact));
         assert_eq!(svg.to_lowercase().matches(&exact).count(), 2, "one exact block per bar");
+    }
+
+    #[test]
+    fn the_ladder_chart_draws_one_exact_bar_per_rung_named_by_its_layers() {
+        use needle_engine::calls::ladder::Rung;
+        use needle_engine::calls::Accuracy;
+        let rung = |layers, exact| Rung {
+            layers,
+            cact_bytes: 1000,
+            calls: Accuracy { examples: 8, exact, ..Accuracy::default() },
+        };
+        let svg = ladder(&Ladder { num_layers: 4, examples: 8, rungs: vec![rung(2, 3), rung(3, 5), rung(4, 7)] });
+        assert!(svg.contains("layers") && svg.contains("exact calls"), "{svg}");
+        let exact = css(kind_color(AnswerKind::Exact));
+        assert_eq!(svg.to_lowercase().matches(&exact).count(), 3, "one bar per rung in {svg}");
     }
 }

@@ -111,6 +111,7 @@ impl Studio {
                 hub,
                 token: Arc::clone(&secrets.hub_token),
                 publishing: Arc::default(),
+                ladder: Arc::default(),
             },
             history: HistoryStep { records, slot },
             model,

@@ -243,10 +243,14 @@ fn a_training_runs_in_the_worker_builds_a_cact_and_publishes_it() {
     assert!(opened["chart"].as_str().unwrap().contains("polyline"), "the reopened training has its loss chart");
     assert!(app.error("open_training", json!({ "id": "../settings" })).contains("settings"));
 
+    // A Needle 2 model has no depth ladder: the Export step says whose it is.
+    let refusal = app.ok("ladder_refusal", json!({ "trainingId": id }));
+    assert!(refusal.as_str().is_some_and(|text| text.contains("is Needle 3's")), "{refusal}");
     let out = dir.path().join("built").join("tuned.cact");
-    let odd = app.error("build_cact", json!({ "trainingId": id, "bits": 3, "out": out, "onEvent": CHANNEL }));
+    let odd =
+        app.error("build_cact", json!({ "trainingId": id, "request": { "bits": 3, "out": out }, "onEvent": CHANNEL }));
     assert!(odd.contains("choose 4 or 2"), "{odd}");
-    app.ok("build_cact", json!({ "trainingId": id, "bits": 4, "out": out, "onEvent": CHANNEL }));
+    app.ok("build_cact", json!({ "trainingId": id, "request": { "bits": 4, "out": out }, "onEvent": CHANNEL }));
     let built = app.wait_for(id, "record its .cact", |e| !e["cact"].is_null());
     let file = CactFile::open(&out).expect("the built .cact reads back");
     assert_eq!(built["cact"]["tensors"].as_u64(), Some(file.records.len() as u64));
@@ -309,7 +313,7 @@ fn a_training_runs_in_the_worker_builds_a_cact_and_publishes_it() {
     // The training keeps where its file went, for History; the file built again is another, unpublished.
     let kept = app.ok("open_training", json!({ "id": id }))["entry"]["cact"]["published"].clone();
     assert_eq!(kept["url"], published["url"], "{kept}");
-    app.ok("build_cact", json!({ "trainingId": id, "bits": 4, "out": out, "onEvent": CHANNEL }));
+    app.ok("build_cact", json!({ "trainingId": id, "request": { "bits": 4, "out": out }, "onEvent": CHANNEL }));
     app.wait_for(id, "forget the upload of the file built before", |e| e["cact"]["published"].is_null());
 
     // Try: the base and the tuned model answer the same question side by side.

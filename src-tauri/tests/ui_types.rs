@@ -320,6 +320,18 @@ impl Generator {
         }
         let mut found = self.definitions.remove(name).unwrap_or_default();
         if found.len() > 1 {
+            // Of several types of one name, the one written for the window (a type the app never sends,
+            // such as the settings table's `Kind`, derives no Serialize), then the one in the file naming it.
+            let sent = |definition: &Definition| match definition {
+                Definition::Struct(item) => derives(&item.attrs, "Serialize"),
+                Definition::Enum(item) => derives(&item.attrs, "Serialize"),
+                Definition::Alias(_) => true,
+            };
+            if !self.hand_written.contains(name) {
+                found.retain(|(_, definition)| sent(definition));
+            }
+        }
+        if found.len() > 1 {
             found.retain(|(file, _)| file == named_in);
         }
         let (file, definition) = match (found.pop(), found.is_empty()) {

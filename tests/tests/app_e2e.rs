@@ -362,8 +362,66 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
     }
     ui.click("tab-evaluate").await?;
     ui.poll("the Needle 3 .cact's three rows", quant, RUN_TIMEOUT, |n| n == "3").await?;
+    ladder(&ui, &out3).await?;
     generate_more(&ui, llm, &small, scratch).await?;
     println!("training: {progress}; built {} ({} tensors); {gaps}", out.display(), file.records.len());
+    Ok(())
+}
+
+/// The Export step's depth ladder of the tuned Needle 3 (built whole at `whole`): a sweep cancelled
+/// under way leaves no table; one run through shows a row per rung (2 to its 4 layers) and the chart,
+/// and "Build this rung" writes the shallowest rung's own .cact beside the whole one.
+async fn ladder(ui: &Ui<'_>, whole: &Path) -> Result<(), String> {
+    ui.click("tab-export").await?;
+    ui.click("ladder-button").await?;
+    ui.wait(
+        "the ladder sweep under way",
+        "return !document.getElementById('ladder-cancel').hidden && \
+             document.getElementById('ladder-progress').value > 0",
+    )
+    .await?;
+    ui.click("ladder-cancel").await?;
+    let stopped = ui.wait_status("ladder-status", &["cancelled", "scored", "failed"], RUN_TIMEOUT).await?;
+    if stopped != "cancelled"
+        || ui.eval("return String(document.getElementById('ladder-result').hidden)").await? != "true"
+    {
+        return Err(format!("Cancel during the ladder sweep ended {stopped}: {}", ui.text("ladder-status").await?));
+    }
+    ui.click("ladder-button").await?;
+    let scored = ui.wait_status("ladder-status", &["scored", "failed"], RUN_TIMEOUT).await?;
+    if scored != "scored" {
+        return Err(format!("the ladder sweep failed: {}", ui.text("ladder-status").await?));
+    }
+    let layers = ui
+        .eval("return [...document.querySelectorAll('#ladder-table tbody tr td:first-child')].map((td) => td.textContent).join(',')")
+        .await?;
+    let charted = ui.eval("return String(document.querySelectorAll('#ladder-chart svg rect').length > 0)").await?;
+    let depths: Vec<usize> = layers.split(',').filter_map(|n| n.parse().ok()).collect();
+    let climbs = depths.first() == Some(&2) && depths.windows(2).all(|pair| pair[1] == pair[0] + 1);
+    if !climbs || charted != "true" {
+        return Err(format!(
+            "the ladder shows rungs {layers:?}, not 2 up to the model's depth (chart drawn: {charted})"
+        ));
+    }
+    ui.shot("5-ladder", "ladder").await?;
+    ui.eval("document.getElementById('build-status').dataset.status = 'idle'; return ''").await?;
+    ui.eval("document.querySelector('#ladder-table tbody tr button').click(); return ''").await?;
+    let built = ui.wait_status("build-status", &["built", "failed"], RUN_TIMEOUT).await?;
+    if built != "built" {
+        return Err(format!("building rung 2 failed: {}", ui.text("build-status").await?));
+    }
+    let rung =
+        whole.with_file_name(format!("{}-2-layers.cact", whole.file_stem().unwrap_or_default().to_string_lossy()));
+    let file =
+        CactFile::open(&rung).map_err(|e| format!("the built rung {} does not read back: {e}", rung.display()))?;
+    let whole = CactFile::open(whole).map_err(|e| format!("{}: {e}", whole.display()))?;
+    if file.size() >= whole.size() {
+        return Err(format!(
+            "the 2-layer rung ({} bytes) is no smaller than the whole model ({})",
+            file.size(),
+            whole.size()
+        ));
+    }
     Ok(())
 }
 

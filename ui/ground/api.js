@@ -7,6 +7,7 @@
 /** @typedef {import('./types.js').BaseModel} BaseModel */
 /** @typedef {import('./types.js').BaseModelStatus} BaseModelStatus */
 /** @typedef {import('./types.js').BuildMessage} BuildMessage */
+/** @typedef {import('./types.js').BuildRequest} BuildRequest */
 /** @typedef {import('./types.js').CancelDownload} CancelDownload */
 /** @typedef {import('./types.js').CancelAnswer} CancelAnswer */
 /** @typedef {import('./types.js').DatasetReport} DatasetReport */
@@ -19,6 +20,7 @@
 /** @typedef {import('./types.js').Generation} Generation */
 /** @typedef {import('./types.js').HistoryEntry} HistoryEntry */
 /** @typedef {import('./types.js').KeySource} KeySource */
+/** @typedef {import('./types.js').LadderMessage} LadderMessage */
 /** @typedef {import('./types.js').Opened} Opened */
 /** @typedef {import('./types.js').Plan} Plan */
 /** @typedef {import('./types.js').Preferences} Preferences */
@@ -149,11 +151,23 @@ export const resumeTraining = (id, onEvent) => invoke('resume_training', { id, o
 export const cancelTraining = () => invoke('cancel_training');
 
 /**
- * @param {string} trainingId @param {number} bits @param {string} out @param {(message: BuildMessage) => void} onEvent
+ * @param {string} trainingId @param {BuildRequest} request @param {(message: BuildMessage) => void} onEvent
  * @returns {Promise<void>}
  */
-export const buildCact = (trainingId, bits, out, onEvent) =>
-  invoke('build_cact', { trainingId, bits, out, onEvent: channel(onEvent) });
+export const buildCact = (trainingId, request, onEvent) =>
+  invoke('build_cact', { trainingId, request, onEvent: channel(onEvent) });
+
+/** Why the training's model has no depth ladder, or null. @param {string} trainingId @returns {Promise<string|null>} */
+export const ladderRefusal = (trainingId) => invoke('ladder_refusal', { trainingId });
+
+/**
+ * @param {string} trainingId @param {(message: LadderMessage) => void} onEvent
+ * @returns {Promise<void>}
+ */
+export const scoreLadder = (trainingId, onEvent) => invoke('score_ladder', { trainingId, onEvent: channel(onEvent) });
+
+/** Asks the sweep to stop; its outcome follows on its channel. @returns {Promise<boolean>} */
+export const cancelLadder = () => invoke('cancel_ladder');
 
 /** @returns {Promise<PublishSetup>} */
 export const publishSetup = () => invoke('publish_setup');

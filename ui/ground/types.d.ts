@@ -194,6 +194,16 @@ export type BuildMessage =
     message: string;
   };
 
+/**
+ * What to build: a `bits`-bit `.cact` at `out`, of the whole model or (`layers`) one rung of its depth
+ * ladder.
+ */
+export type BuildRequest = {
+  bits: number;
+  layers?: number | null;
+  out: string;
+};
+
 /** A `.cact` width a build offers. */
 export type BuildWidth = {
   bits: number;
@@ -745,6 +755,74 @@ export type KindKey = {
   color: string;
 };
 
+/** Every rung asked for, shallowest first. */
+export type Ladder = {
+  /** The full depth of the model the rungs are cut from. */
+  num_layers: number;
+  /** The held-out examples each rung answered. */
+  examples: number;
+  rungs: Rung[];
+};
+
+/**
+ * One thing that happened during a sweep, in order: `started`; for each rung `rung`, then an
+ * `answered` per example, then `scored`; last `finished` — or `cancelled` (no table: a partial
+ * ladder would rank rungs it never tried) or `failed` at any point.
+ */
+export type LadderEvent =
+  | {
+    event: "started";
+    /** The depths to score, in the order they will be. */
+    rungs: number[];
+    examples: number;
+  }
+  /** Rung `index` (1-based) of `of` is being built. */
+  | {
+    event: "rung";
+    layers: number;
+    index: number;
+    of: number;
+  }
+  | {
+    event: "answered";
+    layers: number;
+    done: number;
+    total: number;
+  }
+  | {
+    event: "scored";
+    rung: Rung;
+  }
+  | {
+    event: "finished";
+    ladder: Ladder;
+  }
+  | {
+    event: "cancelled";
+    /** The rungs scored before the cancel. */
+    scored: number;
+  }
+  | {
+    event: "failed";
+    message: string;
+  };
+
+/** What the window hears about a sweep. */
+export type LadderMessage =
+  /** The worker's `started`, `rung`, `answered` and `scored` events, as they are. */
+  | ({ kind: "progress" } & LadderEvent)
+  /** Every rung scored, and the chart of their exact calls. */
+  | {
+    kind: "finished";
+    ladder: Ladder;
+    svg: string;
+  }
+  | { kind: "cancelled" }
+  | {
+    kind: "failed";
+    message: string;
+  };
+
 export type LengthStats = {
   min: number;
   median: number;
@@ -899,6 +977,19 @@ export type Question = {
   tools: string;
   query: string;
   system?: string;
+};
+
+/** One rung scored. */
+export type Rung = {
+  /** Its depth: the blocks it keeps. */
+  layers: number;
+  /** The size of its `.cact`. */
+  cact_bytes: number;
+  /**
+   * Its calls on the held-out examples, run as the `.cact` runs: exact calls, why the others
+   * are wrong, and its decoding speed here ([`Accuracy::decode_tokens_per_s`]).
+   */
+  calls: Accuracy;
 };
 
 export type Sample = {

@@ -1,6 +1,7 @@
 // @ts-check
 // The Export step: the training's adapter, its build into a .cact at the chosen width, and Publish,
 // which pushes the built file to a model repository on the hub (or, cancelled, leaves the hub as it was).
+// A Needle 3 model's depth ladder is scored here too, rung by rung, and any rung built as its own .cact.
 
 import * as api from '../ground/api.js';
 import { $, basename, errorText, formatBytes, h, setMessage, setStatus } from '../ground/dom.js';
@@ -13,6 +14,8 @@ import { badgeTab } from '../ground/tabs.js';
 /** @typedef {import('../ground/types.js').BuildWidth} BuildWidth */
 /** @typedef {import('../ground/types.js').CactInfo} CactInfo */
 /** @typedef {import('../ground/types.js').HistoryEntry} HistoryEntry */
+/** @typedef {import('../ground/types.js').Ladder} Ladder */
+/** @typedef {import('../ground/types.js').LadderMessage} LadderMessage */
 /** @typedef {import('../ground/types.js').PublishMessage} PublishMessage */
 /** @typedef {import('../ground/types.js').PublishState} PublishState */
 /** @typedef {import('../ground/types.js').Uploaded} Uploaded */
@@ -31,6 +34,7 @@ function showResult(entry) {
   setBuildStatus('idle', '');
   setMessage($('export-error'), null);
   renderBuilt(entry.cact);
+  showLadder(entry.id);
 }
 
 /** @param {CactInfo|null} cact */
@@ -52,14 +56,20 @@ const setBuildStatus = (status, text) => setStatus($('build-status'), status, te
 function setBuilding(building) {
   state.building = building;
   $('build-button').disabled = building;
+  for (const button of document.querySelectorAll('#ladder-table button')) /** @type {HTMLButtonElement} */ (button).disabled = building;
   tell('busy', null);
 }
 
-async function buildCact() {
+/**
+ * Builds the training's .cact: the whole model, or with `layers` that rung of its ladder, beside it.
+ * @param {number|null} layers
+ */
+async function buildCact(layers) {
   const entry = state.entry;
   if (!entry) return;
-  const out = $('cact-path').value.trim();
-  if (!out) {
+  const whole = $('cact-path').value.trim();
+  const out = layers === null ? whole : whole.replace(/(\.cact)?$/, `-${layers}-layers.cact`);
+  if (!whole) {
     setBuildStatus('failed', 'Choose where to save the .cact file.');
     return;
   }
@@ -69,7 +79,8 @@ async function buildCact() {
   $('build-progress').value = 0;
   renderBuilt(null);
   try {
-    await api.buildCact(entry.id, Number(checked.value), out, (message) => handleBuildEvent(entry.id, message));
+    const request = { bits: Number(checked.value), layers, out };
+    await api.buildCact(entry.id, request, (message) => handleBuildEvent(entry.id, message));
   } catch (error) {
     setBuilding(false);
     setBuildStatus('failed', errorText(error));
@@ -106,6 +117,93 @@ function handleBuildEvent(trainingId, message) {
       setBuildStatus('failed', message.message);
       break;
   }
+}
+
+/** @param {'idle'|'scoring'|'scored'|'cancelled'|'failed'} status @param {string} text */
+const setLadderStatus = (status, text) => setStatus($('ladder-status'), status, text);
+
+/** @param {boolean} scoring */
+function setScoring(scoring) {
+  $('ladder-button').disabled = scoring;
+  $('ladder-cancel').hidden = !scoring;
+}
+
+/**
+ * The ladder part of the panel for training `trainingId`: Score, or why its model has none.
+ * @param {string} trainingId
+ */
+async function showLadder(trainingId) {
+  $('ladder-result').hidden = true;
+  $('ladder-progress').value = 0;
+  setLadderStatus('idle', '');
+  const refusal = await api.ladderRefusal(trainingId).catch(errorText);
+  if (state.entry?.id !== trainingId) return;
+  $('ladder-refusal').hidden = !refusal;
+  $('ladder-refusal').textContent = refusal ?? '';
+  $('ladder-actions').hidden = Boolean(refusal);
+}
+
+async function scoreLadder() {
+  const entry = state.entry;
+  if (!entry) return;
+  setScoring(true);
+  $('ladder-result').hidden = true;
+  $('ladder-progress').value = 0;
+  setLadderStatus('scoring', 'Starting the sweep…');
+  try {
+    await api.scoreLadder(entry.id, (message) => handleLadderEvent(entry.id, message));
+  } catch (error) {
+    setScoring(false);
+    setLadderStatus('failed', errorText(error));
+  }
+}
+
+async function cancelLadder() {
+  setLadderStatus('scoring', 'Cancelling: stopping at the next answer…');
+  await api.cancelLadder().catch((error) => setLadderStatus('failed', errorText(error)));
+}
+
+/** @param {string} trainingId the training whose ladder is scored @param {LadderMessage} message */
+function handleLadderEvent(trainingId, message) {
+  if (message.kind !== 'progress') setScoring(false);
+  if (state.entry?.id !== trainingId) return; // the panel now shows another training
+  switch (message.kind) {
+    case 'progress':
+      if (message.event === 'started') {
+        $('ladder-progress').max = Math.max(1, message.rungs.length * message.examples);
+      } else if (message.event === 'rung') {
+        setLadderStatus('scoring', `Rung ${message.index}/${message.of}: ${message.layers} layers`);
+      } else if (message.event === 'answered') {
+        $('ladder-progress').value = Number($('ladder-progress').value) + 1;
+      }
+      break;
+    case 'finished':
+      $('ladder-progress').value = $('ladder-progress').max;
+      setLadderStatus('scored', `${message.ladder.rungs.length} rungs scored on ${message.ladder.examples} held-out examples`);
+      renderLadder(message.ladder, message.svg);
+      break;
+    case 'cancelled':
+      $('ladder-progress').value = 0;
+      setLadderStatus('cancelled', 'Cancelled: no table, as a partial ladder would rank rungs it never tried.');
+      break;
+    case 'failed':
+      setLadderStatus('failed', message.message);
+      break;
+  }
+}
+
+/** @param {Ladder} ladder @param {string} svg the chart of its exact calls */
+function renderLadder(ladder, svg) {
+  $('ladder-result').hidden = false;
+  $('ladder-chart').innerHTML = svg; // SVG markup from our own Rust: trusted
+  $('ladder-table').querySelector('tbody')?.replaceChildren(...ladder.rungs.map((rung) => {
+    const build = /** @type {HTMLButtonElement} */ (h('button', { type: 'button' }, 'Build this rung'));
+    build.disabled = Boolean(state.building);
+    build.addEventListener('click', () => buildCact(rung.layers));
+    const calls = `${rung.calls.exact}/${rung.calls.examples}`;
+    return h('tr', {}, h('td', {}, String(rung.layers)), h('td', {}, calls), h('td', {}, formatBytes(rung.cact_bytes)),
+      h('td', {}, `${(rung.calls.decode_tokens_per_s ?? 0).toFixed(0)} tok/s`), h('td', {}, build));
+  }));
 }
 
 /** @param {'idle'|'publishing'|'published'|'cancelled'|'failed'} status @param {string} text */
@@ -214,7 +312,9 @@ export function wireExport() {
     const path = await pickPath({ name: 'Needle model', ext: 'cact', current, errorEl, save: true });
     if (path) $('cact-path').value = path;
   });
-  $('build-button').addEventListener('click', buildCact);
+  $('build-button').addEventListener('click', () => buildCact(null));
+  $('ladder-button').addEventListener('click', scoreLadder);
+  $('ladder-cancel').addEventListener('click', cancelLadder);
   $('publish-button').addEventListener('click', publishCact);
   $('publish-cancel').addEventListener('click', cancelPublish);
   wireKey('publish-token', 'hub_token', errorEl);

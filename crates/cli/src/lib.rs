@@ -57,6 +57,7 @@ pub mod args {
     pub use crate::finetune::{Args as Finetune, Settings, CHECKPOINT_DIR};
     pub use crate::generate::{Args as GenerateData, Llm};
     pub use crate::inputs::{ModelInputs, WeightsInputs};
+    pub use crate::ladder::LadderArgs;
     pub use crate::run::Args as Run;
 }
 

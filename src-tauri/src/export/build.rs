@@ -31,15 +31,24 @@ pub enum BuildMessage {
     },
 }
 
-/// Builds training `training_id`'s adapter merged into its base as a `bits`-bit `.cact` at `out`.
+/// What to build: a `bits`-bit `.cact` at `out`, of the whole model or (`layers`) one rung of its depth
+/// ladder.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct BuildRequest {
+    pub bits: u8,
+    pub layers: Option<usize>,
+    pub out: PathBuf,
+}
+
+/// Builds training `training_id`'s adapter merged into its base as `request` asks.
 pub fn start(
     worker: &Worker,
     records: &Records,
     training_id: &str,
-    bits: u8,
-    out: PathBuf,
+    request: BuildRequest,
     channel: Channel<BuildMessage>,
 ) -> Result<(), String> {
+    let BuildRequest { bits, layers, out } = request;
     if out.as_os_str().is_empty() {
         return Err("choose where to save the .cact".into());
     }
@@ -57,10 +66,12 @@ pub fn start(
         adapter,
         tokenizer: entry.request.tokenizer.clone(),
         bits: width,
+        layers,
         out,
     };
+    let (records, scorer) = (records.clone(), worker.clone());
     let watcher =
-        BuildWatcher { record, records: records.clone(), worker: worker.clone(), channel, built: None, failure: None };
+        BuildWatcher { record, records, worker: scorer, whole: layers.is_none(), channel, built: None, failure: None };
     worker.spawn(&job, watcher).map(drop)
 }
 
@@ -69,6 +80,8 @@ struct BuildWatcher {
     records: Records,
     /// Scores the written file beside the model it was built from (`needle eval --quant-rows`).
     worker: Worker,
+    /// The whole model, not a rung of its ladder: only that compares with the tuned model row for row.
+    whole: bool,
     channel: Channel<BuildMessage>,
     /// The written file and its quantization scheme.
     built: Option<(PathBuf, String)>,
@@ -109,7 +122,11 @@ impl BuildWatcher {
         let (bytes, tensors) = (file.size() as u64, file.records.len());
         drop(file);
         self.send(BuildMessage::Scoring);
-        let (rows, scores_error) = match quant_rows(&self.worker, &self.record.entry, &path) {
+        let scored = match self.whole {
+            true => quant_rows(&self.worker, &self.record.entry, &path),
+            false => Ok(None),
+        };
+        let (rows, scores_error) = match scored {
             Ok(rows) => (rows, None),
             Err(error) => (None, Some(error)),
         };

@@ -1,4 +1,5 @@
-//! The Export step's commands: build a training's `.cact`, publish it (or cancel that), show either file
+//! The Export step's commands: build a training's `.cact` (or a rung of its depth ladder, scored first),
+//! publish it (or cancel that), show either file
 //! in its folder.
 
 use std::path::PathBuf;
@@ -6,7 +7,8 @@ use std::path::PathBuf;
 use tauri::ipc::Channel;
 use tauri::State;
 
-use crate::export::build::{self, BuildMessage};
+use crate::export::build::{self, BuildMessage, BuildRequest};
+use crate::export::ladder::{self, LadderMessage};
 use crate::export::publish::{self, PublishMessage, PublishSetup, PublishState};
 use crate::export::step::ExportStep;
 use crate::ground::Answer;
@@ -15,11 +17,33 @@ use crate::ground::Answer;
 pub async fn build_cact(
     export: State<'_, ExportStep>,
     training_id: String,
-    bits: u8,
-    out: PathBuf,
+    request: BuildRequest,
     on_event: Channel<BuildMessage>,
 ) -> Answer<()> {
-    build::start(&export.worker, &export.records, &training_id, bits, out, on_event)
+    build::start(&export.worker, &export.records, &training_id, request, on_event)
+}
+
+/// Why training `training_id`'s model has no depth ladder to score (a Needle 2 model), or nothing when
+/// it has one.
+#[tauri::command]
+pub fn ladder_refusal(export: State<'_, ExportStep>, training_id: String) -> Answer<Option<String>> {
+    ladder::refusal(&export.records, &training_id)
+}
+
+/// Scores every rung of training `training_id`'s depth ladder; progress and the table follow on `on_event`.
+#[tauri::command]
+pub fn score_ladder(
+    export: State<'_, ExportStep>,
+    training_id: String,
+    on_event: Channel<LadderMessage>,
+) -> Answer<()> {
+    ladder::start(&export.worker, &export.records, &export.ladder, &training_id, on_event)
+}
+
+/// Asks the ladder sweep going to stop; its outcome follows on its channel. False when none was running.
+#[tauri::command]
+pub fn cancel_ladder(export: State<'_, ExportStep>) -> bool {
+    ladder::cancel(&export.ladder)
 }
 
 #[tauri::command]

@@ -1,10 +1,11 @@
 //! The Export step's state: the worker builds run in, the trainings' records, the hub and its token,
-//! and the one upload slot.
+//! the one upload slot and the one ladder sweep.
 
 use std::sync::Arc;
 
 use needle_engine::hub::Hub;
 
+use crate::export::ladder;
 use crate::export::publish::{self, Publishing};
 use crate::secrets::keys::Keys;
 use crate::train::record::Records;
@@ -18,6 +19,7 @@ pub struct ExportStep {
     pub hub: Hub,
     pub token: Arc<Keys>,
     pub publishing: Arc<Publishing>,
+    pub ladder: ladder::Sweep,
 }
 
 impl ExportStep {

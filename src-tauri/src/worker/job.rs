@@ -4,10 +4,10 @@
 //! none can drift from what the CLI reads.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::CommandFactory;
-use needle_cli::args::{self, EventFormat, Llm, ModelInputs, Settings, WeightsInputs};
+use needle_cli::args::{self, EventFormat, LadderArgs, Llm, ModelInputs, Settings, WeightsInputs};
 use needle_cli::{Cli, Command};
 use needle_engine::cact::Bits;
 use needle_engine::generate::{DEFAULT_TIMEOUT_S, DEFAULT_WORKERS, FINETUNE_WORKERS};
@@ -34,8 +34,19 @@ pub enum Job {
     Train { finetune: Finetune, plan_only: bool },
     /// The training continued from the state saved beside its adapter.
     Resume(Finetune),
-    /// `needle build`: the adapter merged into its base, written as a `bits`-bit `.cact`.
-    Build { checkpoint: PathBuf, adapter: PathBuf, tokenizer: PathBuf, bits: Bits, out: PathBuf },
+    /// `needle build`: the adapter merged into its base, written as a `bits`-bit `.cact`; with
+    /// `layers`, that rung of a Needle 3 model's depth ladder.
+    Build { checkpoint: PathBuf, adapter: PathBuf, tokenizer: PathBuf, bits: Bits, layers: Option<usize>, out: PathBuf },
+    /// `needle eval --ladder --events jsonl`: every rung of the tuned model's depth ladder scored on the
+    /// first `examples` that a training with `settings` held out; `cancel` on stdin stops it.
+    Ladder {
+        checkpoint: PathBuf,
+        adapter: PathBuf,
+        tokenizer: PathBuf,
+        dataset: PathBuf,
+        settings: TrainSettings,
+        examples: usize,
+    },
     /// `needle eval --accuracy --quant-rows`: the tuned model (`checkpoint` with `adapter` merged)
     /// three ways (float, its quantization simulated, and `cact`, built from it) on the first
     /// `examples` that a training with `settings` held out.
@@ -80,12 +91,12 @@ impl Job {
         match self {
             Job::Train { finetune, plan_only } => Command::Finetune(finetune.args(*plan_only, false)),
             Job::Resume(finetune) => Command::Finetune(finetune.args(false, true)),
-            Job::Build { checkpoint, adapter, tokenizer, bits, out } => Command::Build(args::Build {
+            Job::Build { checkpoint, adapter, tokenizer, bits, layers, out } => Command::Build(args::Build {
                 checkpoint: Some(checkpoint.clone()),
                 lora: Some(adapter.clone()),
                 out: Some(out.clone()),
                 bits: Some(*bits),
-                layers: None,
+                layers: *layers,
                 tokenizer: Some(tokenizer.clone()),
                 generation: Generation::default(),
                 upload: false,
@@ -93,27 +104,16 @@ impl Job {
             }),
             Job::Evaluate { checkpoint, adapter, cact, tokenizer, dataset, settings, examples } => {
                 Command::Eval(args::Eval {
-                    data: dataset.clone(),
-                    weights: WeightsInputs {
-                        checkpoint: Some(checkpoint.clone()),
-                        lora: Some(adapter.clone()),
-                        weights: None,
-                        tokenizer: Some(tokenizer.clone()),
-                        generation: Generation::default(),
-                    },
-                    max_len: settings.max_len,
-                    batch_size: args::EVAL_BATCH_SIZE,
-                    val_split: Some(settings.val_split),
-                    seed: settings.seed,
-                    max_examples: Some(*examples),
                     accuracy: true,
-                    answers: None,
                     quant_rows: Some(cact.clone()),
-                    ladder: Default::default(),
-                    device: None,
                     json: true,
+                    ..held_out(checkpoint, adapter, tokenizer, dataset, settings, *examples)
                 })
             }
+            Job::Ladder { checkpoint, adapter, tokenizer, dataset, settings, examples } => Command::Eval(args::Eval {
+                ladder: LadderArgs { ladder: true, rungs: Vec::new(), events: Some(EventFormat::Jsonl) },
+                ..held_out(checkpoint, adapter, tokenizer, dataset, settings, *examples)
+            }),
             Job::Generate { dataset, count, batch_size, model, endpoint, output } => {
                 Command::GenerateData(args::GenerateData {
                     tools: None,
@@ -156,6 +156,39 @@ impl Job {
     /// The worker's command line for this job (see [`argv`]).
     pub fn argv(&self) -> Result<Vec<OsString>, String> {
         argv(&self.command())
+    }
+}
+
+/// `needle eval` of the tuned model (`checkpoint` with `adapter` merged) on the first `examples` that a
+/// training with `settings` held out, asked for nothing yet: what Evaluate and the ladder share.
+fn held_out(
+    checkpoint: &Path,
+    adapter: &Path,
+    tokenizer: &Path,
+    dataset: &Path,
+    settings: &TrainSettings,
+    examples: usize,
+) -> args::Eval {
+    args::Eval {
+        data: dataset.into(),
+        weights: WeightsInputs {
+            checkpoint: Some(checkpoint.into()),
+            lora: Some(adapter.into()),
+            weights: None,
+            tokenizer: Some(tokenizer.into()),
+            generation: Generation::default(),
+        },
+        max_len: settings.max_len,
+        batch_size: args::EVAL_BATCH_SIZE,
+        val_split: Some(settings.val_split),
+        seed: settings.seed,
+        max_examples: Some(examples),
+        accuracy: false,
+        answers: None,
+        quant_rows: None,
+        ladder: LadderArgs::default(),
+        device: None,
+        json: false,
     }
 }
 
@@ -274,7 +307,24 @@ mod tests {
                 adapter: "/t/adapter.safetensors".into(),
                 tokenizer: "/m/tokenizer.model".into(),
                 bits: Bits::Two,
+                layers: None,
                 out: "/out/tuned.cact".into(),
+            },
+            Job::Build {
+                checkpoint: "/m/needle3.safetensors".into(),
+                adapter: "/t/adapter.safetensors".into(),
+                tokenizer: "/m/tokenizer.model".into(),
+                bits: Bits::Four,
+                layers: Some(2),
+                out: "/out/tuned-2-layers.cact".into(),
+            },
+            Job::Ladder {
+                checkpoint: "/m/needle3.safetensors".into(),
+                adapter: "/t/adapter.safetensors".into(),
+                tokenizer: "/m/tokenizer.model".into(),
+                dataset: "/data/-smart home.jsonl".into(),
+                settings: presets()[1].settings,
+                examples: 24,
             },
             Job::Evaluate {
                 checkpoint: "/m/base.pkl".into(),

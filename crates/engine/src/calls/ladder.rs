@@ -114,7 +114,7 @@ impl From<WeightsLoadError> for LadderScoreError {
 }
 
 /// The generations trained with a depth ladder, for messages: "Needle 3".
-fn laddered_generations() -> String {
+pub fn laddered_generations() -> String {
     let names: Vec<&str> =
         Generation::ALL.iter().map(|g| g.profile()).filter(|p| p.ships.depth_ladder).map(|p| p.name).collect();
     names.join(" and ")
