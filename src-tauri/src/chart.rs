@@ -114,25 +114,47 @@ pub fn css(color: RGBColor) -> String {
 /// One stacked bar per model (its name, and its answers by kind), the kinds stacked in their order
 /// from exact at the bottom; the legend is the page's, shared by every tool's chart.
 pub fn kinds(bars: &[(&str, &BTreeMap<AnswerKind, usize>)]) -> String {
-    draw(KINDS_SIZE, |root| {
-        let most = bars.iter().map(|(_, kinds)| kinds.values().sum::<usize>()).max().unwrap_or(0).max(1);
+    let most = bars.iter().map(|(_, kinds)| kinds.values().sum::<usize>()).max().unwrap_or(0);
+    let bars: Vec<(String, &BTreeMap<AnswerKind, usize>)> =
+        bars.iter().map(|(name, kinds)| (name.to_string(), *kinds)).collect();
+    stacked(KINDS_SIZE, &bars, most, (None, "answers"))
+}
+
+/// One bar per rung, shallowest first: its exact calls out of the examples, in the colour of exact
+/// answers, so the smallest rung that still makes the calls stands out.
+pub fn ladder(ladder: &Ladder) -> String {
+    let exact: Vec<BTreeMap<AnswerKind, usize>> =
+        ladder.rungs.iter().map(|rung| BTreeMap::from([(AnswerKind::Exact, rung.calls.exact)])).collect();
+    let bars: Vec<(String, &BTreeMap<AnswerKind, usize>)> =
+        ladder.rungs.iter().zip(&exact).map(|(rung, exact)| (rung.layers.to_string(), exact)).collect();
+    stacked(LADDER_SIZE, &bars, ladder.examples, (Some("layers"), "exact calls"))
+}
+
+/// Named bars of answers stacked by kind on a scale up to `top`, with the axes' descriptions.
+fn stacked(
+    size: (u32, u32),
+    bars: &[(String, &BTreeMap<AnswerKind, usize>)],
+    top: usize,
+    (x_desc, y_desc): (Option<&str>, &str),
+) -> String {
+    draw(size, |root| {
+        let most = top.max(1);
         let mut chart = ChartBuilder::on(root)
             .margin(8)
-            .x_label_area_size(28)
-            .y_label_area_size(30)
+            .x_label_area_size(if x_desc.is_some() { 34 } else { 28 })
+            .y_label_area_size(34)
             // An integer range counts both its ends: one segment per bar.
             .build_cartesian_2d((0..bars.len().saturating_sub(1)).into_segmented(), 0..most)?;
         let name = |at: &SegmentValue<usize>| match at {
-            SegmentValue::CenterOf(i) => bars.get(*i).map_or_else(String::new, |(name, _)| name.to_string()),
+            SegmentValue::CenterOf(i) => bars.get(*i).map_or_else(String::new, |(name, _)| name.clone()),
             _ => String::new(),
         };
-        styled(&mut chart.configure_mesh())
-            .disable_x_mesh()
-            .x_labels(bars.len())
-            .y_labels(most.min(5))
-            .x_label_formatter(&name)
-            .y_desc("answers")
-            .draw()?;
+        let mut mesh = chart.configure_mesh();
+        styled(&mut mesh).disable_x_mesh().x_labels(bars.len()).y_labels(most.min(5)).x_label_formatter(&name);
+        if let Some(x_desc) = x_desc {
+            mesh.x_desc(x_desc);
+        }
+        mesh.y_desc(y_desc).draw()?;
         let blocks = bars.iter().enumerate().flat_map(|(i, (_, kinds))| {
             kinds.iter().scan(0, move |bottom, (&kind, &n)| {
                 let from = *bottom;
@@ -144,41 +166,6 @@ pub fn kinds(bars: &[(&str, &BTreeMap<AnswerKind, usize>)]) -> String {
             })
         });
         chart.draw_series(blocks)?;
-        Ok(())
-    })
-}
-
-/// One bar per rung, shallowest first: its exact calls out of the examples, in the colour of exact
-/// answers, so the smallest rung that still makes the calls stands out.
-pub fn ladder(ladder: &Ladder) -> String {
-    draw(LADDER_SIZE, |root| {
-        let rungs = &ladder.rungs;
-        let most = ladder.examples.max(1);
-        let mut chart = ChartBuilder::on(root)
-            .margin(8)
-            .x_label_area_size(34)
-            .y_label_area_size(36)
-            // An integer range counts both its ends: one segment per bar.
-            .build_cartesian_2d((0..rungs.len().saturating_sub(1)).into_segmented(), 0..most)?;
-        let name = |at: &SegmentValue<usize>| match at {
-            SegmentValue::CenterOf(i) => rungs.get(*i).map_or_else(String::new, |rung| rung.layers.to_string()),
-            _ => String::new(),
-        };
-        styled(&mut chart.configure_mesh())
-            .disable_x_mesh()
-            .x_labels(rungs.len())
-            .y_labels(most.min(5))
-            .x_label_formatter(&name)
-            .x_desc("layers")
-            .y_desc("exact calls")
-            .draw()?;
-        let bars = rungs.iter().enumerate().map(|(i, rung)| {
-            let corners = [(SegmentValue::Exact(i), 0), (SegmentValue::Exact(i + 1), rung.calls.exact)];
-            let mut bar = Rectangle::new(corners, kind_color(AnswerKind::Exact).filled());
-            bar.set_margin(0, 0, 14, 14);
-            bar
-        });
-        chart.draw_series(bars)?;
         Ok(())
     })
 }
