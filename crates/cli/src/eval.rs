@@ -2,7 +2,7 @@
 //! `.cact`) over a whole dataset file, and with `--accuracy` its exact-call accuracy.
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
@@ -237,10 +237,16 @@ fn write_answers(path: &Path, wrong: &[Answered]) -> Result<()> {
         .with_context(|| format!("cannot write {}; check that the directory exists and is writable", path.display()))
 }
 
+/// A progress line redrawn in place on a terminal; in a log (stderr not a terminal), where each
+/// redraw would run into the last, the finished count only. The caller ends the line.
 fn report_progress(what: &str, done: usize, total: usize) {
-    note!("\r  {what:<9} {done}/{total} examples");
-    // Progress is best-effort: a closed stderr must not fail the evaluation.
-    let _ = std::io::stderr().flush();
+    if std::io::stderr().is_terminal() {
+        note!("\r  {what:<9} {done}/{total} examples");
+        // Progress is best-effort: a closed stderr must not fail the evaluation.
+        let _ = std::io::stderr().flush();
+    } else if done == total {
+        note!("  {what:<9} {done}/{total} examples");
+    }
 }
 
 fn print_summary(printed: &Printed, json: bool) -> Result<()> {

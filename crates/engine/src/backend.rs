@@ -273,6 +273,14 @@ pub fn device_memory_free(device: &Device) -> Option<u64> {
     gpu_memory(device).map(|(free, _)| free)
 }
 
+/// The machine's memory: `(total, available to this process now)` in bytes, where the system says.
+pub fn system_memory() -> Option<(u64, u64)> {
+    use sysinfo::{MemoryRefreshKind, RefreshKind, System};
+    let refresh = RefreshKind::nothing().with_memory(MemoryRefreshKind::nothing().with_ram());
+    let system = System::new_with_specifics(refresh).ok()?;
+    Some((system.total_memory(), system.available_memory())).filter(|&(total, _)| total > 0)
+}
+
 /// The NVIDIA driver's library, which the driver installs and no build of needle ships.
 #[cfg(feature = "cuda")]
 const CUDA_DRIVER_LIBRARY: &str = if cfg!(windows) { "nvcuda.dll" } else { "libcuda.so.1" };

@@ -87,12 +87,15 @@ impl Forward {
     ) -> Result<(f32, HostGrads)> {
         let mut grads = HostGrads::new();
         let mut loss = 0f32;
-        for packing in passes {
-            loss += match self {
-                Forward::Cpu(cpu, workspace) => {
-                    cpu.loss_and_grads(packing, low_rank, normalizer, recompute, workspace, &mut grads)?
+        match self {
+            Forward::Cpu(cpu, workspace) => {
+                let factors = cpu.factors(Some(low_rank))?;
+                for packing in passes {
+                    loss += cpu.loss_and_grads(packing, &factors, normalizer, recompute, workspace, &mut grads)?;
                 }
-                Forward::Candle(network) => {
+            }
+            Forward::Candle(network) => {
+                for packing in passes {
                     let (part, store) = if recompute {
                         network.loss_and_grads_by_layer(packing, low_rank, normalizer)?
                     } else {
@@ -112,9 +115,9 @@ impl Forward {
                         };
                         add_factor_grads(&mut grads, key, ga, gb);
                     }
-                    part
+                    loss += part;
                 }
-            };
+            }
         }
         Ok((loss, grads))
     }

@@ -43,7 +43,7 @@ pub mod san;
 pub use candle_core::Device;
 pub use decode::{Completion, Prefilled, Stop};
 pub use eval::{evaluate, EvalSummary};
-pub use fast::{CpuNetwork, HostGrads, Workspace};
+pub use fast::{CpuNetwork, HostFactors, HostGrads, Workspace};
 pub use forward::Forward;
 pub use linear::LowRank;
 pub use loss::{masked_ce_sum, masked_loss};

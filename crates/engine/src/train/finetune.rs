@@ -28,7 +28,7 @@ const TIMED_STEPS: usize = 3;
 const WARM_STEP_LIMIT_S: f64 = 10.0;
 /// Decoding steps the plan times, after a prompt's prefill.
 const DECODE_STEPS_TIMED: usize = 8;
-use crate::backend::BackendInfo;
+use crate::backend::{system_memory, BackendInfo};
 use crate::calls::{self, CallScores, ModelScore, Precision, Weights, WeightsLoadError};
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::dataset::{Dataset, DatasetError, Encoded, Example, Tokenized};
@@ -236,7 +236,7 @@ impl Session {
             recompute: memory.recompute,
             micro_batch: memory.micro_batch,
             tokens_per_pass: memory.tokens_per_pass,
-            memory_available_bytes: available_memory(),
+            memory_available_bytes: system_memory().map(|(_, available)| available),
             seconds_estimate: None,
         };
         let prepare_seconds = started.elapsed().as_secs_f64();
@@ -545,14 +545,6 @@ fn check_writable(out: &Path) -> Result<()> {
     std::fs::create_dir_all(&dir).map_err(error)?;
     tempfile::NamedTempFile::new_in(&dir).map_err(error)?;
     Ok(())
-}
-
-/// Memory the system could give this process now.
-fn available_memory() -> Option<u64> {
-    use sysinfo::{MemoryRefreshKind, RefreshKind, System};
-    let refresh = RefreshKind::nothing().with_memory(MemoryRefreshKind::nothing().with_ram());
-    let system = System::new_with_specifics(refresh).ok()?;
-    Some(system.available_memory()).filter(|&bytes| bytes > 0)
 }
 
 #[cfg(test)]

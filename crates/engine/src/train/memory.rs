@@ -13,21 +13,37 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::device_memory_free;
+use crate::backend::{device_memory_free, system_memory};
 use crate::config::ModelConfig;
 use crate::model::{CpuNetwork, Device};
 
-/// The activations a pass may hold where memory is the system's (the CPU, Metal). On the CPU path a bigger batch is split into passes whose
+/// The least activations a pass may hold where memory is the system's (the CPU, Metal): all a
+/// machine of 8 GB or less gives. On the CPU path a bigger batch is split into passes whose
 /// gradients are summed (no more time: the products stay large), and only a row too long for the
 /// budget on its own recomputes layer by layer. Candle's path first recomputes (about a third
 /// more time), then also splits its batch into micro-batches.
 pub const ACTIVATION_BUDGET: u64 = 512 << 20;
 
-/// The activations a pass may hold on `device`: [`ACTIVATION_BUDGET`] where memory is the
-/// system's, half of what is free on a GPU with memory of its own (the other half for the weights,
-/// the adapter and the allocator's slack). A GPU is sized for this: recomputing there only costs time.
+/// The most a pass holds where memory is the system's: enough for a 1024-token row of the released
+/// Needle 3 (about 560 MB kept on the CPU path) to run without recomputing its layers, which costs
+/// a third of its step; more only saves passes, whose products are large already.
+const SYSTEM_BUDGET_MAX: u64 = 1 << 30;
+
+/// The activations a pass may hold on `device`: half of what is free on a GPU with memory of its
+/// own (the other half for the weights, the adapter and the allocator's slack; a GPU is sized for
+/// this: recomputing there only costs time); where memory is the system's, [`system_budget`].
 pub fn activation_budget(device: &Device) -> u64 {
-    device_memory_free(device).map_or(ACTIVATION_BUDGET, |free| (free / 2).max(ACTIVATION_BUDGET))
+    match device_memory_free(device) {
+        Some(free) => (free / 2).max(ACTIVATION_BUDGET),
+        None => system_budget(system_memory().map(|(total, _)| total)),
+    }
+}
+
+/// A sixteenth of a machine of `total` bytes, within [`ACTIVATION_BUDGET`] and
+/// [`SYSTEM_BUDGET_MAX`]: a 16 GB laptop gives a training the memory to skip recomputing 1024-token
+/// rows, an 8 GB one keeps the floor.
+fn system_budget(total: Option<u64>) -> u64 {
+    total.map_or(ACTIVATION_BUDGET, |total| (total / 16).clamp(ACTIVATION_BUDGET, SYSTEM_BUDGET_MAX))
 }
 
 /// Rows of `seq_len` positions that one forward pass without gradients (evaluation) may hold
@@ -232,6 +248,21 @@ mod tests {
         // A GPU's own memory holds the same step whole.
         let gpu = StepShape { activation_budget: 60 << 30, ..big }.plan();
         assert_eq!((gpu.recompute, gpu.micro_batch), (false, 16), "{gpu:?}");
+    }
+
+    #[test]
+    fn a_machine_with_memory_to_spare_trains_needle3_rows_of_1024_without_recomputing() {
+        const GIB: u64 = 1 << 30;
+        assert_eq!(system_budget(None), ACTIVATION_BUDGET, "unknown memory: the floor");
+        assert_eq!(system_budget(Some(8 * GIB)), ACTIVATION_BUDGET);
+        assert_eq!(system_budget(Some(16 * GIB)), GIB);
+        assert_eq!(system_budget(Some(256 * GIB)), SYSTEM_BUDGET_MAX);
+        let needle3 = ModelConfig::needle3();
+        let rows = |budget| StepShape { activation_budget: budget, ..step(&needle3, 4, 1024, true) }.plan();
+        let (small, big) = (rows(system_budget(Some(8 * GIB))), rows(system_budget(Some(16 * GIB))));
+        assert!(small.recompute && small.micro_batch == 1, "{small:?}");
+        assert!(!big.recompute && big.micro_batch == 1, "{big:?}");
+        assert!(big.peak_bytes < small.peak_bytes + SYSTEM_BUDGET_MAX, "{big:?} vs {small:?}");
     }
 
     #[test]

@@ -211,13 +211,31 @@ impl HostLayer {
         next: &mut [f32],
         past: Option<Past>,
     ) -> Result<()> {
+        self.keep(pass, lora, x, kept, work, past)?;
+        self.write_update(pass, x, kept, work, next);
+        Ok(())
+    }
+
+    /// The forward up to what the backward reads (the lane logits and the attention branch), into
+    /// `kept`: a recomputing step's backward runs this alone, its output lanes being kept.
+    pub(super) fn keep(
+        &self,
+        pass: &Pass,
+        lora: &[Option<ProjectionLora>; 5],
+        x: &[f32],
+        kept: &mut Kept,
+        work: &mut Work,
+        past: Option<Past>,
+    ) -> Result<()> {
+        self.lanes.logits(&pass.dims, x, &mut work.unit, &mut kept.mix)?;
+        self.block_inputs(pass, x, &kept.mix, work);
+        self.block.attention.forward(pass, lora, kept, work, past)
+    }
+
+    /// The rest of the block, and the lanes mixed with its update added, into `next`.
+    fn write_update(&self, pass: &Pass, x: &[f32], kept: &Kept, work: &Work, next: &mut [f32]) {
         let dims = &pass.dims;
         let (d, nd, mw) = (dims.d, dims.lanes * dims.d, dims.mix_width());
-        self.lanes.logits(dims, x, &mut work.unit, &mut kept.mix)?;
-        self.block_inputs(pass, x, &kept.mix, work);
-        self.block.attention.forward(pass, lora, kept, work, past)?;
-        // The rest of the block, and the lanes mixed with its update added.
-        let (kept, work) = (&*kept, &*work);
         next.par_chunks_mut(nd).enumerate().with_min_len(TOKENS_PER_TASK).for_each_init(
             || self.scratch(dims),
             |s, (i, next)| {
@@ -237,7 +255,6 @@ impl HostLayer {
                 )
             },
         );
-        Ok(())
     }
 
     /// The layer's backward: `dx` `[N, n·d]` (overwritten) from the output's gradient `dnext`,

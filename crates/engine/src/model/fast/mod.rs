@@ -164,6 +164,13 @@ struct ProjectionLora {
     merged: Option<Vec<f32>>,
 }
 
+/// An adapter's factors on the host for every layer's projections (see [`CpuNetwork::factors`]).
+pub struct HostFactors {
+    layers: Vec<[Option<ProjectionLora>; 5]>,
+    rank: usize,
+    scale: f32,
+}
+
 /// Gradients of the factors of a [`LowRank`], by kernel path and layer: `(dA, dB)` flattened, in
 /// the factors' shapes.
 pub type HostGrads = HashMap<(String, usize), (Vec<f32>, Vec<f32>)>;
@@ -229,15 +236,11 @@ impl CpuNetwork {
         kept + lane_copies + Work::bytes_per_token(&dims, backward) + sites + 12 * dims.d
     }
 
-    /// The pass's inputs: positions, rotary tables, the engram memories and the factors on the
-    /// host.
-    fn pass(&self, packing: &Packing, low_rank: Option<&LowRank>) -> Result<(Pass, Vec<[Option<ProjectionLora>; 5]>)> {
-        let cfg = self.network.config();
-        let rank = low_rank.map_or(0, |l| l.rank());
-        let dims = dims_of(cfg, rank, packing.len());
-        let sites = self.sites(packing, 0)?;
-        let mut lora = Vec::with_capacity(self.layers.len());
+    /// The factors of `low_rank` on the host (none without one), merged under QAT with the kernels
+    /// they adapt: computed once a step, for every pass of it.
+    pub fn factors(&self, low_rank: Option<&LowRank>) -> Result<HostFactors> {
         let scale = low_rank.map_or(0.0, |l| l.scale as f32);
+        let mut layers = Vec::with_capacity(self.layers.len());
         for layer in &self.layers {
             let mut factors: [Option<ProjectionLora>; 5] = Default::default();
             for (slot, linear) in factors.iter_mut().zip(&layer.block.attention.proj) {
@@ -248,20 +251,26 @@ impl CpuNetwork {
                     *slot = Some(ProjectionLora { a, b, merged });
                 }
             }
-            lora.push(factors);
+            layers.push(factors);
         }
-        let pass = Pass {
+        Ok(HostFactors { layers, rank: low_rank.map_or(0, |l| l.rank()), scale })
+    }
+
+    /// The pass's inputs: positions, rotary tables and the engram memories on the host.
+    fn pass(&self, packing: &Packing, factors: &HostFactors) -> Result<Pass> {
+        let cfg = self.network.config();
+        let dims = dims_of(cfg, factors.rank, packing.len());
+        Ok(Pass {
             dims,
             positions: packing.positions.clone(),
             segments: packing.segments().to_vec(),
             families: packing.families(),
             rope: Arc::new(RopeTables::new(dims.qk, packing.longest_row(), cfg.rope_theta)),
-            sites,
+            sites: self.sites(packing, 0)?,
             conv: (cfg.qkv_conv_taps > 0).then(|| Reads::new(packing, cfg.qkv_conv_taps)),
-            lora_scale: scale,
+            lora_scale: factors.scale,
             ones: vec![1.0; dims.d],
-        };
-        Ok((pass, lora))
+        })
     }
 
     /// Every engram site's memory of the packed tokens `from..` on the host (computed by the candle
@@ -405,32 +414,34 @@ impl CpuNetwork {
         ws: &mut Workspace,
     ) -> Result<(f64, f64)> {
         self.network.check_ids(packing)?;
-        let (pass, lora) = self.pass(packing, low_rank)?;
+        let factors = self.factors(low_rank)?;
+        let pass = self.pass(packing, &factors)?;
         ws.resize(&pass.dims, self.layers.len(), false, false);
         self.embed(&packing.ids, &pass.dims, &mut ws.lanes[0])?;
-        self.forward_layers(&pass, &lora, ws, false)?;
+        self.forward_layers(&pass, &factors.layers, ws, false)?;
         self.finish(&pass.dims, ws);
         Ok((self.scored_loss(packing, &pass.dims, ws, None)?, packing.scored().weight_sum()))
     }
 
-    /// `Σ ce·mask / normalizer` of a packed batch and its gradients for the factors of `low_rank`
+    /// `Σ ce·mask / normalizer` of a packed batch and the gradients of its adapter's `factors`
     /// (added to `grads`). With `recompute`, the forward keeps only the lanes between layers and
     /// the backward recomputes each layer's internals before its backward.
     pub fn loss_and_grads(
         &self,
         packing: &Packing,
-        low_rank: &LowRank,
+        factors: &HostFactors,
         normalizer: f64,
         recompute: bool,
         ws: &mut Workspace,
         grads: &mut HostGrads,
     ) -> Result<f32> {
         self.network.check_ids(packing)?;
-        let (pass, lora) = self.pass(packing, Some(low_rank))?;
+        let pass = self.pass(packing, factors)?;
+        let lora = &factors.layers;
         let dims = pass.dims;
         ws.resize(&dims, self.layers.len(), true, recompute);
         self.embed(&packing.ids, &dims, &mut ws.lanes[0])?;
-        self.forward_layers(&pass, &lora, ws, !recompute)?;
+        self.forward_layers(&pass, lora, ws, !recompute)?;
         self.finish(&dims, ws);
         let loss = self.scored_loss(packing, &dims, ws, Some(normalizer))? / normalizer;
 
@@ -470,8 +481,7 @@ impl CpuNetwork {
             }
             let Workspace { lanes, kept, work, grad_in, grad_out, .. } = &mut *ws;
             let kept = if recompute {
-                let (input, output) = lane_pair(lanes, l);
-                layer.forward(&pass, &lora[l], input, &mut kept[0], work, output, None)?;
+                layer.keep(&pass, &lora[l], &lanes[l], &mut kept[0], work, None)?;
                 &kept[0]
             } else {
                 &kept[l]

@@ -92,7 +92,8 @@ fn check(cfg: &ModelConfig, qat: bool, what: &str) {
     let (loss_within, median_within, worst_within) = if qat { (1e-4, 1e-2, 5e-2) } else { (1e-5, 1e-4, 1e-4) };
     for recompute in [false, true] {
         let (mut ws, mut grads) = (Workspace::default(), HostGrads::new());
-        let got_loss = cpu.loss_and_grads(&packing, &low_rank, normalizer, recompute, &mut ws, &mut grads).unwrap();
+        let factors = cpu.factors(Some(&low_rank)).unwrap();
+        let got_loss = cpu.loss_and_grads(&packing, &factors, normalizer, recompute, &mut ws, &mut grads).unwrap();
         let way = format!("{what} (recompute {recompute})");
         assert!(((got_loss - want_loss) / want_loss).abs() <= loss_within, "{way}: loss {got_loss} vs {want_loss}");
         let (forward_only, _) = cpu.masked_ce_sum(&packing, Some(&low_rank), &mut ws).unwrap();
