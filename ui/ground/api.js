@@ -166,7 +166,7 @@ export const ladderRefusal = (trainingId) => invoke('ladder_refusal', { training
  */
 export const scoreLadder = (trainingId, onEvent) => invoke('score_ladder', { trainingId, onEvent: channel(onEvent) });
 
-/** Asks the sweep to stop; its outcome follows on its channel. @returns {Promise<boolean>} */
+/** Asks the sweep to stop (again: ends it now); its outcome follows on its channel. @returns {Promise<CancelAnswer>} */
 export const cancelLadder = () => invoke('cancel_ladder');
 
 /** @returns {Promise<PublishSetup>} */

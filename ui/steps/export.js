@@ -126,6 +126,7 @@ const setLadderStatus = (status, text) => setStatus($('ladder-status'), status, 
 function setScoring(scoring) {
   $('ladder-button').disabled = scoring;
   $('ladder-cancel').hidden = !scoring;
+  $('ladder-cancel').textContent = 'Cancel';
 }
 
 /**
@@ -159,8 +160,17 @@ async function scoreLadder() {
 }
 
 async function cancelLadder() {
-  setLadderStatus('scoring', 'Cancelling: stopping at the next answer…');
-  await api.cancelLadder().catch((error) => setLadderStatus('failed', errorText(error)));
+  try {
+    const answer = await api.cancelLadder();
+    if (answer === 'stopping') {
+      setLadderStatus('scoring', 'Cancelling: stopping at the next answer… (press again to stop now)');
+      $('ladder-cancel').textContent = 'Stop now';
+    } else if (answer === 'killed') {
+      setLadderStatus('scoring', 'Stopping now…');
+    }
+  } catch (error) {
+    setLadderStatus('failed', errorText(error));
+  }
 }
 
 /** @param {string} trainingId the training whose ladder is scored @param {LadderMessage} message */

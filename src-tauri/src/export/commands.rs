@@ -12,6 +12,7 @@ use crate::export::ladder::{self, LadderMessage};
 use crate::export::publish::{self, PublishMessage, PublishSetup, PublishState};
 use crate::export::step::ExportStep;
 use crate::ground::Answer;
+use crate::worker::process::CancelAnswer;
 
 #[tauri::command]
 pub async fn build_cact(
@@ -40,9 +41,9 @@ pub fn score_ladder(
     ladder::start(&export.worker, &export.records, &export.ladder, &training_id, on_event)
 }
 
-/// Asks the ladder sweep going to stop; its outcome follows on its channel. False when none was running.
+/// Asks the ladder sweep going to stop (a second time: ends it now); its outcome follows on its channel.
 #[tauri::command]
-pub fn cancel_ladder(export: State<'_, ExportStep>) -> bool {
+pub fn cancel_ladder(export: State<'_, ExportStep>) -> CancelAnswer {
     ladder::cancel(&export.ladder)
 }
 

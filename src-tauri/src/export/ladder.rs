@@ -13,10 +13,16 @@ use crate::chart;
 use crate::ground::lock;
 use crate::train::record::Records;
 use crate::worker::job::Job;
-use crate::worker::process::{Exit, Line, Process, Watcher, Worker};
+use crate::worker::process::{CancelAnswer, Exit, Line, Process, Watcher, Worker};
 
 /// The sweep running, for Cancel.
-pub type Sweep = Arc<Mutex<Option<Arc<Process>>>>;
+pub type Sweep = Arc<Mutex<Option<Running>>>;
+
+/// A sweep's worker, and whether Cancel has asked it to stop (a second Cancel ends it).
+pub struct Running {
+    process: Arc<Process>,
+    stopping: bool,
+}
 
 /// What the window hears about a sweep.
 #[derive(Debug, Clone, Serialize)]
@@ -58,7 +64,7 @@ pub fn start(
         examples: SCORED_EXAMPLES,
     };
     let watcher = LadderWatcher { sweep: Arc::clone(sweep), channel, ladder: None, cancelled: false, failure: None };
-    *running = Some(worker.spawn(&job, watcher)?);
+    *running = Some(Running { process: worker.spawn(&job, watcher)?, stopping: false });
     Ok(())
 }
 
@@ -75,13 +81,21 @@ pub fn refusal(records: &Records, training_id: &str) -> Result<Option<String>, S
     })
 }
 
-/// Asks the sweep going to stop; its outcome follows on its channel. False when none was running.
-pub fn cancel(sweep: &Sweep) -> bool {
-    let running = lock(sweep);
-    if let Some(process) = &*running {
-        process.ask_to_stop();
+/// Asks the sweep going to stop at its next answer, or, asked again, ends its worker at once; its
+/// outcome follows on its channel.
+pub fn cancel(sweep: &Sweep) -> CancelAnswer {
+    match lock(sweep).as_mut() {
+        None => CancelAnswer::Idle,
+        Some(running) if !running.stopping => {
+            running.stopping = true;
+            running.process.ask_to_stop();
+            CancelAnswer::Stopping
+        }
+        Some(running) => {
+            running.process.kill();
+            CancelAnswer::Killed
+        }
     }
-    running.is_some()
 }
 
 struct LadderWatcher {
@@ -110,6 +124,7 @@ impl Watcher for LadderWatcher {
         let message = match (self.ladder.take(), self.cancelled) {
             (Some(ladder), _) => LadderMessage::Finished { svg: chart::ladder(&ladder), ladder },
             (None, true) => LadderMessage::Cancelled,
+            (None, false) if exit.killed => LadderMessage::Cancelled,
             (None, false) => LadderMessage::Failed {
                 message: self.failure.take().unwrap_or_else(|| exit.describe("the ladder worker")),
             },
