@@ -370,7 +370,7 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
 
 /// The Export step's depth ladder of the tuned Needle 3 (built whole at `whole`): a sweep cancelled
 /// under way leaves no table; one run through shows a row per rung (2 to its 4 layers) and the chart,
-/// and "Build this rung" writes the shallowest rung's own .cact beside the whole one.
+/// and "Build this rung" writes the shallowest rung's own .cact beside the whole one, shown as that rung.
 async fn ladder(ui: &Ui<'_>, whole: &Path) -> Result<(), String> {
     ui.click("tab-export").await?;
     ui.click("ladder-button").await?;
@@ -421,6 +421,11 @@ async fn ladder(ui: &Ui<'_>, whole: &Path) -> Result<(), String> {
             file.size(),
             whole.size()
         ));
+    }
+    // The file Publish would now upload is the rung, and the step says so.
+    let scheme = ui.text("cact-scheme").await?;
+    if !scheme.contains("the 2-layer rung") {
+        return Err(format!("the Export step shows the built rung as {scheme:?}, not as the 2-layer rung"));
     }
     Ok(())
 }

@@ -228,6 +228,8 @@ export type CactInfo = {
   scores_error?: string | null;
   /** Where Publish put this file on the hub; a file built again is unpublished until published. */
   published?: Uploaded | null;
+  /** The rung's depth when this file is one rung of the model's depth ladder, not the whole model. */
+  layers?: number | null;
 };
 
 /** The base and the tuned model on the same held-out examples. */

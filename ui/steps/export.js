@@ -44,7 +44,8 @@ function renderBuilt(cact) {
   if (!cact) return;
   $('cact-size').textContent = formatBytes(cact.bytes);
   $('cact-tensors').textContent = String(cact.tensors);
-  $('cact-scheme').textContent = cact.scheme;
+  // A rung of the ladder says so: it is the file Publish uploads, and it is not the whole model.
+  $('cact-scheme').textContent = cact.layers ? `${cact.scheme} · the ${cact.layers}-layer rung` : cact.scheme;
   // This file's own upload: a file built again is unpublished.
   renderPublish(cact.published ? { state: 'published', ...cact.published } : { state: 'idle' });
 }
@@ -108,7 +109,7 @@ function handleBuildEvent(trainingId, message) {
     case 'built':
       state.entry = { ...message.entry, cact: message.cact };
       $('build-progress').value = $('build-progress').max;
-      setBuildStatus('built', `Built ${basename(message.cact.path)}`);
+      setBuildStatus('built', `Built ${basename(message.cact.path)}${message.cact.layers ? ` (the ${message.cact.layers}-layer rung)` : ''}`);
       renderBuilt(message.cact);
       tell('rebuilt', state.entry);
       badgeTab('evaluate', message.cact.rows ? '•' : null);

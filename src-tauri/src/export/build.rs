@@ -70,8 +70,7 @@ pub fn start(
         out,
     };
     let (records, scorer) = (records.clone(), worker.clone());
-    let watcher =
-        BuildWatcher { record, records, worker: scorer, whole: layers.is_none(), channel, built: None, failure: None };
+    let watcher = BuildWatcher { record, records, worker: scorer, layers, channel, built: None, failure: None };
     worker.spawn(&job, watcher).map(drop)
 }
 
@@ -80,8 +79,9 @@ struct BuildWatcher {
     records: Records,
     /// Scores the written file beside the model it was built from (`needle eval --quant-rows`).
     worker: Worker,
-    /// The whole model, not a rung of its ladder: only that compares with the tuned model row for row.
-    whole: bool,
+    /// The rung's depth when the file is one rung of the ladder; `None` for the whole model, the only
+    /// one that compares with the tuned model row for row.
+    layers: Option<usize>,
     channel: Channel<BuildMessage>,
     /// The written file and its quantization scheme.
     built: Option<(PathBuf, String)>,
@@ -122,15 +122,15 @@ impl BuildWatcher {
         let (bytes, tensors) = (file.size() as u64, file.records.len());
         drop(file);
         self.send(BuildMessage::Scoring);
-        let scored = match self.whole {
-            true => quant_rows(&self.worker, &self.record.entry, &path),
-            false => Ok(None),
+        let scored = match self.layers {
+            None => quant_rows(&self.worker, &self.record.entry, &path),
+            Some(_) => Ok(None),
         };
         let (rows, scores_error) = match scored {
             Ok(rows) => (rows, None),
             Err(error) => (None, Some(error)),
         };
-        let cact = CactInfo { path, bytes, tensors, scheme, rows, scores_error, published: None };
+        let cact = CactInfo { path, bytes, tensors, scheme, rows, scores_error, published: None, layers: self.layers };
         self.record.entry.cact = Some(cact.clone());
         self.records.save(&self.record)?;
         Ok(BuildMessage::Built { cact: Box::new(cact), entry: Box::new(self.record.entry.clone()) })

@@ -42,6 +42,9 @@ pub struct CactInfo {
     /// Where Publish put this file on the hub; a file built again is unpublished until published.
     #[serde(default)]
     pub published: Option<Uploaded>,
+    /// The rung's depth when this file is one rung of the model's depth ladder, not the whole model.
+    #[serde(default)]
+    pub layers: Option<usize>,
 }
 
 /// One training as the History panel lists it.
