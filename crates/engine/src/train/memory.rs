@@ -25,7 +25,7 @@ use crate::model::{CpuNetwork, Device};
 pub const ACTIVATION_BUDGET: u64 = 512 << 20;
 
 /// The most a pass holds where memory is the system's: enough for a 1024-token row of the released
-/// Needle 3 (about 560 MB kept on the CPU path) to run without recomputing its layers, which costs
+/// Needle 3 (about 650 MB kept on the CPU path) to run without recomputing its layers, which costs
 /// a third of its step; more only saves passes, whose products are large already.
 const SYSTEM_BUDGET_MAX: u64 = 1 << 30;
 
