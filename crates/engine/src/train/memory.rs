@@ -26,7 +26,8 @@ pub const ACTIVATION_BUDGET: u64 = 512 << 20;
 
 /// The most a pass holds where memory is the system's: enough for a 1024-token row of the released
 /// Needle 3 (about 650 MB kept on the CPU path) to run without recomputing its layers, which costs
-/// a third of its step; more only saves passes, whose products are large already.
+/// a third of its step. The CPU path still packs its passes within [`ACTIVATION_BUDGET`]: more rows
+/// a pass only save passes, whose products are large already.
 const SYSTEM_BUDGET_MAX: u64 = 1 << 30;
 
 /// The activations a pass may hold on `device`: half of what is free on a GPU with memory of its
@@ -165,7 +166,10 @@ impl StepShape<'_> {
         let kept = CpuNetwork::bytes_per_token(cfg, self.rank, true, false) as f64;
         let recompute = seq_len as f64 * kept > budget;
         let per_token = if recompute { CpuNetwork::bytes_per_token(cfg, self.rank, true, true) as f64 } else { kept };
-        let tokens_per_pass = ((budget / per_token) as usize).max(seq_len);
+        // Passes are packed within the floor: more rows in a pass save no time (its products are large
+        // already); a budget above it only spares a long row its recomputation.
+        let pass_budget = budget.min(ACTIVATION_BUDGET as f64);
+        let tokens_per_pass = ((pass_budget / per_token) as usize).max(seq_len);
         let pass_tokens = tokens_per_pass.min(self.batch.max(1) * seq_len);
         let logits = 4.0 * LOGIT_ROWS.min(self.scored.max(1) as f64) * cfg.vocab_size as f64;
         let peak = CPU_FIXED_BYTES
@@ -262,6 +266,9 @@ mod tests {
         let (small, big) = (rows(system_budget(Some(8 * GIB))), rows(system_budget(Some(16 * GIB))));
         assert!(small.recompute && small.micro_batch == 1, "{small:?}");
         assert!(!big.recompute && big.micro_batch == 1, "{big:?}");
+        // Rows that fit the floor are packed within it whatever the machine: a bigger budget buys no speed there.
+        let short = |budget| StepShape { activation_budget: budget, ..step(&needle3, 16, 128, true) }.plan();
+        assert_eq!(short(ACTIVATION_BUDGET), short(SYSTEM_BUDGET_MAX));
         assert!(big.peak_bytes < small.peak_bytes + SYSTEM_BUDGET_MAX, "{big:?} vs {small:?}");
     }
 
