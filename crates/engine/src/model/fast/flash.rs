@@ -28,6 +28,19 @@ thread_local! {
     static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
+/// Runs `f` on this thread's scratch, compiled for the widest vectors. The closure a thread-local
+/// hands its value to is a function of its own, compiled for the baseline CPU whatever its caller
+/// was compiled for, so `widest` has to be inside it: outside, the block's exponentials ran four
+/// lanes wide.
+fn with_scratch<R>(f: impl FnOnce(&mut Vec<f32>, &mut Vec<f32>) -> R) -> R {
+    SCRATCH.with_borrow_mut(|(a, b)| {
+        widest(
+            #[inline(always)]
+            || f(a, b),
+        )
+    })
+}
+
 /// The geometry of one attention call.
 #[derive(Debug, Clone, Copy)]
 pub struct Heads {
@@ -193,50 +206,48 @@ pub fn forward(
         tasks.extend(blocks.iter().zip(outs.into_iter().zip(lses)).map(|((s, rows), o)| (h, *s, rows.clone(), o)));
     }
     tasks.into_par_iter().for_each(|(h, seg, rows, (out, lse))| {
-        widest(
+        let kv = h / group;
+        let (k, v) = (&k[kv * tokens * qk..][..tokens * qk], &v[kv * tokens * vd..][..tokens * vd]);
+        let own = segments[seg];
+        let (keys, values, span) = match (own.context, cached) {
+            (None, Some(cached)) => {
+                let span = Span::new(&own, cached.len, &rows, window);
+                let keys = [cached.rows(cached.k, kv, qk, &span.context), rows_of(k, qk, &span.own)];
+                let values = [cached.rows(cached.v, kv, vd, &span.context), rows_of(v, vd, &span.own)];
+                (keys, values, span)
+            }
+            (context, _) => {
+                let context = context.map(|c| segments[c]);
+                let span = Span::new(&own, context.map_or(0, |c| c.len), &rows, window);
+                let from = context.map_or(0, |c| c.start);
+                let context_rows = from + span.context.start..from + span.context.end;
+                let keys = [rows_of(k, qk, &context_rows), rows_of(k, qk, &span.own)];
+                let values = [rows_of(v, vd, &context_rows), rows_of(v, vd, &span.own)];
+                (keys, values, span)
+            }
+        };
+        let width = span.width();
+        with_scratch(
             #[inline(always)]
-            || {
-                let kv = h / group;
-                let (k, v) = (&k[kv * tokens * qk..][..tokens * qk], &v[kv * tokens * vd..][..tokens * vd]);
-                let own = segments[seg];
-                let (keys, values, span) = match (own.context, cached) {
-                    (None, Some(cached)) => {
-                        let span = Span::new(&own, cached.len, &rows, window);
-                        let keys = [cached.rows(cached.k, kv, qk, &span.context), rows_of(k, qk, &span.own)];
-                        let values = [cached.rows(cached.v, kv, vd, &span.context), rows_of(v, vd, &span.own)];
-                        (keys, values, span)
-                    }
-                    (context, _) => {
-                        let context = context.map(|c| segments[c]);
-                        let span = Span::new(&own, context.map_or(0, |c| c.len), &rows, window);
-                        let from = context.map_or(0, |c| c.start);
-                        let context_rows = from + span.context.start..from + span.context.end;
-                        let keys = [rows_of(k, qk, &context_rows), rows_of(k, qk, &span.own)];
-                        let values = [rows_of(v, vd, &context_rows), rows_of(v, vd, &span.own)];
-                        (keys, values, span)
-                    }
-                };
-                let width = span.width();
-                SCRATCH.with_borrow_mut(|(scores, _)| {
-                    scores.resize(rows.len() * width, 0.0);
-                    let q_block = rows_of(&q[h * tokens * qk..][..tokens * qk], qk, &rows);
-                    block_scores(q_block, &keys, scale, scores);
-                    for (r, row) in scores.chunks_mut(width).enumerate() {
-                        let seen = span.visible(r);
-                        let part = &mut row[seen.clone()];
-                        let max = part.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                        part.iter_mut().for_each(|s| *s = exp(*s - max));
-                        let sum = sum(part);
-                        let inverse = 1.0 / sum;
-                        part.iter_mut().for_each(|s| *s *= inverse);
-                        row[..seen.start].fill(0.0);
-                        row[seen.end..].fill(0.0);
-                        lse[r] = max + sum.ln();
-                    }
-                    times_values(scores, &values, out, false);
-                });
+            |scores, _| {
+                scores.resize(rows.len() * width, 0.0);
+                let q_block = rows_of(&q[h * tokens * qk..][..tokens * qk], qk, &rows);
+                block_scores(q_block, &keys, scale, scores);
+                for (r, row) in scores.chunks_mut(width).enumerate() {
+                    let seen = span.visible(r);
+                    let part = &mut row[seen.clone()];
+                    let max = part.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    part.iter_mut().for_each(|s| *s = exp(*s - max));
+                    let sum = sum(part);
+                    let inverse = 1.0 / sum;
+                    part.iter_mut().for_each(|s| *s *= inverse);
+                    row[..seen.start].fill(0.0);
+                    row[seen.end..].fill(0.0);
+                    lse[r] = max + sum.ln();
+                }
+                times_values(scores, &values, out, false);
             },
-        )
+        );
     });
 }
 
@@ -287,15 +298,10 @@ pub fn backward(geometry: Heads, segments: &[Segment], families: &[Family], save
         }
     }
     tasks.into_par_iter().for_each(|(kv, family, mut grads)| {
-        widest(
-            #[inline(always)]
-            || {
-                let task = FamilyTask { geometry, segments, saved, dout, correction: &correction, kv, family };
-                for g in 0..group {
-                    task.head(g, &mut grads);
-                }
-            },
-        )
+        let task = FamilyTask { geometry, segments, saved, dout, correction: &correction, kv, family };
+        for g in 0..group {
+            task.head(g, &mut grads);
+        }
     });
 }
 
@@ -328,53 +334,56 @@ impl FamilyTask<'_> {
         let saved = self.saved;
         let (k, v) = (&saved.k[kv * tokens * qk..][..tokens * qk], &saved.v[kv * tokens * vd..][..tokens * vd]);
         let (q, o_grad) = (&saved.q[h * tokens * qk..][..tokens * qk], &self.dout[h * tokens * vd..][..tokens * vd]);
-        SCRATCH.with_borrow_mut(|(p, ds)| {
-            for seg in self.family.segments() {
-                let own = self.segments[seg];
-                let context = own.context.map(|c| self.segments[c]);
-                for rows in segment_blocks(&own) {
-                    let span = Span::new(&own, context.map_or(0, |c| c.len), &rows, window);
-                    let from = context.map_or(0, |c| c.start);
-                    let ranges = [from + span.context.start..from + span.context.end, span.own.clone()];
-                    let keys = [rows_of(k, qk, &ranges[0]), rows_of(k, qk, &ranges[1])];
-                    let values = [rows_of(v, vd, &ranges[0]), rows_of(v, vd, &ranges[1])];
-                    let width = span.width();
-                    let (q_block, g_block) = (rows_of(q, qk, &rows), rows_of(o_grad, vd, &rows));
-                    // P from the saved log-sum-exp, then dP = dO·Vᵀ.
-                    p.resize(rows.len() * width, 0.0);
-                    ds.resize(rows.len() * width, 0.0);
-                    block_scores(q_block, &keys, scale, p);
-                    for (r, row) in p.chunks_mut(width).enumerate() {
-                        let seen = span.visible(r);
-                        let lse = saved.lse[h * tokens + rows.start + r];
-                        row[seen.clone()].iter_mut().for_each(|s| *s = exp(*s - lse));
-                        row[..seen.start].fill(0.0);
-                        row[seen.end..].fill(0.0);
-                    }
-                    block_scores(g_block, &values, 1.0, ds);
-                    // dS = P ⊙ (dP − D) · scale.
-                    for (r, (ds_row, p_row)) in ds.chunks_mut(width).zip(p.chunks(width)).enumerate() {
-                        let d = self.correction[h * tokens + rows.start + r];
-                        ds_row.iter_mut().zip(p_row).for_each(|(ds, p)| *ds = p * (*ds - d) * scale);
-                    }
-                    // dQ = dS·K, written for the block's rows.
-                    let dq_rows = &mut grads.dq[g][(rows.start - base) * qk..(rows.end - base) * qk];
-                    times_values(ds, &keys, dq_rows, false);
-                    // dK += dSᵀ·Q and dV += Pᵀ·dO over the keys the block read.
-                    let mut offset = 0;
-                    for range in ranges.iter().filter(|r| !r.is_empty()) {
-                        let (n, at) = (range.len(), range.start - base);
-                        let ds_part = Mat::strided(&ds[offset..], rows.len(), n, width).t();
-                        let p_part = Mat::strided(&p[offset..], rows.len(), n, width).t();
-                        let dk = MatMut::new(&mut grads.dk[at * qk..(at + n) * qk], n, qk);
-                        matmul(dk, ds_part, q_block, 1.0, true, Threads::One);
-                        let dv = MatMut::new(&mut grads.dv[at * vd..(at + n) * vd], n, vd);
-                        matmul(dv, p_part, g_block, 1.0, true, Threads::One);
-                        offset += n;
+        with_scratch(
+            #[inline(always)]
+            |p, ds| {
+                for seg in self.family.segments() {
+                    let own = self.segments[seg];
+                    let context = own.context.map(|c| self.segments[c]);
+                    for rows in segment_blocks(&own) {
+                        let span = Span::new(&own, context.map_or(0, |c| c.len), &rows, window);
+                        let from = context.map_or(0, |c| c.start);
+                        let ranges = [from + span.context.start..from + span.context.end, span.own.clone()];
+                        let keys = [rows_of(k, qk, &ranges[0]), rows_of(k, qk, &ranges[1])];
+                        let values = [rows_of(v, vd, &ranges[0]), rows_of(v, vd, &ranges[1])];
+                        let width = span.width();
+                        let (q_block, g_block) = (rows_of(q, qk, &rows), rows_of(o_grad, vd, &rows));
+                        // P from the saved log-sum-exp, then dP = dO·Vᵀ.
+                        p.resize(rows.len() * width, 0.0);
+                        ds.resize(rows.len() * width, 0.0);
+                        block_scores(q_block, &keys, scale, p);
+                        for (r, row) in p.chunks_mut(width).enumerate() {
+                            let seen = span.visible(r);
+                            let lse = saved.lse[h * tokens + rows.start + r];
+                            row[seen.clone()].iter_mut().for_each(|s| *s = exp(*s - lse));
+                            row[..seen.start].fill(0.0);
+                            row[seen.end..].fill(0.0);
+                        }
+                        block_scores(g_block, &values, 1.0, ds);
+                        // dS = P ⊙ (dP − D) · scale.
+                        for (r, (ds_row, p_row)) in ds.chunks_mut(width).zip(p.chunks(width)).enumerate() {
+                            let d = self.correction[h * tokens + rows.start + r];
+                            ds_row.iter_mut().zip(p_row).for_each(|(ds, p)| *ds = p * (*ds - d) * scale);
+                        }
+                        // dQ = dS·K, written for the block's rows.
+                        let dq_rows = &mut grads.dq[g][(rows.start - base) * qk..(rows.end - base) * qk];
+                        times_values(ds, &keys, dq_rows, false);
+                        // dK += dSᵀ·Q and dV += Pᵀ·dO over the keys the block read.
+                        let mut offset = 0;
+                        for range in ranges.iter().filter(|r| !r.is_empty()) {
+                            let (n, at) = (range.len(), range.start - base);
+                            let ds_part = Mat::strided(&ds[offset..], rows.len(), n, width).t();
+                            let p_part = Mat::strided(&p[offset..], rows.len(), n, width).t();
+                            let dk = MatMut::new(&mut grads.dk[at * qk..(at + n) * qk], n, qk);
+                            matmul(dk, ds_part, q_block, 1.0, true, Threads::One);
+                            let dv = MatMut::new(&mut grads.dv[at * vd..(at + n) * vd], n, vd);
+                            matmul(dv, p_part, g_block, 1.0, true, Threads::One);
+                            offset += n;
+                        }
                     }
                 }
-            }
-        });
+            },
+        );
     }
 }
 

@@ -7,20 +7,21 @@
 //! The products `x̂·Φ` (and their backward `dZ·Φᵀ`) run over every token at once; the gates, the
 //! Sinkhorn iterations and the mixing run per token inside the layer's token loops.
 
-use candle_core::Result;
 use rayon::prelude::*;
 
 use super::mat::{matmul, Mat, MatMut, Threads};
-use super::{host, Dims};
+use super::Dims;
 use crate::model::kernels::{dot, fake_quant_row, inverse_rms, logistic, sinkhorn_backward_row, sinkhorn_row, widest};
 use crate::model::params::Qat;
 use crate::model::san::stack::{LaneMix, SINKHORN_ITERS};
 
-/// One layer's lane gates: the projections read in place, the small parameters on the host.
+/// One layer's lane gates on the host.
 #[derive(Debug, Clone)]
 pub(super) struct Lanes {
-    /// `Φ_pre` `[n·d, n]`, `Φ_post` `[n·d, n]`, `Φ_res` `[n·d, n²]`.
-    phi: [candle_core::Tensor; 3],
+    /// `[Φ_pre | Φ_post | Φ_res]` `[n·d, 2n + n²]`: the three families side by side, copied once
+    /// (a few hundred kB a layer), so that one product reads `x̂` for all of them, and one writes
+    /// its gradient.
+    phi: Vec<f32>,
     /// `a_pre`, `a_post`, `a_res`.
     a: [f32; 3],
     bias_pre: Vec<f32>,
@@ -50,7 +51,7 @@ impl Lanes {
     pub(super) fn new(mix: &LaneMix) -> crate::model::Result<Self> {
         let scalar = |t: &candle_core::Tensor| t.to_scalar::<f32>();
         Ok(Self {
-            phi: [mix.phi_pre.clone(), mix.phi_post.clone(), mix.phi_res.clone()],
+            phi: candle_core::Tensor::cat(&[&mix.phi_pre, &mix.phi_post, &mix.phi_res], 1)?.flatten_all()?.to_vec1()?,
             a: [scalar(&mix.a_pre)?, scalar(&mix.a_post)?, scalar(&mix.a_res)?],
             bias_pre: mix.bias_pre.to_vec1()?,
             bias_post: mix.bias_post.to_vec1()?,
@@ -62,7 +63,7 @@ impl Lanes {
     /// `Z = x̂·Φ` of every token for the three gate families into `mix` (rows of
     /// [`Dims::mix_width`], the last column each token's inverse RMS), with `unit` `[N, n·d]` a
     /// scratch buffer for `x̂`.
-    pub(super) fn logits(&self, dims: &Dims, x: &[f32], unit: &mut [f32], mix: &mut [f32]) -> Result<()> {
+    pub(super) fn logits(&self, dims: &Dims, x: &[f32], unit: &mut [f32], mix: &mut [f32]) {
         let (t, nd, mw) = (dims.tokens, dims.lanes * dims.d, dims.mix_width());
         let bits = self.qat.map(|q| q.act_bits);
         (unit.par_chunks_mut(nd), mix.par_chunks_mut(mw), x.par_chunks(nd)).into_par_iter().for_each(|(unit, m, x)| {
@@ -78,12 +79,8 @@ impl Lanes {
                 },
             )
         });
-        for (phi, (col, width)) in self.phi.iter().zip(dims.gate_columns()) {
-            let phi = host(phi)?;
-            let dst = MatMut::strided(&mut mix[col..], t, width, mw);
-            matmul(dst, Mat::new(unit, t, nd), Mat::new(&phi, nd, width), 1.0, false, Threads::All);
-        }
-        Ok(())
+        let dst = MatMut::strided(mix, t, mw - 1, mw);
+        matmul(dst, Mat::new(unit, t, nd), Mat::new(&self.phi, nd, mw - 1), 1.0, false, Threads::All);
     }
 
     /// The gates of one token from its row of `mix`: `h_pre = σ(a·Z + b)`, `h_post = 2σ(…)`, and
@@ -198,13 +195,10 @@ impl Lanes {
         dz: &[f32],
         unit: &mut [f32],
         dx: &mut [f32],
-    ) -> Result<()> {
+    ) {
         let (t, nd, mw, lw) = (dims.tokens, dims.lanes * dims.d, dims.mix_width(), dims.mix_width() - 1);
-        for (p, (phi, (col, width))) in self.phi.iter().zip(dims.gate_columns()).enumerate() {
-            let phi = host(phi)?;
-            let dz = Mat::strided(&dz[col..], t, width, lw);
-            matmul(MatMut::new(unit, t, nd), dz, Mat::new(&phi, nd, width).t(), 1.0, p > 0, Threads::All);
-        }
+        let dz = Mat::new(dz, t, lw);
+        matmul(MatMut::new(unit, t, nd), dz, Mat::new(&self.phi, nd, lw).t(), 1.0, false, Threads::All);
         (dx.par_chunks_mut(nd), unit.par_chunks(nd), x.par_chunks(nd), mix.par_chunks(mw)).into_par_iter().for_each(
             |(dx, g, x, m)| {
                 widest(
@@ -218,6 +212,5 @@ impl Lanes {
                 )
             },
         );
-        Ok(())
     }
 }

@@ -227,7 +227,7 @@ impl HostLayer {
         work: &mut Work,
         past: Option<Past>,
     ) -> Result<()> {
-        self.lanes.logits(&pass.dims, x, &mut work.unit, &mut kept.mix)?;
+        self.lanes.logits(&pass.dims, x, &mut work.unit, &mut kept.mix);
         self.block_inputs(pass, x, &kept.mix, work);
         self.block.attention.forward(pass, lora, kept, work, past)
     }
@@ -276,7 +276,8 @@ impl HostLayer {
         self.update_backward(pass, x, kept, work, dnext, dx);
         self.block.attention.backward(pass, lora, kept, work, grads)?;
         self.inputs_backward(pass, x, kept, work, dx);
-        self.lanes.logits_backward(&pass.dims, x, &kept.mix, &work.dl, &mut work.unit, dx)
+        self.lanes.logits_backward(&pass.dims, x, &kept.mix, &work.dl, &mut work.unit, dx);
+        Ok(())
     }
 
     /// Through the lane mix, the MLP and the post-attention norm, token by token: the update's

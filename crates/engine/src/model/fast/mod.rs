@@ -127,12 +127,6 @@ impl Dims {
         self.qkv_width() + self.o_width()
     }
 
-    /// (first column, width) of `Z`'s pre, post and res gate logits in a mix row.
-    fn gate_columns(&self) -> [(usize, usize); 3] {
-        let n = self.lanes;
-        [(0, n), (n, n), (2 * n, n * n)]
-    }
-
     /// (first column, width) of the q, k, v and gate projections in a projection row.
     fn proj_columns(&self) -> [(usize, usize); 4] {
         let (q, k, v, o) = (self.q_width(), self.k_width(), self.v_width(), self.o_width());
@@ -325,10 +319,15 @@ impl CpuNetwork {
         let last = &ws.lanes[self.layers.len() % ws.lanes.len()];
         (ws.mean.par_chunks_mut(d), ws.hidden.par_chunks_mut(d)).into_par_iter().zip(last.par_chunks(n * d)).for_each(
             |((mean, hidden), lanes)| {
-                mean.fill(0.0);
-                lanes.chunks(d).for_each(|lane| mean.iter_mut().zip(lane).for_each(|(m, l)| *m += l));
-                mean.iter_mut().for_each(|m| *m /= n as f32);
-                rms_norm_row(mean, &self.final_gain, hidden);
+                widest(
+                    #[inline(always)]
+                    || {
+                        mean.fill(0.0);
+                        lanes.chunks(d).for_each(|lane| mean.iter_mut().zip(lane).for_each(|(m, l)| *m += l));
+                        mean.iter_mut().for_each(|m| *m /= n as f32);
+                        rms_norm_row(mean, &self.final_gain, hidden);
+                    },
+                )
             },
         );
     }
@@ -337,7 +336,12 @@ impl CpuNetwork {
     /// activations (straight-through for the gradient).
     fn as_output_reads(&self, rows: &mut [f32], d: usize) {
         if let Some(qat) = self.network.qat() {
-            rows.par_chunks_mut(d).for_each(|row| fake_quant_row(row, qat.act_bits));
+            rows.par_chunks_mut(d).for_each(|row| {
+                widest(
+                    #[inline(always)]
+                    || fake_quant_row(row, qat.act_bits),
+                )
+            });
         }
     }
 
@@ -378,14 +382,19 @@ impl CpuNetwork {
                 .par_chunks_mut(vocab)
                 .zip(targets.par_iter().zip(weights))
                 .map(|(row, (&target, &weight))| {
-                    let lse = log_sum_exp(row);
-                    let ce = f64::from(lse - row[target as usize]) * f64::from(weight);
-                    if let Some(normalizer) = gradient {
-                        let scale = (f64::from(weight) / normalizer) as f32;
-                        row.iter_mut().for_each(|x| *x = exp(*x - lse) * scale);
-                        row[target as usize] -= scale;
-                    }
-                    ce
+                    widest(
+                        #[inline(always)]
+                        || {
+                            let lse = log_sum_exp(row);
+                            let ce = f64::from(lse - row[target as usize]) * f64::from(weight);
+                            if let Some(normalizer) = gradient {
+                                let scale = (f64::from(weight) / normalizer) as f32;
+                                row.iter_mut().for_each(|x| *x = exp(*x - lse) * scale);
+                                row[target as usize] -= scale;
+                            }
+                            ce
+                        },
+                    )
                 })
                 .sum::<f64>();
             if gradient.is_some() {

@@ -5,7 +5,7 @@
 //! weight is frozen: the backward forms the input's gradient only.
 
 use super::mat::{matmul, Mat, MatMut, Threads};
-use crate::model::kernels::{exp, logistic};
+use crate::model::kernels::{dot, exp, logistic};
 use crate::model::san::monarch::{MonarchMlp, COND_RANK};
 
 /// One transform's factors, `A` `[a, a]` and `B` `[b, b]`.
@@ -45,8 +45,9 @@ pub(super) struct Monarch {
     b2: Vec<f32>,
     d3: Vec<f32>,
     d4: Vec<f32>,
-    /// `V` `[d, r]` and `U` `[r, n]` of the conditioning.
-    cond_v: Vec<f32>,
+    /// `Vᵀ` `[r, d]` and `U` `[r, n]` of the conditioning: `V` is held transposed so that both
+    /// `x·V` (r dot products) and its backward (r scaled rows added) run along contiguous rows.
+    cond_vt: Vec<f32>,
     cond_u: Vec<f32>,
     perms: [Vec<u32>; 2],
 }
@@ -67,7 +68,7 @@ impl Monarch {
             b2: flat(&mlp.b2)?,
             d3: flat(&mlp.d3)?,
             d4: flat(&mlp.d4)?,
-            cond_v: flat(&mlp.cond_v)?,
+            cond_vt: mlp.cond_v.t()?.flatten_all()?.to_vec1()?,
             cond_u: flat(&mlp.cond_u)?,
             perms: [p1.to_vec1()?, p2.to_vec1()?],
         })
@@ -85,9 +86,8 @@ impl Monarch {
     /// `cond = 1 + softmax(x·V)·U` into `cond`, the softmax into `p`.
     #[inline(always)]
     fn condition(&self, x: &[f32], p: &mut [f32], cond: &mut [f32]) {
-        p.fill(0.0);
-        for (&x, v_row) in x.iter().zip(self.cond_v.chunks(COND_RANK)) {
-            p.iter_mut().zip(v_row).for_each(|(p, v)| *p += x * v);
+        for (p, v_column) in p.iter_mut().zip(self.cond_vt.chunks(x.len())) {
+            *p = dot(x, v_column);
         }
         let max = p.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         p.iter_mut().for_each(|p| *p = exp(*p - max));
@@ -112,8 +112,9 @@ impl Monarch {
         self.transforms[0].apply(false, a, c, b);
         permute(&self.perms[0], b, z1);
         // g = silu(d₂ ⊙ cond ⊙ z1 + b₂), z2 = M₂(g)[p₂].
-        for (i, pre) in pre.iter_mut().enumerate() {
-            *pre = z1[i] * self.d2[i] * cond[i] + self.b2[i];
+        for (pre, (z, (d, (c, b)))) in pre.iter_mut().zip(z1.iter().zip(self.d2.iter().zip(cond.iter().zip(&self.b2))))
+        {
+            *pre = z * d * c + b;
         }
         a.iter_mut().zip(pre.iter()).for_each(|(g, z)| *g = z * logistic(*z));
         self.transforms[1].apply(false, a, c, b);
@@ -138,11 +139,12 @@ impl Monarch {
         unpermute(&self.perms[1], b, a);
         self.transforms[1].apply(true, a, c, b);
         // Through the SiLU: the gradients of z1 (into a) and of cond (into pre).
-        for i in 0..n {
-            let s = logistic(pre[i]);
-            let dpre = b[i] * (s + pre[i] * s * (1.0 - s)) * self.d2[i];
-            a[i] = dpre * cond[i];
-            pre[i] = dpre * z1[i];
+        let factors = b.iter().zip(self.d2.iter().zip(cond.iter().zip(z1.iter())));
+        for ((a, pre), (g, (d, (c, z)))) in a.iter_mut().zip(pre.iter_mut()).zip(factors) {
+            let s = logistic(*pre);
+            let dpre = g * (s + *pre * s * (1.0 - s)) * d;
+            *a = dpre * c;
+            *pre = dpre * z;
         }
         unpermute(&self.perms[0], a, b);
         self.transforms[0].apply(true, b, c, a);
@@ -150,12 +152,12 @@ impl Monarch {
         // cond = 1 + p·U with p = softmax(x·V): dp = U·dcond, then the softmax's backward.
         let mut dp = [0f32; COND_RANK];
         for (dp, u_row) in dp.iter_mut().zip(self.cond_u.chunks(n)) {
-            *dp = u_row.iter().zip(pre.iter()).map(|(u, g)| u * g).sum();
+            *dp = dot(u_row, pre);
         }
         let through: f32 = p.iter().zip(&dp).map(|(p, g)| p * g).sum();
         dp.iter_mut().zip(p.iter()).for_each(|(g, p)| *g = p * (*g - through));
-        for (dx, v_row) in dx.iter_mut().zip(self.cond_v.chunks(COND_RANK)) {
-            *dx += v_row.iter().zip(&dp).map(|(v, g)| v * g).sum::<f32>();
+        for (&g, v_column) in dp.iter().zip(self.cond_vt.chunks(dx.len())) {
+            dx.iter_mut().zip(v_column).for_each(|(dx, v)| *dx += v * g);
         }
     }
 }
