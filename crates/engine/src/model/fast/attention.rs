@@ -298,10 +298,13 @@ impl Attention {
                             row[at..at + vd].copy_from_slice(&dvh[(h * t + i) * vd..][..vd]);
                         }
                         let (g, z) = (&dgated[i * o..][..o], &p[g_col..g_col + o]);
-                        for (c, (g, z)) in g.iter().zip(z).enumerate() {
-                            let s = logistic(*z);
-                            let out = kept.out[((c / vd) * t + i) * vd + c % vd];
-                            row[g_col + c] = g * out * s * (1.0 - s);
+                        let heads = row[g_col..g_col + o].chunks_mut(vd).zip(g.chunks(vd).zip(z.chunks(vd)));
+                        for (h, (dz, (g, z))) in heads.enumerate() {
+                            let out = &kept.out[(h * t + i) * vd..][..vd];
+                            for (dz, (g, (z, out))) in dz.iter_mut().zip(g.iter().zip(z.iter().zip(out))) {
+                                let s = logistic(*z);
+                                *dz = g * out * s * (1.0 - s);
+                            }
                         }
                     },
                 )
