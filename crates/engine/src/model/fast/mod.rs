@@ -6,7 +6,8 @@
 //! [`Workspace`] reused from step to step.
 //!
 //! The kernels are read in place from the network's tensors (no copy of the base model); the
-//! small parameters (gains, gate scalars, the MLP's diagonals) are copied once. The candle path
+//! small parameters (gains, gate scalars, the MLP's diagonals and factors, the lane gates'
+//! projections) are copied once. The candle path
 //! stays the reference for what is computed: the parity tests check this one against it and
 //! against the reference's goldens. CUDA and Metal run the candle path.
 
