@@ -128,11 +128,7 @@ impl Generations {
         let mut slot = lock(&self.0);
         let Slot { state, process: Some(process) } = &mut *slot else { return CancelAnswer::Idle };
         match state {
-            Some(GenerationState::Running { stopping, .. }) if !*stopping => {
-                *stopping = true;
-                process.ask_to_stop();
-                CancelAnswer::Stopping
-            }
+            Some(GenerationState::Running { stopping, .. }) => process.cancel(stopping),
             _ => {
                 process.kill();
                 CancelAnswer::Killed

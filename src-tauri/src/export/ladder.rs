@@ -86,15 +86,7 @@ pub fn refusal(records: &Records, training_id: &str) -> Result<Option<String>, S
 pub fn cancel(sweep: &Sweep) -> CancelAnswer {
     match lock(sweep).as_mut() {
         None => CancelAnswer::Idle,
-        Some(running) if !running.stopping => {
-            running.stopping = true;
-            running.process.ask_to_stop();
-            CancelAnswer::Stopping
-        }
-        Some(running) => {
-            running.process.kill();
-            CancelAnswer::Killed
-        }
+        Some(running) => running.process.cancel(&mut running.stopping),
     }
 }
 

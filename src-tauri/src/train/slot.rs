@@ -69,15 +69,7 @@ impl TrainingSlot {
     pub fn cancel(&self) -> CancelAnswer {
         match lock(&self.0).as_mut() {
             None => CancelAnswer::Idle,
-            Some(training) if !training.stopping => {
-                training.stopping = true;
-                training.process.ask_to_stop();
-                CancelAnswer::Stopping
-            }
-            Some(training) => {
-                training.process.kill();
-                CancelAnswer::Killed
-            }
+            Some(training) => training.process.cancel(&mut training.stopping),
         }
     }
 

@@ -219,6 +219,18 @@ impl Process {
         self.killed.store(true, Ordering::Relaxed);
         let _ = lock(&self.child).kill();
     }
+
+    /// Cancel pressed on a worker that stops at its next step: the first press (`stopping` still
+    /// false) asks it to stop and keep what it has, a second ends it at once.
+    pub fn cancel(&self, stopping: &mut bool) -> CancelAnswer {
+        if *stopping {
+            self.kill();
+            return CancelAnswer::Killed;
+        }
+        *stopping = true;
+        self.ask_to_stop();
+        CancelAnswer::Stopping
+    }
 }
 
 /// Gathers a short command's stdout for [`Worker::output_in`].
@@ -296,4 +308,53 @@ fn forward(
             }
         }
     })
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Hands the worker's exit to the test.
+    struct Ended(mpsc::Sender<Exit>);
+
+    impl Watcher for Ended {
+        fn line(&mut self, _: Line) {}
+
+        fn exit(self, exit: Exit) {
+            let _ = self.0.send(exit);
+        }
+    }
+
+    /// A worker that runs the shell `script` (its job's arguments ignored), and its exit to come.
+    fn worker(script: &str) -> (Arc<Process>, mpsc::Receiver<Exit>) {
+        let shell = Worker {
+            program: "/bin/sh".into(),
+            leading: vec!["-c".into(), script.into(), "worker".into()],
+            processes: Arc::default(),
+        };
+        let (sender, ended) = mpsc::channel();
+        (shell.spawn(&Job::Hardware, Ended(sender)).unwrap(), ended)
+    }
+
+    #[test]
+    fn a_first_cancel_asks_the_worker_to_stop_and_a_second_ends_it() {
+        // One that stops when asked, as a training does after its step.
+        let obliging =
+            format!("while read line; do [ \"$line\" = {} ] && exit 0; done; exit 3", needle_cli::CANCEL_LINE);
+        let (process, ended) = worker(&obliging);
+        let mut stopping = false;
+        assert_eq!(process.cancel(&mut stopping), CancelAnswer::Stopping);
+        let exit = ended.recv_timeout(Duration::from_secs(30)).expect("the worker stopped when asked");
+        assert!(exit.status.unwrap().success() && !exit.killed);
+
+        // One that goes on regardless: the second press ends it.
+        let (process, ended) = worker("while read line; do :; done");
+        let mut stopping = false;
+        assert_eq!(process.cancel(&mut stopping), CancelAnswer::Stopping);
+        assert_eq!(process.cancel(&mut stopping), CancelAnswer::Killed);
+        let exit = ended.recv_timeout(Duration::from_secs(30)).expect("the second Cancel ended the worker");
+        assert!(exit.killed && !exit.status.unwrap().success());
+    }
 }
