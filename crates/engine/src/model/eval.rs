@@ -45,7 +45,7 @@ pub fn evaluate(
     while rows.peek().is_some() {
         let batch: Vec<Encoded> = rows.by_ref().take(batch_size).collect();
         let packing = Packing::new(&batch, true)?;
-        let (sum, count) = forward.masked_ce_sum(&packing, None)?;
+        let (sum, count) = forward.masked_ce_sum(std::slice::from_ref(&packing), None)?;
         ce_sum += sum;
         tokens += count;
         done += batch.len();

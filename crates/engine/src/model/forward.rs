@@ -64,15 +64,27 @@ impl Forward {
         matches!(self, Forward::Cpu(..))
     }
 
-    /// `(Σ ce·mask, Σ mask)` of a packed batch, without gradients.
-    pub fn masked_ce_sum(&mut self, packing: &Packing, low_rank: Option<&LowRank>) -> Result<(f64, f64)> {
+    /// `(Σ ce·mask, Σ mask)` summed over `passes`, without gradients.
+    pub fn masked_ce_sum(&mut self, passes: &[Packing], low_rank: Option<&LowRank>) -> Result<(f64, f64)> {
+        let (mut sum, mut count) = (0f64, 0f64);
         match self {
-            Forward::Cpu(cpu, workspace) => cpu.masked_ce_sum(packing, low_rank, workspace),
+            Forward::Cpu(cpu, workspace) => {
+                let factors = cpu.factors(low_rank)?;
+                for packing in passes {
+                    let (part, weight) = cpu.masked_ce_sum(packing, &factors, workspace)?;
+                    sum += part;
+                    count += weight;
+                }
+            }
             Forward::Candle(network) => {
-                let (sum, count) = network.masked_ce_sum(packing, low_rank)?;
-                Ok((f64::from(sum.to_scalar::<f32>()?), count))
+                for packing in passes {
+                    let (part, weight) = network.masked_ce_sum(packing, low_rank)?;
+                    sum += f64::from(part.to_scalar::<f32>()?);
+                    count += weight;
+                }
             }
         }
+        Ok((sum, count))
     }
 
     /// `Σ ce·mask / normalizer` summed over `passes` and the gradients of the factors of

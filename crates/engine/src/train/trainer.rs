@@ -112,12 +112,7 @@ impl Trainer {
     /// that it needs no more memory.
     pub fn loss(&mut self, rows: &[Encoded]) -> Result<f32> {
         let low_rank = self.lora.low_rank().detached();
-        let (mut sum, mut count) = (0f64, 0f64);
-        for packing in self.passes(rows)? {
-            let (part, weight) = self.forward.masked_ce_sum(&packing, Some(&low_rank))?;
-            sum += part;
-            count += weight;
-        }
+        let (sum, count) = self.forward.masked_ce_sum(&self.passes(rows)?, Some(&low_rank))?;
         Ok((sum / count.max(1.0)) as f32)
     }
 }

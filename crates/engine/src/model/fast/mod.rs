@@ -416,16 +416,10 @@ impl CpuNetwork {
         Ok(total)
     }
 
-    /// `(Σ ce·mask, Σ mask)` of a packed batch, forward only.
-    pub fn masked_ce_sum(
-        &self,
-        packing: &Packing,
-        low_rank: Option<&LowRank>,
-        ws: &mut Workspace,
-    ) -> Result<(f64, f64)> {
+    /// `(Σ ce·mask, Σ mask)` of a packed batch under its adapter's `factors`, forward only.
+    pub fn masked_ce_sum(&self, packing: &Packing, factors: &HostFactors, ws: &mut Workspace) -> Result<(f64, f64)> {
         self.network.check_ids(packing)?;
-        let factors = self.factors(low_rank)?;
-        let pass = self.pass(packing, &factors)?;
+        let pass = self.pass(packing, factors)?;
         ws.resize(&pass.dims, self.layers.len(), false, false);
         self.embed(&packing.ids, &pass.dims, &mut ws.lanes[0])?;
         self.forward_layers(&pass, &factors.layers, ws, false)?;

@@ -96,7 +96,7 @@ fn check(cfg: &ModelConfig, qat: bool, what: &str) {
         let got_loss = cpu.loss_and_grads(&packing, &factors, normalizer, recompute, &mut ws, &mut grads).unwrap();
         let way = format!("{what} (recompute {recompute})");
         assert!(((got_loss - want_loss) / want_loss).abs() <= loss_within, "{way}: loss {got_loss} vs {want_loss}");
-        let (forward_only, _) = cpu.masked_ce_sum(&packing, Some(&low_rank), &mut ws).unwrap();
+        let (forward_only, _) = cpu.masked_ce_sum(&packing, &factors, &mut ws).unwrap();
         let forward_only = (forward_only / normalizer) as f32;
         assert!(
             ((forward_only - want_loss) / want_loss).abs() <= loss_within,
@@ -152,7 +152,8 @@ fn an_answer_token_outside_the_output_head_is_an_error_on_both_paths() {
     let network = Network::load(&cfg, &Params::random_init(&Device::Cpu)).unwrap();
     let packing = Packing::new(&rows(), true).unwrap();
     let candle = network.masked_ce_sum(&packing, None).unwrap_err();
-    let cpu = CpuNetwork::new(&network).unwrap().masked_ce_sum(&packing, None, &mut Workspace::default()).unwrap_err();
+    let cpu = CpuNetwork::new(&network).unwrap();
+    let cpu = cpu.masked_ce_sum(&packing, &cpu.factors(None).unwrap(), &mut Workspace::default()).unwrap_err();
     for err in [candle, cpu] {
         assert!(matches!(err, crate::model::ModelError::TargetOutsideHead { rows: 200, .. }), "{err}");
         assert!(err.to_string().contains("use the tokenizer that belongs to this checkpoint"), "{err}");
