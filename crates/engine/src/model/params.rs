@@ -8,6 +8,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use candle_core::{Device, Tensor};
+use rayon::prelude::*;
 
 use super::linear::Linear;
 use super::{ModelError, Result};
@@ -135,12 +136,21 @@ impl Params {
     }
 
     fn quantized(mut self, keep_stored_kernels: bool) -> Result<Self> {
-        for (path, tensor) in self.tensors.get_mut().iter_mut() {
-            let Some(second_last) = quantized_axis(path, tensor.rank()) else { continue };
-            if keep_stored_kernels && path.ends_with("/kernel") {
-                self.stored_kernels.insert(path.clone(), tensor.clone());
+        let tensors = std::mem::take(self.tensors.get_mut());
+        // Tensors side by side: the copies around each round trip run on one core.
+        let quantized = tensors
+            .into_par_iter()
+            .map(|(path, tensor)| {
+                let Some(second_last) = quantized_axis(&path, tensor.rank()) else { return Ok((path, tensor, None)) };
+                let stored = (keep_stored_kernels && path.ends_with("/kernel")).then(|| tensor.clone());
+                Ok((path, cq_along(&tensor, second_last)?, stored))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for (path, tensor, stored) in quantized {
+            if let Some(stored) = stored {
+                self.stored_kernels.insert(path.clone(), stored);
             }
-            *tensor = cq_along(tensor, second_last)?;
+            self.tensors.get_mut().insert(path, tensor);
         }
         Ok(self)
     }
@@ -218,7 +228,12 @@ impl Params {
             (None, Missing::Refused) => {
                 return Err(ModelError::MissingParam { path: path.into(), expected: expected.into() })
             }
-            (None, Missing::Random) => self.invent(path, Tensor::randn(0f32, 0.02, expected, &self.device)?),
+            (None, Missing::Random) => {
+                let seed = self.tensors.borrow().len() as u64;
+                let noise =
+                    Tensor::from_vec(normal_noise(expected.iter().product(), 0.02, seed), expected, &self.device)?;
+                self.invent(path, noise)
+            }
             (None, Missing::Placeholder) => {
                 let zero = Tensor::zeros((), candle_core::DType::F32, &self.device)?;
                 self.invent(path, zero.broadcast_as(expected)?)
@@ -233,6 +248,20 @@ impl Params {
         }
         Ok(tensor)
     }
+}
+
+/// `len` draws of N(0, std²), the same for the same `seed`. Filled in parallel, each block of
+/// values from its own generator: a random-init Needle 3 is 50 M values, which one generator
+/// draws in about a second of a benchmark's first step.
+fn normal_noise(len: usize, std: f32, seed: u64) -> Vec<f32> {
+    use rand::{Rng, SeedableRng};
+    const BLOCK: usize = 1 << 16;
+    let mut values = vec![0f32; len];
+    values.par_chunks_mut(BLOCK).enumerate().for_each(|(block, values)| {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ block as u64);
+        values.iter_mut().for_each(|v| *v = std * rng.sample::<f32, _>(rand_distr::StandardNormal));
+    });
+    values
 }
 
 /// Whether QAT quantizes the weight at `path` (of `rank` axes), and if so whether along its
