@@ -251,7 +251,7 @@ impl Params {
 }
 
 /// `len` draws of N(0, std²), the same for the same `seed`. Filled in parallel, each block of
-/// values from its own generator: a random-init Needle 3 is 50 M values, which one generator
+/// values from its own generator: a random-init Needle 3 is 127 M values, which one generator
 /// draws in about a second of a benchmark's first step.
 fn normal_noise(len: usize, std: f32, seed: u64) -> Vec<f32> {
     use rand::{Rng, SeedableRng};
