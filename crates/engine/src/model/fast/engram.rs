@@ -1,15 +1,109 @@
-//! The engram injection ([`crate::model::san::engram::injection`]) of one token, forward and
-//! backward by hand: `x1 = u + Σₛ σ(⟨û, k̂ₛ⟩/√d)·vₛ`, every site's gate reading the same `u`. The
-//! memories themselves (`k̂ₛ`, `vₛ`) depend on no trainable weight: the candle modules compute them
-//! once per pass ([`super::CpuNetwork`]'s sites).
+//! The engram memories of a pass ([`crate::model::san::engram::Engram`]), and the injection
+//! ([`crate::model::san::engram::injection`]) of one token, forward and backward by hand:
+//! `x1 = u + Σₛ σ(⟨û, k̂ₛ⟩/√d)·vₛ`, every site's gate reading the same `u`. The memories (`k̂ₛ`,
+//! `vₛ`) depend on no trainable weight: they are computed once per pass, forward only.
 
-use super::Pass;
-use crate::model::kernels::{dot, inverse_rms, logistic};
+use rayon::prelude::*;
+
+use super::mat::{matmul, Mat, MatMut, Threads};
+use super::{host, Pass};
+use crate::config::ENGRAM_CONV_TAPS;
+use crate::model::kernels::{dot, fake_quant_row, inverse_rms, logistic, widest};
+use crate::model::packing::Packing;
+use crate::model::san::engram::engram_indices;
+use crate::model::{Network, Result};
 
 /// One engram site's memory of a pass, on the host: unit keys and values `[N, d]`.
 pub(super) struct Site {
     pub(super) key_unit: Vec<f32>,
     pub(super) value: Vec<f32>,
+}
+
+/// Every engram site's memory of the packed tokens `from..`: each token's table rows at its n-gram
+/// hashes (zeros for an n-gram that would reach before its row's start), under QAT at the
+/// activations' bits, through the key projection (then to unit RMS) and through the value
+/// projection and the dilated causal taps — which, like the n-grams, reach back across a tail's
+/// start into its shared prefix. Earlier tokens are read, never written: a decoding step passes
+/// the history its memories reach back to before `from`.
+pub(super) fn memories(network: &Network, packing: &Packing, from: usize) -> Result<Vec<Site>> {
+    let Some((geometry, engrams)) = network.engrams() else { return Ok(Vec::new()) };
+    let (tokens, d) = (packing.len(), network.config().d_model);
+    let (count, (tables, sub, width)) =
+        (tokens - from, (geometry.dims.tables, geometry.dims.sub_dim, geometry.dims.width()));
+    let slots = engram_indices(packing, geometry);
+    // The token each value tap after the first reads, for every token from `from`.
+    let back = ENGRAM_CONV_TAPS - 1;
+    let reads: Vec<Option<usize>> = (from..tokens)
+        .flat_map(|i| (1..ENGRAM_CONV_TAPS).map(move |j| packing.earlier(i, j * geometry.dims.dilation)))
+        .collect();
+    let mut entries = vec![0f32; tokens * width];
+    let mut projected = vec![0f32; tokens * d];
+    engrams
+        .iter()
+        .map(|engram| -> Result<Site> {
+            let table = host(&engram.embedding)?;
+            entries.par_chunks_mut(width).enumerate().for_each(|(i, row)| {
+                widest(
+                    #[inline(always)]
+                    || {
+                        for (t, part) in row.chunks_mut(sub).enumerate() {
+                            let order = geometry.orders[t / geometry.dims.heads];
+                            if packing.positions[i] as usize + 1 >= order {
+                                let slot = t * geometry.slots + slots[i * tables + t] as usize;
+                                part.copy_from_slice(&table[slot * sub..][..sub]);
+                            } else {
+                                part.fill(0.0);
+                            }
+                        }
+                        if let Some(qat) = engram.qat {
+                            fake_quant_row(row, qat.act_bits);
+                        }
+                    },
+                )
+            });
+            let mut key_unit = vec![0f32; count * d];
+            let key_proj = host(&engram.key_proj)?;
+            let read = Mat::new(&entries[from * width..], count, width);
+            matmul(MatMut::new(&mut key_unit, count, d), read, Mat::new(&key_proj, width, d), 1.0, false, Threads::All);
+            key_unit.par_chunks_mut(d).for_each(|key| {
+                widest(
+                    #[inline(always)]
+                    || {
+                        let r = inverse_rms(key);
+                        key.iter_mut().for_each(|k| *k *= r);
+                    },
+                )
+            });
+            let value_proj = host(&engram.value_proj)?;
+            let read = Mat::new(&entries, tokens, width);
+            matmul(
+                MatMut::new(&mut projected, tokens, d),
+                read,
+                Mat::new(&value_proj, width, d),
+                1.0,
+                false,
+                Threads::All,
+            );
+            let taps = host(&engram.taps)?;
+            let mut value = vec![0f32; count * d];
+            value.par_chunks_mut(d).zip(reads.par_chunks(back)).enumerate().for_each(|(c, (value, reads))| {
+                widest(
+                    #[inline(always)]
+                    || {
+                        let own = &projected[(from + c) * d..][..d];
+                        value.iter_mut().zip(own.iter().zip(&taps[..d])).for_each(|(v, (p, w))| *v = p * w);
+                        for (j, read) in reads.iter().enumerate() {
+                            if let Some(s) = *read {
+                                let (earlier, tap) = (&projected[s * d..][..d], &taps[(j + 1) * d..][..d]);
+                                value.iter_mut().zip(earlier.iter().zip(tap)).for_each(|(v, (p, w))| *v += p * w);
+                            }
+                        }
+                    },
+                )
+            });
+            Ok(Site { key_unit, value })
+        })
+        .collect()
 }
 
 /// The gate of site `site` for token `t` with block input `u` (whose inverse RMS is `r_u`).

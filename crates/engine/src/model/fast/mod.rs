@@ -268,19 +268,9 @@ impl CpuNetwork {
         })
     }
 
-    /// Every engram site's memory of the packed tokens `from..` on the host (computed by the candle
-    /// modules: it depends on no trainable weight).
+    /// Every engram site's memory of the packed tokens `from..` ([`engram::memories`]).
     fn sites(&self, packing: &Packing, from: usize) -> Result<Vec<Site>> {
-        let count = packing.len() - from;
-        self.network
-            .engram_memories(packing)?
-            .into_iter()
-            .map(|memory| -> Result<Site> {
-                let memory = memory.positions(from, count)?;
-                let key_unit = super::norm::rms_unit(&memory.key)?.flatten_all()?.to_vec1()?;
-                Ok(Site { key_unit, value: memory.value.flatten_all()?.to_vec1()? })
-            })
-            .collect()
+        engram::memories(&self.network, packing, from)
     }
 
     /// The embedded tokens `ids` spread over every lane, into `lanes` `[N, n·d]`.

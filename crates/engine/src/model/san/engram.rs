@@ -156,12 +156,13 @@ impl From<ConfigError> for ModelError {
 #[derive(Debug, Clone)]
 pub struct Engram {
     /// `[tables, slots, sub_dim]`, looked up with tables and slots flattened.
-    embedding: Tensor,
-    key_proj: Tensor,
-    value_proj: Tensor,
-    taps: Tensor,
+    pub(in crate::model) embedding: Tensor,
+    pub(in crate::model) key_proj: Tensor,
+    pub(in crate::model) value_proj: Tensor,
+    /// `[ENGRAM_CONV_TAPS, d_model]`, tap `j` reading `j · dilation` positions back.
+    pub(in crate::model) taps: Tensor,
     geometry: EngramGeometry,
-    qat: Option<Qat>,
+    pub(in crate::model) qat: Option<Qat>,
 }
 
 impl Engram {

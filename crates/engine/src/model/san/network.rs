@@ -187,6 +187,11 @@ impl Network {
         self.engram_geometry.as_ref().map(EngramGeometry::window)
     }
 
+    /// The engram tables' layout and the sites, where some layer has one.
+    pub(in crate::model) fn engrams(&self) -> Option<(&EngramGeometry, &[Engram])> {
+        self.engram_geometry.as_ref().map(|geometry| (geometry, self.engrams.as_slice()))
+    }
+
     /// Each engram site's keys and values for the packed tokens.
     pub(in crate::model) fn engram_memories(&self, packing: &Packing) -> Result<Vec<EngramKv>> {
         match &self.engram_geometry {
