@@ -96,7 +96,7 @@ impl CpuNetwork {
             segments: vec![Segment { start: 0, len: count, context: None }],
             families: vec![Family { head: 0, tails: Vec::new(), range: 0..count }],
             rope: state.rope_through(past + count, cfg),
-            sites: self.sites(&packing, window)?,
+            sites: super::engram::memories(&self.network, &packing, window)?,
             conv: None,
             lora_scale: 0.0,
             ones: vec![1.0; dims.d],

@@ -10,7 +10,7 @@ use super::{host, Pass};
 use crate::config::ENGRAM_CONV_TAPS;
 use crate::model::kernels::{dot, fake_quant_row, inverse_rms, logistic, widest};
 use crate::model::packing::Packing;
-use crate::model::san::engram::engram_indices;
+use crate::model::san::engram::engram_rows;
 use crate::model::{Network, Result};
 
 /// One engram site's memory of a pass, on the host: unit keys and values `[N, d]`.
@@ -30,7 +30,7 @@ pub(super) fn memories(network: &Network, packing: &Packing, from: usize) -> Res
     let (tokens, d) = (packing.len(), network.config().d_model);
     let (count, (tables, sub, width)) =
         (tokens - from, (geometry.dims.tables, geometry.dims.sub_dim, geometry.dims.width()));
-    let slots = engram_indices(packing, geometry);
+    let rows = engram_rows(packing, geometry);
     // The token each value tap after the first reads, for every token from `from`.
     let back = ENGRAM_CONV_TAPS - 1;
     let reads: Vec<Option<usize>> = (from..tokens)
@@ -46,13 +46,10 @@ pub(super) fn memories(network: &Network, packing: &Packing, from: usize) -> Res
                 widest(
                     #[inline(always)]
                     || {
-                        for (t, part) in row.chunks_mut(sub).enumerate() {
-                            let order = geometry.orders[t / geometry.dims.heads];
-                            if packing.positions[i] as usize + 1 >= order {
-                                let slot = t * geometry.slots + slots[i * tables + t] as usize;
-                                part.copy_from_slice(&table[slot * sub..][..sub]);
-                            } else {
-                                part.fill(0.0);
+                        for (part, read) in row.chunks_mut(sub).zip(&rows[i * tables..][..tables]) {
+                            match read {
+                                Some(r) => part.copy_from_slice(&table[*r as usize * sub..][..sub]),
+                                None => part.fill(0.0),
                             }
                         }
                         if let Some(qat) = engram.qat {

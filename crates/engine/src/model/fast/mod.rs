@@ -261,16 +261,11 @@ impl CpuNetwork {
             segments: packing.segments().to_vec(),
             families: packing.families(),
             rope: Arc::new(RopeTables::new(dims.qk, packing.longest_row(), cfg.rope_theta)),
-            sites: self.sites(packing, 0)?,
+            sites: engram::memories(&self.network, packing, 0)?,
             conv: (cfg.qkv_conv_taps > 0).then(|| Reads::new(packing, cfg.qkv_conv_taps)),
             lora_scale: factors.scale,
             ones: vec![1.0; dims.d],
         })
-    }
-
-    /// Every engram site's memory of the packed tokens `from..` ([`engram::memories`]).
-    fn sites(&self, packing: &Packing, from: usize) -> Result<Vec<Site>> {
-        engram::memories(&self.network, packing, from)
     }
 
     /// The embedded tokens `ids` spread over every lane, into `lanes` `[N, n·d]`.

@@ -74,6 +74,23 @@ pub fn engram_indices(packing: &Packing, geometry: &EngramGeometry) -> Vec<u32> 
     out
 }
 
+/// The row of the flattened `[tables · slots, sub_dim]` table each (packed token, table) reads,
+/// row-major `[N, tables]` (`table · slots + slot`, the slot from [`engram_indices`]), or `None` where
+/// the table's n-gram would reach before the row's start (the reference's
+/// `_mask_diag(causal, order − 1)`): what every site looks up, on either path.
+pub fn engram_rows(packing: &Packing, geometry: &EngramGeometry) -> Vec<Option<u32>> {
+    let tables = geometry.dims.tables;
+    engram_indices(packing, geometry)
+        .into_iter()
+        .enumerate()
+        .map(|(k, slot)| {
+            let (i, table) = (k / tables, k % tables);
+            let order = geometry.orders[table / geometry.dims.heads];
+            (packing.positions[i] as usize + 1 >= order).then_some((table * geometry.slots) as u32 + slot)
+        })
+        .collect()
+}
+
 /// The table lookups of one packed batch, shared by every engram site.
 #[derive(Debug, Clone)]
 pub struct EngramLookup {
@@ -90,20 +107,10 @@ pub struct EngramLookup {
 impl EngramLookup {
     pub fn new(packing: &Packing, geometry: &EngramGeometry, device: &Device) -> Result<Self> {
         let (tokens, tables) = (packing.len(), geometry.dims.tables);
-        let flat: Vec<u32> = engram_indices(packing, geometry)
-            .into_iter()
-            .enumerate()
-            .map(|(i, slot)| (i % tables * geometry.slots) as u32 + slot)
-            .collect();
-        let ok: Vec<f32> = packing
-            .positions
-            .iter()
-            .flat_map(|&t| {
-                geometry.orders.iter().flat_map(move |&order| {
-                    std::iter::repeat_n(if t as usize + 1 >= order { 1.0 } else { 0.0 }, geometry.dims.heads)
-                })
-            })
-            .collect();
+        let rows = engram_rows(packing, geometry);
+        // A masked lookup reads row 0, then is multiplied by 0.
+        let flat: Vec<u32> = rows.iter().map(|row| row.unwrap_or(0)).collect();
+        let ok: Vec<f32> = rows.iter().map(|row| if row.is_some() { 1.0 } else { 0.0 }).collect();
         let taps = CausalTaps::new(packing, ENGRAM_CONV_TAPS, geometry.dims.dilation, device)?;
         Ok(Self {
             flat_slots: Tensor::from_vec(flat, tokens * tables, device)?,
