@@ -45,7 +45,9 @@ pub fn target_paths(params: &Params) -> Result<Vec<String>> {
     let mut paths = Vec::new();
     for path in params.paths().into_iter().filter(|p| is_target(p)) {
         let Some(weight) = params.get(&path) else { continue };
-        let largest: f32 = weight.abs()?.flatten_all()?.max(0)?.to_scalar()?;
+        // The largest |w| from the two extremes: no |w| copy of each kernel at start-up.
+        let (max, min): (f32, f32) = (weight.max_all()?.to_scalar()?, weight.min_all()?.to_scalar()?);
+        let largest = max.max(-min);
         if largest > DEAD_KERNEL {
             paths.push(path);
         }

@@ -10,9 +10,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 
+use super::fast::host;
 use super::linear::Linear;
 use super::{ModelError, Result};
-use crate::cact::quant::{cq_round_trip, Bits};
+use crate::cact::quant::{cq_round_trip, cq_round_trip_columns, Bits};
 use crate::checkpoint::Checkpoint;
 use crate::config::{ModelConfig, ACT_BITS};
 
@@ -273,15 +274,21 @@ fn quantized_axis(path: &str, rank: usize) -> Option<bool> {
 }
 
 /// `weight` through CQ at [`QAT_WEIGHT_BITS`] and back, its groups running along the last axis, or
-/// along the second-last when `second_last`.
+/// down the second-last when `second_last`. The round trip reads a CPU tensor's values where they
+/// lie: at start-up this runs on every weight of the model.
 pub(super) fn cq_along(weight: &Tensor, second_last: bool) -> Result<Tensor> {
-    let rank = weight.rank();
-    let rows = if second_last { weight.transpose(rank - 2, rank - 1)?.contiguous()? } else { weight.contiguous()? };
-    let dims = rows.dims().to_vec();
-    let values = rows.flatten_all()?.to_vec1::<f32>()?;
-    let quantized = cq_round_trip(&values, dims[rank - 1], QAT_WEIGHT_BITS);
-    let quantized = Tensor::from_vec(quantized, dims, weight.device())?;
-    Ok(if second_last { quantized.transpose(rank - 2, rank - 1)?.contiguous()? } else { quantized })
+    let dims = weight.dims().to_vec();
+    let [.., rows, cols] = dims[..] else {
+        return Err(ModelError::Unsupported { what: format!("CQ of a weight of shape {dims:?}") });
+    };
+    let on_host = weight.to_device(&Device::Cpu)?.contiguous()?;
+    let values = host(&on_host)?;
+    let quantized = if second_last {
+        cq_round_trip_columns(&values, rows, cols, QAT_WEIGHT_BITS)
+    } else {
+        cq_round_trip(&values, cols, QAT_WEIGHT_BITS)
+    };
+    Ok(Tensor::from_vec(quantized, dims, weight.device())?)
 }
 
 /// A position in the parameter tree, optionally restricted to one layer of a stacked group.

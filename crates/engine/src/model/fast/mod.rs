@@ -52,7 +52,7 @@ use crate::cact::quant::cq_round_trip;
 const LOGIT_ROWS: usize = 512;
 
 /// A CPU f32 tensor's elements, read in place while the view (and its read guard) lives.
-struct HostView<G> {
+pub(super) struct HostView<G> {
     guard: G,
     start: usize,
     end: usize,
@@ -71,7 +71,7 @@ impl<G: Deref<Target = Storage>> Deref for HostView<G> {
 }
 
 /// The elements of `tensor`, which must be a contiguous f32 tensor on the CPU.
-fn host(tensor: &Tensor) -> candle_core::Result<HostView<impl Deref<Target = Storage> + '_>> {
+pub(super) fn host(tensor: &Tensor) -> candle_core::Result<HostView<impl Deref<Target = Storage> + '_>> {
     let (guard, layout) = tensor.storage_and_layout();
     let Some((start, end)) = layout.contiguous_offsets() else { bail!("the CPU path reads contiguous tensors") };
     if !matches!(&*guard, Storage::Cpu(CpuStorage::F32(_))) {
