@@ -290,8 +290,9 @@ pub fn cq_round_trip(weights: &[f32], in_dim: usize, bits: Bits) -> Vec<f32> {
 
 /// [`cq_round_trip`] of each matrix's transpose, in the matrix's own layout: `weights` a row-major
 /// stack of `[in_dim, out]` matrices (kernels as stored), whose CQ groups run down the columns.
-/// Columns are gathered a tile at a time, so the stack is read and written once instead of being
-/// transposed into a copy and back; matrices run in parallel.
+/// Groups are independent, so each matrix is cut into stripes of [`GROUP`] rows (one group of every
+/// column) that run in parallel, and a stripe's columns are gathered a tile at a time: the stack is
+/// read and written once instead of being transposed into a copy and back.
 pub fn cq_round_trip_columns(weights: &[f32], in_dim: usize, out: usize, bits: Bits) -> Vec<f32> {
     let mut result = vec![0f32; weights.len()];
     if in_dim == 0 || out == 0 {
@@ -300,34 +301,37 @@ pub fn cq_round_trip_columns(weights: &[f32], in_dim: usize, out: usize, bits: B
     let cb = bits.codebook();
     let matrix = in_dim * out;
     result.par_chunks_mut(matrix).zip(weights.par_chunks(matrix)).for_each(|(result, weights)| {
-        widest(
-            #[inline(always)]
-            || {
-                let (mut columns, mut rounded) = (vec![0f32; COLUMNS * in_dim], vec![0f32; COLUMNS * in_dim]);
-                for first in (0..out).step_by(COLUMNS) {
-                    let width = COLUMNS.min(out - first);
-                    for (i, row) in weights.chunks_exact(out).enumerate() {
-                        row[first..first + width].iter().enumerate().for_each(|(c, &w)| columns[c * in_dim + i] = w);
-                    }
-                    for (column, rounded) in
-                        columns.chunks_exact(in_dim).zip(rounded.chunks_exact_mut(in_dim)).take(width)
-                    {
-                        round_trip_row(column, &cb, rounded);
-                    }
-                    for (i, row) in result.chunks_exact_mut(out).enumerate() {
-                        row[first..first + width]
-                            .iter_mut()
-                            .enumerate()
-                            .for_each(|(c, w)| *w = rounded[c * in_dim + i]);
-                    }
-                }
-            },
-        )
+        result.par_chunks_mut(GROUP * out).zip(weights.par_chunks(GROUP * out)).for_each(|(result, weights)| {
+            widest(
+                #[inline(always)]
+                || round_trip_stripe(weights, out, &cb, result),
+            )
+        })
     });
     result
 }
 
-/// Columns [`cq_round_trip_columns`] gathers together: a cache line of each row.
+/// One stripe of [`cq_round_trip_columns`]: up to [`GROUP`] rows of `out` columns, each column's
+/// slice of them one group.
+#[inline(always)]
+fn round_trip_stripe(weights: &[f32], out: usize, cb: &[f32], result: &mut [f32]) {
+    let rows = weights.len() / out;
+    let (mut columns, mut rounded) = ([[0f32; GROUP]; COLUMNS], [[0f32; GROUP]; COLUMNS]);
+    for first in (0..out).step_by(COLUMNS) {
+        let width = COLUMNS.min(out - first);
+        for (i, row) in weights.chunks_exact(out).enumerate() {
+            row[first..first + width].iter().zip(columns.iter_mut()).for_each(|(&w, column)| column[i] = w);
+        }
+        for (column, rounded) in columns.iter().zip(rounded.iter_mut()).take(width) {
+            round_trip_row(&column[..rows], cb, &mut rounded[..rows]);
+        }
+        for (i, row) in result.chunks_exact_mut(out).enumerate() {
+            row[first..first + width].iter_mut().zip(rounded.iter()).for_each(|(w, rounded)| *w = rounded[i]);
+        }
+    }
+}
+
+/// Columns a stripe of [`cq_round_trip_columns`] gathers together: a cache line of each row.
 const COLUMNS: usize = 16;
 
 /// One row of [`cq_round_trip`].
@@ -478,7 +482,8 @@ mod tests {
     }
 
     /// Down the columns of a stack of matrices, the round trip is the transposed stack's, bit for bit,
-    /// for column counts that fill a tile, leave part of one, and fall short of one.
+    /// for column counts that fill a tile, leave part of one, and fall short of one, and for columns
+    /// of one group, of two, and of one and a ragged one.
     #[test]
     fn round_trip_down_columns_is_the_round_trip_of_the_transpose() {
         use rand::{Rng, SeedableRng};
