@@ -497,6 +497,7 @@ mod tests {
             };
             let want = transpose(&cq_round_trip(&transpose(&weights, in_dim, out), in_dim, Bits::Four), out, in_dim);
             let got = cq_round_trip_columns(&weights, in_dim, out, Bits::Four);
+            assert_eq!(got.len(), want.len());
             assert!(got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits()), "[{stack}, {in_dim}, {out}]");
         }
     }
