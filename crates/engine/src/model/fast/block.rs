@@ -8,6 +8,8 @@ use super::engram;
 use super::mlp::Hadamard;
 use super::monarch::Monarch;
 use super::Pass;
+use crate::config::ModelConfig;
+use crate::generation::Generation;
 use crate::model::kernels::{fake_quant_row, rms_norm_backward_row, rms_norm_row};
 use crate::model::san::block::{Block as CandleBlock, Mlp as CandleMlp};
 use crate::model::san::stack::Layer;
@@ -34,19 +36,38 @@ impl Mlp {
         }
     }
 
-    #[inline(always)]
-    fn forward(&self, x: &[f32], scratch: &mut [f32], y: &mut [f32]) {
-        match self {
-            Mlp::Hadamard(mlp) => mlp.forward(x, scratch, y),
-            Mlp::Monarch(mlp) => mlp.forward(x, scratch, y),
+    /// Floats per token the MLP of a `cfg` model keeps from its forward for its backward: none for
+    /// Needle 2's (recomputing its Walsh rotations is a few vector passes), Monarch's `z1` and
+    /// output for Needle 3's.
+    pub(super) fn kept_width(cfg: &ModelConfig) -> usize {
+        match cfg.generation {
+            Generation::Needle2 => 0,
+            Generation::Needle3 => Monarch::kept_width(cfg),
         }
     }
 
     #[inline(always)]
-    fn backward(&self, scratch: &mut [f32], dy: &[f32], dx: &mut [f32]) {
+    fn forward(&self, x: &[f32], scratch: &mut [f32], kept: &mut [f32], y: &mut [f32]) {
+        match self {
+            Mlp::Hadamard(mlp) => mlp.forward(x, scratch, y),
+            Mlp::Monarch(mlp) => mlp.forward(x, scratch, kept, y),
+        }
+    }
+
+    /// The forward's `scratch` and `y` again, for the backward, from what it kept.
+    #[inline(always)]
+    fn recall(&self, x: &[f32], kept: &[f32], scratch: &mut [f32], y: &mut [f32]) {
+        match self {
+            Mlp::Hadamard(mlp) => mlp.forward(x, scratch, y),
+            Mlp::Monarch(mlp) => mlp.recall(x, kept, scratch, y),
+        }
+    }
+
+    #[inline(always)]
+    fn backward(&self, scratch: &mut [f32], kept: &[f32], dy: &[f32], dx: &mut [f32]) {
         match self {
             Mlp::Hadamard(mlp) => mlp.backward(scratch, dy, dx),
-            Mlp::Monarch(mlp) => mlp.backward(scratch, dy, dx),
+            Mlp::Monarch(mlp) => mlp.backward(scratch, kept, dy, dx),
         }
     }
 }
@@ -76,6 +97,14 @@ pub(super) struct BlockScratch {
     mlp: Vec<f32>,
     /// The block's output minus its input, `y − u`.
     pub(super) upd: Vec<f32>,
+}
+
+impl BlockScratch {
+    /// `upd = mlp + x2 − u`, the MLP's output in `upd`.
+    #[inline(always)]
+    fn add_residual(&mut self, u: &[f32]) {
+        self.upd.iter_mut().zip(self.x2.iter().zip(u)).for_each(|(m, (x2, u))| *m += x2 - u);
+    }
 }
 
 impl Block {
@@ -116,31 +145,47 @@ impl Block {
     }
 
     /// Token `t`'s update `upd = x2 + mlp(norm(x2)) − u` with `x2 = x1 + σ(gate)·norm(attn)`,
-    /// into `s.upd`, leaving in `s` what [`Block::update_backward`] reads.
+    /// into `s.upd`, keeping in `kept` what the MLP keeps ([`Mlp::kept_width`]) and leaving in `s`
+    /// what [`Block::update_backward`] reads.
     #[inline(always)]
-    pub(super) fn update(&self, u: &[f32], x1: &[f32], attn: &[f32], s: &mut BlockScratch) {
+    pub(super) fn update(&self, u: &[f32], x1: &[f32], attn: &[f32], s: &mut BlockScratch, kept: &mut [f32]) {
+        self.mlp_input(x1, attn, s);
+        self.mlp.forward(&s.h2, &mut s.mlp, kept, &mut s.upd);
+        s.add_residual(u);
+    }
+
+    /// [`Block::update`] of this token again, for its backward, from what the MLP kept.
+    #[inline(always)]
+    pub(super) fn recall(&self, u: &[f32], x1: &[f32], attn: &[f32], s: &mut BlockScratch, kept: &[f32]) {
+        self.mlp_input(x1, attn, s);
+        self.mlp.recall(&s.h2, kept, &mut s.mlp, &mut s.upd);
+        s.add_residual(u);
+    }
+
+    /// `x2 = x1 + σ(gate)·norm(attn)` and the MLP's input `h2 = norm(x2)`.
+    #[inline(always)]
+    fn mlp_input(&self, x1: &[f32], attn: &[f32], s: &mut BlockScratch) {
         rms_norm_row(attn, &self.gain_post, &mut s.tmp);
         s.x2.iter_mut().zip(x1.iter().zip(&s.tmp)).for_each(|(x2, (x1, a))| *x2 = x1 + self.attn_gate * a);
         rms_norm_row(&s.x2, &self.gain_hada, &mut s.h2);
-        self.mlp.forward(&s.h2, &mut s.mlp, &mut s.upd);
-        s.upd.iter_mut().zip(s.x2.iter().zip(u)).for_each(|(m, (x2, u))| *m += x2 - u);
     }
 
-    /// The backward of [`Block::update`] (just run on this token) from `dupd`: `x1`'s gradient
-    /// through the MLP branch (`dx1`) and the attention branch's (`da`); `u`'s direct `−dupd` is
-    /// left to the caller.
+    /// The backward of [`Block::update`] (just recalled for this token, with what its MLP `kept`)
+    /// from `dupd`: `x1`'s gradient through the MLP branch (`dx1`) and the attention branch's
+    /// (`da`); `u`'s direct `−dupd` is left to the caller.
     #[inline(always)]
     pub(super) fn update_backward(
         &self,
         attn: &[f32],
         s: &mut BlockScratch,
+        kept: &[f32],
         dupd: &[f32],
         dx1: &mut [f32],
         da: &mut [f32],
     ) {
         // y = x2 + mlp(norm(x2)): dx2 = dy + norm'(mlp'(dy)).
         let dh2 = &mut s.tmp;
-        self.mlp.backward(&mut s.mlp, dupd, dh2);
+        self.mlp.backward(&mut s.mlp, kept, dupd, dh2);
         rms_norm_backward_row(&s.x2, &self.gain_hada, dh2, dx1);
         dx1.iter_mut().zip(dupd).for_each(|(dx1, dy)| *dx1 += dy);
         // x2 = x1 + σ(gate)·norm(attn).

@@ -3,12 +3,15 @@
 //!
 //! The forward keeps, per token: the lane-gate logits before their scale (`Z = x̂·Φ`) and the
 //! lanes' inverse RMS, the four attention projections, the LoRA down-projections, the attention
-//! output and its log-sum-exp, and the attention branch's output. Everything else a backward needs
-//! — the block's input `u`, the engram injection, the norms, the MLP's activations, the rotated
-//! queries and keys — is recomputed from those per token, which costs a few vector passes and
-//! saves storing them. The layer's input lanes are the previous layer's output, kept by the caller.
+//! output and its log-sum-exp, the attention branch's output, and what the MLP keeps (Needle 3's
+//! Monarch: its middle row and its output, which would cost three transforms to recompute).
+//! Everything else a backward needs — the block's input `u`, the engram injection, the norms, the
+//! rest of the MLP's activations, the rotated queries and keys — is recomputed from those per
+//! token, which costs a few vector passes and saves storing them. The layer's input lanes are the
+//! previous layer's output, kept by the caller.
 
 use candle_core::Result;
+use rayon::iter::Either;
 use rayon::prelude::*;
 
 use super::attention::{FactorGrads, Past};
@@ -52,11 +55,13 @@ pub(super) struct Kept {
     pub(super) attn: Vec<f32>,
     /// `[N, r]`: `gated·A` of the out factor.
     pub(super) lora_out: Vec<f32>,
+    /// `[N, mlp_kept]`: what the MLP keeps ([`super::block::Mlp::kept_width`]).
+    pub(super) mlp: Vec<f32>,
 }
 
 impl Kept {
     /// Every buffer with its width per token.
-    fn buffers(&mut self, dims: &Dims) -> [(&mut Vec<f32>, usize); 7] {
+    fn buffers(&mut self, dims: &Dims) -> [(&mut Vec<f32>, usize); 8] {
         [
             (&mut self.mix, dims.mix_width()),
             (&mut self.proj, dims.proj_width()),
@@ -65,6 +70,7 @@ impl Kept {
             (&mut self.lse, dims.heads),
             (&mut self.attn, dims.d),
             (&mut self.lora_out, dims.rank),
+            (&mut self.mlp, dims.mlp_kept),
         ]
     }
 
@@ -198,8 +204,9 @@ impl HostLayer {
             );
     }
 
-    /// The layer's forward over lanes `x` `[N, n·d]` into `next`, keeping what the backward needs;
-    /// a decoding step's attention also reads the `past` positions.
+    /// The layer's forward over lanes `x` `[N, n·d]` into `next`, keeping what the backward needs
+    /// (a recomputing step's backward runs it again, writing the same `next`); a decoding step's
+    /// attention also reads the `past` positions.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn forward(
         &self,
@@ -211,50 +218,42 @@ impl HostLayer {
         next: &mut [f32],
         past: Option<Past>,
     ) -> Result<()> {
-        self.keep(pass, lora, x, kept, work, past)?;
+        self.lanes.logits(&pass.dims, x, &mut work.unit, &mut kept.mix);
+        self.block_inputs(pass, x, &kept.mix, work);
+        self.block.attention.forward(pass, lora, kept, work, past)?;
         self.write_update(pass, x, kept, work, next);
         Ok(())
     }
 
-    /// The forward up to what the backward reads (the lane logits and the attention branch), into
-    /// `kept`: a recomputing step's backward runs this alone, its output lanes being kept.
-    pub(super) fn keep(
-        &self,
-        pass: &Pass,
-        lora: &[Option<ProjectionLora>; 5],
-        x: &[f32],
-        kept: &mut Kept,
-        work: &mut Work,
-        past: Option<Past>,
-    ) -> Result<()> {
-        self.lanes.logits(&pass.dims, x, &mut work.unit, &mut kept.mix);
-        self.block_inputs(pass, x, &kept.mix, work);
-        self.block.attention.forward(pass, lora, kept, work, past)
-    }
-
     /// The rest of the block, and the lanes mixed with its update added, into `next`.
-    fn write_update(&self, pass: &Pass, x: &[f32], kept: &Kept, work: &Work, next: &mut [f32]) {
+    fn write_update(&self, pass: &Pass, x: &[f32], kept: &mut Kept, work: &Work, next: &mut [f32]) {
         let dims = &pass.dims;
         let (d, nd, mw) = (dims.d, dims.lanes * dims.d, dims.mix_width());
-        next.par_chunks_mut(nd).enumerate().with_min_len(TOKENS_PER_TASK).for_each_init(
-            || self.scratch(dims),
-            |s, (i, next)| {
-                widest(
-                    #[inline(always)]
-                    || {
-                        let (u, x1, attn) = (&work.u[i * d..][..d], &work.x1[i * d..][..d], &kept.attn[i * d..][..d]);
-                        self.block.update(u, x1, attn, &mut s.block);
-                        self.lanes.write(
-                            &kept.mix[i * mw..][..mw],
-                            &x[i * nd..][..nd],
-                            &s.block.upd,
-                            &mut s.lanes,
-                            next,
-                        );
-                    },
-                )
-            },
-        );
+        let Kept { mix, attn, mlp, .. } = kept;
+        let (mix, attn) = (&*mix, &*attn);
+        (next.par_chunks_mut(nd), rows_mut(mlp, dims.mlp_kept, dims.tokens))
+            .into_par_iter()
+            .enumerate()
+            .with_min_len(TOKENS_PER_TASK)
+            .for_each_init(
+                || self.scratch(dims),
+                |s, (i, (next, mlp))| {
+                    widest(
+                        #[inline(always)]
+                        || {
+                            let (u, x1, attn) = (&work.u[i * d..][..d], &work.x1[i * d..][..d], &attn[i * d..][..d]);
+                            self.block.update(u, x1, attn, &mut s.block, mlp);
+                            self.lanes.write(
+                                &mix[i * mw..][..mw],
+                                &x[i * nd..][..nd],
+                                &s.block.upd,
+                                &mut s.lanes,
+                                next,
+                            );
+                        },
+                    )
+                },
+            );
     }
 
     /// The layer's backward: `dx` `[N, n·d]` (overwritten) from the output's gradient `dnext`,
@@ -285,7 +284,7 @@ impl HostLayer {
     /// branch's (`work.da`), the post and res logits' (`work.dl`) and the mix's share of `dx`.
     fn update_backward(&self, pass: &Pass, x: &[f32], kept: &Kept, work: &mut Work, dnext: &[f32], dx: &mut [f32]) {
         let dims = &pass.dims;
-        let (d, nd, mw, lw) = (dims.d, dims.lanes * dims.d, dims.mix_width(), dims.mix_width() - 1);
+        let (d, nd, mw, lw, mk) = (dims.d, dims.lanes * dims.d, dims.mix_width(), dims.mix_width() - 1, dims.mlp_kept);
         let Work { u, x1, da, dx1, dupd, dl, .. } = &mut *work;
         let (u, x1) = (&*u, &*x1);
         (
@@ -306,9 +305,10 @@ impl HostLayer {
                         || {
                             let (u, x1, attn) = (&u[i * d..][..d], &x1[i * d..][..d], &kept.attn[i * d..][..d]);
                             let (m, x, g) = (&kept.mix[i * mw..][..mw], &x[i * nd..][..nd], &dnext[i * nd..][..nd]);
-                            self.block.update(u, x1, attn, &mut s.block);
+                            let mlp = &kept.mlp[i * mk..][..mk];
+                            self.block.recall(u, x1, attn, &mut s.block, mlp);
                             self.lanes.write_backward(m, x, &s.block.upd, g, &mut s.lanes, dupd, dl, dx);
-                            self.block.update_backward(attn, &mut s.block, dupd, dx1, da);
+                            self.block.update_backward(attn, &mut s.block, mlp, dupd, dx1, da);
                         },
                     )
                 },
@@ -350,5 +350,14 @@ impl HostLayer {
                     )
                 },
             );
+    }
+}
+
+/// `buf` as `tokens` rows of `width`, in parallel: empty rows when `width` is 0 (an MLP that keeps
+/// nothing), where `par_chunks_mut` would have none.
+fn rows_mut(buf: &mut [f32], width: usize, tokens: usize) -> impl IndexedParallelIterator<Item = &mut [f32]> {
+    match width {
+        0 => Either::Left((0..tokens).into_par_iter().map(|_| <&mut [f32]>::default())),
+        _ => Either::Right(buf.par_chunks_mut(width)),
     }
 }

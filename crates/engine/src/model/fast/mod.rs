@@ -94,6 +94,8 @@ struct Dims {
     rank: usize,
     /// Whether the layers convolve Q, K and V (Needle 3).
     conv: bool,
+    /// Floats per token the MLP keeps for its backward ([`block::Mlp::kept_width`]).
+    mlp_kept: usize,
 }
 
 impl Dims {
@@ -470,7 +472,8 @@ impl CpuNetwork {
             }
             let Workspace { lanes, kept, work, grad_in, grad_out, .. } = &mut *ws;
             let kept = if recompute {
-                layer.keep(&pass, &lora[l], &lanes[l], &mut kept[0], work, None)?;
+                let (input, output) = lane_pair(lanes, l);
+                layer.forward(&pass, &lora[l], input, &mut kept[0], work, output, None)?;
                 &kept[0]
             } else {
                 &kept[l]
@@ -557,5 +560,6 @@ fn dims_of(cfg: &crate::config::ModelConfig, rank: usize, tokens: usize) -> Dims
         v: cfg.v_head_dim(),
         rank,
         conv: cfg.qkv_conv_taps > 0,
+        mlp_kept: block::Mlp::kept_width(cfg),
     }
 }

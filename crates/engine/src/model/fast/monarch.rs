@@ -5,6 +5,7 @@
 //! weight is frozen: the backward forms the input's gradient only.
 
 use super::mat::{matmul, Mat, MatMut, Threads};
+use crate::config::ModelConfig;
 use crate::model::kernels::{dot, exp, logistic};
 use crate::model::san::monarch::{MonarchMlp, COND_RANK};
 
@@ -52,9 +53,9 @@ pub(super) struct Monarch {
     perms: [Vec<u32>; 2],
 }
 
-/// The rows of a scratch, the width `n` each: the conditioning, `z1` and the pre-activation (kept
-/// from the forward for the backward), and three work rows.
-const ROWS: usize = 6;
+/// The rows of a scratch, the width `n` each: the conditioning and the pre-activation (left by the
+/// forward for the backward), and three work rows.
+const ROWS: usize = 5;
 
 impl Monarch {
     pub(super) fn new(mlp: &MonarchMlp) -> crate::model::Result<Self> {
@@ -99,12 +100,20 @@ impl Monarch {
         }
     }
 
-    /// `y = mlp(x)`, leaving in `scratch` what [`Monarch::backward`] reads.
+    /// Floats a row keeps from its forward for its backward: `z1`, then the output. Recomputing them
+    /// costs three Kronecker transforms a token, which the backward would otherwise run again.
+    pub(super) fn kept_width(cfg: &ModelConfig) -> usize {
+        cfg.hadamard_width() + cfg.d_model
+    }
+
+    /// `y = mlp(x)`, keeping `z1` and `y` in `kept` and leaving in `scratch` what
+    /// [`Monarch::backward`] reads.
     #[inline(always)]
-    pub(super) fn forward(&self, x: &[f32], scratch: &mut [f32], y: &mut [f32]) {
+    pub(super) fn forward(&self, x: &[f32], scratch: &mut [f32], kept: &mut [f32], y: &mut [f32]) {
         let n = self.width();
         let (rows, p) = scratch.split_at_mut(ROWS * n);
-        let [cond, z1, pre, a, b, c] = rows_of(rows, n);
+        let [cond, pre, a, b, c] = rows_of(rows, n);
+        let (z1, kept_y) = kept.split_at_mut(n);
         self.condition(x, p, cond);
         // z1 = M₁(d₁ ⊙ pad(x))[p₁].
         a.fill(0.0);
@@ -112,10 +121,7 @@ impl Monarch {
         self.transforms[0].apply(false, a, c, b);
         permute(&self.perms[0], b, z1);
         // g = silu(d₂ ⊙ cond ⊙ z1 + b₂), z2 = M₂(g)[p₂].
-        for (pre, (z, (d, (c, b)))) in pre.iter_mut().zip(z1.iter().zip(self.d2.iter().zip(cond.iter().zip(&self.b2))))
-        {
-            *pre = z * d * c + b;
-        }
+        self.pre_activation(z1, cond, pre);
         a.iter_mut().zip(pre.iter()).for_each(|(g, z)| *g = z * logistic(*z));
         self.transforms[1].apply(false, a, c, b);
         permute(&self.perms[1], b, a);
@@ -123,14 +129,39 @@ impl Monarch {
         a.iter_mut().zip(&self.d3).for_each(|(a, d)| *a *= d);
         self.transforms[2].apply(false, a, c, b);
         y.iter_mut().zip(b.iter().zip(&self.d4)).for_each(|(y, (b, d))| *y = b * d);
+        kept_y.copy_from_slice(y);
     }
 
-    /// `dx` from `dy`, after [`Monarch::forward`] of the same row left its scratch.
+    /// What [`Monarch::forward`] of this row left in `scratch` and `y`, from its input `x` and what
+    /// it kept: the conditioning and the pre-activation, a few vector passes.
     #[inline(always)]
-    pub(super) fn backward(&self, scratch: &mut [f32], dy: &[f32], dx: &mut [f32]) {
+    pub(super) fn recall(&self, x: &[f32], kept: &[f32], scratch: &mut [f32], y: &mut [f32]) {
         let n = self.width();
         let (rows, p) = scratch.split_at_mut(ROWS * n);
-        let [cond, z1, pre, a, b, c] = rows_of(rows, n);
+        let [cond, pre, ..] = rows_of(rows, n);
+        let (z1, kept_y) = kept.split_at(n);
+        self.condition(x, p, cond);
+        self.pre_activation(z1, cond, pre);
+        y.copy_from_slice(kept_y);
+    }
+
+    /// `pre = d₂ ⊙ cond ⊙ z1 + b₂`.
+    #[inline(always)]
+    fn pre_activation(&self, z1: &[f32], cond: &[f32], pre: &mut [f32]) {
+        for (pre, (z, (d, (c, b)))) in pre.iter_mut().zip(z1.iter().zip(self.d2.iter().zip(cond.iter().zip(&self.b2))))
+        {
+            *pre = z * d * c + b;
+        }
+    }
+
+    /// `dx` from `dy`, after [`Monarch::forward`] (or [`Monarch::recall`]) of the same row left its
+    /// scratch, with what the forward kept.
+    #[inline(always)]
+    pub(super) fn backward(&self, scratch: &mut [f32], kept: &[f32], dy: &[f32], dx: &mut [f32]) {
+        let n = self.width();
+        let (rows, p) = scratch.split_at_mut(ROWS * n);
+        let [cond, pre, a, b, c] = rows_of(rows, n);
+        let z1 = &kept[..n];
         // Back through M₃, d₃ and p₂, then M₂.
         a.fill(0.0);
         a.iter_mut().zip(dy.iter().zip(&self.d4)).for_each(|(a, (g, d))| *a = g * d);
@@ -166,11 +197,10 @@ impl Monarch {
 #[inline(always)]
 fn rows_of(rows: &mut [f32], n: usize) -> [&mut [f32]; ROWS] {
     let (cond, rest) = rows.split_at_mut(n);
-    let (z1, rest) = rest.split_at_mut(n);
     let (pre, rest) = rest.split_at_mut(n);
     let (a, rest) = rest.split_at_mut(n);
     let (b, c) = rest.split_at_mut(n);
-    [cond, z1, pre, a, b, c]
+    [cond, pre, a, b, c]
 }
 
 /// `out[i] = x[perm[i]]`.
@@ -190,7 +220,6 @@ mod tests {
     use candle_core::{Device, Tensor, Var};
 
     use super::*;
-    use crate::config::ModelConfig;
     use crate::model::params::Params;
 
     /// The MLP's parameters at the scale a trained one has, so that its output and gradient are of
@@ -238,10 +267,16 @@ mod tests {
                 (y.to_vec2::<f32>().unwrap(), grad.get(var.as_tensor()).unwrap().to_vec2::<f32>().unwrap());
             let (x, probe) = (x.to_vec2::<f32>().unwrap(), probe.to_vec2::<f32>().unwrap());
             let mut scratch = vec![0f32; rows.scratch_len()];
-            let (mut got_y, mut got_dx) = (vec![0f32; d], vec![0f32; d]);
+            let mut kept = vec![0f32; Monarch::kept_width(&cfg)];
+            let (mut got_y, mut got_dx, mut recalled) = (vec![0f32; d], vec![0f32; d], vec![0f32; d]);
             for t in 0..tokens {
-                rows.forward(&x[t], &mut scratch, &mut got_y);
-                rows.backward(&mut scratch, &probe[t], &mut got_dx);
+                rows.forward(&x[t], &mut scratch, &mut kept, &mut got_y);
+                // The backward runs after a recall, as a step's does, on a scratch the forward did
+                // not leave: whatever it reads, the recall or the backward itself wrote.
+                scratch.fill(f32::NAN);
+                rows.recall(&x[t], &kept, &mut scratch, &mut recalled);
+                assert_eq!(recalled, got_y, "d_model {d}, token {t}: the recalled output");
+                rows.backward(&mut scratch, &kept, &probe[t], &mut got_dx);
                 let size = want_y[t].iter().fold(0f32, |m, v| m.max(v.abs()));
                 for (got, want, what) in [(&got_y, &want_y[t], "output"), (&got_dx, &want_dx[t], "gradient")] {
                     let size = if what == "output" { size } else { want.iter().fold(0f32, |m, v| m.max(v.abs())) };
