@@ -314,12 +314,9 @@ impl Attention {
 }
 
 /// The kernel `[in, out]` a projection multiplies by: under QAT with a LoRA factor, the merged
-/// kernel through CQ (held transposed); else the (frozen) kernel itself.
+/// kernel through CQ; else the (frozen) kernel itself.
 fn kernel<'a>(stored: &'a [f32], factor: Option<&'a ProjectionLora>, d_in: usize, d_out: usize) -> Mat<'a> {
-    match factor.and_then(|f| f.merged.as_deref()) {
-        Some(merged) => Mat::new(merged, d_out, d_in).t(),
-        None => Mat::new(stored, d_in, d_out),
-    }
+    Mat::new(factor.and_then(|f| f.merged.as_deref()).unwrap_or(stored), d_in, d_out)
 }
 
 /// `y = x·W + s·(x·A)·B` for a projection with a LoRA `factor` (`x·W` without), keeping `low = x·A`.

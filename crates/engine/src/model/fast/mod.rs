@@ -46,7 +46,7 @@ use super::packing::{Family, Packing, Segment};
 use super::params::QAT_WEIGHT_BITS;
 use super::Network;
 use super::Result;
-use crate::cact::quant::cq_round_trip;
+use crate::cact::quant::cq_round_trip_columns;
 
 /// Scored positions projected to the vocabulary at a time: bounds the logits buffer.
 const LOGIT_ROWS: usize = 512;
@@ -153,8 +153,8 @@ struct Pass {
 }
 
 /// A LoRA factor of one projection on the host: `A` `[in, r]`, `B` `[r, out]`, and under QAT the
-/// kernel it adapts merged with it and through CQ, `CQ(W + s·A·B)` held transposed, `[out, in]`
-/// (what the pass multiplies by instead of `W`).
+/// kernel it adapts merged with it and through CQ, `CQ(W + s·A·B)` `[in, out]` (what the pass
+/// multiplies by instead of `W`).
 struct ProjectionLora {
     a: Vec<f32>,
     b: Vec<f32>,
@@ -511,30 +511,28 @@ impl Workspace {
 }
 
 /// `CQ(W + s·A·B)` of a stored kernel `W` `[in, out]` and its factors, as QAT computes with an
-/// adapted kernel (see [`crate::model::linear::Linear::forward`]), transposed: `[out, in]`, the rows
-/// of `in` that CQ's groups run along, which the pass reads as a transposed view.
+/// adapted kernel (see [`crate::model::linear::Linear::forward`]), in the kernel's layout (CQ's
+/// groups run down its columns).
 fn merged_through_cq(stored: &Tensor, a: &[f32], b: &[f32], scale: f32) -> Result<Vec<f32>> {
     let (d_in, d_out) = stored.dims2()?;
     let r = a.len() / d_in;
-    // (A·B)ᵀ = Bᵀ·Aᵀ, then `W + (A·B)·s` in the candle path's order of operations: the quantizer
-    // turns a last-bit difference into a whole level now and then.
-    let mut rows = vec![0f32; d_in * d_out];
-    let (a, b) = (Mat::new(a, d_in, r), Mat::new(b, r, d_out));
-    matmul(MatMut::new(&mut rows, d_out, d_in), b.t(), a.t(), 1.0, false, Threads::All);
+    // `W + (A·B)·s` in the candle path's order of operations: the quantizer turns a last-bit
+    // difference into a whole level now and then.
+    let mut merged = vec![0f32; d_in * d_out];
+    matmul(
+        MatMut::new(&mut merged, d_in, d_out),
+        Mat::new(a, d_in, r),
+        Mat::new(b, r, d_out),
+        1.0,
+        false,
+        Threads::All,
+    );
     let stored = host(stored)?;
-    rows.par_chunks_mut(TILE * d_in).enumerate().for_each(|(tile, rows)| {
-        let first = tile * TILE;
-        for (i, w) in stored.chunks(d_out).enumerate() {
-            for (c, row) in rows.chunks_mut(d_in).enumerate() {
-                row[i] = w[first + c] + row[i] * scale;
-            }
-        }
+    merged.par_chunks_mut(d_out).zip(stored.par_chunks(d_out)).for_each(|(merged, w)| {
+        merged.iter_mut().zip(w).for_each(|(m, w)| *m = w + *m * scale);
     });
-    Ok(cq_round_trip(&rows, d_in, QAT_WEIGHT_BITS))
+    Ok(cq_round_trip_columns(&merged, d_in, d_out, QAT_WEIGHT_BITS))
 }
-
-/// Rows of a transposed kernel written together: a cache line of the kernel's row.
-const TILE: usize = 16;
 
 /// Layer `l`'s input lanes and the buffer its output goes to.
 fn lane_pair(lanes: &mut [Vec<f32>], l: usize) -> (&[f32], &mut [f32]) {
