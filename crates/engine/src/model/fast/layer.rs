@@ -17,7 +17,7 @@ use rayon::prelude::*;
 use super::attention::{FactorGrads, Past};
 use super::block::{Block, BlockScratch};
 use super::lanes::{LaneScratch, Lanes};
-use super::{Dims, Pass, ProjectionLora};
+use super::{resize_zeroed, Dims, Pass, ProjectionLora};
 use crate::model::kernels::widest;
 use crate::model::san::stack::Layer;
 
@@ -75,7 +75,7 @@ impl Kept {
     }
 
     pub(super) fn resize(&mut self, dims: &Dims) {
-        self.buffers(dims).into_iter().for_each(|(buf, width)| buf.resize(dims.tokens * width, 0.0));
+        self.buffers(dims).into_iter().for_each(|(buf, width)| resize_zeroed(buf, dims.tokens * width));
     }
 
     /// Bytes per token.
@@ -160,7 +160,7 @@ impl Work {
     }
 
     pub(super) fn resize(&mut self, dims: &Dims, backward: bool) {
-        self.buffers(dims, backward).into_iter().for_each(|(buf, width)| buf.resize(dims.tokens * width, 0.0));
+        self.buffers(dims, backward).into_iter().for_each(|(buf, width)| resize_zeroed(buf, dims.tokens * width));
     }
 
     /// Bytes per token of the buffers of a pass with (or without) a backward.

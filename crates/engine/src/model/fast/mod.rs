@@ -355,7 +355,7 @@ impl CpuNetwork {
                 gathered.extend_from_slice(&ws.hidden[p as usize * d..][..d]);
             }
             self.as_output_reads(&mut gathered, d);
-            ws.logits.resize(rows * vocab, 0.0);
+            resize_zeroed(&mut ws.logits, rows * vocab);
             matmul(
                 MatMut::new(&mut ws.logits, rows, vocab),
                 Mat::new(&gathered, rows, d),
@@ -495,18 +495,29 @@ impl Workspace {
         let t = dims.tokens;
         let lanes = dims.lanes * dims.d;
         self.lanes.resize_with(if backward { layers + 1 } else { 2 }, Vec::new);
-        self.lanes.iter_mut().for_each(|l| l.resize(t * lanes, 0.0));
+        self.lanes.iter_mut().for_each(|l| resize_zeroed(l, t * lanes));
         let kept = if backward && !recompute { layers } else { 1 };
         self.kept.resize_with(kept, Kept::default);
         self.kept.iter_mut().for_each(|k| k.resize(dims));
         self.work.resize(dims, backward);
         for (buf, width) in [(&mut self.mean, dims.d), (&mut self.hidden, dims.d), (&mut self.grad_hidden, dims.d)] {
-            buf.resize(t * width, 0.0);
+            resize_zeroed(buf, t * width);
         }
         if backward {
-            self.grad_in.resize(t * lanes, 0.0);
-            self.grad_out.resize(t * lanes, 0.0);
+            resize_zeroed(&mut self.grad_in, t * lanes);
+            resize_zeroed(&mut self.grad_out, t * lanes);
         }
+    }
+}
+
+/// `buf.resize(len, 0.0)`, with the new elements written on the pool. The first write to a fresh
+/// page is the kernel's fault and zeroing, which a first step would otherwise wait for on one
+/// thread: a 1024-token Needle 3 training pass's workspace took 0.38–0.45 s that way on a 2-core
+/// Zen 4, 0.15–0.19 s on both cores.
+fn resize_zeroed(buf: &mut Vec<f32>, len: usize) {
+    match len.checked_sub(buf.len()) {
+        Some(grow) => buf.par_extend(rayon::iter::repeat_n(0.0, grow)),
+        None => buf.truncate(len),
     }
 }
 
