@@ -516,6 +516,7 @@ impl Workspace {
 /// Zen 4, 0.15–0.19 s on both cores.
 fn resize_zeroed(buf: &mut Vec<f32>, len: usize) {
     match len.checked_sub(buf.len()) {
+        Some(0) => {}
         Some(grow) => buf.par_extend(rayon::iter::repeat_n(0.0, grow)),
         None => buf.truncate(len),
     }
