@@ -374,13 +374,15 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
 async fn ladder(ui: &Ui<'_>, whole: &Path) -> Result<(), String> {
     ui.click("tab-export").await?;
     ui.click("ladder-button").await?;
+    // Seen under way and cancelled in one script: the small model's sweep can end between a check
+    // and a WebDriver click (it did once in CI, and the click found Cancel hidden).
     ui.wait(
-        "the ladder sweep under way",
-        "return !document.getElementById('ladder-cancel').hidden && \
-             document.getElementById('ladder-progress').value > 0",
+        "the ladder sweep under way, and Cancel clicked",
+        "const cancel = document.getElementById('ladder-cancel'); \
+         if (cancel.hidden || cancel.disabled || !(document.getElementById('ladder-progress').value > 0)) return false; \
+         cancel.click(); return true",
     )
     .await?;
-    ui.click("ladder-cancel").await?;
     let stopped = ui.wait_status("ladder-status", &["cancelled", "scored", "failed"], RUN_TIMEOUT).await?;
     if stopped != "cancelled"
         || ui.eval("return String(document.getElementById('ladder-result').hidden)").await? != "true"
