@@ -137,8 +137,9 @@ impl Attention {
         Ok(())
     }
 
-    /// The backward from the branch output's gradient `work.da` to `h1`'s (`work.dh1`), adding the
-    /// factors' gradients to `grads`; `work.h1` holds the forward's `h1`.
+    /// The backward from the branch output's gradient `work.da` to `h1`'s (`work.dh1`, unless
+    /// `input_gradient` is false: nothing reads it below the first layer), adding the factors'
+    /// gradients to `grads`; `work.h1` holds the forward's `h1`.
     pub(super) fn backward(
         &self,
         pass: &Pass,
@@ -146,6 +147,7 @@ impl Attention {
         kept: &Kept,
         work: &mut Work,
         grads: &mut [Option<FactorGrads>; 5],
+        input_gradient: bool,
     ) -> Result<()> {
         let dims = &pass.dims;
         let (t, d, o, r) = (dims.tokens, dims.d, dims.o_width(), dims.rank);
@@ -156,7 +158,7 @@ impl Attention {
         let low = Mat::new(&kept.lora_out, t, r);
         let (dy, dx) = (Mat::new(&work.da, t, d), MatMut::new(&mut work.dgated, t, o));
         let factor = lora[O].as_ref().zip(grads[O].as_mut());
-        project_backward(x, w, low, factor, pass.lora_scale, dy, dx, false, &mut work.low);
+        project_backward(x, w, low, factor, pass.lora_scale, dy, Some(dx), false, &mut work.low);
 
         self.output_gradient(dims, kept, work);
         self.heads(pass, &kept.proj, work);
@@ -180,7 +182,7 @@ impl Attention {
                 _ => Mat::strided(&work.dproj[col..], t, width, pw),
             };
             let factor = lora[p].as_ref().zip(grads[p].as_mut());
-            let dx = MatMut::new(&mut work.dh1, t, d);
+            let dx = input_gradient.then(|| MatMut::new(&mut work.dh1, t, d));
             project_backward(x, w, low, factor, pass.lora_scale, dy, dx, p > 0, &mut work.low);
         }
         Ok(())
@@ -332,8 +334,8 @@ fn project(x: Mat, w: Mat, factor: Option<&ProjectionLora>, scale: f32, mut low:
 }
 
 /// The backward of [`project`] from `dy`: `dx = dy·Wᵀ + s·(dy·Bᵀ)·Aᵀ` (added to `dx` when
-/// `accumulate`; under QAT `dy·Wᵀ` of the merged kernel alone, the update's gradient passing
-/// straight through its quantizer to the factors), and the factor's gradients
+/// `accumulate`, not formed without a `dx`; under QAT `dy·Wᵀ` of the merged kernel alone, the
+/// update's gradient passing straight through its quantizer to the factors), and the factor's gradients
 /// `dA += s·xᵀ·(dy·Bᵀ)`, `dB += s·lowᵀ·dy`; `scratch` holds `dy·Bᵀ`.
 #[allow(clippy::too_many_arguments)]
 fn project_backward(
@@ -343,16 +345,18 @@ fn project_backward(
     factor: Option<(&ProjectionLora, &mut FactorGrads)>,
     scale: f32,
     dy: Mat,
-    mut dx: MatMut,
+    mut dx: Option<MatMut>,
     accumulate: bool,
     scratch: &mut [f32],
 ) {
     let (t, d_in, d_out, r) = (x.rows(), w.rows(), w.cols(), low.cols());
-    matmul(dx.reborrow(), dy, w.t(), 1.0, accumulate, Threads::All);
+    if let Some(dx) = dx.as_mut() {
+        matmul(dx.reborrow(), dy, w.t(), 1.0, accumulate, Threads::All);
+    }
     let Some((factor, (grad_a, grad_b))) = factor else { return };
     matmul(MatMut::new(scratch, t, r), dy, Mat::new(&factor.b, r, d_out).t(), 1.0, false, Threads::All);
     let dlow = Mat::new(scratch, t, r);
-    if factor.merged.is_none() {
+    if let (Some(dx), None) = (dx, &factor.merged) {
         matmul(dx, dlow, Mat::new(&factor.a, d_in, r).t(), scale, true, Threads::All);
     }
     matmul(MatMut::new(grad_b, r, d_out), low.t(), dy, scale, true, Threads::All);

@@ -258,7 +258,8 @@ impl HostLayer {
 
     /// The layer's backward: `dx` `[N, n·d]` (overwritten) from the output's gradient `dnext`,
     /// with the forward's `kept` (and its input `x`); the LoRA factors' gradients are added to
-    /// `grads`.
+    /// `grads`. Without `input_gradient` (the first layer: the embedding is frozen) `dx` is left
+    /// partly written, and the products and per-token passes that only it needs are skipped.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn backward(
         &self,
@@ -270,12 +271,15 @@ impl HostLayer {
         dnext: &[f32],
         dx: &mut [f32],
         grads: &mut [Option<FactorGrads>; 5],
+        input_gradient: bool,
     ) -> Result<()> {
         self.block_inputs(pass, x, &kept.mix, work);
         self.update_backward(pass, x, kept, work, dnext, dx);
-        self.block.attention.backward(pass, lora, kept, work, grads)?;
-        self.inputs_backward(pass, x, kept, work, dx);
-        self.lanes.logits_backward(&pass.dims, x, &kept.mix, &work.dl, &mut work.unit, dx);
+        self.block.attention.backward(pass, lora, kept, work, grads, input_gradient)?;
+        if input_gradient {
+            self.inputs_backward(pass, x, kept, work, dx);
+            self.lanes.logits_backward(&pass.dims, x, &kept.mix, &work.dl, &mut work.unit, dx);
+        }
         Ok(())
     }
 

@@ -478,7 +478,7 @@ impl CpuNetwork {
             } else {
                 &kept[l]
             };
-            layer.backward(&pass, &lora[l], &lanes[l], kept, work, grad_in, grad_out, &mut factor_grads)?;
+            layer.backward(&pass, &lora[l], &lanes[l], kept, work, grad_in, grad_out, &mut factor_grads, l > 0)?;
             std::mem::swap(grad_in, grad_out);
             for (factor, linear) in factor_grads.into_iter().zip(proj) {
                 if let Some(values) = factor {
