@@ -10,7 +10,7 @@
 use half::f16;
 use rayon::prelude::*;
 
-use crate::model::kernels::widest;
+use crate::model::kernels::{walsh_row, widest};
 
 /// Every CQ tensor quantizes along its input axis in groups of this many weights.
 pub const GROUP: usize = 128;
@@ -129,27 +129,6 @@ pub fn cq_blob_len(out: usize, in_dim: usize, bits: Bits) -> Option<usize> {
     out.checked_mul(packed_row_bytes(in_pad, bits) + in_pad / GROUP * 2)
 }
 
-/// The normalised Walsh-Hadamard transform of one group, in place: `x @ H / sqrt(128)` with H the
-/// Sylvester matrix, as a butterfly (7 add/sub stages) instead of a dense 128×128 product.
-/// H is symmetric and orthonormal after scaling, so the same call also inverts it.
-#[inline(always)]
-fn hadamard_in_place(x: &mut [f32; GROUP]) {
-    let mut half = 1;
-    while half < GROUP {
-        for block in x.chunks_exact_mut(2 * half) {
-            let (lo, hi) = block.split_at_mut(half);
-            for (a, b) in lo.iter_mut().zip(hi.iter_mut()) {
-                let (s, d) = (*a + *b, *a - *b);
-                *a = s;
-                *b = d;
-            }
-        }
-        half *= 2;
-    }
-    let scale = (1.0f64 / (GROUP as f64).sqrt()) as f32;
-    x.iter_mut().for_each(|v| *v *= scale);
-}
-
 /// Sum of squares exactly as numpy reduces 128 contiguous f32: eight interleaved partial sums,
 /// combined pairwise. Matching the order keeps our fp16 norms bit-identical to the reference's.
 #[inline(always)]
@@ -235,7 +214,7 @@ fn quantize_row(row: &[f32], bits: Bits, cb: &[f32]) -> QuantizedRow {
         let mut group = [0.0f32; GROUP];
         let end = row.len().min(start + GROUP);
         group[..end - start].copy_from_slice(&row[start..end]);
-        hadamard_in_place(&mut group);
+        walsh_row(&mut group);
         let norm = sum_of_squares(&group).sqrt();
         let divisor = norm.max(1e-12);
         group.iter_mut().for_each(|v| *v /= divisor);
@@ -343,14 +322,14 @@ fn round_trip_row(row: &[f32], cb: &[f32], out: &mut [f32]) {
     for (row, out) in row.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
         let mut group = [0.0f32; GROUP];
         group[..row.len()].copy_from_slice(row);
-        hadamard_in_place(&mut group);
+        walsh_row(&mut group);
         let norm = sum_of_squares(&group).sqrt();
         let divisor = norm.max(1e-12);
         group.iter_mut().for_each(|v| *v /= divisor);
         nearest_levels(&mut group, cb);
         let norm = f16::from_f32(norm).to_f32();
         group.iter_mut().for_each(|v| *v *= norm);
-        hadamard_in_place(&mut group);
+        walsh_row(&mut group);
         out.copy_from_slice(&group[..out.len()]);
     }
 }
@@ -431,7 +410,7 @@ pub fn cq_decode(blob: &[u8], out: usize, in_dim: usize, bits: Bits) -> Result<V
             for (g, &i) in group.iter_mut().zip(group_idx) {
                 *g = cb[usize::from(i)] * norm.to_f32();
             }
-            hadamard_in_place(&mut group);
+            walsh_row(&mut group);
             row.extend_from_slice(&group);
         }
         weights.extend_from_slice(&row[..in_dim]);
@@ -510,7 +489,7 @@ mod tests {
         let mut x = [0.0f32; GROUP];
         x.iter_mut().enumerate().for_each(|(i, v)| *v = ((i * 37 % 101) as f32 - 50.0) / 17.0);
         let expected = dense_hadamard(&x);
-        hadamard_in_place(&mut x);
+        walsh_row(&mut x);
         for (got, want) in x.iter().zip(expected) {
             assert!((f64::from(*got) - want).abs() < 1e-5, "{got} vs {want}");
         }

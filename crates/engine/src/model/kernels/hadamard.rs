@@ -29,11 +29,14 @@ fn hadamard_mlp_composite(x: &Tensor, [d1, d2, d3]: [&Tensor; 3], walsh_matrix: 
     z.broadcast_mul(d3)?.narrow(D::Minus1, 0, d)
 }
 
-/// The orthonormal Walsh–Hadamard transform of one row, in place, natural (Sylvester) order. The
+/// The orthonormal Walsh–Hadamard transform of one row, in place, natural (Sylvester) order: `H`
+/// is symmetric and orthonormal after the `1/√n` scale, so the same call inverts it (CQ's
+/// rotation of a group, [`crate::cact::quant`], is this transform of 128 values). The
 /// butterflies of span 1, 2 and 4 run as one 8-point transform per block of 8 (their own loops
-/// would be too short to vectorize); the wider spans are long element-wise loops.
+/// would be too short to vectorize); the wider spans are long element-wise loops. Each output is
+/// the same sum or difference a stage-by-stage butterfly forms, so the values are bit-identical.
 #[inline(always)]
-fn walsh_row(row: &mut [f32]) {
+pub(crate) fn walsh_row(row: &mut [f32]) {
     let n = row.len();
     let mut h = 1;
     if n >= 8 {

@@ -27,6 +27,7 @@ pub use attention::{causal_softmax, rope, RopeTables, DECODE_ROPE_START};
 pub use cross_entropy::cross_entropy;
 pub use fake_quant::fake_quant_rows;
 pub use hadamard::hadamard_mlp;
+pub(crate) use hadamard::walsh_row;
 pub use lanes::{lane_mix, lane_read, lane_spread};
 pub use matmul::frozen_matmul;
 pub use norm::rms_norm;
