@@ -5,12 +5,13 @@
 //! step, only to project it onto `A` and `B`.
 
 use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
 use candle_core::Tensor;
 
 use super::kernels::frozen_matmul;
 use super::params::cq_along;
-use super::Result;
+use super::{ModelError, Result};
 
 /// Low-rank updates for some kernels of a network: `(A, B)` by kernel path and layer, and the
 /// scale `alpha / rank` on their product.
@@ -60,8 +61,8 @@ impl LowRank {
 /// A frozen kernel `[in, out]`, named by its checkpoint path and layer.
 #[derive(Debug, Clone)]
 pub struct Linear {
-    /// The kernel the forward multiplies by: as stored, or under QAT through CQ.
-    pub(super) weight: Tensor,
+    /// The kernel the forward multiplies by ([`Linear::weight`]), shared by the network's clones.
+    weight: Arc<OnceLock<Tensor>>,
     /// Under QAT, the kernel as stored, which an adapter merges into before CQ.
     pub(super) stored: Option<Tensor>,
     pub(super) path: String,
@@ -69,12 +70,37 @@ pub struct Linear {
 }
 
 impl Linear {
+    /// A kernel multiplied by as it is.
+    pub(super) fn new(weight: Tensor, path: String, layer: usize) -> Self {
+        Self { weight: Arc::new(OnceLock::from(weight)), stored: None, path, layer }
+    }
+
+    /// Under QAT, a kernel `stored` that is multiplied by through CQ.
+    pub(super) fn through_cq(stored: Tensor, path: String, layer: usize) -> Self {
+        Self { weight: Arc::default(), stored: Some(stored), path, layer }
+    }
+
+    /// The kernel the forward multiplies by: as stored, or under QAT through CQ, which is computed
+    /// the first time something multiplies by it. An adapted kernel never is (the adapter merges
+    /// into `stored`, and that is quantized instead): a training run skips the round trip of its
+    /// adapted kernels and their memory.
+    pub fn weight(&self) -> Result<Tensor> {
+        if let Some(weight) = self.weight.get() {
+            return Ok(weight.clone());
+        }
+        let Some(stored) = &self.stored else {
+            return Err(ModelError::Unsupported { what: format!("kernel `{}` without a value", self.path) });
+        };
+        let weight = cq_along(stored, true)?;
+        Ok(self.weight.get_or_init(|| weight).clone())
+    }
+
     /// `x` `[…, in]` → `x·W` (`+ s·(x·A)·B` when `low_rank` adapts this kernel). Under QAT an adapted
     /// kernel is `CQ(W + s·A·B)`, what `needle build` would ship, with the gradient passed straight
     /// through the quantizer to `A` and `B` (the reference's `cq_ste_params(merge_lora(…))`).
     pub fn forward(&self, x: &Tensor, low_rank: Option<&LowRank>) -> Result<Tensor> {
         let Some(((a, b), scale)) = low_rank.and_then(|l| Some((l.get(&self.path, self.layer)?, l.scale))) else {
-            return Ok(frozen_matmul(x, &self.weight)?);
+            return Ok(frozen_matmul(x, &self.weight()?)?);
         };
         let dims = x.dims();
         let rows = x.elem_count() / dims[dims.len() - 1];
@@ -83,7 +109,7 @@ impl Linear {
         };
         match &self.stored {
             None => {
-                let y = frozen_matmul(x, &self.weight)?;
+                let y = frozen_matmul(x, &self.weight()?)?;
                 Ok((&y + update(x)?.reshape(y.shape())?)?)
             }
             Some(stored) => {

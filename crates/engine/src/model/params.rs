@@ -26,8 +26,10 @@ pub struct Params {
     missing: Missing,
     /// Set by [`Params::for_qat`]: the network built on these weights fake-quantizes as it computes.
     qat: Option<Qat>,
-    /// Under QAT, each kernel as stored, before CQ: what an adapter merges into.
-    stored_kernels: BTreeMap<String, Tensor>,
+    /// Under QAT, the kernels still held as stored: each goes through CQ when it is first read
+    /// ([`ParamPath::get`]); a projection ([`ParamPath::linear`]) keeps its kernel as stored, for an
+    /// adapter to merge into, and quantizes it only if it is multiplied by without one.
+    deferred: RefCell<BTreeSet<String>>,
 }
 
 /// Quantization-aware training (Needle 3's recipe, the reference's `quant=True`): the weights a
@@ -92,7 +94,7 @@ impl Params {
             device: device.clone(),
             missing,
             qat: None,
-            stored_kernels: BTreeMap::new(),
+            deferred: RefCell::default(),
         }
     }
 
@@ -103,8 +105,9 @@ impl Params {
         self.quantized(false)
     }
 
-    /// The weights as quantization-aware training computes with them: [`Params::through_cq`], each
-    /// kernel kept as stored too for an adapter to merge into, and the network built on them
+    /// The weights as quantization-aware training computes with them: [`Params::through_cq`], the
+    /// kernels' round trips put off until each is read (a projection's kernel stays as stored for
+    /// an adapter to merge into: see [`Linear::weight`]), and the network built on them
     /// fake-quantizes its activations, queries, keys and values.
     pub fn for_qat(self, cfg: &ModelConfig) -> Result<Self> {
         self.quantized(true)?.fake_quantizing(cfg)
@@ -138,21 +141,20 @@ impl Params {
 
     fn quantized(mut self, keep_stored_kernels: bool) -> Result<Self> {
         let tensors = std::mem::take(self.tensors.get_mut());
+        let deferred = self.deferred.get_mut();
+        if keep_stored_kernels {
+            let kernels = tensors.iter().filter(|(path, t)| path.ends_with("/kernel") && t.rank() >= 2);
+            deferred.extend(kernels.map(|(path, _)| path.clone()));
+        }
         // Tensors side by side: the copies around each round trip run on one core.
         let quantized = tensors
             .into_par_iter()
-            .map(|(path, tensor)| {
-                let Some(second_last) = quantized_axis(&path, tensor.rank()) else { return Ok((path, tensor, None)) };
-                let stored = (keep_stored_kernels && path.ends_with("/kernel")).then(|| tensor.clone());
-                Ok((path, cq_along(&tensor, second_last)?, stored))
+            .map(|(path, tensor)| match quantized_axis(&path, tensor.rank()) {
+                Some(second_last) if !deferred.contains(&path) => Ok((cq_along(&tensor, second_last)?, path)),
+                _ => Ok((tensor, path)),
             })
             .collect::<Result<Vec<_>>>()?;
-        for (path, tensor, stored) in quantized {
-            if let Some(stored) = stored {
-                self.stored_kernels.insert(path.clone(), stored);
-            }
-            self.tensors.get_mut().insert(path, tensor);
-        }
+        self.tensors.get_mut().extend(quantized.into_iter().map(|(tensor, path)| (path, tensor)));
         Ok(self)
     }
 
@@ -170,7 +172,8 @@ impl Params {
         &self.device
     }
 
-    /// The tensor stored at `path`, if any (shape unchecked).
+    /// The tensor stored at `path`, if any (shape unchecked); under QAT a kernel that nothing has
+    /// read yet is the kernel as stored (see [`Params::for_qat`]).
     pub fn get(&self, path: &str) -> Option<Tensor> {
         self.tensors.borrow().get(path).cloned()
     }
@@ -178,7 +181,10 @@ impl Params {
     /// Puts `tensors` in place of the parameters at their paths (an adapter merged into the
     /// weights, say: [`crate::lora::merge_into_params`]).
     pub fn replace(&mut self, tensors: impl IntoIterator<Item = (String, Tensor)>) {
-        self.tensors.get_mut().extend(tensors);
+        let deferred = self.deferred.get_mut();
+        self.tensors.get_mut().extend(tensors.into_iter().inspect(|(path, _)| {
+            deferred.remove(path);
+        }));
     }
 
     /// Whether any parameter lives under `prefix/`.
@@ -220,11 +226,17 @@ impl Params {
         tensor
     }
 
-    /// The full tensor at `path`, checked against `expected`.
-    fn fetch(&self, path: &str, expected: &[usize]) -> Result<Tensor> {
+    /// The full tensor at `path`, checked against `expected`; a deferred kernel goes through CQ
+    /// now unless `as_stored`.
+    fn fetch(&self, path: &str, expected: &[usize], as_stored: bool) -> Result<Tensor> {
         self.used.borrow_mut().insert(path.to_string());
         let found = self.tensors.borrow().get(path).cloned();
         let tensor = match (found, self.missing) {
+            (Some(t), _) if !as_stored && self.deferred.borrow_mut().remove(path) => {
+                let quantized = cq_along(&t, true)?;
+                self.tensors.borrow_mut().insert(path.to_string(), quantized.clone());
+                quantized
+            }
             (Some(t), _) => t,
             (None, Missing::Refused) => {
                 return Err(ModelError::MissingParam { path: path.into(), expected: expected.into() })
@@ -324,14 +336,11 @@ impl<'a> ParamPath<'a> {
     /// The kernel `name` here (per-layer shape `[in, out]`) as a frozen projection that a
     /// [`LowRank`](super::LowRank) update can adapt.
     pub fn linear(&self, in_dim: usize, out_dim: usize, name: &str) -> Result<Linear> {
-        let weight = self.get(&[in_dim, out_dim], name)?;
         let (path, layer) = (self.pp(name).prefix, self.layer.map_or(0, |(index, _)| index));
-        let stored = match (self.params.stored_kernels.get(&path), self.layer) {
-            (None, _) => None,
-            (Some(stored), None) => Some(stored.clone()),
-            (Some(stored), Some((index, _))) => Some(stored.narrow(0, index, 1)?.squeeze(0)?),
-        };
-        Ok(Linear { weight, stored, path, layer })
+        if self.params.deferred.borrow().contains(&path) {
+            return Ok(Linear::through_cq(self.read(&[in_dim, out_dim], name, true)?, path, layer));
+        }
+        Ok(Linear::new(self.get(&[in_dim, out_dim], name)?, path, layer))
     }
 
     /// The stored shape of the parameter `name` here, if there is one (it is not marked as read:
@@ -342,12 +351,17 @@ impl<'a> ParamPath<'a> {
 
     /// The parameter `name` here with the (per-layer) shape `shape`.
     pub fn get(&self, shape: &[usize], name: &str) -> Result<Tensor> {
+        self.read(shape, name, false)
+    }
+
+    /// [`ParamPath::get`], a deferred kernel as stored when `as_stored`.
+    fn read(&self, shape: &[usize], name: &str, as_stored: bool) -> Result<Tensor> {
         let path = self.pp(name).prefix;
         match self.layer {
-            None => self.params.fetch(&path, shape),
+            None => self.params.fetch(&path, shape, as_stored),
             Some((index, count)) => {
                 let stacked: Vec<usize> = std::iter::once(count).chain(shape.iter().copied()).collect();
-                Ok(self.params.fetch(&path, &stacked)?.narrow(0, index, 1)?.squeeze(0)?)
+                Ok(self.params.fetch(&path, &stacked, as_stored)?.narrow(0, index, 1)?.squeeze(0)?)
             }
         }
     }

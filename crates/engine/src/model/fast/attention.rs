@@ -108,15 +108,16 @@ impl Attention {
         let dims = &pass.dims;
         let (t, d, r, pw, qkv) = (dims.tokens, dims.d, dims.rank, dims.proj_width(), dims.qkv_width());
         for (p, (col, width)) in dims.proj_columns().into_iter().enumerate() {
-            let stored = host(&self.proj[p].weight)?;
-            let weight = kernel(&stored, lora[p].as_ref(), d, width);
             let low = MatMut::strided(&mut kept.lora_in[p * r..], t, r, 4 * r);
             // Under the Q/K/V convolution, its input.
             let y = match (&self.conv, p < 3) {
                 (Some(_), true) => MatMut::strided(&mut work.raw[col..], t, width, qkv),
                 _ => MatMut::strided(&mut kept.proj[col..], t, width, pw),
             };
-            project(Mat::new(&work.h1, t, d), weight, lora[p].as_ref(), pass.lora_scale, low, y);
+            let x = Mat::new(&work.h1, t, d);
+            with_kernel(&self.proj[p], lora[p].as_ref(), d, width, |w| {
+                project(x, w, lora[p].as_ref(), pass.lora_scale, low, y)
+            })?;
         }
         match (&self.conv, &pass.conv, past) {
             (None, _, _) => {}
@@ -129,12 +130,10 @@ impl Attention {
         let cached = past.map(|p| p.kv);
         flash::forward(self.geometry(dims), &pass.segments, qh, kh, vh, cached, &mut kept.out, &mut kept.lse);
         self.gated(dims, kept, &mut work.gated);
-        let (o, stored) = (dims.o_width(), host(&self.proj[O].weight)?);
-        let weight = kernel(&stored, lora[O].as_ref(), o, d);
-        let low = MatMut::new(&mut kept.lora_out, t, r);
-        let y = MatMut::new(&mut kept.attn, t, d);
-        project(Mat::new(&work.gated, t, o), weight, lora[O].as_ref(), pass.lora_scale, low, y);
-        Ok(())
+        let o = dims.o_width();
+        let (low, y) = (MatMut::new(&mut kept.lora_out, t, r), MatMut::new(&mut kept.attn, t, d));
+        let x = Mat::new(&work.gated, t, o);
+        with_kernel(&self.proj[O], lora[O].as_ref(), o, d, |w| project(x, w, lora[O].as_ref(), pass.lora_scale, low, y))
     }
 
     /// The backward from the branch output's gradient `work.da` to `h1`'s (`work.dh1`, unless
@@ -153,12 +152,12 @@ impl Attention {
         let (t, d, o, r) = (dims.tokens, dims.d, dims.o_width(), dims.rank);
         // The output projection: dgated = da·Woᵀ, and its factor's gradients.
         self.gated(dims, kept, &mut work.gated);
-        let stored = host(&self.proj[O].weight)?;
-        let (x, w) = (Mat::new(&work.gated, t, o), kernel(&stored, lora[O].as_ref(), o, d));
-        let low = Mat::new(&kept.lora_out, t, r);
+        let (x, low) = (Mat::new(&work.gated, t, o), Mat::new(&kept.lora_out, t, r));
         let (dy, dx) = (Mat::new(&work.da, t, d), MatMut::new(&mut work.dgated, t, o));
         let factor = lora[O].as_ref().zip(grads[O].as_mut());
-        project_backward(x, w, low, factor, pass.lora_scale, dy, Some(dx), false, &mut work.low);
+        with_kernel(&self.proj[O], lora[O].as_ref(), o, d, |w| {
+            project_backward(x, w, low, factor, pass.lora_scale, dy, Some(dx), false, &mut work.low)
+        })?;
 
         self.output_gradient(dims, kept, work);
         self.heads(pass, &kept.proj, work);
@@ -174,16 +173,16 @@ impl Attention {
 
         // dh1 = Σ dP·Wᵀ over q, k, v and gate, and their factors' gradients.
         for (p, (col, width)) in dims.proj_columns().into_iter().enumerate() {
-            let stored = host(&self.proj[p].weight)?;
-            let (x, w) = (Mat::new(&work.h1, t, d), kernel(&stored, lora[p].as_ref(), d, width));
-            let low = Mat::strided(&kept.lora_in[p * r..], t, r, 4 * r);
+            let (x, low) = (Mat::new(&work.h1, t, d), Mat::strided(&kept.lora_in[p * r..], t, r, 4 * r));
             let dy = match (&self.conv, p < 3) {
                 (Some(_), true) => Mat::strided(&work.raw[col..], t, width, qkv),
                 _ => Mat::strided(&work.dproj[col..], t, width, pw),
             };
             let factor = lora[p].as_ref().zip(grads[p].as_mut());
             let dx = input_gradient.then(|| MatMut::new(&mut work.dh1, t, d));
-            project_backward(x, w, low, factor, pass.lora_scale, dy, dx, p > 0, &mut work.low);
+            with_kernel(&self.proj[p], lora[p].as_ref(), d, width, |w| {
+                project_backward(x, w, low, factor, pass.lora_scale, dy, dx, p > 0, &mut work.low)
+            })?;
         }
         Ok(())
     }
@@ -315,10 +314,21 @@ impl Attention {
     }
 }
 
-/// The kernel `[in, out]` a projection multiplies by: under QAT with a LoRA factor, the merged
-/// kernel through CQ; else the (frozen) kernel itself.
-fn kernel<'a>(stored: &'a [f32], factor: Option<&'a ProjectionLora>, d_in: usize, d_out: usize) -> Mat<'a> {
-    Mat::new(factor.and_then(|f| f.merged.as_deref()).unwrap_or(stored), d_in, d_out)
+/// `f` of the kernel `[in, out]` a projection multiplies by: under QAT with a LoRA factor, the
+/// merged kernel through CQ; else the (frozen) kernel itself, read only then ([`Linear::weight`]).
+fn with_kernel<R>(
+    linear: &Linear,
+    factor: Option<&ProjectionLora>,
+    d_in: usize,
+    d_out: usize,
+    f: impl FnOnce(Mat) -> R,
+) -> Result<R> {
+    if let Some(merged) = factor.and_then(|f| f.merged.as_deref()) {
+        return Ok(f(Mat::new(merged, d_in, d_out)));
+    }
+    let weight = linear.weight().map_err(candle_core::Error::wrap)?;
+    let values = host(&weight)?;
+    Ok(f(Mat::new(&values, d_in, d_out)))
 }
 
 /// `y = x·W + s·(x·A)·B` for a projection with a LoRA `factor` (`x·W` without), keeping `low = x·A`.
