@@ -84,7 +84,7 @@ impl Linear {
     /// the first time something multiplies by it. An adapted kernel never is (the adapter merges
     /// into `stored`, and that is quantized instead): a training run skips the round trip of its
     /// adapted kernels and their memory.
-    pub fn weight(&self) -> Result<Tensor> {
+    pub(super) fn weight(&self) -> Result<Tensor> {
         if let Some(weight) = self.weight.get() {
             return Ok(weight.clone());
         }

@@ -107,8 +107,8 @@ impl Params {
 
     /// The weights as quantization-aware training computes with them: [`Params::through_cq`], the
     /// kernels' round trips put off until each is read (a projection's kernel stays as stored for
-    /// an adapter to merge into: see [`Linear::weight`]), and the network built on them
-    /// fake-quantizes its activations, queries, keys and values.
+    /// an adapter to merge into, and goes through CQ only if it is multiplied by without one), and
+    /// the network built on them fake-quantizes its activations, queries, keys and values.
     pub fn for_qat(self, cfg: &ModelConfig) -> Result<Self> {
         self.quantized(true)?.fake_quantizing(cfg)
     }
@@ -139,10 +139,10 @@ impl Params {
         }
     }
 
-    fn quantized(mut self, keep_stored_kernels: bool) -> Result<Self> {
+    fn quantized(mut self, defer_kernels: bool) -> Result<Self> {
         let tensors = std::mem::take(self.tensors.get_mut());
         let deferred = self.deferred.get_mut();
-        if keep_stored_kernels {
+        if defer_kernels {
             let kernels = tensors.iter().filter(|(path, t)| path.ends_with("/kernel") && t.rank() >= 2);
             deferred.extend(kernels.map(|(path, _)| path.clone()));
         }
