@@ -393,6 +393,42 @@ mod tests {
         );
     }
 
+    /// Under QAT a projection keeps its kernel as stored, and goes through CQ only when something
+    /// multiplies by it as it is, to the values the eager round trip gives; a kernel read plainly
+    /// goes through CQ when it is read.
+    #[test]
+    fn qat_kernels_go_through_cq_when_first_read() {
+        let (q, other) = ("stack/layers/attn/q_proj/kernel", "engram/key_proj/kernel");
+        let values = |n: usize, seed: u32| -> Vec<f32> {
+            (0..n as u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761).wrapping_add(seed) % 997) as f32 / 500.0 - 1.0)
+                .collect()
+        };
+        let build = || {
+            let map = [
+                (q.to_string(), Tensor::from_vec(values(2 * 256 * 3, 1), (2, 256, 3), &Device::Cpu).unwrap()),
+                (other.to_string(), Tensor::from_vec(values(128 * 5, 2), (128, 5), &Device::Cpu).unwrap()),
+            ];
+            Params::from_tensors(map.into_iter().collect(), &Device::Cpu).unwrap()
+        };
+        let eager = build().through_cq().unwrap();
+        let qat = build().for_qat(&ModelConfig::default()).unwrap();
+        let raw = build().get(q).unwrap();
+        assert_eq!(qat.get(q).unwrap().to_vec3::<f32>().unwrap(), raw.to_vec3::<f32>().unwrap());
+
+        let linear = qat.root().pp("stack").pp("layers").pp("attn").pp("q_proj").layer(1, 2).linear(256, 3, "kernel");
+        let linear = linear.unwrap();
+        let layer = |t: &Tensor| t.narrow(0, 1, 1).unwrap().squeeze(0).unwrap().to_vec2::<f32>().unwrap();
+        assert_eq!(linear.stored.as_ref().unwrap().to_vec2::<f32>().unwrap(), layer(&raw));
+        assert_eq!(linear.weight().unwrap().to_vec2::<f32>().unwrap(), layer(&eager.get(q).unwrap()));
+        assert_ne!(layer(&eager.get(q).unwrap()), layer(&raw), "the round trip changes the values");
+        // Building the projection left the stack as stored; a plain read quantizes.
+        assert_eq!(qat.get(q).unwrap().to_vec3::<f32>().unwrap(), raw.to_vec3::<f32>().unwrap());
+        let read = qat.root().pp("engram").pp("key_proj").get(&[128, 5], "kernel").unwrap();
+        assert_eq!(read.to_vec2::<f32>().unwrap(), eager.get(other).unwrap().to_vec2::<f32>().unwrap());
+        assert_eq!(qat.get(other).unwrap().to_vec2::<f32>().unwrap(), read.to_vec2::<f32>().unwrap());
+    }
+
     #[test]
     fn missing_and_unused_params_are_named() {
         let p = params(&[("a/kernel", &[2, 2]), ("b/extra", &[1])]);
