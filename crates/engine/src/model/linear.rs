@@ -11,7 +11,7 @@ use candle_core::Tensor;
 
 use super::kernels::frozen_matmul;
 use super::params::cq_along;
-use super::{ModelError, Result};
+use super::Result;
 
 /// Low-rank updates for some kernels of a network: `(A, B)` by kernel path and layer, and the
 /// scale `alpha / rank` on their product.
@@ -61,38 +61,54 @@ impl LowRank {
 /// A frozen kernel `[in, out]`, named by its checkpoint path and layer.
 #[derive(Debug, Clone)]
 pub struct Linear {
-    /// The kernel the forward multiplies by ([`Linear::weight`]), shared by the network's clones.
-    weight: Arc<OnceLock<Tensor>>,
-    /// Under QAT, the kernel as stored, which an adapter merges into before CQ.
-    pub(super) stored: Option<Tensor>,
+    kernel: Kernel,
     pub(super) path: String,
     pub(super) layer: usize,
+}
+
+#[derive(Debug, Clone)]
+enum Kernel {
+    /// Multiplied by as it is.
+    AsIs(Tensor),
+    /// Under QAT: the kernel as stored, which an adapter merges into before CQ, and its own round
+    /// trip, computed the first time something multiplies by it (shared by the network's clones).
+    ThroughCq { stored: Tensor, quantized: Arc<OnceLock<Tensor>> },
 }
 
 impl Linear {
     /// A kernel multiplied by as it is.
     pub(super) fn new(weight: Tensor, path: String, layer: usize) -> Self {
-        Self { weight: Arc::new(OnceLock::from(weight)), stored: None, path, layer }
+        Self { kernel: Kernel::AsIs(weight), path, layer }
     }
 
     /// Under QAT, a kernel `stored` that is multiplied by through CQ.
     pub(super) fn through_cq(stored: Tensor, path: String, layer: usize) -> Self {
-        Self { weight: Arc::default(), stored: Some(stored), path, layer }
+        Self { kernel: Kernel::ThroughCq { stored, quantized: Arc::default() }, path, layer }
+    }
+
+    /// Under QAT, the kernel as stored, which an adapter merges into before CQ.
+    pub(super) fn stored(&self) -> Option<&Tensor> {
+        match &self.kernel {
+            Kernel::AsIs(_) => None,
+            Kernel::ThroughCq { stored, .. } => Some(stored),
+        }
     }
 
     /// The kernel the forward multiplies by: as stored, or under QAT through CQ, which is computed
     /// the first time something multiplies by it. An adapted kernel never is (the adapter merges
-    /// into `stored`, and that is quantized instead): a training run skips the round trip of its
-    /// adapted kernels and their memory.
+    /// into the stored kernel, and that is quantized instead): a training run skips the round trip
+    /// of its adapted kernels and their memory.
     pub(super) fn weight(&self) -> Result<Tensor> {
-        if let Some(weight) = self.weight.get() {
-            return Ok(weight.clone());
+        match &self.kernel {
+            Kernel::AsIs(weight) => Ok(weight.clone()),
+            Kernel::ThroughCq { stored, quantized } => {
+                if let Some(weight) = quantized.get() {
+                    return Ok(weight.clone());
+                }
+                let weight = cq_along(stored, true)?;
+                Ok(quantized.get_or_init(|| weight).clone())
+            }
         }
-        let Some(stored) = &self.stored else {
-            return Err(ModelError::Unsupported { what: format!("kernel `{}` without a value", self.path) });
-        };
-        let weight = cq_along(stored, true)?;
-        Ok(self.weight.get_or_init(|| weight).clone())
     }
 
     /// `x` `[…, in]` → `x·W` (`+ s·(x·A)·B` when `low_rank` adapts this kernel). Under QAT an adapted
@@ -107,7 +123,7 @@ impl Linear {
         let update = |x: &Tensor| -> Result<Tensor> {
             Ok((x.reshape((rows, dims[dims.len() - 1]))?.matmul(a)?.matmul(b)? * scale)?)
         };
-        match &self.stored {
+        match self.stored() {
             None => {
                 let y = frozen_matmul(x, &self.weight()?)?;
                 Ok((&y + update(x)?.reshape(y.shape())?)?)

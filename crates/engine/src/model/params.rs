@@ -419,7 +419,7 @@ mod tests {
         let linear = qat.root().pp("stack").pp("layers").pp("attn").pp("q_proj").layer(1, 2).linear(256, 3, "kernel");
         let linear = linear.unwrap();
         let layer = |t: &Tensor| t.narrow(0, 1, 1).unwrap().squeeze(0).unwrap().to_vec2::<f32>().unwrap();
-        assert_eq!(linear.stored.as_ref().unwrap().to_vec2::<f32>().unwrap(), layer(&raw));
+        assert_eq!(linear.stored().unwrap().to_vec2::<f32>().unwrap(), layer(&raw));
         assert_eq!(linear.weight().unwrap().to_vec2::<f32>().unwrap(), layer(&eager.get(q).unwrap()));
         assert_ne!(layer(&eager.get(q).unwrap()), layer(&raw), "the round trip changes the values");
         // Building the projection left the stack as stored; a plain read quantizes.

@@ -243,8 +243,7 @@ impl CpuNetwork {
             for (slot, linear) in factors.iter_mut().zip(&layer.block.attention.proj) {
                 if let Some((a, b)) = low_rank.and_then(|l| l.get(&linear.path, linear.layer)) {
                     let (a, b) = (a.flatten_all()?.to_vec1()?, b.flatten_all()?.to_vec1()?);
-                    let merged =
-                        linear.stored.as_ref().map(|stored| merged_through_cq(stored, &a, &b, scale)).transpose()?;
+                    let merged = linear.stored().map(|stored| merged_through_cq(stored, &a, &b, scale)).transpose()?;
                     *slot = Some(ProjectionLora { a, b, merged });
                 }
             }
