@@ -223,7 +223,7 @@ mod tests {
     use crate::model::params::Params;
 
     /// The MLP's parameters at the scale a trained one has, so that its output and gradient are of
-    /// order one (at a random init's N(0, 0.02) three transforms shrink them below any tolerance):
+    /// order one (at a random init's std of 0.02 three transforms shrink them below any tolerance):
     /// factors N(0, 1/k), diagonals near one.
     fn unit_scale_mlp(cfg: &ModelConfig) -> std::collections::BTreeMap<String, Tensor> {
         let (d, n) = (cfg.d_model, cfg.hadamard_width());
