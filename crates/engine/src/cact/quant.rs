@@ -267,34 +267,33 @@ pub fn cq_round_trip(weights: &[f32], in_dim: usize, bits: Bits) -> Vec<f32> {
     out
 }
 
-/// [`cq_round_trip`] of each matrix's transpose, in the matrix's own layout: `weights` a row-major
-/// stack of `[in_dim, out]` matrices (kernels as stored), whose CQ groups run down the columns.
-/// Groups are independent, so each matrix is cut into stripes of [`GROUP`] rows (one group of every
-/// column) that run in parallel, and a stripe's columns are gathered a tile at a time: the stack is
-/// read and written once instead of being transposed into a copy and back.
-pub fn cq_round_trip_columns(weights: &[f32], in_dim: usize, out: usize, bits: Bits) -> Vec<f32> {
-    let mut result = vec![0f32; weights.len()];
+/// [`cq_round_trip`] of each matrix's transpose, in place and in the matrix's own layout: `weights`
+/// a row-major stack of `[in_dim, out]` matrices (kernels as stored), whose CQ groups run down the
+/// columns. Groups are independent, so each matrix is cut into stripes of [`GROUP`] rows (one group
+/// of every column) that run in parallel, and a stripe's columns are gathered a tile at a time: the
+/// stack is read and written once, with no transposed copy and no second buffer (training runs this
+/// on every adapted kernel it merges each step).
+pub fn cq_round_trip_columns(weights: &mut [f32], in_dim: usize, out: usize, bits: Bits) {
     if in_dim == 0 || out == 0 {
-        return result;
+        return;
     }
     let cb = bits.codebook();
-    let matrix = in_dim * out;
-    result.par_chunks_mut(matrix).zip(weights.par_chunks(matrix)).for_each(|(result, weights)| {
-        result.par_chunks_mut(GROUP * out).zip(weights.par_chunks(GROUP * out)).for_each(|(result, weights)| {
+    weights.par_chunks_mut(in_dim * out).for_each(|matrix| {
+        matrix.par_chunks_mut(GROUP * out).for_each(|stripe| {
             widest(
                 #[inline(always)]
-                || round_trip_stripe(weights, out, &cb, result),
+                || round_trip_stripe(stripe, out, &cb),
             )
         })
     });
-    result
 }
 
 /// One stripe of [`cq_round_trip_columns`]: up to [`GROUP`] rows of `out` columns, each column's
-/// slice of them one group.
+/// slice of them one group, rounded in place (a tile of columns is copied out before it is written
+/// back).
 #[inline(always)]
-fn round_trip_stripe(weights: &[f32], out: usize, cb: &[f32], result: &mut [f32]) {
-    let rows = weights.len() / out;
+fn round_trip_stripe(stripe: &mut [f32], out: usize, cb: &[f32]) {
+    let rows = stripe.len() / out;
     let (mut columns, mut rounded) = ([[0f32; GROUP]; COLUMNS], [[0f32; GROUP]; COLUMNS]);
     for first in (0..out).step_by(COLUMNS) {
         let width = COLUMNS.min(out - first);
@@ -302,13 +301,13 @@ fn round_trip_stripe(weights: &[f32], out: usize, cb: &[f32], result: &mut [f32]
         // stores and loads vectorised into AVX-512 scatters and gathers, slow on Zen 4 (half of
         // this function's samples).
         for (c, column) in columns.iter_mut().enumerate().take(width) {
-            column[..rows].iter_mut().zip(weights[first + c..].iter().step_by(out)).for_each(|(v, &w)| *v = w);
+            column[..rows].iter_mut().zip(stripe[first + c..].iter().step_by(out)).for_each(|(v, &w)| *v = w);
         }
         for (column, rounded) in columns.iter().zip(rounded.iter_mut()).take(width) {
             round_trip_row(&column[..rows], cb, &mut rounded[..rows]);
         }
         for (c, rounded) in rounded.iter().enumerate().take(width) {
-            result[first + c..].iter_mut().step_by(out).zip(&rounded[..rows]).for_each(|(w, &r)| *w = r);
+            stripe[first + c..].iter_mut().step_by(out).zip(&rounded[..rows]).for_each(|(w, &r)| *w = r);
         }
     }
 }
@@ -478,7 +477,8 @@ mod tests {
                     .collect()
             };
             let want = transpose(&cq_round_trip(&transpose(&weights, in_dim, out), in_dim, Bits::Four), out, in_dim);
-            let got = cq_round_trip_columns(&weights, in_dim, out, Bits::Four);
+            let mut got = weights.clone();
+            cq_round_trip_columns(&mut got, in_dim, out, Bits::Four);
             assert_eq!(got.len(), want.len());
             assert!(got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits()), "[{stack}, {in_dim}, {out}]");
         }

@@ -296,7 +296,8 @@ fn quantized_axis(path: &str, rank: usize) -> Option<bool> {
 
 /// `weight` through CQ at [`QAT_WEIGHT_BITS`] and back, its groups running along the last axis, or
 /// down the second-last when `second_last`. The round trip reads a CPU tensor's values where they
-/// lie: at start-up this runs on every weight of the model.
+/// lie (down the columns, it rounds a copy of them in place): at start-up this runs on every weight
+/// of the model.
 pub(super) fn cq_along(weight: &Tensor, second_last: bool) -> Result<Tensor> {
     let dims = weight.dims().to_vec();
     let [.., rows, cols] = dims[..] else {
@@ -305,7 +306,9 @@ pub(super) fn cq_along(weight: &Tensor, second_last: bool) -> Result<Tensor> {
     let on_host = weight.to_device(&Device::Cpu)?.contiguous()?;
     let values = host(&on_host)?;
     let quantized = if second_last {
-        cq_round_trip_columns(&values, rows, cols, QAT_WEIGHT_BITS)
+        let mut columns: Vec<f32> = values.par_iter().copied().collect();
+        cq_round_trip_columns(&mut columns, rows, cols, QAT_WEIGHT_BITS);
+        columns
     } else {
         cq_round_trip(&values, cols, QAT_WEIGHT_BITS)
     };

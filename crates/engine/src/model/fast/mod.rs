@@ -542,7 +542,8 @@ fn merged_through_cq(stored: &Tensor, a: &[f32], b: &[f32], scale: f32) -> Resul
     merged.par_chunks_mut(d_out).zip(stored.par_chunks(d_out)).for_each(|(merged, w)| {
         merged.iter_mut().zip(w).for_each(|(m, w)| *m = w + *m * scale);
     });
-    Ok(cq_round_trip_columns(&merged, d_in, d_out, QAT_WEIGHT_BITS))
+    cq_round_trip_columns(&mut merged, d_in, d_out, QAT_WEIGHT_BITS);
+    Ok(merged)
 }
 
 /// Layer `l`'s input lanes and the buffer its output goes to.
