@@ -275,10 +275,11 @@ fn bench_times_training_steps_on_a_random_model_and_names_a_bad_preset() {
     let output = run(&["bench", "--preset", "tiny", "--batch", "2", "--seq", "32", "--steps", "2", "--json"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let report: Value = serde_json::from_str(stdout(&output).trim()).expect("one JSON line");
-    for key in ["first_step_s", "step_s", "tokens_per_s", "peak_rss_mb", "estimate_mb"] {
+    for key in ["startup_s", "first_step_s", "step_s", "tokens_per_s", "peak_rss_mb", "estimate_mb"] {
         assert!(report[key].as_f64().is_some_and(|v| v > 0.0), "{key} in {report}");
     }
     assert!(report["first_step_s"].as_f64() >= report["step_s"].as_f64(), "{report}");
+    assert!(report["first_step_s"].as_f64() > report["startup_s"].as_f64(), "{report}");
     assert!(report["loss"].as_f64().unwrap().is_finite());
     let output = run(&["bench", "--preset", "huge"]);
     assert!(!output.status.success());

@@ -36,7 +36,7 @@ pub struct Args {
     /// Force a backend (auto, cpu, cuda, metal); default: NEEDLE_DEVICE, else auto
     #[arg(long)]
     pub device: Option<String>,
-    /// Print one JSON line {"first_step_s", "step_s", "tokens_per_s", "peak_rss_mb", …}
+    /// Print one JSON line {"startup_s", "first_step_s", "step_s", "tokens_per_s", "peak_rss_mb", …}
     #[arg(long)]
     pub json: bool,
 }
@@ -88,7 +88,12 @@ pub fn run(args: Args, process_start: Instant) -> Result<()> {
         outln!("{line}")?;
     } else {
         outln!("  {:<11} {} × {} tokens, rank {}, {}", "shape", args.batch, args.seq, args.rank, args.preset)?;
-        outln!("  {:<11} {:.2} s (from process start)", "first step", report.first_step_s)?;
+        outln!(
+            "  {:<11} {:.2} s (from process start; start-up {:.2} s)",
+            "first step",
+            report.first_step_s,
+            report.startup_s
+        )?;
         outln!("  {:<11} {:.3} s (median)  {:.0} tokens/s", "step", report.step_s, report.tokens_per_s)?;
         outln!("  {:<11} {:.0} MB (plan: {:.0} MB)", "peak RSS", report.peak_rss_mb, report.estimate_mb)?;
         outln!("  {:<11} {}", "recompute", report.recompute)?;

@@ -58,7 +58,10 @@ pub struct BenchOptions {
 /// What `needle bench --json` prints.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
-    /// From `process_start` to the end of the first step (init and first-step costs included).
+    /// From `process_start` to the model and adapter ready for the first step: the random draw
+    /// standing in for a checkpoint's load, and under QAT the weights' round trips.
+    pub startup_s: f64,
+    /// From `process_start` to the end of the first step (start-up and first-step costs included).
     pub first_step_s: f64,
     /// Median of the steps after the first (the first alone when there is one step).
     pub step_s: f64,
@@ -157,6 +160,7 @@ pub fn run(options: &BenchOptions, device: &Device, process_start: Instant) -> R
     let mut times = Vec::with_capacity(steps);
     let mut loss = 0.0;
     let mut first_step_s = 0.0;
+    let startup_s = process_start.elapsed().as_secs_f64();
     for step in 0..steps {
         let start = Instant::now();
         loss = trainer.step(&rows)?.loss;
@@ -169,6 +173,7 @@ pub fn run(options: &BenchOptions, device: &Device, process_start: Instant) -> R
     later.sort_by(f64::total_cmp);
     let step_s = later[later.len() / 2];
     Ok(BenchReport {
+        startup_s,
         first_step_s,
         step_s,
         tokens_per_s: (batch * seq) as f64 / step_s,
