@@ -114,6 +114,7 @@ pub enum Command {
 pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> ExitCode {
     let process_start = std::time::Instant::now();
     needle_engine::backend::keep_elementwise_ops_on_the_calling_thread();
+    needle_engine::backend::keep_freed_memory_for_reuse();
     let result = match Cli::parse_from(args).command {
         Command::Backend(args) => backend::run(args),
         Command::Bench(args) => bench::run(args, process_start),
