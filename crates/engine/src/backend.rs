@@ -257,9 +257,8 @@ pub fn keep_elementwise_ops_on_the_calling_thread() {
 /// step's scratch) and allocates as many again, and each page the system hands out anew is a fault
 /// that zeroes it: two steps of `needle bench --preset needle3 --batch 4 --seq 1024` took 490 k of
 /// them on a 2-core Zen 4 KVM guest, 380 k with the freed memory kept (0.2–0.5 s less system time,
-/// the same peak RSS).
-/// A `needle` command, and the app's worker, gives all of it back when its job ends and it exits.
-/// Call it first thing in `main`, before any thread exists.
+/// the same peak RSS). A `needle` command, and the app's worker, gives all of it back when its job
+/// ends and it exits. Call it first thing in `main`, before any thread exists.
 pub fn keep_freed_memory_for_reuse() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: `mallopt` only sets malloc's parameters, and no other thread allocates yet.
