@@ -17,6 +17,7 @@
 //! says what to install: it never skips. Screenshots of each stage go to `$NEEDLE_SCREENSHOTS_DIR`
 //! (default `target/tmp/app_e2e`); `docs/screenshots/` holds a committed set.
 
+use std::future::Future;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -70,12 +71,12 @@ fn drop_a_dataset_train_and_build_a_cact_in_the_real_app() {
         let outcome = drive(&client, &hub, &llm, scratch.path(), &shots).await;
         if outcome.is_err() {
             // The whole window as it was when the test gave up.
-            if let Ok(png) = client.screenshot().await {
+            if let Ok(png) = answer("the failure screenshot", client.screenshot()).await {
                 let _ = std::fs::write(shots.join("failure.png"), png);
             }
         }
         // Close the session (and with it the app) before reporting, whatever happened.
-        let _ = client.close().await;
+        let _ = answer("closing the session", client.close()).await;
         outcome.unwrap_or_else(|error| panic!("{error}"));
     });
     println!("screenshots in {}", shots.display());
@@ -550,14 +551,14 @@ struct Ui<'a> {
 
 impl Ui<'_> {
     async fn element(&self, id: &str) -> Result<Element, String> {
-        self.client.find(Locator::Id(id)).await.map_err(|e| format!("no #{id} in the window: {e}"))
+        answer(&format!("no #{id} in the window"), self.client.find(Locator::Id(id))).await
     }
 
     /// Sends the event Tauri sends when a file is dropped on the window, and waits for its report.
     async fn drop_dataset(&self, path: &Path) -> Result<(), String> {
         let drop =
             "window.__TAURI__.event.emit('tauri://drag-drop', {paths: [arguments[0]], position: {x: 40, y: 40}})";
-        self.client.execute(drop, vec![json!(path)]).await.map_err(|e| format!("cannot send the drop event: {e}"))?;
+        answer("cannot send the drop event", self.client.execute(drop, vec![json!(path)])).await?;
         self.wait(
             "the dataset report",
             "const r = document.getElementById('dataset-report'); return !r.hidden && r.textContent",
@@ -569,15 +570,15 @@ impl Ui<'_> {
         let element = self.element(id).await?;
         self.wait(&format!("#{id} to be enabled"), &format!("return !document.getElementById('{id}').disabled"))
             .await?;
-        element.click().await.map_err(|e| format!("cannot click #{id}: {e}"))
+        answer(&format!("cannot click #{id}"), element.click()).await
     }
 
     /// Replaces an input's text and leaves it with Tab, as a user typing a path would.
     async fn type_path(&self, id: &str, path: &Path) -> Result<(), String> {
         let input = self.element(id).await?;
-        input.clear().await.map_err(|e| format!("cannot clear #{id}: {e}"))?;
+        answer(&format!("cannot clear #{id}"), input.clear()).await?;
         let keys = format!("{}\u{E004}", path.display());
-        input.send_keys(&keys).await.map_err(|e| format!("cannot type into #{id}: {e}"))
+        answer(&format!("cannot type into #{id}"), input.send_keys(&keys)).await
     }
 
     /// Waits for the model fields to name the downloaded copy of `fixture` and to pass validation.
@@ -599,10 +600,9 @@ impl Ui<'_> {
 
     /// Runs `script` in the page; its result as text (strings bare, anything else as JSON).
     async fn eval(&self, script: &str) -> Result<String, String> {
-        match self.client.execute(script, Vec::new()).await {
-            Ok(Value::String(text)) => Ok(text),
-            Ok(value) => Ok(value.to_string()),
-            Err(e) => Err(format!("script failed ({e}): {script}")),
+        match answer(&format!("script failed: {script}"), self.client.execute(script, Vec::new())).await? {
+            Value::String(text) => Ok(text),
+            value => Ok(value.to_string()),
         }
     }
 
@@ -650,9 +650,19 @@ impl Ui<'_> {
         // Scrolled to the top of the view first: WebKit crops an element's screenshot to the viewport.
         self.eval(&format!("document.getElementById('{section}').scrollIntoView({{block: 'start'}}); return ''"))
             .await?;
-        let png = self.element(section).await?.screenshot().await.map_err(|e| format!("screenshot {name}: {e}"))?;
+        let png = answer(&format!("screenshot {name}"), self.element(section).await?.screenshot()).await?;
         let path = self.shots.join(format!("{name}.png"));
         std::fs::write(&path, png).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    }
+}
+
+/// `command`'s answer, or an error naming `what` when the driver gives none within [`UI_TIMEOUT`]: a
+/// WebKitWebDriver that stopped answering (seen once, on a slower CI machine, with the app idle) fails
+/// the test by name instead of holding CI until its own limit.
+async fn answer<T, E: std::fmt::Display>(what: &str, command: impl Future<Output = Result<T, E>>) -> Result<T, String> {
+    match tokio::time::timeout(UI_TIMEOUT, command).await {
+        Ok(result) => result.map_err(|e| format!("{what}: {e}")),
+        Err(_) => Err(format!("{what}: no answer from the driver in {UI_TIMEOUT:?}")),
     }
 }
 
