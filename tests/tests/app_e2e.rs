@@ -68,11 +68,12 @@ fn drop_a_dataset_train_and_build_a_cact_in_the_real_app() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     runtime.block_on(async {
         let client = connect(&driver, &app, &first_run_args()).await;
-        let outcome = drive(&client, &hub, &llm, scratch.path(), &shots).await;
+        let camera = Camera::attach(&driver, &client, &shots).await.unwrap_or_else(|error| panic!("{error}"));
+        let outcome = drive(&client, &camera, &hub, &llm, scratch.path()).await;
         if outcome.is_err() {
             // The whole window as it was when the test gave up.
-            if let Ok(png) = answer("the failure screenshot", client.screenshot()).await {
-                let _ = std::fs::write(shots.join("failure.png"), png);
+            if let Err(error) = camera.window("failure").await {
+                println!("{error}");
             }
         }
         // Close the session (and with it the app) before reporting, whatever happened.
@@ -83,8 +84,8 @@ fn drop_a_dataset_train_and_build_a_cact_in_the_real_app() {
 }
 
 /// The user's path through the window, checked at every stage.
-async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, shots: &Path) -> Result<(), String> {
-    let ui = Ui { client, shots };
+async fn drive(client: &Client, camera: &Camera, hub: &FakeHub, llm: &FakeLlm, scratch: &Path) -> Result<(), String> {
+    let ui = Ui { client, camera };
 
     // Hardware: the badge names the backend the engine picked (CPU on a machine without a GPU).
     // The badge reads "…" until the app's start-up answer arrives.
@@ -374,16 +375,18 @@ async fn drive(client: &Client, hub: &FakeHub, llm: &FakeLlm, scratch: &Path, sh
 /// and "Build this rung" writes the shallowest rung's own .cact beside the whole one, shown as that rung.
 async fn ladder(ui: &Ui<'_>, whole: &Path) -> Result<(), String> {
     ui.click("tab-export").await?;
-    ui.click("ladder-button").await?;
-    // Seen under way and cancelled in one script: the small model's sweep can end between a check
-    // and a WebDriver click (it did once in CI, and the click found Cancel hidden).
-    ui.wait(
-        "the ladder sweep under way, and Cancel clicked",
-        "const cancel = document.getElementById('ladder-cancel'); \
-         if (cancel.hidden || cancel.disabled || !(document.getElementById('ladder-progress').value > 0)) return false; \
-         cancel.click(); return true",
+    // Cancel is clicked by the page itself as the first answer is counted: the small model's whole
+    // sweep can end between two looks from the test (it did in CI on a faster machine), while the
+    // sweep stops at its next answer once asked.
+    ui.eval(
+        "const progress = document.getElementById('ladder-progress'); \
+         new MutationObserver((_, observer) => { \
+           if (!(progress.value > 0)) return; \
+           observer.disconnect(); document.getElementById('ladder-cancel').click(); \
+         }).observe(progress, {attributes: true, attributeFilter: ['value']}); return ''",
     )
     .await?;
+    ui.click("ladder-button").await?;
     let stopped = ui.wait_status("ladder-status", &["cancelled", "scored", "failed"], RUN_TIMEOUT).await?;
     if stopped != "cancelled"
         || ui.eval("return String(document.getElementById('ladder-result').hidden)").await? != "true"
@@ -546,7 +549,7 @@ fn first_answers(dataset: &Path) -> Result<Vec<Value>, String> {
 /// The page as the test sees it.
 struct Ui<'a> {
     client: &'a Client,
-    shots: &'a Path,
+    camera: &'a Camera,
 }
 
 impl Ui<'_> {
@@ -650,8 +653,73 @@ impl Ui<'_> {
         // Scrolled to the top of the view first: WebKit crops an element's screenshot to the viewport.
         self.eval(&format!("document.getElementById('{section}').scrollIntoView({{block: 'start'}}); return ''"))
             .await?;
-        let png = answer(&format!("screenshot {name}"), self.element(section).await?.screenshot()).await?;
-        let path = self.shots.join(format!("{name}.png"));
+        let element = self.element(section).await?;
+        self.camera.element(name, &element).await
+    }
+}
+
+/// Screenshots, taken through a connection of their own to the test's session. WebKitWebDriver once
+/// in CI never answered an element screenshot (`5-export`, after a build), and a client sends its next
+/// command only once its last is answered, so that picture held the whole test. A screenshot is a
+/// picture for the record, never a step the test waits on: with no answer in [`SHOT_TIMEOUT`] it is
+/// left behind on this connection, said so, and the later ones are skipped.
+struct Camera {
+    /// `None` once a screenshot got no answer.
+    client: std::cell::RefCell<Option<Client>>,
+    dir: PathBuf,
+}
+
+/// How long a screenshot may take; one takes well under a second.
+const SHOT_TIMEOUT: Duration = Duration::from_secs(20);
+
+impl Camera {
+    async fn attach(driver: &TauriDriver, session: &Client, dir: &Path) -> Result<Self, String> {
+        let id = answer("the session's id", session.session_id()).await?.ok_or("the session has no id")?;
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        let client = Client::with_existing_session(&driver.url, &id, connector)
+            .await
+            .map_err(|e| format!("a second connection to the session at {}: {e}", driver.url))?;
+        // A client whose handles are all dropped ends its session unless told it persists; the
+        // test's own client ends it.
+        answer("persisting the second connection", client.persist()).await?;
+        Ok(Self { client: std::cell::RefCell::new(Some(client)), dir: dir.to_path_buf() })
+    }
+
+    /// Saves `element` as it looks now as `<name>.png`.
+    async fn element(&self, name: &str, element: &Element) -> Result<(), String> {
+        let Some(client) = self.ready(name) else { return Ok(()) };
+        self.save(name, Element::from_element_id(client, element.element_id()).screenshot()).await
+    }
+
+    /// Saves the whole window as `<name>.png`.
+    async fn window(&self, name: &str) -> Result<(), String> {
+        let Some(client) = self.ready(name) else { return Ok(()) };
+        self.save(name, client.screenshot()).await
+    }
+
+    /// The connection for screenshot `name`, or `None` (said so) once one got no answer.
+    fn ready(&self, name: &str) -> Option<Client> {
+        let client = self.client.borrow().clone();
+        if client.is_none() {
+            println!("screenshot {name} skipped: an earlier one got no answer");
+        }
+        client
+    }
+
+    async fn save(
+        &self,
+        name: &str,
+        screenshot: impl Future<Output = Result<Vec<u8>, fantoccini::error::CmdError>>,
+    ) -> Result<(), String> {
+        let png = match tokio::time::timeout(SHOT_TIMEOUT, screenshot).await {
+            Ok(png) => png.map_err(|e| format!("screenshot {name}: {e}"))?,
+            Err(_) => {
+                println!("screenshot {name}: no answer from the driver in {SHOT_TIMEOUT:?}; later ones skipped");
+                self.client.borrow_mut().take();
+                return Ok(());
+            }
+        };
+        let path = self.dir.join(format!("{name}.png"));
         std::fs::write(&path, png).map_err(|e| format!("cannot write {}: {e}", path.display()))
     }
 }
