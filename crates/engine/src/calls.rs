@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::cact::{CactFile, ReadError, WeightsError};
+use crate::checks::confidence::decode_probability;
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::dataset::{render, Example, THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START};
 use crate::lora::{self, load_adapter, AdapterFileError, MergeError};
@@ -156,6 +157,8 @@ pub struct Answer {
     /// The calls in the answer's `<tool_call>` block; `None` when there is no block holding a JSON
     /// list.
     pub calls: Option<Vec<Value>>,
+    /// Its decode probability ([`decode_probability`]).
+    pub confidence: f64,
     #[serde(flatten)]
     pub completion: Completion,
 }
@@ -204,7 +207,7 @@ pub fn answer(
 }
 
 /// BOS and the tokens of a rendered prompt.
-fn prompt_ids(tokenizer: &Tokenizer, prompt: &str) -> Vec<u32> {
+pub fn prompt_ids(tokenizer: &Tokenizer, prompt: &str) -> Vec<u32> {
     std::iter::once(BOS_ID).chain(tokenizer.encode(prompt)).collect()
 }
 
@@ -218,7 +221,9 @@ fn answer_ids(
 ) -> crate::model::Result<Answer> {
     let completion = forward.generate_from(prefilled, ids, max_new_tokens)?;
     let text = tokenizer.decode(&completion.ids);
-    Ok(Answer { calls: parse_calls(&text), text, completion })
+    let calls = parse_calls(&text);
+    let confidence = decode_probability(tokenizer, &completion, calls.as_ref().is_some_and(|calls| !calls.is_empty()));
+    Ok(Answer { calls, confidence, text, completion })
 }
 
 /// The base and the tuned model on the same held-out examples.
@@ -311,34 +316,10 @@ pub fn accuracy(
             (prompt_ids(tokenizer, &prompt), tokenizer.encode(&target).len() + ANSWER_SLACK)
         })
         .collect();
-    let ids: Vec<&[u32]> = prompts.iter().map(|(ids, _)| ids.as_slice()).collect();
-    let shares = shared_prefixes(&ids, MIN_SHARED);
-    let mut order: Vec<(usize, Option<usize>)> =
-        shares.iter().enumerate().flat_map(|(s, share)| share.rows.iter().map(move |&i| (i, Some(s)))).collect();
-    let mut shared = vec![false; examples.len()];
-    order.iter().for_each(|&(i, _)| shared[i] = true);
-    order.extend((0..examples.len()).filter(|&i| !shared[i]).map(|i| (i, None)));
-    let mut forward = Forward::new(network.clone())?;
-    let mut current: Option<(usize, Prefilled)> = None;
-    for (done, (index, share)) in order.into_iter().enumerate() {
-        if cancel.load(Ordering::Relaxed) {
-            break;
-        }
+    let mut done = 0;
+    let shared_seconds = answer_each(network, tokenizer, &prompts, cancel, |index, answer| {
         let example = &examples[index];
         score.examples += 1;
-        let prefilled = match share {
-            Some(s) => {
-                if current.as_ref().is_none_or(|(at, _)| *at != s) {
-                    let started = std::time::Instant::now();
-                    current = Some((s, forward.prefill(&ids[index][..shares[s].len])?));
-                    seconds += started.elapsed().as_secs_f64();
-                }
-                current.as_ref().map(|(_, prefilled)| prefilled)
-            }
-            None => None,
-        };
-        let (prompt, budget) = &prompts[index];
-        let answer = answer_ids(&mut forward, tokenizer, prompt, prefilled, *budget)?;
         tokens += answer.completion.ids.len();
         seconds += answer.completion.prefill_seconds + answer.completion.decode_seconds;
         steps += answer.completion.ids.len().saturating_sub(1);
@@ -364,14 +345,58 @@ pub fn accuracy(
             right,
             verdict: Some(verdict),
         });
-        progress(done + 1, examples.len());
-    }
+        done += 1;
+        progress(done, examples.len());
+    })?;
+    seconds += shared_seconds;
     let share = |n: usize| if score.examples == 0 { 0.0 } else { n as f64 / score.examples as f64 };
     score.exact_rate = share(score.exact);
     score.parse_rate = share(score.parsed);
     score.tokens_per_s = tokens as f64 / seconds.max(1e-9);
     score.decode_tokens_per_s = steps as f64 / step_seconds.max(1e-9);
     Ok(score)
+}
+
+/// Answers every prompt (BOS and its tokens, with the most new tokens it may have), handing each
+/// answer to `each` with the prompt's index as it comes; stops early when `cancel` is set. Prompts
+/// that begin alike (an app's tools prompt) are answered together, that prefix run once for them;
+/// the seconds those shared runs took are returned.
+pub fn answer_each(
+    network: &Network,
+    tokenizer: &Tokenizer,
+    prompts: &[(Vec<u32>, usize)],
+    cancel: &AtomicBool,
+    mut each: impl FnMut(usize, Answer),
+) -> crate::model::Result<f64> {
+    let ids: Vec<&[u32]> = prompts.iter().map(|(ids, _)| ids.as_slice()).collect();
+    let shares = shared_prefixes(&ids, MIN_SHARED);
+    let mut order: Vec<(usize, Option<usize>)> =
+        shares.iter().enumerate().flat_map(|(s, share)| share.rows.iter().map(move |&i| (i, Some(s)))).collect();
+    let mut shared = vec![false; prompts.len()];
+    order.iter().for_each(|&(i, _)| shared[i] = true);
+    order.extend((0..prompts.len()).filter(|&i| !shared[i]).map(|i| (i, None)));
+    let mut forward = Forward::new(network.clone())?;
+    let mut current: Option<(usize, Prefilled)> = None;
+    let mut seconds = 0.0;
+    for (index, share) in order {
+        if cancel.load(Ordering::Relaxed) {
+            break;
+        }
+        let prefilled = match share {
+            Some(s) => {
+                if current.as_ref().is_none_or(|(at, _)| *at != s) {
+                    let started = std::time::Instant::now();
+                    current = Some((s, forward.prefill(&ids[index][..shares[s].len])?));
+                    seconds += started.elapsed().as_secs_f64();
+                }
+                current.as_ref().map(|(_, prefilled)| prefilled)
+            }
+            None => None,
+        };
+        let (prompt, budget) = &prompts[index];
+        each(index, answer_ids(&mut forward, tokenizer, prompt, prefilled, *budget)?);
+    }
+    Ok(seconds)
 }
 
 /// One example as the model answered it, beside what was expected (`needle eval --answers`).

@@ -25,6 +25,7 @@ pub mod atomic;
 pub mod backend;
 pub mod cact;
 pub mod calls;
+pub mod checks;
 pub mod checkpoint;
 pub mod config;
 pub mod dataset;

@@ -6,7 +6,6 @@
 
 use std::time::Instant;
 
-use candle_core::{Tensor, D};
 use serde::Serialize;
 
 use super::forward::Decoding;
@@ -68,6 +67,10 @@ pub enum Stop {
 pub struct Completion {
     /// The new tokens (the prompt not included).
     pub ids: Vec<u32>,
+    /// Each new token's probability under the softmax of the step that picked it: what an
+    /// answer's decode probability is made of (see `checks::confidence`).
+    #[serde(skip)]
+    pub probabilities: Vec<f32>,
     pub stop: Stop,
     /// Prompt tokens decoding started from (after the cut to `max_seq_len − 1`).
     pub prompt_tokens: usize,
@@ -135,10 +138,10 @@ impl Forward {
         };
         let start = Instant::now();
         let new = &prompt[state.history().len()..];
-        let mut next = self.decode_step(new, &mut state)?;
+        let (mut next, mut probability) = self.decode_step(new, &mut state)?;
         let prefill_seconds = start.elapsed().as_secs_f64();
         let start = Instant::now();
-        let mut ids = Vec::new();
+        let (mut ids, mut probabilities) = (Vec::new(), Vec::new());
         let stop = loop {
             if next == EOS_ID {
                 break Stop::Eos;
@@ -147,6 +150,7 @@ impl Forward {
                 break Stop::MaxLength;
             }
             ids.push(next);
+            probabilities.push(probability);
             // Each limit is checked before the next step, so no step is computed for nothing.
             if next == IM_END_ID {
                 break Stop::EndOfTurn;
@@ -157,10 +161,11 @@ impl Forward {
             if prompt.len() + ids.len() >= max_len {
                 break Stop::MaxLength;
             }
-            next = self.decode_step(&[next], &mut state)?;
+            (next, probability) = self.decode_step(&[next], &mut state)?;
         };
         Ok(Completion {
             ids,
+            probabilities,
             stop,
             prompt_tokens: prompt.len(),
             prefill_seconds,
@@ -169,9 +174,15 @@ impl Forward {
     }
 }
 
-/// The most likely token of logits `[vocab]` (the first of equals, as `argmax` picks).
-pub(super) fn greedy(logits: &Tensor) -> Result<u32> {
-    Ok(logits.argmax(D::Minus1)?.to_scalar::<u32>()?)
+/// The most likely token of logits `[vocab]` (the first of equals, as `argmax` picks) and its
+/// probability, `1 / Σ exp(logit − max)`.
+pub(super) fn pick(logits: &[f32]) -> (u32, f32) {
+    let (best, max) = logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |best, (i, &v)| match v > best.1 {
+        true => (i, v),
+        false => best,
+    });
+    let total: f64 = logits.iter().map(|&v| f64::from(v - max).exp()).sum();
+    (best as u32, (1.0 / total) as f32)
 }
 
 #[cfg(test)]
@@ -198,7 +209,7 @@ mod tests {
         for _ in 0..steps {
             let logits = network.forward(&Tensor::new(ids.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap());
             let last = logits.unwrap().squeeze(0).unwrap().get(ids.len() - 1).unwrap();
-            let next = greedy(&last).unwrap();
+            let next = pick(&last.to_vec1::<f32>().unwrap()).0;
             out.push(next);
             ids.push(next);
         }
@@ -332,6 +343,16 @@ mod tests {
         assert_eq!(RopeTables::decode_capacity(0, 1, 100), 100, "never past max_seq_len unless asked");
         assert_eq!(RopeTables::decode_capacity(512, 513, 1 << 24), 1024);
         assert_eq!(RopeTables::decode_capacity(1024, 700, 1 << 24), 1024);
+    }
+
+    #[test]
+    fn a_picked_token_comes_with_its_softmax_probability() {
+        assert_eq!(pick(&[0.0, 2.0, 2.0, -1.0]), (1, (1.0 / (2.0 + (-2f64).exp() + (-3f64).exp())) as f32));
+        assert_eq!(pick(&[5.0]), (0, 1.0));
+        let network = network("tiny_f32");
+        let got = network.generate(&[BOS_ID, 40, 41, 7, 300], 6).unwrap();
+        assert_eq!(got.probabilities.len(), got.ids.len());
+        assert!(got.probabilities.iter().all(|p| (0.0..=1.0).contains(p) && *p > 0.0), "{:?}", got.probabilities);
     }
 
     #[test]

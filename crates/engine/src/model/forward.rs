@@ -4,7 +4,7 @@
 
 use candle_core::Tensor;
 
-use super::decode::{greedy, DecodeState};
+use super::decode::{pick, DecodeState};
 use super::fast::{CpuDecode, CpuNetwork, HostGrads, Workspace};
 use super::linear::LowRank;
 use super::packing::Packing;
@@ -142,19 +142,14 @@ impl Forward {
         })
     }
 
-    /// Runs `new` tokens after those `state` has seen; the most likely next token.
-    pub(super) fn decode_step(&mut self, new: &[u32], state: &mut Decoding) -> Result<u32> {
+    /// Runs `new` tokens after those `state` has seen; the most likely next token and its probability.
+    pub(super) fn decode_step(&mut self, new: &[u32], state: &mut Decoding) -> Result<(u32, f32)> {
         match (self, state) {
-            (Forward::Cpu(cpu, workspace), Decoding::Cpu(state)) => {
-                let logits = cpu.decode_step(new, state, workspace)?;
-                // The first of equals, as `argmax` picks.
-                let best = logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |best, (i, &v)| match v > best.1 {
-                    true => (i, v),
-                    false => best,
-                });
-                Ok(best.0 as u32)
+            (Forward::Cpu(cpu, workspace), Decoding::Cpu(state)) => Ok(pick(&cpu.decode_step(new, state, workspace)?)),
+            (Forward::Candle(network), Decoding::Candle(state)) => {
+                let logits = network.decode_step(new, state)?.to_dtype(candle_core::DType::F32)?;
+                Ok(pick(&logits.to_vec1()?))
             }
-            (Forward::Candle(network), Decoding::Candle(state)) => greedy(&network.decode_step(new, state)?),
             (forward, state) => {
                 // A state made by the other path: start over on this one from its tokens.
                 let history = state.history().to_vec();
