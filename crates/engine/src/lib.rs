@@ -36,6 +36,7 @@ pub mod lora;
 pub mod model;
 pub mod pyjson;
 pub mod settings;
+pub mod suite;
 pub mod tokenizer;
 pub mod train;
 
