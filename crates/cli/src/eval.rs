@@ -239,7 +239,7 @@ fn write_answers(path: &Path, wrong: &[Answered]) -> Result<()> {
 
 /// A progress line redrawn in place on a terminal; in a log (stderr not a terminal), where each
 /// redraw would run into the last, the finished count only. The caller ends the line.
-fn report_progress(what: &str, done: usize, total: usize) {
+pub(crate) fn report_progress(what: &str, done: usize, total: usize) {
     if std::io::stderr().is_terminal() {
         note!("\r  {what:<9} {done}/{total} examples");
         // Progress is best-effort: a closed stderr must not fail the evaluation.

@@ -41,6 +41,7 @@ mod inputs;
 mod inspect;
 mod ladder;
 mod run;
+mod suite;
 mod tokenize;
 
 pub use events::CANCEL_LINE;
@@ -59,6 +60,7 @@ pub mod args {
     pub use crate::inputs::{ModelInputs, WeightsInputs};
     pub use crate::ladder::LadderArgs;
     pub use crate::run::Args as Run;
+    pub use crate::suite::Args as Suite;
 }
 
 use std::ffi::OsString;
@@ -105,6 +107,9 @@ pub enum Command {
     Inspect(inspect::Args),
     /// Ask a model (base, tuned or a built .cact) one question and print the calls it makes.
     Run(run::Args),
+    /// Score a model on an acceptance suite and check the production contract (exit 0 held, 1 not, 2 error).
+    #[serde(skip)]
+    Suite(suite::Args),
     /// Print the token ids of each input line as a JSON array.
     #[serde(skip)]
     Tokenize(tokenize::Args),
@@ -127,17 +132,31 @@ pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) ->
         Command::Gradients(args) => gradients::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Run(args) => run::run(args),
+        // The contract's outcome is the exit status: 0 it holds, 1 it does not, 2 an error.
+        Command::Suite(args) => {
+            return match suite::run(args) {
+                Ok(contract) => ExitCode::from(u8::from(!contract)),
+                Err(error) => {
+                    report(&error);
+                    ExitCode::from(2)
+                }
+            }
+        }
         Command::Tokenize(args) => tokenize::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            // The engine's messages already name the file, the place and the fix, so a backtrace
-            // would only bury them.
-            noteln!("error: {}", one_line(&error));
+            report(&error);
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error on one line: the engine's messages already name the file, the place and the fix, so
+/// a backtrace would only bury them.
+fn report(error: &anyhow::Error) {
+    noteln!("error: {}", one_line(error));
 }
 
 /// The error and its causes on one line, each cause once: a message that already quotes its
