@@ -42,7 +42,10 @@ fn each_case_is_judged_on_the_calls_acted_on_and_the_exit_status_is_the_contract
     }
     // The long case does not fit the fixture's 256 positions: failed, never answered.
     let long = &cases[4];
-    assert_eq!((&long["reason"], &long["pass"], &long["confidence"]), (&"prompt too long".into(), &false.into(), &Value::Null));
+    assert_eq!(
+        (&long["reason"], &long["pass"], &long["confidence"]),
+        (&"prompt too long".into(), &false.into(), &Value::Null)
+    );
     assert_eq!((long["calls"].as_array().unwrap().len(), long["text"].as_str()), (0, Some("")));
     // The pre-trained fixture answers level 85 with a call of level 50, the tool's exclusive
     // maximum: that call is withheld, and the critical "invalid" case passes on the check alone.

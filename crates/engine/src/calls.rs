@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::cact::{CactFile, ReadError, WeightsError};
-use crate::checks::confidence::decode_probability;
 use crate::checkpoint::{Checkpoint, CheckpointError};
+use crate::checks::confidence::decode_probability;
 use crate::dataset::{render, Example, THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START};
 use crate::lora::{self, load_adapter, AdapterFileError, MergeError};
 use crate::model::packing::{shared_prefixes, MIN_SHARED};

@@ -51,7 +51,14 @@ mod tests {
             probabilities.extend(std::iter::repeat_n(*p, piece.len()));
             ids.extend(piece);
         }
-        Completion { ids, probabilities, stop: Stop::EndOfTurn, prompt_tokens: 0, prefill_seconds: 0.0, decode_seconds: 0.0 }
+        Completion {
+            ids,
+            probabilities,
+            stop: Stop::EndOfTurn,
+            prompt_tokens: 0,
+            prefill_seconds: 0.0,
+            decode_seconds: 0.0,
+        }
     }
 
     #[test]
@@ -60,7 +67,13 @@ mod tests {
         // The reasoning's 0.1 is outside the block and does not count against the call.
         let call = completion(
             &tokenizer,
-            &[("<think>hmm</think>\n", 0.1), ("<tool_call>[{\"name\":\"a\",", 0.9), ("\"arguments\":{}}]", 0.6), ("</tool_call>", 0.8), ("<|im_end|>", 0.05)],
+            &[
+                ("<think>hmm</think>\n", 0.1),
+                ("<tool_call>[{\"name\":\"a\",", 0.9),
+                ("\"arguments\":{}}]", 0.6),
+                ("</tool_call>", 0.8),
+                ("<|im_end|>", 0.05),
+            ],
         );
         assert_eq!(decode_probability(&tokenizer, &call, true), 0.6f32 as f64);
         let refusal = completion(&tokenizer, &[("<tool_call>[]</tool_call>", 0.5)]);

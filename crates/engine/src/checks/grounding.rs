@@ -93,7 +93,14 @@ pub fn ungrounded(tools: &[Value], calls: &[Call], query: &str, system: &str) ->
 
 /// `_walk_grounding`'s `walk`: dates checked where the schema says `format: date` or `date-time`,
 /// objects and lists followed down their schema.
-fn walk(value: &Value, node: &Value, root: &Value, path: String, years: &BTreeSet<i64>, failures: &mut Vec<Ungrounded>) {
+fn walk(
+    value: &Value,
+    node: &Value,
+    root: &Value,
+    path: String,
+    years: &BTreeSet<i64>,
+    failures: &mut Vec<Ungrounded>,
+) {
     let mut node = resolve_ref(node, root);
     let variants = node.get("anyOf").or_else(|| node.get("oneOf")).and_then(Value::as_array);
     let concrete: Vec<&Value> = (variants.into_iter().flatten())
@@ -175,13 +182,15 @@ mod tests {
     }
 
     fn tools() -> Vec<Value> {
-        vec![json!({"name": "book", "parameters": {"type": "object", "$defs": {"Day": {"type": "string", "format": "date"}},
+        vec![
+            json!({"name": "book", "parameters": {"type": "object", "$defs": {"Day": {"type": "string", "format": "date"}},
             "properties": {
                 "day": {"type": "string", "format": "date"},
                 "at": {"anyOf": [{"type": "string", "format": "date-time"}, {"type": "null"}]},
                 "also": {"type": "array", "items": {"$ref": "#/$defs/Day"}},
                 "note": {"type": "string"}
-            }}})]
+            }}}),
+        ]
     }
 
     fn check(arguments: Value, query: &str, system: &str) -> Vec<Option<Ungrounded>> {
@@ -199,7 +208,11 @@ mod tests {
         assert_eq!(check(json!({"day": "2025-06-05"}), query, ""), [None]);
         assert_eq!(check(json!({"day": "2024-06-05"}), query, ""), flagged("day", 2024));
         assert_eq!(check(json!({"at": "2023-06-05T10:00"}), query, ""), flagged("at", 2023), "through anyOf");
-        assert_eq!(check(json!({"also": ["2025-01-01", "2026-01-01"]}), query, ""), flagged("also[1]", 2026), "through $ref");
+        assert_eq!(
+            check(json!({"also": ["2025-01-01", "2026-01-01"]}), query, ""),
+            flagged("also[1]", 2026),
+            "through $ref"
+        );
         assert_eq!(check(json!({"note": "2024-06-05"}), query, ""), [None], "not a date argument");
         assert_eq!(check(json!({"day": "tomorrow"}), query, ""), [None], "no year in the value");
         // Both flagged; the first in path order is reported.
@@ -211,7 +224,11 @@ mod tests {
         let system = "date: 2026-12-07 Mon 16:30";
         assert_eq!(check(json!({"day": "2019-06-05"}), "book it for next friday", system), [None], "no year written");
         let relative = "book it for next friday, not 5 June 2025";
-        assert_eq!(check(json!({"day": "2026-12-11"}), relative, system), [None], "the system's year, for a relative query");
+        assert_eq!(
+            check(json!({"day": "2026-12-11"}), relative, system),
+            [None],
+            "the system's year, for a relative query"
+        );
         let absolute = "book it on 5 June 2025";
         assert_eq!(check(json!({"day": "2026-06-05"}), absolute, system), flagged("day", 2026));
         assert_eq!(check(json!({"day": "2026-12-11"}), relative, ""), flagged("day", 2026), "no system prompt");

@@ -68,7 +68,7 @@ impl CheckedAnswer {
         for call in given.unwrap_or_default() {
             match schema::check_call(turn.tools, call) {
                 Ok(checked) => calls.push((call, checked)),
-                Err(reason) => withheld.push(Withheld { call: call.clone(), reason }),
+                Err(reason) => withheld.push(Withheld { call: call.clone(), reason: *reason }),
             }
         }
         let acted: Vec<Call> = calls.iter().map(|(_, call)| call.clone()).collect();
@@ -120,7 +120,13 @@ mod tests {
             {"name": "open_door", "arguments": {}}
         ]);
         let answer = check(given.clone(), "21 degrees", 0.9, 0.0);
-        assert_eq!(answer.calls, [Call { name: "set_thermostat".into(), arguments: json!({"temperature": 21}).as_object().unwrap().clone() }]);
+        assert_eq!(
+            answer.calls,
+            [Call {
+                name: "set_thermostat".into(),
+                arguments: json!({"temperature": 21}).as_object().unwrap().clone()
+            }]
+        );
         let reasons: Vec<&Reason> = answer.withheld.iter().map(|w| &w.reason).collect();
         assert!(matches!(reasons[..], [Reason::OutOfBounds { .. }, Reason::UnknownTool { .. }]), "{reasons:?}");
         assert_eq!(answer.withheld[0].call, given[0]);

@@ -21,7 +21,11 @@ pub struct Call {
 
 /// The tool named `name` among `tools`.
 pub fn find_tool<'t>(tools: &'t [Value], name: &str) -> Option<&'t Map<String, Value>> {
-    tools.iter().filter_map(Value::as_object).map(unwrapped).find(|tool| tool.get("name").and_then(Value::as_str) == Some(name))
+    tools
+        .iter()
+        .filter_map(Value::as_object)
+        .map(unwrapped)
+        .find(|tool| tool.get("name").and_then(Value::as_str) == Some(name))
 }
 
 /// A tool unwrapped from OpenAI's `{"type": "function", "function": {...}}`.
@@ -36,13 +40,13 @@ pub fn parameters(tool: &Map<String, Value>) -> &Value {
 }
 
 /// `call` as a call to one of `tools` whose arguments its schema accepts, or the first reason it
-/// is not. Absent or null arguments are none.
-pub fn check_call(tools: &[Value], call: &Value) -> Result<Call, Reason> {
+/// is not (boxed: a reason carries values, and most calls have none). Absent or null arguments are none.
+pub fn check_call(tools: &[Value], call: &Value) -> Result<Call, Box<Reason>> {
     let name = call.get("name").and_then(Value::as_str).ok_or(Reason::NotACall)?;
     let arguments = match call.get("arguments") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(arguments)) => arguments.clone(),
-        Some(_) => return Err(Reason::NotACall),
+        Some(_) => return Err(Box::new(Reason::NotACall)),
     };
     let tool = find_tool(tools, name).ok_or_else(|| Reason::UnknownTool { tool: name.to_string() })?;
     check_value(&Value::Object(arguments.clone()), parameters(tool), "")?;
@@ -50,10 +54,10 @@ pub fn check_call(tools: &[Value], call: &Value) -> Result<Call, Reason> {
 }
 
 /// `value` at `path` against `schema`: the first reason it does not fit.
-fn check_value(value: &Value, schema: &Value, path: &str) -> Result<(), Reason> {
+fn check_value(value: &Value, schema: &Value, path: &str) -> Result<(), Box<Reason>> {
     let Some(schema) = schema.as_object() else { return Ok(()) };
     if let Some(Value::Array(variants)) = schema.get("anyOf").or_else(|| schema.get("oneOf")) {
-        let checked: Vec<Result<(), Reason>> = variants.iter().map(|v| check_value(value, v, path)).collect();
+        let checked: Vec<Result<(), Box<Reason>>> = variants.iter().map(|v| check_value(value, v, path)).collect();
         if checked.iter().any(Result::is_ok) {
             return Ok(());
         }
@@ -64,28 +68,42 @@ fn check_value(value: &Value, schema: &Value, path: &str) -> Result<(), Reason> 
     }
     if let Some(expected) = schema.get("type") {
         if !matches_type(value, expected) {
-            return Err(Reason::WrongType { argument: path.into(), expected: expected.clone(), given: value.clone() });
+            return Err(Box::new(Reason::WrongType {
+                argument: path.into(),
+                expected: expected.clone(),
+                given: value.clone(),
+            }));
         }
     }
     if let Some(Value::Array(allowed)) = schema.get("enum") {
         if !allowed.iter().any(|option| same_value(option, value)) {
-            return Err(Reason::NotInEnum { argument: path.into(), allowed: allowed.clone(), given: value.clone() });
+            return Err(Box::new(Reason::NotInEnum {
+                argument: path.into(),
+                allowed: allowed.clone(),
+                given: value.clone(),
+            }));
         }
     }
     if let Some(number) = as_number(value) {
         for bound in [Bound::Minimum, Bound::Maximum, Bound::ExclusiveMinimum, Bound::ExclusiveMaximum] {
             let Some(limit) = schema.get(bound.keyword()) else { continue };
             if as_number(limit).is_some_and(|limit| !bound.holds(number, limit)) {
-                return Err(Reason::OutOfBounds { argument: path.into(), bound, limit: limit.clone(), given: value.clone() });
+                return Err(Box::new(Reason::OutOfBounds {
+                    argument: path.into(),
+                    bound,
+                    limit: limit.clone(),
+                    given: value.clone(),
+                }));
             }
         }
     }
     match value {
         Value::Object(fields) => check_fields(fields, schema, path),
         Value::Array(items) => match schema.get("items") {
-            Some(item_schema) => {
-                items.iter().enumerate().try_for_each(|(i, item)| check_value(item, item_schema, &format!("{path}[{i}]")))
-            }
+            Some(item_schema) => items
+                .iter()
+                .enumerate()
+                .try_for_each(|(i, item)| check_value(item, item_schema, &format!("{path}[{i}]"))),
             None => Ok(()),
         },
         _ => Ok(()),
@@ -93,18 +111,20 @@ fn check_value(value: &Value, schema: &Value, path: &str) -> Result<(), Reason> 
 }
 
 /// An object's fields: the required ones present, none undeclared, each fitting its schema.
-fn check_fields(fields: &Map<String, Value>, schema: &Map<String, Value>, path: &str) -> Result<(), Reason> {
+fn check_fields(fields: &Map<String, Value>, schema: &Map<String, Value>, path: &str) -> Result<(), Box<Reason>> {
     let at = |name: &str| if path.is_empty() { name.to_string() } else { format!("{path}.{name}") };
     let required = schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str);
     if let Some(missing) = required.into_iter().find(|name| !fields.contains_key(*name)) {
-        return Err(Reason::MissingArgument { argument: at(missing) });
+        return Err(Box::new(Reason::MissingArgument { argument: at(missing) }));
     }
     let Some(properties) = schema.get("properties").and_then(Value::as_object) else { return Ok(()) };
     let additional = schema.get("additionalProperties");
     for (name, field) in fields {
         match (properties.get(name), additional) {
             (Some(field_schema), _) => check_value(field, field_schema, &at(name))?,
-            (None, None | Some(Value::Bool(false))) => return Err(Reason::UnknownArgument { argument: at(name) }),
+            (None, None | Some(Value::Bool(false))) => {
+                return Err(Box::new(Reason::UnknownArgument { argument: at(name) }))
+            }
             (None, Some(extra)) => check_value(field, extra, &at(name))?,
         }
     }
@@ -166,11 +186,11 @@ mod tests {
         vec![lights, wrapped]
     }
 
-    fn check(call: Value) -> Result<Call, Reason> {
+    fn check(call: Value) -> Result<Call, Box<Reason>> {
         check_call(&tools(), &call)
     }
 
-    fn lights(arguments: Value) -> Result<Call, Reason> {
+    fn lights(arguments: Value) -> Result<Call, Box<Reason>> {
         check(json!({"name": "control_lights", "arguments": arguments}))
     }
 
@@ -193,30 +213,61 @@ mod tests {
             (json!({"name": "unlock_door", "arguments": {}}), Reason::UnknownTool { tool: "unlock_door".into() }),
             (json!({"arguments": {}}), Reason::NotACall),
             (json!({"name": "ping", "arguments": "{}"}), Reason::NotACall),
-            (json!({"name": "control_lights", "arguments": {"brightness": 5}}), Reason::MissingArgument { argument: argument("room") }),
+            (
+                json!({"name": "control_lights", "arguments": {"brightness": 5}}),
+                Reason::MissingArgument { argument: argument("room") },
+            ),
             (
                 json!({"name": "control_lights", "arguments": {"room": "garage"}}),
-                Reason::NotInEnum { argument: argument("room"), allowed: vec![json!("kitchen"), json!("study")], given: json!("garage") },
+                Reason::NotInEnum {
+                    argument: argument("room"),
+                    allowed: vec![json!("kitchen"), json!("study")],
+                    given: json!("garage"),
+                },
             ),
             (
                 json!({"name": "control_lights", "arguments": {"room": "Kitchen"}}),
-                Reason::NotInEnum { argument: argument("room"), allowed: vec![json!("kitchen"), json!("study")], given: json!("Kitchen") },
+                Reason::NotInEnum {
+                    argument: argument("room"),
+                    allowed: vec![json!("kitchen"), json!("study")],
+                    given: json!("Kitchen"),
+                },
             ),
             (
                 json!({"name": "control_lights", "arguments": {"room": "study", "brightness": 150}}),
-                Reason::OutOfBounds { argument: argument("brightness"), bound: Bound::Maximum, limit: json!(100), given: json!(150) },
+                Reason::OutOfBounds {
+                    argument: argument("brightness"),
+                    bound: Bound::Maximum,
+                    limit: json!(100),
+                    given: json!(150),
+                },
             ),
             (
                 json!({"name": "control_lights", "arguments": {"room": "study", "brightness": -1}}),
-                Reason::OutOfBounds { argument: argument("brightness"), bound: Bound::Minimum, limit: json!(0), given: json!(-1) },
+                Reason::OutOfBounds {
+                    argument: argument("brightness"),
+                    bound: Bound::Minimum,
+                    limit: json!(0),
+                    given: json!(-1),
+                },
             ),
             (
                 json!({"name": "control_lights", "arguments": {"room": "study", "level": 1}}),
-                Reason::OutOfBounds { argument: argument("level"), bound: Bound::ExclusiveMaximum, limit: json!(1), given: json!(1) },
+                Reason::OutOfBounds {
+                    argument: argument("level"),
+                    bound: Bound::ExclusiveMaximum,
+                    limit: json!(1),
+                    given: json!(1),
+                },
             ),
             (
                 json!({"name": "control_lights", "arguments": {"room": "study", "level": 0.0}}),
-                Reason::OutOfBounds { argument: argument("level"), bound: Bound::ExclusiveMinimum, limit: json!(0), given: json!(0.0) },
+                Reason::OutOfBounds {
+                    argument: argument("level"),
+                    bound: Bound::ExclusiveMinimum,
+                    limit: json!(0),
+                    given: json!(0.0),
+                },
             ),
             (
                 json!({"name": "control_lights", "arguments": {"room": "study", "brightness": 40.5}}),
@@ -240,11 +291,19 @@ mod tests {
             ),
             (
                 json!({"name": "control_lights", "arguments": {"room": "study", "scenes": {"name": "a"}}}),
-                Reason::WrongType { argument: argument("scenes"), expected: json!("array"), given: json!({"name": "a"}) },
+                Reason::WrongType {
+                    argument: argument("scenes"),
+                    expected: json!("array"),
+                    given: json!({"name": "a"}),
+                },
             ),
             (
                 json!({"name": "control_lights", "arguments": {"room": "study", "color": "green"}}),
-                Reason::NotInEnum { argument: argument("color"), allowed: vec![json!("red"), json!("blue")], given: json!("green") },
+                Reason::NotInEnum {
+                    argument: argument("color"),
+                    allowed: vec![json!("red"), json!("blue")],
+                    given: json!("green"),
+                },
             ),
             (
                 json!({"name": "control_lights", "arguments": {"room": "study", "speed": "high"}}),
@@ -252,7 +311,7 @@ mod tests {
             ),
         ];
         for (call, reason) in cases {
-            assert_eq!(check(call.clone()), Err(reason), "{call}");
+            assert_eq!(check(call.clone()), Err(Box::new(reason)), "{call}");
         }
     }
 }

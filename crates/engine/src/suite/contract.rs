@@ -112,10 +112,22 @@ mod tests {
         assert!(same_calls(&a, &b));
         assert_eq!(canonical(&b[0]), r#"{"arguments":{"a":18,"b":"living room","c":[1.5,"strasse"]},"name":"set"}"#);
         // Keys are not folded; 18.5 is not 18; "18" is not 18.
-        assert!(!same_calls(&calls(json!([{"name": "s", "arguments": {"A": 1}}])), &calls(json!([{"name": "s", "arguments": {"a": 1}}]))));
-        assert!(!same_calls(&calls(json!([{"name": "s", "arguments": {"t": 18.5}}])), &calls(json!([{"name": "s", "arguments": {"t": 18}}]))));
-        assert!(!same_calls(&calls(json!([{"name": "s", "arguments": {"t": "18"}}])), &calls(json!([{"name": "s", "arguments": {"t": 18}}]))));
-        assert!(same_calls(&calls(json!([{"name": "s", "arguments": {"t": -0.0, "u": 1e2}}])), &calls(json!([{"name": "s", "arguments": {"t": 0, "u": 100}}]))));
+        assert!(!same_calls(
+            &calls(json!([{"name": "s", "arguments": {"A": 1}}])),
+            &calls(json!([{"name": "s", "arguments": {"a": 1}}]))
+        ));
+        assert!(!same_calls(
+            &calls(json!([{"name": "s", "arguments": {"t": 18.5}}])),
+            &calls(json!([{"name": "s", "arguments": {"t": 18}}]))
+        ));
+        assert!(!same_calls(
+            &calls(json!([{"name": "s", "arguments": {"t": "18"}}])),
+            &calls(json!([{"name": "s", "arguments": {"t": 18}}]))
+        ));
+        assert!(same_calls(
+            &calls(json!([{"name": "s", "arguments": {"t": -0.0, "u": 1e2}}])),
+            &calls(json!([{"name": "s", "arguments": {"t": 0, "u": 100}}]))
+        ));
     }
 
     #[test]

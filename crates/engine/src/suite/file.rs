@@ -122,9 +122,13 @@ impl Suite {
             column: error.column(),
             message: error.to_string().split(" at line ").next().unwrap_or_default().to_string(),
         })?;
-        let field = |place: &str, problem: String| SuiteError::Field { path: path.into(), place: place.into(), problem };
+        let field =
+            |place: &str, problem: String| SuiteError::Field { path: path.into(), place: place.into(), problem };
         let Value::Object(top) = value else {
-            return Err(field("the file", format!("is {}; write an object with {}", kind_of(&value), listed(&TOP_FIELDS))));
+            return Err(field(
+                "the file",
+                format!("is {}; write an object with {}", kind_of(&value), listed(&TOP_FIELDS)),
+            ));
         };
         known_fields(&top, &TOP_FIELDS).map_err(|problem| field("the top level", problem))?;
         let name = string(&top, "name").map_err(|problem| field("name", problem))?;
@@ -138,7 +142,8 @@ impl Suite {
             if !named {
                 return Err(field(
                     &format!("tools[{i}]"),
-                    "is not a tool schema; write {\"name\": \"...\", \"description\": \"...\", \"parameters\": {...}}".into(),
+                    "is not a tool schema; write {\"name\": \"...\", \"description\": \"...\", \"parameters\": {...}}"
+                        .into(),
                 ));
             }
         }
@@ -147,7 +152,9 @@ impl Suite {
             return Err(field("cases", "is empty; a suite needs at least one case".into()));
         }
         let cases = (cases.iter().enumerate())
-            .map(|(i, case)| read_case(case, &tools).map_err(|(at, problem)| field(&format!("cases[{i}]{at}"), problem)))
+            .map(|(i, case)| {
+                read_case(case, &tools).map_err(|(at, problem)| field(&format!("cases[{i}]{at}"), problem))
+            })
             .collect::<Result<_, _>>()?;
         Ok(Suite { name, system, tools, cases })
     }
@@ -169,7 +176,10 @@ fn read_case(case: &Value, tools: &[Value]) -> Result<Case, (String, String)> {
         .map(|(i, call)| {
             check_call(tools, call).map_err(|reason| {
                 let fix = "fix the call, or the tool's schema";
-                (format!(".calls[{i}]"), format!("no model's call could match it, as the checks would withhold it: {reason}; {fix}"))
+                (
+                    format!(".calls[{i}]"),
+                    format!("no model's call could match it, as the checks would withhold it: {reason}; {fix}"),
+                )
             })
         })
         .collect::<Result<_, _>>()?;
@@ -244,7 +254,10 @@ mod tests {
         assert_eq!((read.name.as_str(), read.system.as_str(), read.tools.len()), ("home", "be careful", 1));
         assert_eq!(read.cases[0].calls[0].name, "set_thermostat");
         assert_eq!((read.cases[0].category, read.cases[0].critical), (Category::Positive, false));
-        assert_eq!((read.cases[1].category, read.cases[1].critical, read.cases[1].calls.len()), (Category::Invalid, true, 0));
+        assert_eq!(
+            (read.cases[1].category, read.cases[1].critical, read.cases[1].calls.len()),
+            (Category::Invalid, true, 0)
+        );
     }
 
     #[test]

@@ -177,7 +177,8 @@ mod tests {
             let want: Vec<bool> = serde_json::from_value(suite["verdicts"].clone()).unwrap();
             assert_eq!(verdicts.iter().map(|(pass, _)| *pass).collect::<Vec<_>>(), want, "{name}");
             let tally = Tally::of(verdicts);
-            let want_tally = (suite["passed"].as_u64().unwrap() as usize, suite["critical_failures"].as_u64().unwrap() as usize);
+            let want_tally =
+                (suite["passed"].as_u64().unwrap() as usize, suite["critical_failures"].as_u64().unwrap() as usize);
             assert_eq!((tally.passed, tally.critical_failures), want_tally, "{name}");
             assert_eq!(tally.contract, suite["contract"].as_bool().unwrap(), "{name}");
         }
