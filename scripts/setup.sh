@@ -12,7 +12,7 @@
 #   macOS    the app: Xcode's command-line tools (WebKit is the system's).
 #            --test: TypeScript (Node.js's npm needed). --bundle: npm for the Tauri CLI.
 #   Windows  (from Git Bash) the app: Visual Studio's x64 C++ build tools (WebView2 comes with Windows 10 and 11).
-#            --test: TypeScript (Node.js's npm needed). --bundle: NVIDIA's CUDA Toolkit 13.0 and npm.
+#            --test: TypeScript (Node.js's npm needed). --bundle: NVIDIA's CUDA Toolkit 13.0, Python 3 and npm.
 # Off Linux, some tests are compiled out (README, "Tests"): the app end to end, the hostile-file limits
 # (`ulimit -v`) and the keychain and notification tests need Linux's tools.
 #
@@ -81,6 +81,9 @@ windows() {
         need "Visual Studio 2022 (or its Build Tools) with \"Desktop development with C++\""
     fi
     [[ -z $mode ]] || command -v npm >/dev/null || need "Node.js (its npm), e.g. \`winget install OpenJS.NodeJS.LTS\`"
+    if [[ $mode == --bundle ]] && ! "${PYTHON:-python3}" -c '' 2>/dev/null; then
+        need "Python 3 for scripts/bundle.sh (set PYTHON=python where it is installed under that name)"
+    fi
     if [[ $mode == --bundle ]] && [[ -z ${CUDA_PATH:-} || ! -x "$(cygpath -u "${CUDA_PATH:-}")/bin/nvcc.exe" ]]; then
         need "NVIDIA's CUDA Toolkit 13.0 (nvcc, cuBLAS, cuRAND; its installer sets CUDA_PATH):
        https://developer.nvidia.com/cuda-13-0-2-download-archive"
