@@ -40,6 +40,7 @@ mod gradients;
 mod inputs;
 mod inspect;
 mod ladder;
+mod progress;
 mod run;
 mod tokenize;
 
