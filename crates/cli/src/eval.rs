@@ -115,7 +115,7 @@ pub fn run(args: Args) -> Result<()> {
         report_progress("eval", done, total)
     })
     .with_context(|| format!("evaluating {}", model.label))?;
-    noteln!();
+    end_progress();
     let answered = match args.accuracy {
         true => Some(held.answer(&model.network, &model.tokenizer, "answer")?),
         false => None,
@@ -182,7 +182,7 @@ impl Held {
                 }
             },
         )?;
-        noteln!();
+        end_progress();
         Ok((score, wrong))
     }
 
@@ -192,7 +192,7 @@ impl Held {
         let loss = evaluate(network, self.rows.iter().cloned(), self.seq_len, self.rows_per_pass, progress)
             .with_context(|| format!("evaluating the {what} row"))?
             .loss;
-        noteln!();
+        end_progress();
         let (calls, wrong) = self.answer(network, tokenizer, &format!("{what} calls"))?;
         Ok(ModelScore { loss, calls, wrong })
     }
@@ -238,15 +238,22 @@ fn write_answers(path: &Path, wrong: &[Answered]) -> Result<()> {
         .with_context(|| format!("cannot write {}; check that the directory exists and is writable", path.display()))
 }
 
-/// A progress line redrawn in place on a terminal; in a log (stderr not a terminal), where each
-/// redraw would run into the last, the finished count only. The caller ends the line.
+/// A progress line redrawn in place on a terminal; on a pipe or in a log, where a redraw would run
+/// into the last, one line per update. [`end_progress`] ends it.
 fn report_progress(what: &str, done: usize, total: usize) {
     if std::io::stderr().is_terminal() {
         note!("\r  {what:<9} {done}/{total} examples");
         // Progress is best-effort: a closed stderr must not fail the evaluation.
         let _ = std::io::stderr().flush();
-    } else if done == total {
-        note!("  {what:<9} {done}/{total} examples");
+    } else {
+        noteln!("  {what:<9} {done}/{total} examples");
+    }
+}
+
+/// Ends the progress line on a terminal (elsewhere each update ended its own).
+fn end_progress() {
+    if std::io::stderr().is_terminal() {
+        noteln!();
     }
 }
 
