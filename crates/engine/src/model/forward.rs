@@ -4,10 +4,11 @@
 
 use candle_core::Tensor;
 
-use super::decode::{greedy, DecodeState};
-use super::fast::{CpuDecode, CpuNetwork, HostGrads, Workspace};
+use super::fast::{CpuDecode, CpuNetwork, Workspace};
+use super::linear::HostGrads;
 use super::linear::LowRank;
 use super::packing::Packing;
+use super::san::decode::{greedy, DecodeState};
 use super::{Network, Result};
 
 /// How passes are computed.
