@@ -2,12 +2,12 @@
 //!
 //! One room per step of the window, each a folder holding its state, its work and the thin
 //! `#[tauri::command]` glue the web UI calls: [`model`] (hardware, base model, preferences), [`data`]
-//! (the dataset's report, Generate), [`train`] (the training, its record and chart), [`evaluate`]
-//! (the built file's scores, Try), [`export`] (Build, Publish) and [`history`] (past trainings). They
-//! stand on [`worker`] (the `needle` CLI as a child process, where trainings and builds run, so a
-//! crash, an out-of-memory kill or a cancel never takes the window down), [`secrets`] (Generate's key,
-//! Publish's token), [`chart`] (the charts, as SVG) and [`ground`] (helpers that import nothing of the
-//! app); [`studio`] composes them.
+//! (the dataset's report, Generate), [`train`] (the training and its chart), [`evaluate`] (the built
+//! file's scores, Try), [`export`] (Build, Publish) and [`history`] (past trainings). They stand on
+//! [`record`] (the trainings' record, which every step reads), [`worker`] (the `needle` CLI as a child
+//! process, where trainings and builds run, so a crash, an out-of-memory kill or a cancel never takes
+//! the window down), [`secrets`] (Generate's key, Publish's token), [`chart`] (the charts, as SVG)
+//! and [`ground`] (helpers that import nothing of the app); [`studio`] composes them.
 //! State lives in Rust; `ui/` renders what the commands return and their channels send.
 
 mod chart;
@@ -17,6 +17,7 @@ mod export;
 mod ground;
 mod history;
 mod model;
+mod record;
 mod secrets;
 mod studio;
 mod train;

@@ -622,7 +622,7 @@ fn the_ui_type_checks_against_them() {
 fn a_field_renamed_in_rust_fails_the_type_check() {
     // HistoryEntry's `final_loss` renamed in the Rust source, the types generated again into a copy of
     // the UI: the panels that read `entry.final_loss` no longer check.
-    let record = repo("src-tauri/src/train/record.rs");
+    let record = repo("src-tauri/src/record/trainings.rs");
     let renamed: Vec<(PathBuf, String)> = sources()
         .into_iter()
         .map(|(file, text)| {

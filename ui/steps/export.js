@@ -4,6 +4,7 @@
 // A Needle 3 model's depth ladder is scored here too, rung by rung, and any rung built as its own .cact.
 
 import * as api from '../ground/api.js';
+import { resetCancel, wireCancel } from '../ground/cancel.js';
 import { $, basename, errorText, formatBytes, h, setMessage, setStatus } from '../ground/dom.js';
 import { pickPath, reveal } from '../ground/files.js';
 import { renderKey, wireKey } from '../ground/keys.js';
@@ -127,7 +128,7 @@ const setLadderStatus = (status, text) => setStatus($('ladder-status'), status, 
 function setScoring(scoring) {
   $('ladder-button').disabled = scoring;
   $('ladder-cancel').hidden = !scoring;
-  $('ladder-cancel').textContent = 'Cancel';
+  resetCancel($('ladder-cancel'));
 }
 
 /**
@@ -160,19 +161,6 @@ async function scoreLadder() {
   }
 }
 
-async function cancelLadder() {
-  try {
-    const answer = await api.cancelLadder();
-    if (answer === 'stopping') {
-      setLadderStatus('scoring', 'Cancelling: stopping at the next answer… (press again to stop now)');
-      $('ladder-cancel').textContent = 'Stop now';
-    } else if (answer === 'killed') {
-      setLadderStatus('scoring', 'Stopping now…');
-    }
-  } catch (error) {
-    setLadderStatus('failed', errorText(error));
-  }
-}
 
 /** @param {string} trainingId the training whose ladder is scored @param {LadderMessage} message */
 function handleLadderEvent(trainingId, message) {
@@ -325,7 +313,12 @@ export function wireExport() {
   });
   $('build-button').addEventListener('click', () => buildCact(null));
   $('ladder-button').addEventListener('click', scoreLadder);
-  $('ladder-cancel').addEventListener('click', cancelLadder);
+  wireCancel($('ladder-cancel'), {
+    cancel: api.cancelLadder,
+    stopping: 'Cancelling: stopping at the next answer…',
+    say: (text) => setLadderStatus('scoring', text),
+    failed: (error) => setLadderStatus('failed', errorText(error)),
+  });
   $('publish-button').addEventListener('click', publishCact);
   $('publish-cancel').addEventListener('click', cancelPublish);
   wireKey('publish-token', 'hub_token', errorEl);

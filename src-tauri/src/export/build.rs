@@ -9,7 +9,7 @@ use tauri::ipc::Channel;
 
 use crate::evaluate::score::quant_rows;
 use crate::ground::ending_in;
-use crate::train::record::{CactInfo, HistoryEntry, Records, TrainingRecord};
+use crate::record::trainings::{CactInfo, HistoryEntry, Records, TrainingRecord};
 use crate::worker::job::Job;
 use crate::worker::process::{Exit, Line, Watcher, Worker};
 

@@ -10,7 +10,7 @@ use needle_engine::hub::Uploaded;
 use serde::{Deserialize, Serialize};
 
 use crate::ground::read_limited;
-use crate::train::draft::TrainingRequest;
+use crate::record::request::TrainingRequest;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
