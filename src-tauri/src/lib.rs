@@ -28,15 +28,20 @@ use std::process::ExitCode;
 
 use tauri::{AppHandle, Manager, RunEvent, Runtime};
 
-pub use studio::{Launch, Studio};
+pub use studio::{start, Launch, Start, Studio};
 pub use worker::process::{Worker, SUPERSEDED, WORKER_ARG};
 
 /// Opens the app's window with what it was launched with, and returns when the window closes.
 pub fn open_window(launch: Launch) -> ExitCode {
     let app = with_commands(tauri::Builder::default()).setup(move |app| {
-        let (worker, hardware) = worker::engine::discover()?;
-        let hub = needle_engine::hub::Hub::from_env();
-        Studio::open(app.path().app_data_dir()?, launch, worker, hardware, hub)?.manage(app);
+        let start = Start {
+            data_dir: app.path().app_data_dir()?,
+            launch,
+            app_worker: Worker::this_app()?,
+            hub: needle_engine::hub::Hub::from_env(),
+            engine_deadline: worker::engine::ANSWER_DEADLINE,
+        };
+        studio::start(app.handle(), start);
         Ok(())
     });
     match app.build(tauri::generate_context!()) {
