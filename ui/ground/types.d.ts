@@ -2,6 +2,55 @@
 // src-tauri/tests/ui_types.rs; do not edit (NEEDLE_UI_TYPES=write cargo test -p needle-studio
 // --test ui_types writes it again).
 
+/** A channel a command sends its messages on (Tauri's `Channel`). */
+export type Channel<T> = { onmessage: (message: T) => void };
+
+/** Every command the window may call: the arguments it sends (as Tauri names them) and the answer. */
+export type Commands = {
+  base_model: { args: Record<string, never>; answer: BaseModelStatus };
+  build_cact: { args: { trainingId: string; request: BuildRequest; onEvent: Channel<BuildMessage> }; answer: null };
+  cancel_download: { args: Record<string, never>; answer: CancelDownload };
+  cancel_generation: { args: Record<string, never>; answer: CancelAnswer };
+  /** Asks the ladder sweep going to stop (a second time: ends it now); its outcome follows on its channel. */
+  cancel_ladder: { args: Record<string, never>; answer: CancelAnswer };
+  /** Stops the upload going before its commit; the outcome follows on its channel. */
+  cancel_publish: { args: Record<string, never>; answer: PublishState };
+  cancel_training: { args: Record<string, never>; answer: CancelAnswer };
+  /** Line `line` of the dataset at `path`, as written (a doctor's finding, clicked). */
+  dataset_line: { args: { path: string; line: number }; answer: string };
+  download_base_model: { args: { generation: Generation; onEvent: Channel<DownloadMessage> }; answer: null };
+  evaluation: { args: { trainingId: string }; answer: Evaluation };
+  forget_key: { args: { name: SecretName }; answer: KeySource };
+  generate_examples: { args: { request: GenerateRequest; onEvent: Channel<GenerateMessage> }; answer: null };
+  generate_setup: { args: Record<string, never>; answer: GenerateSetup };
+  history: { args: Record<string, never>; answer: HistoryEntry[] };
+  /**
+   * Why training `training_id`'s model has no depth ladder to score (a Needle 2 model), or nothing when
+   * it has one.
+   */
+  ladder_refusal: { args: { trainingId: string }; answer: string | null };
+  /** The report `needle data --json` prints, as it printed it; `max_len` as typed in the Train panel. */
+  load_dataset: { args: { path: string; tokenizer: string | null; checkpoint: string | null; maxLen: unknown }; answer: DatasetReport };
+  open_training: { args: { id: string }; answer: Opened };
+  plan_training: { args: { draft: TrainingDraft }; answer: Plan };
+  publish_cact: { args: { trainingId: string; repo: string; onEvent: Channel<PublishMessage> }; answer: null };
+  publish_setup: { args: Record<string, never>; answer: PublishSetup };
+  /** Keeps a typed key or token in the keychain (or, without one, in memory until the app closes). */
+  remember_key: { args: { name: SecretName; key: string }; answer: KeySource };
+  resume_training: { args: { id: string; onEvent: Channel<TrainingMessage> }; answer: HistoryEntry };
+  /** "Show in folder" for the adapter and the built file. */
+  reveal: { args: { path: string }; answer: null };
+  save_preferences: { args: { preferences: Preferences }; answer: null };
+  /** Scores every rung of training `training_id`'s depth ladder; progress and the table follow on `on_event`. */
+  score_ladder: { args: { trainingId: string; onEvent: Channel<LadderMessage> }; answer: null };
+  start_training: { args: { draft: TrainingDraft; onEvent: Channel<TrainingMessage> }; answer: HistoryEntry };
+  /** Everything the window shows when it opens, once the rooms are open. */
+  startup: { args: Record<string, never>; answer: Startup };
+  try_model: { args: { question: Question }; answer: Answers };
+  use_base_model: { args: { generation: Generation }; answer: BaseModel };
+  validate_training: { args: { draft: TrainingDraft }; answer: FieldErrors };
+};
+
 /** Exact-call accuracy over a set of examples. */
 export type Accuracy = {
   examples: number;
