@@ -627,7 +627,13 @@ export type HistoryEntry = {
   adapter: string | null;
   /** Why a training failed or stopped. */
   message: string | null;
+  /** The whole model's built file: the one Evaluate scores and Publish uploads. */
   cact: CactInfo | null;
+  /**
+   * Rungs of the model's depth ladder built as files of their own, beside the whole model's, never
+   * in its place.
+   */
+  rungs?: CactInfo[];
   /** Held-out loss and exact-call accuracy of the base and the tuned model, when the training finished. */
   scores?: CallScores | null;
   /** Where Build writes unless the user picks another file. */
