@@ -507,13 +507,28 @@ fn first_start_downloads_the_base_model_with_resume_and_then_uses_it() {
     assert!(status["models"].as_array().unwrap().iter().all(|m| m["bytes"].as_u64().is_some()), "{status}");
     assert_eq!(fake.seen().len(), asked);
 
-    // Offline with nothing cached: the sizes are unknown, and the note says why.
+    // Offline with nothing cached: the sizes are unknown, the panel is told it is offline, and the
+    // details say why.
     let empty = tempfile::tempdir().unwrap();
     let hub = Hub { offline: true, cache: empty.path().join("hub"), ..hub };
-    let status = App::open_with(empty.path(), launch, hub).ok("base_model", json!({}));
+    let status = App::open_with(empty.path(), launch.clone(), hub.clone()).ok("base_model", json!({}));
     for model in status["models"].as_array().unwrap() {
-        assert!(model["bytes"].is_null() && model["note"].as_str().unwrap().contains("HF_HUB_OFFLINE"), "{status}");
+        let trouble = &model["trouble"];
+        assert!(model["bytes"].is_null() && trouble["offline"] == true, "{status}");
+        assert!(trouble["details"].as_str().unwrap().contains("HF_HUB_OFFLINE"), "{status}");
     }
+    // A hub that cannot be reached is offline too; one that answers wrongly is not.
+    let unreachable = Hub { offline: false, endpoint: "http://127.0.0.1:9".into(), ..hub.clone() };
+    let status = App::open_with(empty.path(), launch.clone(), unreachable).ok("base_model", json!({}));
+    assert!(status["models"].as_array().unwrap().iter().all(|m| m["trouble"]["offline"] == true), "{status}");
+    fake.set_faults(Faults { token: Some("not sent".into()), ..Faults::default() });
+    let refusing = Hub { offline: false, ..hub };
+    let status = App::open_with(empty.path(), launch, refusing).ok("base_model", json!({}));
+    for model in status["models"].as_array().unwrap() {
+        let trouble = &model["trouble"];
+        assert!(trouble["offline"] == false && trouble["details"].as_str().unwrap().contains("HTTP 401"), "{status}");
+    }
+    fake.set_faults(Faults::default());
 }
 
 /// The offer of `generation` in a `base_model` status.

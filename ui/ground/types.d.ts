@@ -188,12 +188,12 @@ export type BaseModelOffer = {
   cached: BaseModel | null;
   /**
    * Bytes of both files: on disk when cached, else as the hub announces them; `None` while it
-   * downloads, or when the hub cannot be asked (then `note` says why).
+   * downloads, or when the hub cannot be asked (then `trouble` says why).
    */
   bytes: number | null;
   /** Bytes already on disk from a cancelled or cut download, which the next one resumes from. */
   partial_bytes: number;
-  note: string | null;
+  trouble: HubTrouble | null;
   /** Its download as the window last heard of it (idle while another generation downloads). */
   download: DownloadState;
 };
@@ -693,6 +693,17 @@ export type HubEvent =
     event: "failed";
     message: string;
   };
+
+/** Why the hub could not say what a download would fetch. */
+export type HubTrouble = {
+  /**
+   * The hub cannot be reached (no connection, or `HF_HUB_OFFLINE` set): the panel says "offline" in
+   * one line rather than one message per model.
+   */
+  offline: boolean;
+  /** The whole message (the address, the cause, the way around), which the panel keeps folded. */
+  details: string;
+};
 
 /** One thing wrong with one line. */
 export type Issue =
