@@ -33,6 +33,7 @@ pub use worker::process::{Worker, SUPERSEDED, WORKER_ARG};
 
 /// Opens the app's window with what it was launched with, and returns when the window closes.
 pub fn open_window(launch: Launch) -> ExitCode {
+    webview_environment();
     let app = with_commands(tauri::Builder::default()).setup(move |app| {
         let start = Start {
             data_dir: app.path().app_data_dir()?,
@@ -56,6 +57,20 @@ pub fn open_window(launch: Launch) -> ExitCode {
         }
     }
 }
+
+/// What the webview needs from the environment, set before it starts (and before any thread does, as
+/// the environment is the process's): on Linux, WebKitGTK's DMA-BUF renderer takes the window down
+/// where GPU buffers cannot be shared (Xvfb, virtual machines, some drivers), so it is off unless the
+/// user set the switch themselves, and a first start never depends on how the app was launched.
+fn webview_environment() {
+    #[cfg(target_os = "linux")]
+    if std::env::var_os(DMABUF_RENDERER_SWITCH).is_none() {
+        std::env::set_var(DMABUF_RENDERER_SWITCH, "1");
+    }
+}
+
+#[cfg(target_os = "linux")]
+const DMABUF_RENDERER_SWITCH: &str = "WEBKIT_DISABLE_DMABUF_RENDERER";
 
 /// The app's life: when it exits, its workers end with it (a training first saves what it
 /// learned), so none is left running without a window.

@@ -868,8 +868,8 @@ impl TauriDriver {
                 // Publish's repository and token, from the environment as the CLI reads them.
                 .env("NEEDLE_HF_REPO", PUBLISH_REPO)
                 .env("HF_TOKEN", HUB_TOKEN)
-                // Software rendering: Xvfb has no GPU.
-                .env("WEBKIT_DISABLE_DMABUF_RENDERER", "1")
+                // Software rendering: Xvfb has no GPU. (WebKit's DMA-BUF renderer the app turns off itself.)
+                .env_remove("WEBKIT_DISABLE_DMABUF_RENDERER")
                 .env("LIBGL_ALWAYS_SOFTWARE", "1")
                 .env_remove("NEEDLE_DEVICE")
                 // Generate's key, from the environment as the CLI reads it; its endpoint is typed.
