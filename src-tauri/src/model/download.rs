@@ -194,7 +194,7 @@ fn offer(hub: &Hub, downloads: &Downloads, published: &PublishedBase) -> BaseMod
     } else if !running {
         match announced_sizes(hub, published) {
             Ok((total, partial)) => (offer.bytes, offer.partial_bytes) = (Some(total), partial),
-            Err(error) => offer.trouble = Some(error.into()),
+            Err(trouble) => offer.trouble = Some(trouble),
         }
     }
     offer
@@ -206,10 +206,10 @@ fn file_size(path: &Path) -> u64 {
 
 /// The announced size of both files, and the bytes of them already on disk; else why the hub could
 /// not say.
-fn announced_sizes(hub: &Hub, published: &PublishedBase) -> Result<(u64, u64), HubError> {
+fn announced_sizes(hub: &Hub, published: &PublishedBase) -> Result<(u64, u64), HubTrouble> {
     let mut sizes = (0, 0);
     for file in published.hub_files() {
-        let announced = hub.announce(&file)?;
+        let announced = hub.announce(&file).map_err(HubTrouble::from)?;
         sizes.0 = u64::saturating_add(sizes.0, announced.size);
         sizes.1 = u64::saturating_add(sizes.1, hub.partial_bytes(&file, &announced));
     }
