@@ -46,6 +46,7 @@ pub mod backend;
 pub mod cact;
 pub mod calls;
 pub mod checkpoint;
+pub mod confidence;
 pub mod config;
 pub mod dataset;
 pub mod generate;
