@@ -37,6 +37,7 @@ pub mod pyjson;
 pub mod settings;
 pub mod tokenizer;
 pub mod train;
+pub mod w4a8;
 
 /// The committed fixtures (`tests/fixtures`) the unit tests read.
 #[cfg(test)]
