@@ -61,6 +61,7 @@ pub mod settings;
 pub mod simd;
 pub mod tokenizer;
 pub mod train;
+pub mod w4a8;
 
 #[cfg(test)]
 mod fixtures;
