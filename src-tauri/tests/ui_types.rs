@@ -677,10 +677,12 @@ const TYPES: &str = "ui/ground/types.d.ts";
 /// fails (never skips) without it.
 fn tsc() -> PathBuf {
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
-    let installed = home.join(".cache/needle-studio/node/node_modules/.bin/tsc");
+    // npm's launcher is a shell script elsewhere and a `.cmd` on Windows, which `Command` runs only by that name.
+    let name = if cfg!(windows) { "tsc.cmd" } else { "tsc" };
+    let installed = home.join(".cache/needle-studio/node/node_modules/.bin").join(name);
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::iter::once(installed)
-        .chain(std::env::split_paths(&path).map(|dir| dir.join("tsc")))
+        .chain(std::env::split_paths(&path).map(|dir| dir.join(name)))
         .find(|tsc| tsc.is_file())
         .unwrap_or_else(|| panic!("no tsc (TypeScript) to check ui/ with: scripts/setup.sh --test installs it"))
 }

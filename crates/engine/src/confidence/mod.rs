@@ -20,7 +20,7 @@
 
 use candle_core::{DType, Tensor, D};
 
-use crate::cact::quant::{cq_round_trip, cq_round_trip_columns, Bits};
+use crate::quant::{cq_round_trip, cq_round_trip_columns, Bits};
 use crate::config::ModelConfig;
 use crate::generation::Generation;
 use crate::model::kernels::sigmoid;

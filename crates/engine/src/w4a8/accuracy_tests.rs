@@ -21,10 +21,10 @@ use rand_distr::{Distribution, Normal};
 use super::layout::lane;
 use super::*;
 use crate::cact::format::TensorKind;
-use crate::cact::quant::{cq_decode, cq_encode, cq_split, Bits, GROUP};
+use crate::quant::{cq_decode, cq_encode, cq_split, Bits, GROUP};
 use crate::cact::reader::CactFile;
 use crate::fixtures::fixture;
-use crate::model::kernels::walsh_row;
+use crate::simd::walsh_row;
 
 fn gaussian(n: usize, seed: u64) -> Vec<f32> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);

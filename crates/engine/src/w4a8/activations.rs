@@ -12,8 +12,8 @@ use rayon::prelude::*;
 
 use super::layout::lane;
 use super::W4a8Error;
-use crate::cact::quant::{padded_width, GROUP};
-use crate::model::kernels::{walsh_row, widest};
+use crate::quant::{padded_width, GROUP};
+use crate::simd::{walsh_row, widest};
 
 /// Values a thread quantizes at the least: below this rayon's hand-off costs more.
 const PARALLEL_MIN: usize = 1 << 14;

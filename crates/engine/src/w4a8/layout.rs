@@ -9,7 +9,7 @@
 //! and gets a register of codes whose activations are one contiguous load: no shuffle of the
 //! codes, no copy of the file's bytes in another order.
 
-use crate::cact::quant::{Bits, GROUP};
+use crate::quant::{Bits, GROUP};
 
 /// Half a group: where the odd positions start in lane order.
 const HALF: usize = GROUP / 2;

@@ -6,9 +6,9 @@ use half::f16;
 use super::layout::{lane, Packing};
 use super::W4a8Error;
 use crate::cact::format::TensorKind;
-use crate::cact::quant::{cq_blob_len, cq_split, packed_row_bytes, padded_width, Bits, CqBlobError, GROUP};
+use crate::quant::{cq_blob_len, cq_split, packed_row_bytes, padded_width, Bits, CqBlobError, GROUP};
 use crate::cact::reader::CactFile;
-use crate::model::kernels::walsh_row;
+use crate::simd::walsh_row;
 
 /// The codebook as the kernels multiply it: each level as an int8 multiple of one scale.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,7 +65,7 @@ impl CqMatrix {
         Self::from_blob(blob, out, in_dim, bits).map_err(|source| W4a8Error::Blob { index, name: name(), source })
     }
 
-    /// A CQ blob (as [`crate::cact::quant::cq_encode`] writes it) of an `[out, in_dim]` matrix.
+    /// A CQ blob (as [`crate::quant::cq_encode`] writes it) of an `[out, in_dim]` matrix.
     pub fn from_blob(blob: &[u8], out: usize, in_dim: usize, bits: Bits) -> Result<Self, CqBlobError> {
         let packing = Packing::of(bits);
         let (codes, norms) = match bits {
@@ -135,7 +135,7 @@ impl CqMatrix {
     }
 
     /// Row `o` dequantized into `row` (`in_dim` values), exactly as the simulated path's
-    /// [`crate::cact::quant::cq_decode`] reconstructs it: an embedding row looked up, one at a time.
+    /// [`crate::quant::cq_decode`] reconstructs it: an embedding row looked up, one at a time.
     pub fn row(&self, o: usize, row: &mut [f32]) {
         let mut lanes = [0u8; GROUP];
         for (g, chunk) in row[..self.in_dim].chunks_mut(GROUP).enumerate() {
@@ -156,7 +156,7 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     use super::*;
-    use crate::cact::quant::{cq_decode, cq_encode};
+    use crate::quant::{cq_decode, cq_encode};
 
     pub(crate) const WIDTHS: [Bits; 4] = [Bits::Four, Bits::Three, Bits::Two, Bits::Ternary];
 

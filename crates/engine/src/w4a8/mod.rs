@@ -47,7 +47,7 @@ pub use activations::Activations;
 pub use matrix::{CqMatrix, Levels};
 pub use product::Isa;
 
-use crate::cact::quant::CqBlobError;
+use crate::quant::CqBlobError;
 
 /// Why a W4A8 product could not be set up.
 #[derive(Debug, thiserror::Error)]

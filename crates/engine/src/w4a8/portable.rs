@@ -1,10 +1,10 @@
 //! The group products in plain Rust: every CPU's fallback, and the reference the SIMD kernels are
-//! tested against. Compiled inside [`crate::model::kernels::widest`], its loops vectorize as well as
+//! tested against. Compiled inside [`crate::simd::widest`], its loops vectorize as well as
 //! the compiler manages (on aarch64, NEON's widening multiplies).
 
 use super::activations::Activations;
 use super::layout::Packing;
-use crate::cact::quant::GROUP;
+use crate::quant::GROUP;
 
 /// For each activation row `r`, `acc[r] = Σ level(code) · x` over group `g`: the exact integer
 /// product of one group of a weight row (`codes`, packed as `packing`) with row `r`'s group `g`.

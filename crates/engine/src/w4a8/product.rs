@@ -9,8 +9,8 @@ use super::portable;
 #[cfg(target_arch = "x86_64")]
 use super::x86;
 use super::W4a8Error;
-use crate::cact::quant::GROUP;
-use crate::model::kernels::widest;
+use crate::quant::GROUP;
+use crate::simd::widest;
 
 /// Multiply-adds a thread takes on at the least: below this rayon's hand-off costs more.
 const PARALLEL_MIN: usize = 1 << 16;
@@ -150,7 +150,7 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     use super::*;
-    use crate::cact::quant::{cq_encode, cq_split, Bits};
+    use crate::quant::{cq_encode, cq_split, Bits};
     use crate::w4a8::layout::lane;
 
     const WIDTHS: [Bits; 4] = [Bits::Four, Bits::Three, Bits::Two, Bits::Ternary];

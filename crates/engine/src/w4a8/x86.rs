@@ -13,7 +13,7 @@ use std::arch::x86_64::*;
 
 use super::activations::Activations;
 use super::layout::Packing;
-use crate::cact::quant::GROUP;
+use crate::quant::GROUP;
 
 /// A group's weights, unpacked.
 #[repr(C, align(64))]
