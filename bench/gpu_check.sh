@@ -21,16 +21,20 @@
 #   1. `needle backend`: on a GPU machine it must pick CUDA.
 #   2. The reverse pass on $DEVICE against the CPU path and the reference, on the committed goldens of both
 #      generations (tests/fixtures/golden/<stem>/{forward,lora}.safetensors): `needle gradients` writes the
-#      loss and every LoRA factor's gradient on each device; the loss must agree to 1e-4 relative and each
+#      loss and every LoRA factor's gradient on each device; the golden names which gradients there must be
+#      and their shapes (one missing, misshapen or extra fails); the loss must agree to 1e-4 relative and each
 #      gradient to 1e-3 of its largest entry (Needle 2), or 3e-4 and 4e-2 (Needle 3, whose quantizers turn a
 #      float's last bit into a whole level now and then: crates/engine/src/train/parity_tests.rs says how much).
 #   3. `needle eval` of the pre-trained fixture and the loss of every step of a short `needle finetune` of
 #      tiny_f32, on $DEVICE and on the CPU, to 1e-3 relative: the optimizer and the data path too.
 #   4. `needle bench` at the Needle 2 and Needle 3 shapes (batch 4 × 128), at the whole-run benchmarks'
-#      (`--preset mid`, batch 16 × 640), and decoding (`--decode 64`), on $DEVICE.
+#      (`--preset mid`, batch 16 × 640), and decoding (`--decode 64`), on $DEVICE and on the CPU: each passes
+#      when the device is at least as fast as the CPU (median step; decoding's tokens/s) and, for training,
+#      states its GPU memory (DEVICE=cpu runs them once and judges none).
+# The verdicts are bench/gpu_verdicts.py's, tried without a GPU by bench/test_gpu_verdicts.py.
 # Needs: python3. Exits non-zero when a check fails.
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 
 if [[ ${1:-} == --pack ]]; then
     [[ -f ${2:-} && -n ${3:-} ]] || { echo "usage: bench/gpu_check.sh --pack DEB DIR" >&2; exit 1; }
@@ -122,44 +126,8 @@ for case in "tiny_f32 pkl 1e-4 1e-3" "tiny_f16 pkl 1e-4 1e-3" "pretrained pkl 1e
             --lora-rank 4 --lora-alpha 8 --device "$on" --out "$out/grads-$stem-$on.safetensors" \
             >"$out/grads-$stem-$on.txt" 2>&1 || { note "FAILED: needle gradients $stem on $on: $(tail -n 2 "$out/grads-$stem-$on.txt")"; failed=1; }
     done
-    verdict=$(python3 - "$out/grads-$stem-$device.safetensors" "$out/grads-$stem-cpu.safetensors" \
-        "$fixtures/golden/$stem/lora.safetensors" "$loss_tol" "$grad_tol" <<'EOF'
-import array, json, struct, sys
-
-def read(path):
-    """The float32 tensors of a safetensors file, flat."""
-    with open(path, "rb") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        header, data = json.loads(f.read(size)), f.read()
-    out = {}
-    for name, t in header.items():
-        if name != "__metadata__" and t["dtype"] == "F32":
-            begin, end = t["data_offsets"]
-            out[name] = array.array("f", data[begin:end])
-    return out
-
-def off(got, want):
-    """max |got - want| / max |want|, the parity tests' measure."""
-    return max(abs(g - w) for g, w in zip(got, want)) / max(max(abs(w) for w in want), 1e-30)
-
-try:
-    gpu, cpu, golden = (read(p) for p in sys.argv[1:4])
-except OSError as e:
-    print(f"DIFFER: {e}")
-    sys.exit(1)
-loss_tol, grad_tol = float(sys.argv[4]), float(sys.argv[5])
-names = sorted(n for n in gpu if "/grad_" in n)
-worst = []
-ok = bool(names) and names == sorted(n for n in cpu if "/grad_" in n)
-for other, label in ((cpu, "cpu"), (golden, "reference")):
-    loss = abs(gpu["loss"][0] - other["loss"][0]) / abs(other["loss"][0])
-    grad = max(off(gpu[n], other[n]) for n in names) if names else float("inf")
-    ok = ok and loss <= loss_tol and grad <= grad_tol
-    worst.append(f"vs {label}: loss {loss:.1e}, gradients {grad:.1e}")
-print(("agree" if ok else "DIFFER") + f" ({len(names)} gradients; " + "; ".join(worst) + ")")
-sys.exit(0 if ok else 1)
-EOF
-    ) || failed=1
+    verdict=$(python3 bench/gpu_verdicts.py gradients "$out/grads-$stem-$device.safetensors" \
+        "$out/grads-$stem-cpu.safetensors" "$fixtures/golden/$stem/lora.safetensors" "$loss_tol" "$grad_tol") || failed=1
     note "$stem: $verdict"
 done
 
@@ -181,38 +149,33 @@ for line in sys.stdin:
     if event.get("event") == "step":
         print(event["loss"])'
 }
-# Whether two lists of numbers agree to 1e-3 relative.
-agree() {
-    python3 - "$1" "$2" <<'EOF'
-import sys
-a, b = ([float(x) for x in s.split()] for s in sys.argv[1:3])
-ok = len(a) == len(b) > 0 and all(abs(x - y) <= 1e-3 * max(abs(x), abs(y), 1e-6) for x, y in zip(a, b))
-print("agree" if ok else f"DIFFER: {a} vs {b}")
-sys.exit(0 if ok else 1)
-EOF
-}
-
 note "== eval and a short fine-tune on $device against the CPU"
 loss_device=$(eval_loss "$device")
 loss_cpu=$(eval_loss cpu)
-verdict=$(agree "$loss_device" "$loss_cpu") || failed=1
+verdict=$(python3 bench/gpu_verdicts.py losses "$loss_device" "$loss_cpu") || failed=1
 note "eval loss: $device $loss_device, cpu $loss_cpu: $verdict"
 steps_device=$(step_losses "$device" | tr '\n' ' ')
 steps_cpu=$(step_losses cpu | tr '\n' ' ')
-verdict=$(agree "$steps_device" "$steps_cpu") || failed=1
+verdict=$(python3 bench/gpu_verdicts.py losses "$steps_device" "$steps_cpu") || failed=1
 note "finetune step losses: $device [$steps_device], cpu [$steps_cpu]: $verdict"
 
-note "== needle bench on $device"
+note "== needle bench on $device against the CPU"
+# Each shape on the device and on the CPU: the device must be at least as fast, and state its memory.
 for shape in "--preset needle --batch 4 --seq 128 --steps 5" "--preset needle3 --batch 4 --seq 128 --steps 5" \
     "--preset mid --batch 16 --seq 640 --steps 4" "--preset needle --seq 512 --decode 64"; do
     name=$(echo "$shape" | tr -d '-' | tr ' ' '_')
-    # shellcheck disable=SC2086
-    if "$needle" bench $shape --device "$device" --json >"$out/bench_$name.json" 2>"$out/bench_$name.err"; then
-        note "bench $shape: $(tail -n 1 "$out/bench_$name.json")"
-    else
-        note "bench $shape FAILED: $(tail -n 3 "$out/bench_$name.err")"
-        failed=1
+    for on in $(printf '%s\n' "$device" cpu | uniq); do
+        # shellcheck disable=SC2086
+        "$needle" bench $shape --device "$on" --json >"$out/bench_$name-$on.json" 2>"$out/bench_$name-$on.err" ||
+            { note "bench $shape on $on FAILED: $(tail -n 3 "$out/bench_$name-$on.err")"; failed=1; }
+    done
+    if [[ $device == cpu ]]; then
+        # Nothing to compare: DEVICE=cpu tries the script, it does not judge a device.
+        note "bench $shape: not judged (DEVICE=cpu): $(tail -n 1 "$out/bench_$name-cpu.json")"
+        continue
     fi
+    verdict=$(python3 bench/gpu_verdicts.py bench "$out/bench_$name-$device.json" "$out/bench_$name-cpu.json") || failed=1
+    note "bench $shape: $verdict"
 done
 
 note "== each step's output is in $out"

@@ -6,19 +6,20 @@
 //
 // Each body feeds the bytes to the engine's public reader the CLI uses on a user's file, then
 // drives whatever a command does next with what was read (tokenize, build the network, verify).
-// It returns `Ok` when the top-level reader accepted the input and `Err` with the message when it
-// refused it; a fuzz target ignores the value, the replay prints it. A panic, an abort, an
-// allocation over libFuzzer's limit or a hang is the bug being looked for.
+// It returns `Ok` when the command would go through and `Err` with the first refusal, the error's
+// sources included, when the reader or a step after it refuses the input; a fuzz target ignores
+// the value, the replay checks that the error names the problem. A panic, an abort, an allocation over libFuzzer's limit or a hang
+// is the bug being looked for.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use needle_engine::cact::format::TAG_V3;
 use needle_engine::cact::CactFile;
-use needle_engine::checkpoint::pickle::{self, PyValue};
+use needle_engine::checkpoint::pickle;
 use needle_engine::checkpoint::{file_generation, generation, Checkpoint};
-use needle_engine::generation::Generation;
 use needle_engine::dataset::Dataset;
+use needle_engine::generation::Generation;
 use needle_engine::lora::{load_adapter, merge_into_checkpoint, merge_into_params};
 use needle_engine::model::{Device, Network, Params};
 use needle_engine::tokenizer::Tokenizer;
@@ -41,6 +42,18 @@ const FUZZ_NEEDLE3_BASE_FIXTURE: &str = "tests/fixtures/models/needle3_heads.saf
 
 /// A prompt the networks that load decode from: BOS and two ordinary tokens.
 const FUZZ_PROMPT: [u32; 3] = [2, 20, 21];
+
+/// A reader's refusal as the user reads it: the error's message, then each of its sources'.
+fn fuzz_refusal<E: std::error::Error>(error: E) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
 
 fn fuzz_fixture(relative: &str) -> PathBuf {
     PathBuf::from(REPO_ROOT).join(relative)
@@ -102,61 +115,54 @@ fn fuzz_exercise_tokenizer(tokenizer: &Tokenizer) {
     }
 }
 
-/// A pickle: the safe parser itself, then, for a top-level dict, the checkpoint and the adapter
-/// loaders with what `needle run --checkpoint .. --lora ..` does next (f32 params, the network
-/// built from the checkpoint's config, the adapter merged into a base).
-pub fn fuzz_pickle(data: &[u8]) -> Result<(), String> {
-    let parsed = pickle::parse(data).map_err(|e| e.to_string())?;
-    if !matches!(parsed, PyValue::Dict(_)) {
-        // Checkpoint::load and load_adapter refuse anything else before looking at it.
-        return Ok(());
-    }
-    let path = fuzz_scratch_file("input.pkl", data);
-    if let Ok(checkpoint) = Checkpoint::load(&path) {
-        let _ = checkpoint.param("embedding/embedding");
-        if let Ok(params) = Params::from_checkpoint(&checkpoint, &Device::Cpu) {
-            let _ = Network::load(&checkpoint.config, &params);
-        }
-    }
-    if let Ok(adapter) = load_adapter(&path) {
-        if let Ok(mut base) = Params::from_checkpoint(fuzz_base_checkpoint(), &Device::Cpu) {
-            let _ = merge_into_params(&mut base, &adapter);
-        }
-    }
+/// What `needle run --checkpoint` does with a checkpoint file, to its first refusal: the file
+/// loaded, its parameters in f32, the network built from its config, and a few greedy tokens (whose
+/// rotary tables are sized by what is decoded, whatever the config's `max_seq_len`).
+fn fuzz_run_checkpoint(path: &Path) -> Result<(), String> {
+    let checkpoint = Checkpoint::load(path).map_err(fuzz_refusal)?;
+    let _ = checkpoint.param("embedding/embedding");
+    let params = Params::from_checkpoint(&checkpoint, &Device::Cpu).map_err(fuzz_refusal)?;
+    let network = Network::load(&checkpoint.config, &params).map_err(fuzz_refusal)?;
+    network.generate(&FUZZ_PROMPT, 2).map_err(fuzz_refusal)?;
     Ok(())
 }
 
+/// What a command does with an adapter file, to its first refusal: the file loaded, then merged
+/// into `base` both ways a command merges, into f32 params (`needle run --lora`, `needle eval
+/// --lora`) and into the checkpoint's own arrays (`needle build --lora`).
+fn fuzz_merge_adapter(path: &Path, base: &Checkpoint) -> Result<(), String> {
+    let adapter = load_adapter(path).map_err(fuzz_refusal)?;
+    let mut params = Params::from_checkpoint(base, &Device::Cpu).map_err(fuzz_refusal)?;
+    merge_into_params(&mut params, &adapter).map_err(fuzz_refusal)?;
+    merge_into_checkpoint(&mut base.clone(), &adapter).map_err(fuzz_refusal)
+}
+
+/// A pickle: the safe parser itself, then the file both as a checkpoint ([`fuzz_run_checkpoint`])
+/// and as a Needle 2 adapter merged into the fixture base ([`fuzz_merge_adapter`]); refused when
+/// the parser refuses it or when it is neither.
+pub fn fuzz_pickle(data: &[u8]) -> Result<(), String> {
+    pickle::parse(data).map_err(fuzz_refusal)?;
+    let path = fuzz_scratch_file("input.pkl", data);
+    match (fuzz_run_checkpoint(&path), fuzz_merge_adapter(&path, fuzz_base_checkpoint())) {
+        (Err(checkpoint), Err(adapter)) => Err(format!("as a checkpoint: {checkpoint}; as an adapter: {adapter}")),
+        _ => Ok(()),
+    }
+}
+
 /// A Needle 3 checkpoint: the generation sniffing the app and the hub do (`generation`,
-/// `file_generation`), `Checkpoint::load` of a `.safetensors` file (its structure, metadata,
-/// config and every tensor), then what `needle run --checkpoint ..` does next: f32 params, the
-/// network built from the config, and a few greedy tokens (whose rotary tables are sized by what
-/// is decoded, whatever the config's `max_seq_len`).
+/// `file_generation`), then [`fuzz_run_checkpoint`] on a `.safetensors` file (its structure,
+/// metadata, config and every tensor, and on).
 pub fn fuzz_safetensors_checkpoint(data: &[u8]) -> Result<(), String> {
     let _ = generation(data);
     let path = fuzz_scratch_file("checkpoint.safetensors", data);
     let _ = file_generation(&path);
-    let checkpoint = Checkpoint::load(&path).map_err(|e| e.to_string())?;
-    let _ = checkpoint.param("embedding/embedding");
-    if let Ok(params) = Params::from_checkpoint(&checkpoint, &Device::Cpu) {
-        if let Ok(network) = Network::load(&checkpoint.config, &params) {
-            let _ = network.generate(&FUZZ_PROMPT, 2);
-        }
-    }
-    Ok(())
+    fuzz_run_checkpoint(&path)
 }
 
-/// A Needle 3 adapter: `load_adapter` of a `.safetensors` file, then merged into the Needle 3
-/// fixture base both ways a command merges: into f32 params (`needle run --lora`, `needle eval
-/// --lora`) and into the checkpoint's own arrays (`needle build --lora`).
+/// A Needle 3 adapter: [`fuzz_merge_adapter`] of a `.safetensors` file into the Needle 3 fixture base.
 pub fn fuzz_safetensors_adapter(data: &[u8]) -> Result<(), String> {
     let path = fuzz_scratch_file("adapter.safetensors", data);
-    let adapter = load_adapter(&path).map_err(|e| e.to_string())?;
-    let base = fuzz_needle3_base_checkpoint();
-    if let Ok(mut params) = Params::from_checkpoint(base, &Device::Cpu) {
-        let _ = merge_into_params(&mut params, &adapter);
-    }
-    let _ = merge_into_checkpoint(&mut base.clone(), &adapter);
-    Ok(())
+    fuzz_merge_adapter(&path, fuzz_needle3_base_checkpoint())
 }
 
 /// A Needle 3 `.cact` (the v3 tag): everything [`fuzz_cact`] reads, for the inputs that keep the
@@ -172,17 +178,16 @@ pub fn fuzz_cact_v3(data: &[u8]) -> Result<(), String> {
 /// example tokenized with the fixture tokenizer, the rows encoded and the report serialised.
 pub fn fuzz_dataset_jsonl(data: &[u8]) -> Result<(), String> {
     let path = fuzz_scratch_file("input.jsonl", data);
-    let dataset = Dataset::load(&path, Generation::Needle2).map_err(|e| e.to_string())?;
+    let dataset = Dataset::load(&path, Generation::Needle2).map_err(fuzz_refusal)?;
     let tokenizer = fuzz_fixture_tokenizer();
-    for cap in [2, 512] {
+    // Caps too small for any example, exercised; 512, `needle data`'s, decides.
+    for cap in [1, 2] {
         if let Ok(prepared) = dataset.prepare(tokenizer, cap) {
-            for row in prepared.rows() {
-                let _ = row;
-            }
-            let _ = serde_json::to_string(&prepared.report);
+            let _ = (prepared.rows().count(), serde_json::to_string(&prepared.report));
         }
     }
-    let _ = dataset.prepare(tokenizer, 1);
+    let prepared = dataset.prepare(tokenizer, 512).map_err(fuzz_refusal)?;
+    let _ = (prepared.rows().count(), serde_json::to_string(&prepared.report));
     Ok(())
 }
 
@@ -198,14 +203,14 @@ pub fn fuzz_tokenizer_model(data: &[u8]) -> Result<(), String> {
     if let Ok(tokenizer) = Tokenizer::from_cact_blob(data) {
         fuzz_exercise_tokenizer(&tokenizer);
     }
-    model.map(|_| ()).map_err(|e| e.to_string())
+    model.map(|_| ()).map_err(fuzz_refusal)
 }
 
 /// A `.cact`: `CactFile::parse` (what `CactFile::open`, `needle inspect` and `needle run --weights`
 /// read), the inspect summary, `verify`, and the weights load (`model_config`, `params`, the
 /// network, the carried tokenizer).
 pub fn fuzz_cact(data: &[u8]) -> Result<(), String> {
-    let file = CactFile::parse(data.to_vec()).map_err(|e| e.to_string())?;
+    let file = CactFile::parse(data.to_vec()).map_err(fuzz_refusal)?;
     let _ = (file.size(), file.preamble().len(), file.tokenizer_pieces());
     let _ = serde_json::to_string(&file.header);
     let _ = serde_json::to_string(&file.records);
@@ -213,15 +218,14 @@ pub fn fuzz_cact(data: &[u8]) -> Result<(), String> {
         let _ = (record.bits(), file.blob(index).map(<[u8]>::len));
         let _ = file.values(index);
     }
-    let _ = file.verify();
-    let config = file.model_config();
-    if let Ok(params) = file.params(&Device::Cpu) {
-        let _ = Network::load(&config, &params);
-    }
     if let Some(blob) = file.tokenizer_index().and_then(|i| file.blob(i)) {
         if let Ok(tokenizer) = Tokenizer::from_cact_blob(blob) {
             fuzz_exercise_tokenizer(&tokenizer);
         }
     }
+    // What `needle inspect --verify` and `needle run --weights` refuse.
+    file.verify().map_err(fuzz_refusal)?;
+    let params = file.params(&Device::Cpu).map_err(fuzz_refusal)?;
+    Network::load(&file.model_config(), &params).map_err(fuzz_refusal)?;
     Ok(())
 }

@@ -7,10 +7,11 @@
 # safetensors_adapter and cact_v3 (bodies in fuzz/bodies.rs).
 # Needs `cargo install cargo-fuzz` and a nightly toolchain (`rustup toolchain install nightly`).
 #
-# Seeds fuzz/corpus/<target>/ from the committed fixtures (the corpora are git-ignored and grow
-# between runs), runs each target under libFuzzer with -rss_limit_mb=2048 -timeout=10 and a
+# Seeds fuzz/corpus/<target>/ from the committed fixtures and hostile seeds (fuzz/seeds/<target>/;
+# the corpora are git-ignored and grow between runs), runs each target under libFuzzer with -rss_limit_mb=2048 -timeout=10 and a
 # per-target -max_len, and copies every crash, timeout and OOM into fuzz/regressions/<target>/,
-# which `cargo test` replays (crates/engine/tests/fuzz_regressions.rs). libFuzzer stops at the
+# which `cargo test` replays (crates/engine/tests/fuzz_regressions.rs, where each new file must be
+# listed with the error it is refused with once the bug is fixed). libFuzzer stops at the
 # first failure, so a target is restarted until its time is used up (at most MAX_RESTARTS times).
 # To see one input's panic and backtrace: `cargo +nightly fuzz run -O <target> <file>`.
 #
@@ -95,6 +96,10 @@ seed() {
                 cp "$f" "$dir/seed-$(basename "$(dirname "$f")")-$(basename "$f")"
             done ;;
     esac
+    # The hand-made hostile seeds (fuzz/make_seeds.py), committed beside the fixtures.
+    for f in "$here/seeds/$target"/*; do
+        cp "$f" "$dir/seed-hostile-$(basename "$f")"
+    done
 }
 
 if [ "${NO_BUILD:-0}" != 1 ]; then
@@ -159,4 +164,5 @@ for target in "${targets[@]}"; do
     printf '%-16s %8s %12s %8s %8s %s\n' "$target" "$elapsed" "$execs" "$corpus" "$runs" "${new[*]:-none}" \
         | tee -a "$summary"
 done
-echo "logs: fuzz/logs/, new crashing inputs: fuzz/regressions/<target>/ (replayed by cargo test)"
+echo "logs: fuzz/logs/, new crashing inputs: fuzz/regressions/<target>/ (replayed by cargo test once listed, with" \
+    "the error each must give, in crates/engine/tests/fuzz_regressions.rs)"

@@ -15,10 +15,18 @@
 # package, installed into $NEEDLE_TAURI_CLI. The AppImage bundler downloads linuxdeploy and its plugins from
 # github.com at bundle time; where that cannot be reached the script says so and builds the others.
 #
+# Signing, when the environment has what it needs (the release workflow passes its secrets, which arrive empty
+# when not set; an empty variable counts as unset, so the bundles are then made unsigned and the log says so):
+#   macOS    Tauri signs with APPLE_CERTIFICATE (a .p12, base64), APPLE_CERTIFICATE_PASSWORD and
+#            APPLE_SIGNING_IDENTITY, and notarizes with APPLE_ID, APPLE_PASSWORD and APPLE_TEAM_ID.
+#   Windows  NEEDLE_WINDOWS_SIGN_COMMAND, a command that signs the file %1 (e.g. signtool sign /fd sha256 ... %1,
+#            or a cloud signer's), run by Tauri on every binary and the .msi (bundle.windows.signCommand).
+#   Linux    the packages are not signed.
+#
 # Usage: scripts/bundle.sh
 # Env:   CARGO_TARGET_DIR   where the app is built and the bundles land (default target/)
 #        NEEDLE_TAURI_CLI   where the npm Tauri CLI is installed (default $HOME/.cache/needle-studio/tauri-cli)
-#        and those of scripts/cuda-build.sh (Linux, Windows)
+#        those of signing (above) and of scripts/cuda-build.sh (Linux, Windows)
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -53,15 +61,45 @@ stage_engine() {
     cp "$built" "$stage/needle-$triple$exe"
 }
 
+# Which signing this build gets, said in the log; empty signing variables are removed (see the top).
+signing() {
+    local name
+    for name in APPLE_CERTIFICATE APPLE_CERTIFICATE_PASSWORD APPLE_SIGNING_IDENTITY APPLE_ID APPLE_PASSWORD \
+        APPLE_TEAM_ID NEEDLE_WINDOWS_SIGN_COMMAND; do
+        [[ -n ${!name:-} ]] || unset "$name"
+    done
+    case "$(uname -s)" in
+    Darwin)
+        if [[ -z ${APPLE_CERTIFICATE:-} ]]; then
+            log "not signed: APPLE_CERTIFICATE is not set (macOS will ask the user to allow the app)"
+        elif [[ -n ${APPLE_ID:-} && -n ${APPLE_PASSWORD:-} && -n ${APPLE_TEAM_ID:-} ]]; then
+            log "signing as ${APPLE_SIGNING_IDENTITY:-the certificate}, notarizing for team $APPLE_TEAM_ID"
+        else
+            log "signing as ${APPLE_SIGNING_IDENTITY:-the certificate}; not notarized:" \
+                "APPLE_ID, APPLE_PASSWORD and APPLE_TEAM_ID are not all set"
+        fi
+        ;;
+    MINGW* | MSYS* | CYGWIN*)
+        if [[ -n ${NEEDLE_WINDOWS_SIGN_COMMAND:-} ]]; then
+            log "signing each binary and the .msi with NEEDLE_WINDOWS_SIGN_COMMAND"
+        else
+            log "not signed: NEEDLE_WINDOWS_SIGN_COMMAND is not set (SmartScreen will warn the user)"
+        fi
+        ;;
+    *) log "not signed: Linux packages are not signed" ;;
+    esac
+}
+
 # The config added to src-tauri/tauri.conf.json for this build (a JSON merge patch): the staged engine as
 # an external binary, and for CUDA its libraries, each file by its real path (the staging directory holds
 # links into the toolkit). Linux packages put them where the engine's rpath looks, $ORIGIN/../lib/...;
-# Windows puts them beside needle.exe, where the DLL search starts.
+# Windows puts them beside needle.exe, where the DLL search starts, and signs with the sign command if set.
 overlay() {
     local libraries=${1:+$(native "$1")}
-    "$python" - "$(native "$stage")" "$libraries" "$(uname -s)" >"$stage/tauri.bundle.json" <<'EOF'
+    "$python" - "$(native "$stage")" "$libraries" "$(uname -s)" "${NEEDLE_WINDOWS_SIGN_COMMAND:-}" \
+        >"$stage/tauri.bundle.json" <<'EOF'
 import json, os, sys
-stage, libraries, system = sys.argv[1:4]
+stage, libraries, system, sign_command = sys.argv[1:5]
 files = sorted(os.listdir(libraries)) if libraries else []
 real = {name: os.path.realpath(os.path.join(libraries, name)) for name in files}
 bundle = {"externalBin": [os.path.join(stage, "needle")]}
@@ -70,6 +108,8 @@ if system == "Linux":
     bundle["linux"] = {kind: {"files": linux_files} for kind in ("deb", "rpm", "appimage")}
 elif files:
     bundle["resources"] = {path: name for name, path in real.items()}
+if sign_command:
+    bundle["windows"] = {"signCommand": sign_command}
 print(json.dumps({"bundle": bundle}, indent=2))
 EOF
     native "$stage/tauri.bundle.json"
@@ -86,6 +126,7 @@ github_reachable() {
 
 main() {
     local bundles config started="$stage.started"
+    signing
     case "$(uname -s)" in
     Linux)
         "$repo/scripts/cuda-build.sh"

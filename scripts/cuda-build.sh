@@ -13,8 +13,9 @@
 # The toolkit's run-time libraries are staged in $NEEDLE_CUDA_TARGET/lib/needle-studio/cuda, which the binary's
 # rpath names relative to itself ($ORIGIN/../lib/needle-studio/cuda): the same layout a bundle installs
 # (scripts/bundle.sh), so the binary runs from the target dir and from a bundle alike.
-# On Windows (Git Bash) the toolkit is NVIDIA's installed CUDA Toolkit 13.0 instead of the wheels, and the
-# DLLs are also copied beside needle.exe, where Windows looks for them.
+# On Windows (Git Bash) the toolkit is NVIDIA's installed CUDA Toolkit 13.0 instead of the wheels, MSVC's
+# environment is taken from Visual Studio's vcvars64.bat when the shell has no cl.exe, and the DLLs are also
+# copied beside needle.exe, where Windows looks for them.
 # Needs: cargo, a C compiler (`cc`, nvcc's host compiler), python3 with pip, and PyPI (or PIP_FIND_LINKS).
 #
 # Usage: scripts/cuda-build.sh            # toolkit into $NEEDLE_CUDA_HOME, binary into $NEEDLE_CUDA_TARGET
@@ -133,12 +134,37 @@ linux_toolkit() {
     export RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C link-arg=-Wl,-rpath,\$ORIGIN/../lib/needle-studio/cuda"
 }
 
-# Windows (Git Bash): NVIDIA's CUDA Toolkit 13.0 installer sets CUDA_PATH, and nvcc needs MSVC's cl.exe on
-# PATH (a "x64 Native Tools" prompt). Windows finds DLLs beside the program, so no rpath.
+# Windows (Git Bash): NVIDIA's CUDA Toolkit 13.0 installer sets CUDA_PATH, and nvcc needs MSVC's cl.exe with
+# its INCLUDE and LIB, as a "x64 Native Tools" prompt sets them. Windows finds DLLs beside the program, so no rpath.
 windows_toolkit() {
     [[ -n ${CUDA_PATH:-} ]] || { log "CUDA_PATH is not set: install NVIDIA's CUDA Toolkit 13.0"; exit 1; }
-    command -v cl.exe >/dev/null || { log "cl.exe is not on PATH: run from a Visual Studio x64 Native Tools prompt"; exit 1; }
-    export PATH="$(cygpath -u "$CUDA_PATH")/bin:$PATH"
+    command -v cl.exe >/dev/null || msvc_environment
+    PATH="$(cygpath -u "$CUDA_PATH")/bin:$PATH"
+    export PATH
+}
+
+# From a plain Git Bash: the x64 MSVC environment of the newest Visual Studio (or Build Tools) that has the C++
+# tools, as its vcvars64.bat sets it, imported into this shell (PATH converted, the compiler's variables as is).
+msvc_environment() {
+    local vswhere="/c/Program Files (x86)/Microsoft Visual Studio/Installer/vswhere.exe" vs scratch name value
+    [[ -x $vswhere ]] || { log "cl.exe is not on PATH and there is no Visual Studio: install its C++ build tools"; exit 1; }
+    vs=$("$vswhere" -latest -products '*' -requires Microsoft.VisualStudio.Component.VC.Tools.x86.x64 \
+        -property installationPath | tr -d '\r')
+    [[ -n $vs ]] || { log "no Visual Studio with the x64 C++ tools (vswhere found none): install them"; exit 1; }
+    # A batch file of our own, so that cmd.exe sees no quoting of Git Bash's.
+    scratch=$(mktemp -d)
+    printf '@call "%s\\VC\\Auxiliary\\Build\\vcvars64.bat" >nul || exit /b 1\r\n@set\r\n' "$vs" >"$scratch/env.bat"
+    while IFS='=' read -r name value; do
+        case ${name^^} in
+        PATH) PATH="$(cygpath -u -p "$value"):$PATH" ;;
+        INCLUDE | LIB | LIBPATH | VCINSTALLDIR | VCTOOLSINSTALLDIR | VSINSTALLDIR | WINDOWSSDKDIR | UCRTVERSION | \
+            UNIVERSALCRTSDKDIR | WINDOWSSDKVERSION) export "$name=$value" ;;
+        esac
+    done < <(cmd.exe //d //c "$(cygpath -w "$scratch/env.bat")" | tr -d '\r')
+    rm -rf "$scratch"
+    export PATH
+    command -v cl.exe >/dev/null || { log "vcvars64.bat of $vs did not put cl.exe on PATH"; exit 1; }
+    log "MSVC: $(command -v cl.exe)"
 }
 
 main() {

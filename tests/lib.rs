@@ -1,9 +1,10 @@
 //! Helpers shared by the cross-crate tests in `tests/tests/`: where the fixtures are, how to read them,
 //! how to run the `needle` binary, a model hub on loopback ([`fake_hub`]) and an OpenAI-compatible chat
-//! endpoint on loopback ([`fake_llm`]).
+//! endpoint on loopback ([`fake_llm`]), and the checker of every crate's rooms ([`rooms`]).
 
 pub mod fake_hub;
 pub mod fake_llm;
+pub mod rooms;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};

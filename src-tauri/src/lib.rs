@@ -2,12 +2,12 @@
 //!
 //! One room per step of the window, each a folder holding its state, its work and the thin
 //! `#[tauri::command]` glue the web UI calls: [`model`] (hardware, base model, preferences), [`data`]
-//! (the dataset's report, Generate), [`train`] (the training, its record and chart), [`evaluate`]
-//! (the built file's scores, Try), [`export`] (Build, Publish) and [`history`] (past trainings). They
-//! stand on [`worker`] (the `needle` CLI as a child process, where trainings and builds run, so a
-//! crash, an out-of-memory kill or a cancel never takes the window down), [`secrets`] (Generate's key,
-//! Publish's token), [`chart`] (the charts, as SVG) and [`ground`] (helpers that import nothing of the
-//! app); [`studio`] composes them.
+//! (the dataset's report, Generate), [`train`] (the training and its chart), [`evaluate`] (the built
+//! file's scores, Try), [`export`] (Build, Publish) and [`history`] (past trainings). They stand on
+//! [`record`] (the trainings' record, which every step reads), [`worker`] (the `needle` CLI as a child
+//! process, where trainings and builds run, so a crash, an out-of-memory kill or a cancel never takes
+//! the window down), [`secrets`] (Generate's key, Publish's token), [`chart`] (the charts, as SVG)
+//! and [`ground`] (helpers that import nothing of the app); [`studio`] composes them.
 //! State lives in Rust; `ui/` renders what the commands return and their channels send.
 
 mod chart;
@@ -17,6 +17,7 @@ mod export;
 mod ground;
 mod history;
 mod model;
+mod record;
 mod secrets;
 mod studio;
 mod train;
@@ -27,15 +28,21 @@ use std::process::ExitCode;
 
 use tauri::{AppHandle, Manager, RunEvent, Runtime};
 
-pub use studio::{Launch, Studio};
+pub use studio::{start, Launch, Start, Studio};
 pub use worker::process::{Worker, SUPERSEDED, WORKER_ARG};
 
 /// Opens the app's window with what it was launched with, and returns when the window closes.
 pub fn open_window(launch: Launch) -> ExitCode {
+    webview_environment();
     let app = with_commands(tauri::Builder::default()).setup(move |app| {
-        let (worker, hardware) = worker::engine::discover()?;
-        let hub = needle_engine::hub::Hub::from_env();
-        Studio::open(app.path().app_data_dir()?, launch, worker, hardware, hub)?.manage(app);
+        let start = Start {
+            data_dir: app.path().app_data_dir()?,
+            launch,
+            app_worker: Worker::this_app()?,
+            hub: needle_engine::hub::Hub::from_env(),
+            engine_deadline: worker::engine::ANSWER_DEADLINE,
+        };
+        studio::start(app.handle(), start);
         Ok(())
     });
     match app.build(tauri::generate_context!()) {
@@ -50,6 +57,20 @@ pub fn open_window(launch: Launch) -> ExitCode {
         }
     }
 }
+
+/// What the webview needs from the environment, set before it starts (and before any thread does, as
+/// the environment is the process's): on Linux, WebKitGTK's DMA-BUF renderer takes the window down
+/// where GPU buffers cannot be shared (Xvfb, virtual machines, some drivers), so it is off unless the
+/// user set the switch themselves, and a first start never depends on how the app was launched.
+fn webview_environment() {
+    #[cfg(target_os = "linux")]
+    if std::env::var_os(DMABUF_RENDERER_SWITCH).is_none() {
+        std::env::set_var(DMABUF_RENDERER_SWITCH, "1");
+    }
+}
+
+#[cfg(target_os = "linux")]
+const DMABUF_RENDERER_SWITCH: &str = "WEBKIT_DISABLE_DMABUF_RENDERER";
 
 /// The app's life: when it exits, its workers end with it (a training first saves what it
 /// learned), so none is left running without a window.

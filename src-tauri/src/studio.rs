@@ -1,27 +1,30 @@
 //! The app composed: each step's room opened on the app's data folder and handed to Tauri as its own
-//! state, and the two things that span the steps, what the window shows when it opens and what
-//! happens when the app closes. Everything here works without a window.
+//! state, and the three things that span the steps: how the app opens (the window first, the engine
+//! asked meanwhile), what the window shows when it opens and what happens when the app closes.
+//! Everything here works without a window.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use needle_engine::backend::BackendInfo;
 use needle_engine::hub::Hub;
 use needle_engine::settings::{form_fields, presets, BuildWidth, FormField, Preset, BUILD_WIDTHS};
 use serde::Serialize;
-use tauri::{Manager, Runtime, State};
+use tauri::{AppHandle, Manager, Runtime, State};
 
 use crate::data::step::DataStep;
 use crate::evaluate::step::EvaluateStep;
 use crate::export::step::ExportStep;
-use crate::ground::{blocking, Answer};
+use crate::ground::{blocking, lock, Answer};
 use crate::history::step::HistoryStep;
 use crate::model::preferences::{Preferences, Remembered};
 use crate::model::step::ModelStep;
+use crate::record::trainings::{HistoryEntry, Records};
 use crate::secrets::keys::Secrets;
-use crate::train::record::{HistoryEntry, Records};
 use crate::train::slot::TrainingSlot;
 use crate::train::step::TrainStep;
+use crate::worker::engine;
 use crate::worker::process::Worker;
 
 /// What the app can be started with (the README's first command opens the bundled example).
@@ -55,6 +58,62 @@ pub struct Studio {
     evaluate: EvaluateStep,
     export: ExportStep,
     history: HistoryStep,
+}
+
+/// What the app opens with: the rooms' data folder, the launch's arguments, the app's own worker, the hub,
+/// and how long the bundled engine has to answer before the app trains on its own worker.
+pub struct Start {
+    pub data_dir: PathBuf,
+    pub launch: Launch,
+    pub app_worker: Worker,
+    pub hub: Hub,
+    pub engine_deadline: Duration,
+}
+
+/// The rooms while they open, for [`startup`]: the window is up before they are.
+#[derive(Default)]
+pub struct Opening {
+    opened: Mutex<Option<Answer<Studio>>>,
+    ready: Condvar,
+}
+
+impl Opening {
+    fn finish(&self, opened: Answer<Studio>) {
+        *lock(&self.opened) = Some(opened);
+        self.ready.notify_all();
+    }
+
+    /// The rooms, once open, or why they could not open.
+    fn wait(&self) -> Answer<Studio> {
+        let opened = self.ready.wait_while(lock(&self.opened), |opened| opened.is_none());
+        let opened = opened.unwrap_or_else(std::sync::PoisonError::into_inner);
+        opened.clone().unwrap_or_else(|| Err("the app's rooms never opened".into()))
+    }
+}
+
+/// The `Opening` state of `app`, managed by whichever comes first: [`start`] or [`Studio::manage`].
+fn opening<R: Runtime>(app: &impl Manager<R>) -> Arc<Opening> {
+    // Tauri keeps the first value of a type it manages; a second is dropped.
+    app.manage(Arc::<Opening>::default());
+    Arc::clone(app.state::<Arc<Opening>>().inner())
+}
+
+/// Opens the app's rooms on a thread of its own, so that the window never waits for the engine: the
+/// bundled one is asked what it trains on (with `start.engine_deadline` to answer, else the app trains
+/// on its own worker and the Model step says why), and then the rooms are handed to `app`. The window's
+/// first command, [`startup`], waits for them.
+pub fn start<R: Runtime>(app: &AppHandle<R>, start: Start) {
+    opening(app);
+    let app = app.clone();
+    std::thread::spawn(move || {
+        let Start { data_dir, launch, app_worker, hub, engine_deadline } = start;
+        let (worker, hardware) = engine::discover(app_worker, engine_deadline);
+        match Studio::open(data_dir.clone(), launch, worker, hardware, hub) {
+            Ok(studio) => studio.manage(&app),
+            Err(error) => opening(&app)
+                .finish(Err(format!("could not open the app's data folder {}: {error}", data_dir.display()))),
+        }
+    });
 }
 
 /// Everything the window shows when it opens.
@@ -130,7 +189,9 @@ impl Studio {
         app.manage(self.evaluate.clone());
         app.manage(self.export.clone());
         app.manage(self.history.clone());
-        app.manage(self);
+        app.manage(self.clone());
+        // Last: the window's other commands may run as soon as `startup` answers.
+        opening(app).finish(Ok(self));
     }
 
     pub fn startup(&self) -> Startup {
@@ -165,9 +226,9 @@ impl Studio {
     }
 }
 
-/// Everything the window shows when it opens.
+/// Everything the window shows when it opens, once the rooms are open.
 #[tauri::command]
-pub async fn startup(studio: State<'_, Studio>) -> Answer<Startup> {
-    let studio = studio.inner().clone();
-    blocking(move || Ok(studio.startup())).await
+pub async fn startup(opening: State<'_, Arc<Opening>>) -> Answer<Startup> {
+    let opening = Arc::clone(opening.inner());
+    blocking(move || Ok(opening.wait()?.startup())).await
 }

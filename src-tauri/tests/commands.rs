@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use needle_engine::cact::CactFile;
 use needle_engine::hub::Hub;
-use needle_studio::{with_commands, Launch, Studio, Worker};
+use needle_studio::{with_commands, Launch, Start, Studio, Worker};
 use needle_tests::fake_hub::{self, Faults};
 use needle_tests::fake_llm::{Answer, FakeLlm};
 use serde_json::{json, Value};
@@ -49,10 +49,17 @@ impl App {
     }
 
     fn open_with(data_dir: &Path, launch: Launch, hub: Hub) -> Self {
+        Self::with(|app| {
+            let worker = Worker::app(PathBuf::from(env!("CARGO_BIN_EXE_needle-studio")));
+            let hardware = needle_engine::backend::auto().info;
+            Studio::open(data_dir.to_path_buf(), launch, worker, hardware, hub).expect("studio opens").manage(app);
+        })
+    }
+
+    /// A mock app and its window, `open` opening its rooms as the real app's setup does.
+    fn with(open: impl FnOnce(&tauri::App<MockRuntime>)) -> Self {
         let app = with_commands(mock_builder()).build(mock_context(noop_assets())).expect("mock app builds");
-        let worker = Worker::app(PathBuf::from(env!("CARGO_BIN_EXE_needle-studio")));
-        let hardware = needle_engine::backend::auto().info;
-        Studio::open(data_dir.to_path_buf(), launch, worker, hardware, hub).expect("studio opens").manage(&app);
+        open(&app);
         let window = tauri::WebviewWindowBuilder::new(&app, "main", Default::default()).build().expect("window");
         Self { _app: app, window }
     }
@@ -133,6 +140,58 @@ fn draft(changes: Value) -> Value {
 
 /// The channel argument as the UI's `new Channel()` serialises it.
 const CHANNEL: &str = "__CHANNEL__:7";
+
+/// A bundled engine that never answers (a driver wedged in `cuInit`) holds neither the window nor its
+/// start-up past the engine's deadline: `startup` answers on the app's own worker, says why, and the
+/// engine is stopped.
+#[cfg(unix)]
+#[test]
+fn startup_does_not_wait_on_a_bundled_engine_that_never_answers() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (bin, pid_file) = (dir.path().join("bin"), dir.path().join("engine.pid"));
+    std::fs::create_dir_all(&bin).unwrap();
+    let engine = bin.join("needle");
+    std::fs::write(&engine, format!("#!/bin/sh\necho $$ > '{}'\nexec sleep 600\n", pid_file.display())).unwrap();
+    std::fs::set_permissions(&engine, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let hub = Hub { endpoint: "http://127.0.0.1:9".into(), token: None, offline: true, cache: dir.path().join("hub") };
+    let deadline = Duration::from_secs(2);
+    let began = Instant::now();
+    let app = App::with(|app| {
+        let start = Start {
+            data_dir: dir.path().join("data"),
+            launch: Launch::default(),
+            // The app's binary beside the stand-in engine, as a bundle installs them.
+            app_worker: Worker::app(bin.join("needle-studio")),
+            hub,
+            engine_deadline: deadline,
+        };
+        needle_studio::start(app.handle(), start);
+    });
+    assert!(began.elapsed() < deadline, "the window waited {:?} for the engine", began.elapsed());
+
+    let startup = app.ok("startup", json!({}));
+    let waited = began.elapsed();
+    assert!(waited >= deadline && waited < deadline + Duration::from_secs(5), "start-up took {waited:?}");
+    let reason = startup["hardware"]["reason"].as_str().unwrap();
+    assert!(
+        reason.ends_with("(the bundled engine did not answer: still silent after 2 s, so it was stopped)"),
+        "{reason}"
+    );
+    let own = needle_engine::backend::auto().info;
+    assert_eq!(startup["hardware"]["compiled"], json!(own.compiled), "the app's own worker's backends");
+    // The other commands work from here.
+    assert!(app.ok("history", json!({})).as_array().unwrap().is_empty());
+
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    let alive = || std::process::Command::new("kill").args(["-0", pid.trim()]).status().unwrap().success();
+    let stopped = Instant::now();
+    while alive() && stopped.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!alive(), "the silent engine {} still runs", pid.trim());
+}
 
 #[test]
 fn startup_shows_the_hardware_the_presets_and_the_launch_paths() {
@@ -448,13 +507,28 @@ fn first_start_downloads_the_base_model_with_resume_and_then_uses_it() {
     assert!(status["models"].as_array().unwrap().iter().all(|m| m["bytes"].as_u64().is_some()), "{status}");
     assert_eq!(fake.seen().len(), asked);
 
-    // Offline with nothing cached: the sizes are unknown, and the note says why.
+    // Offline with nothing cached: the sizes are unknown, the panel is told it is offline, and the
+    // details say why.
     let empty = tempfile::tempdir().unwrap();
     let hub = Hub { offline: true, cache: empty.path().join("hub"), ..hub };
-    let status = App::open_with(empty.path(), launch, hub).ok("base_model", json!({}));
+    let status = App::open_with(empty.path(), launch.clone(), hub.clone()).ok("base_model", json!({}));
     for model in status["models"].as_array().unwrap() {
-        assert!(model["bytes"].is_null() && model["note"].as_str().unwrap().contains("HF_HUB_OFFLINE"), "{status}");
+        let trouble = &model["trouble"];
+        assert!(model["bytes"].is_null() && trouble["offline"] == true, "{status}");
+        assert!(trouble["details"].as_str().unwrap().contains("HF_HUB_OFFLINE"), "{status}");
     }
+    // A hub that cannot be reached is offline too; one that answers wrongly is not.
+    let unreachable = Hub { offline: false, endpoint: "http://127.0.0.1:9".into(), ..hub.clone() };
+    let status = App::open_with(empty.path(), launch.clone(), unreachable).ok("base_model", json!({}));
+    assert!(status["models"].as_array().unwrap().iter().all(|m| m["trouble"]["offline"] == true), "{status}");
+    fake.set_faults(Faults { token: Some("not sent".into()), ..Faults::default() });
+    let refusing = Hub { offline: false, ..hub };
+    let status = App::open_with(empty.path(), launch, refusing).ok("base_model", json!({}));
+    for model in status["models"].as_array().unwrap() {
+        let trouble = &model["trouble"];
+        assert!(trouble["offline"] == false && trouble["details"].as_str().unwrap().contains("HTTP 401"), "{status}");
+    }
+    fake.set_faults(Faults::default());
 }
 
 /// The offer of `generation` in a `base_model` status.

@@ -1,8 +1,9 @@
 //! The window's types, generated from the Rust ones: `ui/ground/types.d.ts` is written here from the
-//! types the app's commands take and return and its channels send (found from the `#[tauri::command]`
-//! signatures themselves), with every type they reach, as serde writes them; and the window's
-//! JavaScript is type-checked against it (`tsc --noEmit --checkJs`), so a serde field renamed in Rust
-//! fails here until the UI follows it.
+//! app's commands (found from the `#[tauri::command]` functions themselves): `Commands`, each command's
+//! name, its arguments as Tauri reads them and its answer, which `ui/ground/api.js`'s one `invoke` is
+//! typed with; and every type those reach, as serde writes them. The window's JavaScript is
+//! type-checked against it (`tsc --noEmit --checkJs`), so a serde field, a command or a command's
+//! argument renamed in Rust fails here until the UI follows it.
 //!
 //! The types are read from their source with `syn`, serde attributes included, rather than derived
 //! (`ts-rs`, `specta`): most of what the window reads is the engine's (the plan, the dataset report, the
@@ -21,9 +22,9 @@ use syn::{Attribute, Fields, GenericArgument, Item, PathArguments, ReturnType, T
 const HAND_WRITTEN: &[(&str, &str, &[&str])] =
     &[("Problem", "{ line: number; issue: Issue; skipped: boolean; message: string }", &["Issue"])];
 
-/// What the window reads that no command returns as a type: the worker prints it and `load_dataset`
-/// passes it on as it was printed.
-const PASSED_THROUGH: &[&str] = &["DatasetReport"];
+/// Commands that answer with JSON the worker printed, passed on as it was (`serde_json::Value`), and
+/// the type that JSON is.
+const PASSED_THROUGH: &[(&str, &str)] = &[("load_dataset", "DatasetReport")];
 
 /// Command arguments that are Tauri's, not the window's.
 const TAURI_ARGUMENTS: &[&str] = &["State", "AppHandle", "Window", "WebviewWindow"];
@@ -196,6 +197,17 @@ struct Sent {
     tag: Option<String>,
 }
 
+/// A `#[tauri::command]` function as the window calls it.
+struct CommandFn {
+    name: String,
+    attrs: Vec<Attribute>,
+    /// The window's arguments, Tauri's own (`State`, `AppHandle`, …) left out: the key the window
+    /// sends each under, and its type.
+    arguments: Vec<(String, Type)>,
+    /// What it returns; `None` for nothing.
+    output: Option<Type>,
+}
+
 /// A type definition found in the sources.
 enum Definition {
     Struct(syn::ItemStruct),
@@ -209,6 +221,8 @@ struct Generator {
     definitions: BTreeMap<String, Vec<(PathBuf, Definition)>>,
     /// Types with a `Serialize` written by hand.
     hand_written: BTreeSet<String>,
+    /// The app's commands.
+    commands: Vec<CommandFn>,
     /// Types to write, each with the file that named it.
     queue: VecDeque<(String, PathBuf)>,
     seen: BTreeSet<String>,
@@ -217,25 +231,25 @@ struct Generator {
 }
 
 impl Generator {
-    fn new(sources: &[(PathBuf, String)]) -> (Self, Vec<Type>) {
+    fn new(sources: &[(PathBuf, String)]) -> Self {
         let mut generator = Self {
             definitions: BTreeMap::new(),
             hand_written: BTreeSet::new(),
+            commands: Vec::new(),
             queue: VecDeque::new(),
             seen: BTreeSet::new(),
             file: PathBuf::new(),
         };
-        let mut roots = Vec::new();
         for (file, text) in sources {
             let parsed = syn::parse_file(text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
             let in_app = file.starts_with(repo("src-tauri/src"));
-            generator.collect(file, &parsed.items, in_app, &mut roots);
+            generator.collect(file, &parsed.items, in_app);
         }
-        generator.queue.extend(PASSED_THROUGH.iter().map(|name| (name.to_string(), PathBuf::new())));
-        (generator, roots)
+        generator.commands.sort_by(|a, b| a.name.cmp(&b.name));
+        generator
     }
 
-    fn collect(&mut self, file: &Path, items: &[Item], in_app: bool, roots: &mut Vec<Type>) {
+    fn collect(&mut self, file: &Path, items: &[Item], in_app: bool) {
         for item in items {
             let name = match item {
                 Item::Struct(item) => Some((item.ident.to_string(), Definition::Struct(item.clone()))),
@@ -253,12 +267,12 @@ impl Generator {
                 }
                 Item::Mod(module) if !module.attrs.iter().any(|attr| attr.path().is_ident("cfg")) => {
                     if let Some((_, items)) = &module.content {
-                        self.collect(file, items, in_app, roots);
+                        self.collect(file, items, in_app);
                     }
                     None
                 }
                 Item::Fn(function) if in_app && is_command(&function.attrs) => {
-                    roots.extend(command_types(&function.sig));
+                    self.commands.push(command_fn(function));
                     None
                 }
                 _ => None,
@@ -277,11 +291,9 @@ impl Generator {
         }
     }
 
-    /// `types.d.ts`: every type the roots reach, in name order.
-    fn generate(mut self, roots: &[Type]) -> String {
-        for root in roots {
-            self.ts(root);
-        }
+    /// `types.d.ts`: the commands, then every type they reach, in name order.
+    fn generate(mut self) -> String {
+        let commands = self.commands_map();
         let mut written = BTreeMap::new();
         while let Some((name, named_in)) = self.queue.pop_front() {
             if !self.seen.insert(name.clone()) {
@@ -295,11 +307,54 @@ impl Generator {
              // src-tauri/tests/ui_types.rs; do not edit (NEEDLE_UI_TYPES=write cargo test -p needle-studio\n\
              // --test ui_types writes it again).\n",
         );
+        out.push_str(CHANNEL);
+        out.push_str(&commands);
         for text in written.values() {
             out.push('\n');
             out.push_str(text);
         }
         out
+    }
+
+    /// `Commands`: each command's arguments as the window sends them and the answer it gets.
+    fn commands_map(&mut self) -> String {
+        let commands = std::mem::take(&mut self.commands);
+        let mut lines = Vec::new();
+        for command in &commands {
+            let arguments: Vec<String> = command
+                .arguments
+                .iter()
+                .map(|(key, ty)| match channel_of(ty) {
+                    Some(message) => format!("{key}: Channel<{}>", self.ts(message)),
+                    None => format!("{key}: {}", self.ts(ty)),
+                })
+                .collect();
+            let passed = PASSED_THROUGH.iter().find(|(name, _)| *name == command.name);
+            let answer = match (passed, command.output.as_ref().map(answered)) {
+                (Some((_, passed)), _) => {
+                    self.queue.push_back((passed.to_string(), PathBuf::new()));
+                    passed.to_string()
+                }
+                (None, Some(ty)) => self.ts(&ty),
+                (None, None) => "null".into(),
+            };
+            let arguments = if arguments.is_empty() {
+                "Record<string, never>".into()
+            } else {
+                format!("{{ {} }}", arguments.join("; "))
+            };
+            lines.push(format!(
+                "{}  {}: {{ args: {arguments}; answer: {answer} }};",
+                docs(&command.attrs, "  "),
+                command.name
+            ));
+        }
+        self.commands = commands;
+        format!(
+            "\n/** Every command the window may call: the arguments it sends (as Tauri names them) and the answer. */\n\
+             export type Commands = {{\n{}\n}};\n",
+            lines.join("\n")
+        )
     }
 
     fn definition(&mut self, name: &str, named_in: &Path) -> String {
@@ -526,44 +581,92 @@ fn outer(ty: &Type) -> Option<&'static str> {
     }
 }
 
-fn is_command(attrs: &[Attribute]) -> bool {
-    attrs.iter().any(|attr| attr.path().segments.last().is_some_and(|last| last.ident == "command"))
+fn command_attribute(attrs: &[Attribute]) -> Option<&Attribute> {
+    attrs.iter().find(|attr| attr.path().segments.last().is_some_and(|last| last.ident == "command"))
 }
 
-/// The types a command's arguments, channels and answer carry: Tauri's own arguments left out, a
-/// channel's messages and an answer's value (`Answer<T>`, `Result<T, String>`) taken out.
-fn command_types(signature: &syn::Signature) -> Vec<Type> {
-    let inputs = signature.inputs.iter().filter_map(|input| match input {
-        syn::FnArg::Typed(argument) => Some((*argument.ty).clone()),
-        syn::FnArg::Receiver(_) => None,
-    });
-    let output = match &signature.output {
+fn is_command(attrs: &[Attribute]) -> bool {
+    command_attribute(attrs).is_some()
+}
+
+/// A command as the window calls it. Tauri reads each argument under its name in camelCase, unless the
+/// attribute says otherwise (`#[tauri::command(rename_all = "snake_case")]`).
+fn command_fn(function: &syn::ItemFn) -> CommandFn {
+    let mut rename_all = "camelCase".to_string();
+    let listed = command_attribute(&function.attrs).filter(|attr| matches!(attr.meta, syn::Meta::List(_)));
+    if let Some(attribute) = listed {
+        attribute
+            .parse_nested_meta(|meta| {
+                if meta.path.is_ident("rename_all") {
+                    rename_all = meta.value()?.parse::<syn::LitStr>()?.value();
+                }
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("{}: a command attribute the generator cannot read: {e}", function.sig.ident));
+    }
+    let arguments = function
+        .sig
+        .inputs
+        .iter()
+        .filter_map(|input| match input {
+            syn::FnArg::Typed(argument) => Some(argument),
+            syn::FnArg::Receiver(_) => None,
+        })
+        .filter(|argument| !generic_name(&argument.ty).is_some_and(|name| TAURI_ARGUMENTS.contains(&name.as_str())))
+        .map(|argument| {
+            let syn::Pat::Ident(ident) = &*argument.pat else {
+                panic!("{}: an argument that is not a plain name", function.sig.ident)
+            };
+            (renamed(&ident.ident.to_string(), Some(&rename_all)), (*argument.ty).clone())
+        })
+        .collect();
+    let output = match &function.sig.output {
         ReturnType::Type(_, ty) => Some((**ty).clone()),
         ReturnType::Default => None,
     };
-    inputs.chain(output).filter_map(carried).collect()
+    CommandFn { name: function.sig.ident.to_string(), attrs: function.attrs.clone(), arguments, output }
 }
 
-fn carried(ty: Type) -> Option<Type> {
-    let Type::Path(path) = &ty else { return Some(ty) };
-    let last = path.path.segments.last()?;
-    let first = match &last.arguments {
-        PathArguments::AngleBracketed(args) => args.args.iter().find_map(|arg| match arg {
-            GenericArgument::Type(ty) => Some(ty.clone()),
-            _ => None,
-        }),
+/// The last name of a path type (`State` of `tauri::State<'_, X>`).
+fn generic_name(ty: &Type) -> Option<String> {
+    match ty {
+        Type::Path(path) => path.path.segments.last().map(|last| last.ident.to_string()),
         _ => None,
-    };
-    match last.ident.to_string().as_str() {
-        name if TAURI_ARGUMENTS.contains(&name) => None,
-        "Channel" | "Answer" | "Result" => first,
-        _ => Some(ty),
     }
 }
 
+/// The first type argument of a path type (`X` of `Channel<X>`).
+fn first_argument(ty: &Type) -> Option<&Type> {
+    let Type::Path(path) = ty else { return None };
+    match &path.path.segments.last()?.arguments {
+        PathArguments::AngleBracketed(args) => args.args.iter().find_map(|arg| match arg {
+            GenericArgument::Type(ty) => Some(ty),
+            _ => None,
+        }),
+        _ => None,
+    }
+}
+
+/// The messages of a channel argument.
+fn channel_of(ty: &Type) -> Option<&Type> {
+    (generic_name(ty).as_deref() == Some("Channel")).then(|| first_argument(ty)).flatten()
+}
+
+/// What the window gets from a command returning `ty`: the value of an `Answer<T>` or `Result<T, E>`
+/// (its error is the sentence the promise rejects with).
+fn answered(ty: &Type) -> Type {
+    match generic_name(ty).as_deref() {
+        Some("Answer" | "Result") => first_argument(ty).cloned().expect("a result's value type"),
+        _ => ty.clone(),
+    }
+}
+
+/// How the window's side of a channel is typed: what `new Channel()` makes, given its handler.
+const CHANNEL: &str = "\n/** A channel a command sends its messages on (Tauri's `Channel`). */\n\
+                       export type Channel<T> = { onmessage: (message: T) => void };\n";
+
 fn generated(sources: &[(PathBuf, String)]) -> String {
-    let (generator, roots) = Generator::new(sources);
-    generator.generate(&roots)
+    Generator::new(sources).generate()
 }
 
 const TYPES: &str = "ui/ground/types.d.ts";
@@ -574,10 +677,12 @@ const TYPES: &str = "ui/ground/types.d.ts";
 /// fails (never skips) without it.
 fn tsc() -> PathBuf {
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
-    let installed = home.join(".cache/needle-studio/node/node_modules/.bin/tsc");
+    // npm's launcher is a shell script elsewhere and a `.cmd` on Windows, which `Command` runs only by that name.
+    let name = if cfg!(windows) { "tsc.cmd" } else { "tsc" };
+    let installed = home.join(".cache/needle-studio/node/node_modules/.bin").join(name);
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::iter::once(installed)
-        .chain(std::env::split_paths(&path).map(|dir| dir.join("tsc")))
+        .chain(std::env::split_paths(&path).map(|dir| dir.join(name)))
         .find(|tsc| tsc.is_file())
         .unwrap_or_else(|| panic!("no tsc (TypeScript) to check ui/ with: scripts/setup.sh --test installs it"))
 }
@@ -614,29 +719,87 @@ fn the_ui_types_are_the_rust_types() {
 }
 
 #[test]
+fn every_command_typed_is_one_the_app_registers() {
+    let lib = std::fs::read_to_string(repo("src-tauri/src/lib.rs")).unwrap();
+    let listed =
+        lib.split("generate_handler![").nth(1).and_then(|rest| rest.split(']').next()).expect("lib.rs's handler");
+    let registered: BTreeSet<&str> = listed
+        .split(',')
+        .map(|path| path.trim().rsplit("::").next().unwrap_or_default())
+        .filter(|n| !n.is_empty())
+        .collect();
+    let typed: BTreeSet<String> = Generator::new(&sources()).commands.into_iter().map(|command| command.name).collect();
+    assert_eq!(typed.iter().map(String::as_str).collect::<BTreeSet<_>>(), registered);
+    assert!(typed.len() > 20, "{typed:?}");
+}
+
+#[test]
 fn the_ui_type_checks_against_them() {
     type_check(&repo("ui")).unwrap_or_else(|errors| panic!("tsc over ui/:\n{errors}"));
 }
 
-#[test]
-fn a_field_renamed_in_rust_fails_the_type_check() {
-    // HistoryEntry's `final_loss` renamed in the Rust source, the types generated again into a copy of
-    // the UI: the panels that read `entry.final_loss` no longer check.
-    let record = repo("src-tauri/src/train/record.rs");
-    let renamed: Vec<(PathBuf, String)> = sources()
+/// The types generated again from the sources with `from` replaced by `to` in `file` (once: the change
+/// must take), written into a copy of the UI, and what tsc then says of it.
+fn type_check_changed(file: &str, from: &str, to: &str) -> (String, Result<(), String>) {
+    let changed = repo(file);
+    let sources: Vec<(PathBuf, String)> = sources()
         .into_iter()
-        .map(|(file, text)| {
-            let text = if file == record { text.replace("pub final_loss:", "pub last_loss:") } else { text };
-            (file, text)
+        .map(|(path, text)| {
+            if path != changed {
+                return (path, text);
+            }
+            assert_eq!(text.matches(from).count(), 1, "{from:?} is not once in {file}");
+            (path, text.replace(from, to))
         })
         .collect();
-    let types = generated(&renamed);
-    assert!(types.contains("last_loss: number | null;") && !types.contains("final_loss"), "the rename did not take");
+    let types = generated(&sources);
     let copy = tempfile::tempdir().unwrap();
     copy_ui(&repo("ui"), copy.path());
-    std::fs::write(copy.path().join("ground/types.d.ts"), types).unwrap();
-    let errors = type_check(copy.path()).expect_err("the UI still checks with a field renamed away");
+    std::fs::write(copy.path().join("ground/types.d.ts"), &types).unwrap();
+    let checked = type_check(copy.path());
+    (types, checked)
+}
+
+#[test]
+fn a_field_renamed_in_rust_fails_the_type_check() {
+    // HistoryEntry's `final_loss` renamed in the Rust source: the panels that read `entry.final_loss`
+    // no longer check.
+    let (types, checked) = type_check_changed("src-tauri/src/record/trainings.rs", "pub final_loss:", "pub last_loss:");
+    assert!(types.contains("last_loss: number | null;") && !types.contains("final_loss"), "the rename did not take");
+    let errors = checked.expect_err("the UI still checks with a field renamed away");
     assert!(errors.contains("final_loss") && errors.contains("HistoryEntry"), "{errors}");
+}
+
+#[test]
+fn a_command_argument_renamed_in_rust_fails_the_type_check() {
+    // Build's `training_id` renamed: the window would send `trainingId`, which Tauri no longer reads.
+    let (types, checked) = type_check_changed(
+        "src-tauri/src/export/commands.rs",
+        "training_id: String,\n    request: BuildRequest,",
+        "run_id: String,\n    request: BuildRequest,",
+    );
+    assert!(types.contains("build_cact: { args: { runId: string;"), "the rename did not take");
+    let errors = checked.expect_err("the UI still checks with a command argument renamed away");
+    assert!(errors.contains("'trainingId' does not exist") && errors.contains("runId"), "{errors}");
+}
+
+#[test]
+fn a_command_renamed_in_rust_fails_the_type_check() {
+    let (types, checked) =
+        type_check_changed("src-tauri/src/export/commands.rs", "pub async fn build_cact(", "pub async fn build_model(");
+    assert!(types.contains("  build_model: {") && !types.contains("build_cact"), "the rename did not take");
+    let errors = checked.expect_err("the UI still checks with a command renamed away");
+    assert!(errors.contains("'\"build_cact\"'"), "{errors}");
+}
+
+#[test]
+fn a_command_answering_another_type_fails_the_type_check() {
+    // The ladder's refusal answered as a number: the wrapper that promises a sentence no longer checks.
+    let (types, checked) =
+        type_check_changed("src-tauri/src/export/commands.rs", "-> Answer<Option<String>>", "-> Answer<Option<u32>>");
+    assert!(types.contains("answer: number | null };"), "the change did not take");
+    let errors = checked.expect_err("the UI still checks with a command answering another type");
+    assert!(errors.contains("Promise<number | null>"), "{errors}");
 }
 
 /// The UI's scripts, types and `jsconfig.json`, copied into `to`.

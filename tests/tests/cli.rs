@@ -398,6 +398,11 @@ fn eval_accuracy_scores_exact_calls_per_tool() {
     ];
     let output = run(&args);
     assert!(output.status.success(), "{}", stderr(&output));
+    // To a pipe the progress is one line per update, none redrawn into the one before.
+    let err = stderr(&output);
+    let progress: Vec<&str> = err.lines().filter(|line| line.contains(" examples")).collect();
+    assert!(progress.len() > 2, "{err}");
+    assert!(progress.iter().all(|line| line.matches(" examples").count() == 1 && !line.contains('\r')), "{err}");
     let report: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
     let accuracy = &report["accuracy"];
     let examples = accuracy["examples"].as_u64().unwrap();

@@ -1,7 +1,8 @@
 // @ts-check
 // The app's commands, channels and window services (dialogs, drag and drop): the one module that
-// knows their names. One function per command (each step's commands.rs in src-tauri/src), typed with
-// types.d.ts, which is generated from the Rust types.
+// knows their names. One function per command (each step's commands.rs in src-tauri/src), each calling
+// it through `invoke`, which is typed with types.d.ts's `Commands` (generated from the Rust commands):
+// a wrong command name, argument key or argument type, or an answer read as another type, fails tsc.
 
 /** @typedef {import('./types.js').Answers} Answers */
 /** @typedef {import('./types.js').BaseModel} BaseModel */
@@ -10,6 +11,11 @@
 /** @typedef {import('./types.js').BuildRequest} BuildRequest */
 /** @typedef {import('./types.js').CancelDownload} CancelDownload */
 /** @typedef {import('./types.js').CancelAnswer} CancelAnswer */
+/**
+ * @template T
+ * @typedef {import('./types.js').Channel<T>} Channel
+ */
+/** @typedef {import('./types.js').Commands} Commands */
 /** @typedef {import('./types.js').DatasetReport} DatasetReport */
 /** @typedef {import('./types.js').DownloadMessage} DownloadMessage */
 /** @typedef {import('./types.js').Evaluation} Evaluation */
@@ -41,8 +47,8 @@
 /**
  * The part of Tauri's global API (`withGlobalTauri`) the window uses.
  * @typedef {object} TauriGlobal
- * @property {{invoke: (command: string, args?: object) => Promise<any>,
- *   Channel: new () => {onmessage: (message: any) => void}}} core
+ * @property {{invoke: (command: string, args: object) => Promise<unknown>,
+ *   Channel: new () => Channel<any>}} core
  * @property {{open: (options: object) => Promise<string|string[]|null>,
  *   save: (options: object) => Promise<string|null>}} dialog
  * @property {{getCurrentWebview: () => {
@@ -55,35 +61,40 @@ const tauri = /** @type {{__TAURI__?: TauriGlobal}} */ (/** @type {unknown} */ (
 export const hasRuntime = () => tauri != null;
 
 /**
- * @param {string} command
- * @param {object} [args]
- * @returns {Promise<any>}
+ * Calls `command` with `args`, its answer typed as the Rust command returns it.
+ * @template {keyof Commands & string} C
+ * @param {C} command
+ * @param {Commands[C]['args']} args
+ * @returns {Promise<Commands[C]['answer']>}
  */
-const invoke = (command, args) => /** @type {TauriGlobal} */ (tauri).core.invoke(command, args);
+const invoke = (command, args) =>
+  /** @type {Promise<Commands[C]['answer']>} */ (/** @type {TauriGlobal} */ (tauri).core.invoke(command, args));
 
 /**
  * A channel that hands each message to `onMessage`.
  * @template T
  * @param {(message: T) => void} onMessage
+ * @returns {Channel<T>}
  */
 function channel(onMessage) {
+  /** @type {Channel<T>} */
   const created = new (/** @type {TauriGlobal} */ (tauri).core.Channel)();
   created.onmessage = onMessage;
   return created;
 }
 
 /** @returns {Promise<Startup>} */
-export const startup = () => invoke('startup');
+export const startup = () => invoke('startup', {});
 
-/** @param {Preferences} preferences @returns {Promise<void>} */
+/** @param {Preferences} preferences @returns {Promise<null>} */
 export const savePreferences = (preferences) => invoke('save_preferences', { preferences });
 
 /** @returns {Promise<BaseModelStatus>} */
-export const baseModel = () => invoke('base_model');
+export const baseModel = () => invoke('base_model', {});
 
 /**
  * @param {Generation} generation @param {(message: DownloadMessage) => void} onEvent
- * @returns {Promise<void>}
+ * @returns {Promise<null>}
  */
 export const downloadBaseModel = (generation, onEvent) =>
   invoke('download_base_model', { generation, onEvent: channel(onEvent) });
@@ -92,7 +103,7 @@ export const downloadBaseModel = (generation, onEvent) =>
 export const useBaseModel = (generation) => invoke('use_base_model', { generation });
 
 /** @returns {Promise<CancelDownload>} */
-export const cancelDownload = () => invoke('cancel_download');
+export const cancelDownload = () => invoke('cancel_download', {});
 
 /**
  * The report `needle data --json` prints for `path`, its token lengths counted with `tokenizer`, its
@@ -111,7 +122,7 @@ export const loadDataset = (path, tokenizer, checkpoint, maxLen) =>
 export const datasetLine = (path, line) => invoke('dataset_line', { path, line });
 
 /** @returns {Promise<GenerateSetup>} */
-export const generateSetup = () => invoke('generate_setup');
+export const generateSetup = () => invoke('generate_setup', {});
 
 /** @param {SecretName} name @param {string} key @returns {Promise<KeySource>} where it is kept */
 export const rememberKey = (name, key) => invoke('remember_key', { name, key });
@@ -121,13 +132,13 @@ export const forgetKey = (name) => invoke('forget_key', { name });
 
 /**
  * @param {GenerateRequest} request @param {(message: GenerateMessage) => void} onEvent
- * @returns {Promise<void>}
+ * @returns {Promise<null>}
  */
 export const generateExamples = (request, onEvent) =>
   invoke('generate_examples', { request, onEvent: channel(onEvent) });
 
 /** @returns {Promise<CancelAnswer>} */
-export const cancelGeneration = () => invoke('cancel_generation');
+export const cancelGeneration = () => invoke('cancel_generation', {});
 
 /** @param {TrainingDraft} draft @returns {Promise<FieldErrors>} empty when the training can start */
 export const validateTraining = (draft) => invoke('validate_training', { draft });
@@ -148,11 +159,11 @@ export const startTraining = (draft, onEvent) => invoke('start_training', { draf
 export const resumeTraining = (id, onEvent) => invoke('resume_training', { id, onEvent: channel(onEvent) });
 
 /** @returns {Promise<CancelAnswer>} */
-export const cancelTraining = () => invoke('cancel_training');
+export const cancelTraining = () => invoke('cancel_training', {});
 
 /**
  * @param {string} trainingId @param {BuildRequest} request @param {(message: BuildMessage) => void} onEvent
- * @returns {Promise<void>}
+ * @returns {Promise<null>}
  */
 export const buildCact = (trainingId, request, onEvent) =>
   invoke('build_cact', { trainingId, request, onEvent: channel(onEvent) });
@@ -162,24 +173,24 @@ export const ladderRefusal = (trainingId) => invoke('ladder_refusal', { training
 
 /**
  * @param {string} trainingId @param {(message: LadderMessage) => void} onEvent
- * @returns {Promise<void>}
+ * @returns {Promise<null>}
  */
 export const scoreLadder = (trainingId, onEvent) => invoke('score_ladder', { trainingId, onEvent: channel(onEvent) });
 
 /** Asks the sweep to stop (again: ends it now); its outcome follows on its channel. @returns {Promise<CancelAnswer>} */
-export const cancelLadder = () => invoke('cancel_ladder');
+export const cancelLadder = () => invoke('cancel_ladder', {});
 
 /** @returns {Promise<PublishSetup>} */
-export const publishSetup = () => invoke('publish_setup');
+export const publishSetup = () => invoke('publish_setup', {});
 
 /**
  * @param {string} trainingId @param {string} repo @param {(message: PublishMessage) => void} onEvent
- * @returns {Promise<void>}
+ * @returns {Promise<null>}
  */
 export const publishCact = (trainingId, repo, onEvent) => invoke('publish_cact', { trainingId, repo, onEvent: channel(onEvent) });
 
 /** Stops the upload going before its commit; its outcome follows on its channel. @returns {Promise<PublishState>} */
-export const cancelPublish = () => invoke('cancel_publish');
+export const cancelPublish = () => invoke('cancel_publish', {});
 
 /** @param {string} trainingId @returns {Promise<Evaluation>} */
 export const evaluation = (trainingId) => invoke('evaluation', { trainingId });
@@ -188,12 +199,12 @@ export const evaluation = (trainingId) => invoke('evaluation', { trainingId });
 export const tryModel = (question) => invoke('try_model', { question });
 
 /** @returns {Promise<HistoryEntry[]>} */
-export const history = () => invoke('history');
+export const history = () => invoke('history', {});
 
 /** @param {string} id @returns {Promise<Opened>} */
 export const openTraining = (id) => invoke('open_training', { id });
 
-/** @param {string} path @returns {Promise<void>} */
+/** @param {string} path @returns {Promise<null>} */
 export const reveal = (path) => invoke('reveal', { path });
 
 /**

@@ -2,6 +2,55 @@
 // src-tauri/tests/ui_types.rs; do not edit (NEEDLE_UI_TYPES=write cargo test -p needle-studio
 // --test ui_types writes it again).
 
+/** A channel a command sends its messages on (Tauri's `Channel`). */
+export type Channel<T> = { onmessage: (message: T) => void };
+
+/** Every command the window may call: the arguments it sends (as Tauri names them) and the answer. */
+export type Commands = {
+  base_model: { args: Record<string, never>; answer: BaseModelStatus };
+  build_cact: { args: { trainingId: string; request: BuildRequest; onEvent: Channel<BuildMessage> }; answer: null };
+  cancel_download: { args: Record<string, never>; answer: CancelDownload };
+  cancel_generation: { args: Record<string, never>; answer: CancelAnswer };
+  /** Asks the ladder sweep going to stop (a second time: ends it now); its outcome follows on its channel. */
+  cancel_ladder: { args: Record<string, never>; answer: CancelAnswer };
+  /** Stops the upload going before its commit; the outcome follows on its channel. */
+  cancel_publish: { args: Record<string, never>; answer: PublishState };
+  cancel_training: { args: Record<string, never>; answer: CancelAnswer };
+  /** Line `line` of the dataset at `path`, as written (a doctor's finding, clicked). */
+  dataset_line: { args: { path: string; line: number }; answer: string };
+  download_base_model: { args: { generation: Generation; onEvent: Channel<DownloadMessage> }; answer: null };
+  evaluation: { args: { trainingId: string }; answer: Evaluation };
+  forget_key: { args: { name: SecretName }; answer: KeySource };
+  generate_examples: { args: { request: GenerateRequest; onEvent: Channel<GenerateMessage> }; answer: null };
+  generate_setup: { args: Record<string, never>; answer: GenerateSetup };
+  history: { args: Record<string, never>; answer: HistoryEntry[] };
+  /**
+   * Why training `training_id`'s model has no depth ladder to score (a Needle 2 model), or nothing when
+   * it has one.
+   */
+  ladder_refusal: { args: { trainingId: string }; answer: string | null };
+  /** The report `needle data --json` prints, as it printed it; `max_len` as typed in the Train panel. */
+  load_dataset: { args: { path: string; tokenizer: string | null; checkpoint: string | null; maxLen: unknown }; answer: DatasetReport };
+  open_training: { args: { id: string }; answer: Opened };
+  plan_training: { args: { draft: TrainingDraft }; answer: Plan };
+  publish_cact: { args: { trainingId: string; repo: string; onEvent: Channel<PublishMessage> }; answer: null };
+  publish_setup: { args: Record<string, never>; answer: PublishSetup };
+  /** Keeps a typed key or token in the keychain (or, without one, in memory until the app closes). */
+  remember_key: { args: { name: SecretName; key: string }; answer: KeySource };
+  resume_training: { args: { id: string; onEvent: Channel<TrainingMessage> }; answer: HistoryEntry };
+  /** "Show in folder" for the adapter and the built file. */
+  reveal: { args: { path: string }; answer: null };
+  save_preferences: { args: { preferences: Preferences }; answer: null };
+  /** Scores every rung of training `training_id`'s depth ladder; progress and the table follow on `on_event`. */
+  score_ladder: { args: { trainingId: string; onEvent: Channel<LadderMessage> }; answer: null };
+  start_training: { args: { draft: TrainingDraft; onEvent: Channel<TrainingMessage> }; answer: HistoryEntry };
+  /** Everything the window shows when it opens, once the rooms are open. */
+  startup: { args: Record<string, never>; answer: Startup };
+  try_model: { args: { question: Question }; answer: Answers };
+  use_base_model: { args: { generation: Generation }; answer: BaseModel };
+  validate_training: { args: { draft: TrainingDraft }; answer: FieldErrors };
+};
+
 /** Exact-call accuracy over a set of examples. */
 export type Accuracy = {
   examples: number;
@@ -139,12 +188,12 @@ export type BaseModelOffer = {
   cached: BaseModel | null;
   /**
    * Bytes of both files: on disk when cached, else as the hub announces them; `None` while it
-   * downloads, or when the hub cannot be asked (then `note` says why).
+   * downloads, or when the hub cannot be asked (then `trouble` says why).
    */
   bytes: number | null;
   /** Bytes already on disk from a cancelled or cut download, which the next one resumes from. */
   partial_bytes: number;
-  note: string | null;
+  trouble: HubTrouble | null;
   /** Its download as the window last heard of it (idle while another generation downloads). */
   download: DownloadState;
 };
@@ -578,7 +627,13 @@ export type HistoryEntry = {
   adapter: string | null;
   /** Why a training failed or stopped. */
   message: string | null;
+  /** The whole model's built file: the one Evaluate scores and Publish uploads. */
   cact: CactInfo | null;
+  /**
+   * Rungs of the model's depth ladder built as files of their own, beside the whole model's, never
+   * in its place.
+   */
+  rungs?: CactInfo[];
   /** Held-out loss and exact-call accuracy of the base and the tuned model, when the training finished. */
   scores?: CallScores | null;
   /** Where Build writes unless the user picks another file. */
@@ -638,6 +693,17 @@ export type HubEvent =
     event: "failed";
     message: string;
   };
+
+/** Why the hub could not say what a download would fetch. */
+export type HubTrouble = {
+  /**
+   * The hub cannot be reached (no connection, or `HF_HUB_OFFLINE` set): the panel says "offline" in
+   * one line rather than one message per model.
+   */
+  offline: boolean;
+  /** The whole message (the address, the cause, the way around), which the panel keeps folded. */
+  details: string;
+};
 
 /** One thing wrong with one line. */
 export type Issue =

@@ -6,6 +6,7 @@
 // missing.
 
 import * as api from '../ground/api.js';
+import { resetCancel, wireCancel } from '../ground/cancel.js';
 import { $, debounce, errorText, formatCount, h, setMessage, setStatus } from '../ground/dom.js';
 import { pickPath } from '../ground/files.js';
 import { renderKey, wireKey } from '../ground/keys.js';
@@ -185,6 +186,7 @@ function wireDataset() {
 function setGenerating(running) {
   $('generate-button').disabled = running;
   $('generate-cancel').disabled = !running;
+  resetCancel($('generate-cancel'));
 }
 
 /** @param {Record<string, number>} counts */
@@ -275,15 +277,6 @@ async function generate() {
   }
 }
 
-async function cancel() {
-  try {
-    const answer = await api.cancelGeneration();
-    if (answer === 'stopping') setStatus($('generate-status'), 'stopping', 'Stopping: writing the rows that arrived…');
-  } catch (error) {
-    setMessage($('generate-error'), error);
-  }
-}
-
 /** Fills the form with the defaults the app gives, the key's source and the last generation. */
 export async function showGenerateSetup() {
   try {
@@ -302,7 +295,12 @@ export async function showGenerateSetup() {
 function wireGenerate() {
   const errorEl = $('generate-error');
   $('generate-button').addEventListener('click', generate);
-  $('generate-cancel').addEventListener('click', cancel);
+  wireCancel($('generate-cancel'), {
+    cancel: api.cancelGeneration,
+    stopping: 'Stopping: writing the rows that arrived…',
+    say: (text) => setStatus($('generate-status'), 'stopping', text),
+    failed: (error) => setMessage(errorEl, error),
+  });
   wireKey('generate-key', 'generate_key', errorEl);
   $('generate-output-choose').addEventListener('click', async () => {
     const current = $('generate-output').value.trim() || state.dataset;

@@ -1,9 +1,11 @@
 // @ts-check
 // The Export step: the training's adapter, its build into a .cact at the chosen width, and Publish,
 // which pushes the built file to a model repository on the hub (or, cancelled, leaves the hub as it was).
-// A Needle 3 model's depth ladder is scored here too, rung by rung, and any rung built as its own .cact.
+// A Needle 3 model's depth ladder is scored here too, rung by rung, and any rung built as a .cact of its own,
+// beside the whole model's (which stays the one Publish uploads).
 
 import * as api from '../ground/api.js';
+import { resetCancel, wireCancel } from '../ground/cancel.js';
 import { $, basename, errorText, formatBytes, h, setMessage, setStatus } from '../ground/dom.js';
 import { pickPath, reveal } from '../ground/files.js';
 import { renderKey, wireKey } from '../ground/keys.js';
@@ -44,8 +46,7 @@ function renderBuilt(cact) {
   if (!cact) return;
   $('cact-size').textContent = formatBytes(cact.bytes);
   $('cact-tensors').textContent = String(cact.tensors);
-  // A rung of the ladder says so: it is the file Publish uploads, and it is not the whole model.
-  $('cact-scheme').textContent = cact.layers ? `${cact.scheme} · the ${cact.layers}-layer rung` : cact.scheme;
+  $('cact-scheme').textContent = cact.scheme;
   // This file's own upload: a file built again is unpublished.
   renderPublish(cact.published ? { state: 'published', ...cact.published } : { state: 'idle' });
 }
@@ -107,9 +108,14 @@ function handleBuildEvent(trainingId, message) {
       setBuildStatus('building', 'Answering the held-out examples with the built file…');
       break;
     case 'built':
-      state.entry = { ...message.entry, cact: message.cact };
+      state.entry = message.entry;
       $('build-progress').value = $('build-progress').max;
-      setBuildStatus('built', `Built ${basename(message.cact.path)}${message.cact.layers ? ` (the ${message.cact.layers}-layer rung)` : ''}`);
+      if (message.cact.layers) {
+        setBuildStatus('built', `Built ${basename(message.cact.path)}: the ${message.cact.layers}-layer rung, a file of its own`);
+        markBuiltRungs(message.entry);
+        break;
+      }
+      setBuildStatus('built', `Built ${basename(message.cact.path)}`);
       renderBuilt(message.cact);
       tell('rebuilt', state.entry);
       badgeTab('evaluate', message.cact.rows ? '•' : null);
@@ -127,7 +133,7 @@ const setLadderStatus = (status, text) => setStatus($('ladder-status'), status, 
 function setScoring(scoring) {
   $('ladder-button').disabled = scoring;
   $('ladder-cancel').hidden = !scoring;
-  $('ladder-cancel').textContent = 'Cancel';
+  resetCancel($('ladder-cancel'));
 }
 
 /**
@@ -160,19 +166,6 @@ async function scoreLadder() {
   }
 }
 
-async function cancelLadder() {
-  try {
-    const answer = await api.cancelLadder();
-    if (answer === 'stopping') {
-      setLadderStatus('scoring', 'Cancelling: stopping at the next answer… (press again to stop now)');
-      $('ladder-cancel').textContent = 'Stop now';
-    } else if (answer === 'killed') {
-      setLadderStatus('scoring', 'Stopping now…');
-    }
-  } catch (error) {
-    setLadderStatus('failed', errorText(error));
-  }
-}
 
 /** @param {string} trainingId the training whose ladder is scored @param {LadderMessage} message */
 function handleLadderEvent(trainingId, message) {
@@ -212,9 +205,22 @@ function renderLadder(ladder, svg) {
     build.disabled = Boolean(state.building);
     build.addEventListener('click', () => buildCact(rung.layers));
     const calls = `${rung.calls.exact}/${rung.calls.examples}`;
+    const built = h('span', { id: `rung-built-${rung.layers}`, class: 'muted small path' });
     return h('tr', {}, h('td', {}, String(rung.layers)), h('td', {}, calls), h('td', {}, formatBytes(rung.cact_bytes)),
-      h('td', {}, `${(rung.calls.decode_tokens_per_s ?? 0).toFixed(0)} tok/s`), h('td', {}, build));
+      h('td', {}, `${(rung.calls.decode_tokens_per_s ?? 0).toFixed(0)} tok/s`), h('td', {}, build, ' ', built));
   }));
+  if (state.entry) markBuiltRungs(state.entry);
+}
+
+/**
+ * Names, in the ladder's table, the file each rung of `entry` was built into.
+ * @param {HistoryEntry} entry
+ */
+function markBuiltRungs(entry) {
+  for (const rung of entry.rungs ?? []) {
+    const marker = document.getElementById(`rung-built-${rung.layers}`);
+    if (marker) marker.textContent = basename(rung.path);
+  }
 }
 
 /** @param {'idle'|'publishing'|'published'|'cancelled'|'failed'} status @param {string} text */
@@ -325,7 +331,12 @@ export function wireExport() {
   });
   $('build-button').addEventListener('click', () => buildCact(null));
   $('ladder-button').addEventListener('click', scoreLadder);
-  $('ladder-cancel').addEventListener('click', cancelLadder);
+  wireCancel($('ladder-cancel'), {
+    cancel: api.cancelLadder,
+    stopping: 'Cancelling: stopping at the next answer…',
+    say: (text) => setLadderStatus('scoring', text),
+    failed: (error) => setLadderStatus('failed', errorText(error)),
+  });
   $('publish-button').addEventListener('click', publishCact);
   $('publish-cancel').addEventListener('click', cancelPublish);
   wireKey('publish-token', 'hub_token', errorEl);

@@ -95,12 +95,32 @@ function renderHub(status) {
   hub = status;
   const busy = status.models.some((model) => model.download.state === 'running');
   $('hub-models').replaceChildren(...status.models.map((model) => hubRow(model, model.generation === status.chosen, busy)));
+  renderTrouble(status.models);
   const inUse = status.models.find((model) => isInUse(model));
   $('hub-status').textContent = inUse
     ? `Using ${inUse.label} from the hub cache.`
     : state.model.checkpoint
       ? 'Using the checkpoint below.'
       : `No base model yet: download one (${status.models[0]?.label ?? 'Needle'} is the newest).`;
+}
+
+/**
+ * What kept the hub from answering about the models not on this computer: "offline" (or that the hub
+ * did not answer) in one line with Retry, each model's whole message folded away under Details.
+ * @param {BaseModelOffer[]} models
+ */
+function renderTrouble(models) {
+  const troubled = models.filter((model) => model.trouble && !model.cached);
+  $('hub-trouble').hidden = troubled.length === 0;
+  if (troubled.length === 0) return;
+  const offline = troubled.every((model) => model.trouble?.offline);
+  const inUse = state.model.checkpoint ? '; the checkpoint below works without it' : '';
+  $('hub-trouble-line').dataset.status = offline ? 'offline' : 'failed';
+  $('hub-trouble-line').textContent = offline
+    ? `Offline: the model hub cannot be reached${inUse}.`
+    : `The model hub did not answer${inUse}.`;
+  $('hub-trouble-list').replaceChildren(...troubled.map((model) =>
+    h('li', {}, h('strong', {}, `${model.label}: `), model.trouble?.details ?? '')));
 }
 
 /** @param {BaseModelOffer} model */
@@ -147,7 +167,7 @@ function hubRow(model, chosen, busy) {
   } else {
     setStatus(status, 'idle', 'Not on this computer yet');
     const resume = model.partial_bytes > 0 ? `${formatBytes(model.partial_bytes)} already here; the download resumes` : '';
-    detail.textContent = model.bytes != null ? resume : model.note ?? '';
+    detail.textContent = model.bytes != null ? resume : '';
   }
   const failed = download.state === 'failed' || download.state === 'cancelled';
   setMessage(error, failed && !cached ? download.message : null);
@@ -264,4 +284,5 @@ export function wireModel() {
     tell('inputs', null);
   });
   hear('preferences', savePreferences);
+  $('hub-retry').addEventListener('click', refreshHub);
 }

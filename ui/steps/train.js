@@ -5,6 +5,7 @@
 // log) to its end, in the panel and in the strip under the steps.
 
 import * as api from '../ground/api.js';
+import { resetCancel, wireCancel } from '../ground/cancel.js';
 import { $, backendLabel, debounce, errorText, formatBytes, formatClock, formatCount, formatElapsed, formatLoss, h,
   setMessage, setStatus } from '../ground/dom.js';
 import { hear, showEntry, state, tell } from '../ground/state.js';
@@ -281,7 +282,7 @@ function setTrainingStatus(status, text) {
 /** @param {boolean} running */
 function setRunning(running) {
   state.running = running;
-  $('cancel-button').textContent = 'Cancel';
+  resetCancel($('cancel-button'));
   setMessage($('cancel-error'), null);
   updateButtons();
   tell('busy', null);
@@ -461,26 +462,16 @@ function trainingEnded(entry, message) {
   tell('history', null);
 }
 
-async function cancelTraining() {
-  try {
-    const answer = await api.cancelTraining();
-    if (answer === 'stopping') {
-      setTrainingStatus('stopping', 'Stopping after this step… (press again to stop now)');
-      $('cancel-button').textContent = 'Stop now';
-    } else if (answer === 'killed') {
-      setTrainingStatus('stopping', 'Stopping now…');
-    } else {
-      setRunning(false); // nothing was running any more
-    }
-  } catch (error) {
-    setMessage($('cancel-error'), error);
-  }
-}
-
 export function wireTrain() {
   $('plan-button').addEventListener('click', checkPlan);
   $('start-button').addEventListener('click', startTraining);
-  $('cancel-button').addEventListener('click', cancelTraining);
+  wireCancel($('cancel-button'), {
+    cancel: api.cancelTraining,
+    stopping: 'Stopping after this step…',
+    say: (text) => setTrainingStatus('stopping', text),
+    failed: (error) => setMessage($('cancel-error'), error),
+    idle: () => setRunning(false),
+  });
   $('resume-button').addEventListener('click', () => statusEntry && resumeTraining(statusEntry.id));
   hear('inputs', inputsChanged);
   hear('resume', resumeTraining);

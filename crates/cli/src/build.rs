@@ -39,7 +39,7 @@ pub struct Args {
     pub tokenizer: Option<PathBuf>,
     /// The published base model built without a checkpoint: 2 (Cactus-Compute/needle2, as cactus-needle
     /// 2.0.8) or 3 (Cactus-Compute/needle3, 3.x's default)
-    #[arg(long, default_value = Generation::default().profile().number.to_string())]
+    #[arg(long, default_value = Generation::default().number().to_string())]
     #[serde(serialize_with = "crate::inputs::as_number")]
     pub generation: Generation,
     /// Push the built .cact to the model repository named by NEEDLE_HF_REPO (`<you>/<model>`, created

@@ -22,7 +22,7 @@ pub struct Args {
     pub json: bool,
     /// Read and render the lines as this Needle generation's package does (3 also reads
     /// single-turn chat lines and strips the reasoning), with its tokenizer unless --tokenizer is given
-    #[arg(long, default_value = Generation::default().profile().number.to_string())]
+    #[arg(long, default_value = Generation::default().number().to_string())]
     #[serde(serialize_with = "crate::inputs::as_number")]
     pub generation: Generation,
     /// Also write the rows the doctor passes to this file: usable, calls that match their schemas, no

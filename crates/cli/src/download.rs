@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use needle_engine::generation::Generation;
 use needle_engine::hub::{self, BaseModel, Hub, HubEvent, PublishedBase, RepoFile};
 
 use crate::events::{print_json, EventFormat};
+use crate::progress;
 
 /// Download a base model's checkpoint and tokenizer (or the file named) into the Hugging Face cache.
 #[derive(Debug, clap::Args)]
@@ -170,10 +171,7 @@ impl HubView {
 
     /// The header line of a transfer (`fetch`, `push`) and its bar, at `position` of `total` bytes.
     fn start_bar(&mut self, verb: &str, file: &str, total: u64, position: u64, note: &str) {
-        let bar = ProgressBar::new(total);
-        let style = ProgressStyle::with_template("  {bar:30} {bytes}/{total_bytes}  {bytes_per_sec}  eta {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar());
-        bar.set_style(style);
+        let bar = progress::bar(total, "{bytes}/{total_bytes}  {bytes_per_sec}  eta {eta}");
         // Printed, not `bar.println`'d: the bar is hidden when stderr is not a terminal.
         noteln!("  {verb:<9} {file}  {:.1} MB{note}", total as f64 / 1e6);
         bar.set_position(position);

@@ -1,15 +1,15 @@
 //! `needle eval`: the masked answer loss of a model (a checkpoint, with an adapter, or a built
 //! `.cact`) over a whole dataset file, and with `--accuracy` its exact-call accuracy.
 
-use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use crate::inputs::{Model, WeightsInputs};
+use crate::ladder::wrong_kinds;
 use anyhow::{Context, Result};
 use needle_engine::backend::{self, DeviceRequest};
-use needle_engine::calls::{accuracy, Accuracy, AnswerKind, Answered, ModelScore, Precision, QuantRows, Weights};
+use needle_engine::calls::{accuracy, Accuracy, Answered, ModelScore, Precision, QuantRows, Weights};
 use needle_engine::dataset::{Dataset, Encoded, Example};
 use needle_engine::generation::Generation;
 use needle_engine::model::{evaluate, Device, EvalSummary, Network};
@@ -86,7 +86,8 @@ pub fn run(args: Args) -> Result<()> {
     let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
     noteln!("  {:<9} {}  {}", "backend", selected.info.backend, selected.info.device);
     if args.ladder.ladder {
-        return crate::ladder::run(&args, &selected.device);
+        let examples = |generation| held_out(&args, load_dataset(&args, generation)?.examples);
+        return crate::ladder::run(&args.ladder, &args.weights, args.json, &selected.device, examples);
     }
     let model = args.weights.load(&selected.device)?;
     // Loaded before any scoring, so that a .cact of another model is refused at once.
@@ -114,7 +115,7 @@ pub fn run(args: Args) -> Result<()> {
         report_progress("eval", done, total)
     })
     .with_context(|| format!("evaluating {}", model.label))?;
-    noteln!();
+    end_progress();
     let answered = match args.accuracy {
         true => Some(held.answer(&model.network, &model.tokenizer, "answer")?),
         false => None,
@@ -137,7 +138,7 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 /// The dataset file as `generation` reads it, its problems noted.
-pub(crate) fn load_dataset(args: &Args, generation: Generation) -> Result<Dataset> {
+fn load_dataset(args: &Args, generation: Generation) -> Result<Dataset> {
     let dataset = Dataset::load(&args.data, generation)?;
     for problem in &dataset.problems {
         noteln!("  {:<9} {}: {problem}", "warning", args.data.display());
@@ -147,7 +148,7 @@ pub(crate) fn load_dataset(args: &Args, generation: Generation) -> Result<Datase
 
 /// The examples (with what goes with each) that are scored: those a training with `--val-split`
 /// and `--seed` holds out, else all, at most `--max-examples` of them.
-pub(crate) fn held_out<T>(args: &Args, mut examples: Vec<T>) -> Result<Vec<T>> {
+fn held_out<T>(args: &Args, mut examples: Vec<T>) -> Result<Vec<T>> {
     if let Some(fraction) = args.val_split {
         anyhow::ensure!((0.0..1.0).contains(&fraction), "--val-split {fraction}: use a fraction in [0, 1)");
         examples = split(examples, fraction, args.seed).1;
@@ -181,7 +182,7 @@ impl Held {
                 }
             },
         )?;
-        noteln!();
+        end_progress();
         Ok((score, wrong))
     }
 
@@ -191,7 +192,7 @@ impl Held {
         let loss = evaluate(network, self.rows.iter().cloned(), self.seq_len, self.rows_per_pass, progress)
             .with_context(|| format!("evaluating the {what} row"))?
             .loss;
-        noteln!();
+        end_progress();
         let (calls, wrong) = self.answer(network, tokenizer, &format!("{what} calls"))?;
         Ok(ModelScore { loss, calls, wrong })
     }
@@ -237,15 +238,22 @@ fn write_answers(path: &Path, wrong: &[Answered]) -> Result<()> {
         .with_context(|| format!("cannot write {}; check that the directory exists and is writable", path.display()))
 }
 
-/// A progress line redrawn in place on a terminal; in a log (stderr not a terminal), where each
-/// redraw would run into the last, the finished count only. The caller ends the line.
+/// A progress line redrawn in place on a terminal; on a pipe or in a log, where a redraw would run
+/// into the last, one line per update. [`end_progress`] ends it.
 pub(crate) fn report_progress(what: &str, done: usize, total: usize) {
     if std::io::stderr().is_terminal() {
         note!("\r  {what:<9} {done}/{total} examples");
         // Progress is best-effort: a closed stderr must not fail the evaluation.
         let _ = std::io::stderr().flush();
-    } else if done == total {
-        note!("  {what:<9} {done}/{total} examples");
+    } else {
+        noteln!("  {what:<9} {done}/{total} examples");
+    }
+}
+
+/// Ends the progress line on a terminal (elsewhere each update ended its own).
+pub(crate) fn end_progress() {
+    if std::io::stderr().is_terminal() {
+        noteln!();
     }
 }
 
@@ -310,13 +318,3 @@ fn print_summary(printed: &Printed, json: bool) -> Result<()> {
 
 /// The most frequent confusions of tools the text summary lists (the JSON has them all).
 const CONFUSIONS_SHOWN: usize = 5;
-
-/// `2 wrong tool, 1 false refusal`: the kinds of the wrong answers, as the JSON names them;
-/// `None` when there are none.
-pub(crate) fn wrong_kinds(kinds: &BTreeMap<AnswerKind, usize>) -> Option<String> {
-    let wrong: Vec<String> = (kinds.iter())
-        .filter(|(kind, _)| **kind != AnswerKind::Exact)
-        .map(|(kind, n)| format!("{n} {}", kind.label()))
-        .collect();
-    (!wrong.is_empty()).then(|| wrong.join(", "))
-}

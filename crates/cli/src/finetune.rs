@@ -7,8 +7,9 @@ use std::sync::Arc;
 use crate::events::{cancel_on_stdin, print_json, EventFormat};
 use crate::generate::{Job, Llm};
 use crate::inputs::ModelInputs;
+use crate::progress;
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use needle_engine::backend::{self, DeviceRequest};
 use needle_engine::hub::BaseModel;
 use needle_engine::settings::{preset, presets, Field, FieldKind, TrainSettings};
@@ -279,11 +280,7 @@ struct TextView {
 
 impl TextView {
     fn new(steps: usize) -> Self {
-        let bar = ProgressBar::new(steps as u64);
-        let style = ProgressStyle::with_template("  {bar:30} {pos}/{len} steps  eta {eta}  {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar());
-        bar.set_style(style);
-        Self { bar }
+        Self { bar: progress::bar(steps as u64, "{pos}/{len} steps  eta {eta}  {msg}") }
     }
 
     /// Shows `event`; an error when stdout is closed.

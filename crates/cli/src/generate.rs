@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use needle_engine::atomic::write_atomically;
 use needle_engine::dataset::{Dataset, Example};
 use needle_engine::generate::{self, Endpoint, GenerateEvent, GenerateSettings, Generated};
@@ -17,6 +17,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::events::{cancel_on_stdin, print_json, EventFormat};
+use crate::progress;
 
 /// Write training data with an LLM: for tool schemas, or more of an existing dataset.
 #[derive(Debug, clap::Args, serde::Serialize)]
@@ -213,11 +214,7 @@ struct Bar {
 
 impl Bar {
     fn new(wanted: usize) -> Self {
-        let bar = ProgressBar::new(wanted as u64);
-        let style = ProgressStyle::with_template("  {bar:30} {pos}/{len} rows  {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar());
-        bar.set_style(style);
-        Self { bar }
+        Self { bar: progress::bar(wanted as u64, "{pos}/{len} rows  {msg}") }
     }
 
     fn show(&self, event: &GenerateEvent) {

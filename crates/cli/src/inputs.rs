@@ -19,14 +19,14 @@ pub struct ModelInputs {
     pub tokenizer: Option<PathBuf>,
     /// The published base model used without --checkpoint (a given checkpoint's generation is read
     /// from the file): 3 (Cactus-Compute/needle3, as cactus-needle 3.x) or 2 (Cactus-Compute/needle2)
-    #[arg(long, default_value = Generation::default().profile().number.to_string())]
+    #[arg(long, default_value = Generation::default().number().to_string())]
     #[serde(serialize_with = "as_number")]
     pub generation: Generation,
 }
 
 /// A generation as the command line names it: its number.
 pub fn as_number<S: serde::Serializer>(generation: &Generation, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_u8(generation.profile().number)
+    serializer.serialize_u8(generation.number())
 }
 
 impl ModelInputs {
@@ -56,7 +56,7 @@ pub struct WeightsInputs {
     pub tokenizer: Option<PathBuf>,
     /// The published base model used without --checkpoint or --weights: 3 (Cactus-Compute/needle3, as
     /// cactus-needle 3.x) or 2 (Cactus-Compute/needle2)
-    #[arg(long, default_value = Generation::default().profile().number.to_string(), conflicts_with = "weights")]
+    #[arg(long, default_value = Generation::default().number().to_string(), conflicts_with = "weights")]
     #[serde(serialize_with = "as_number")]
     pub generation: Generation,
 }

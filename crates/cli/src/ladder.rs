@@ -4,17 +4,22 @@
 //! bar on a terminal, or `--events jsonl` for the app; Ctrl-C, or `cancel` on stdin with events,
 //! stops the sweep, which then prints no table.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use needle_engine::calls::ladder::{Ladder, LadderEvent, LadderModel};
+use needle_engine::calls::AnswerKind;
+use needle_engine::dataset::Example;
+use needle_engine::generation::Generation;
 use needle_engine::model::Device;
 use needle_engine::tokenizer::Tokenizer;
 
-use crate::eval::{held_out, load_dataset, wrong_kinds};
 use crate::events::{cancel_on_stdin, print_json, EventFormat};
+use crate::inputs::WeightsInputs;
+use crate::progress;
 
 /// The ladder's flags, beside `needle eval`'s.
 #[derive(Debug, Clone, Default, clap::Args, serde::Serialize)]
@@ -44,21 +49,27 @@ fn comma_separated<S: serde::Serializer>(rungs: &[usize], serializer: S) -> Resu
     }
 }
 
-pub fn run(eval: &crate::eval::Args, device: &Device) -> Result<()> {
+/// Sweeps the ladder of the model `inputs` name over the examples `held_out` reads for its
+/// generation, printing a table (or JSON with `json`) at the end.
+pub fn run(
+    args: &LadderArgs,
+    inputs: &WeightsInputs,
+    json: bool,
+    device: &Device,
+    held_out: impl FnOnce(Generation) -> Result<Vec<Example>>,
+) -> Result<()> {
     let cancel = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&cancel);
     ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)).context("installing the Ctrl-C handler")?;
-    let args = &eval.ladder;
     if args.events.is_some() {
         cancel_on_stdin(&cancel);
     }
-    let inputs = &eval.weights;
     let base =
         crate::download::base_model_of(inputs.generation, inputs.checkpoint.as_deref(), inputs.tokenizer.as_deref())?;
     let tokenizer = Tokenizer::load(&base.tokenizer)?;
     // Loaded first: a model without a ladder is told so before the dataset is read.
     let model = LadderModel::load(&base.checkpoint, inputs.lora.as_deref(), tokenizer)?;
-    let examples = held_out(eval, load_dataset(eval, model.generation())?.examples)?;
+    let examples = held_out(model.generation())?;
     let rungs = if args.rungs.is_empty() { model.depths() } else { args.rungs.clone() };
     let climbed = match args.events {
         Some(EventFormat::Jsonl) => {
@@ -80,7 +91,7 @@ pub fn run(eval: &crate::eval::Args, device: &Device) -> Result<()> {
     let Some(ladder) = climbed else {
         anyhow::bail!("the ladder sweep was cancelled: no table, as a partial ladder would rank rungs it never tried")
     };
-    match (args.events, eval.json) {
+    match (args.events, json) {
         (Some(_), _) => Ok(()),
         (None, true) => Ok(outln!("{}", serde_json::to_string(&ladder)?)?),
         (None, false) => print_table(&ladder),
@@ -94,11 +105,7 @@ struct ProgressView {
 
 impl ProgressView {
     fn new() -> Self {
-        let bar = ProgressBar::new(0);
-        let style = ProgressStyle::with_template("  {bar:30} {pos}/{len} answers  eta {eta}  {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar());
-        bar.set_style(style);
-        Self { bar }
+        Self { bar: progress::bar(0, "{pos}/{len} answers  eta {eta}  {msg}") }
     }
 
     fn show(&self, event: &LadderEvent) {
@@ -138,4 +145,14 @@ fn print_table(ladder: &Ladder) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// `2 wrong tool, 1 false refusal`: the kinds of the wrong answers, as the JSON names them;
+/// `None` when there are none.
+pub(crate) fn wrong_kinds(kinds: &BTreeMap<AnswerKind, usize>) -> Option<String> {
+    let wrong: Vec<String> = (kinds.iter())
+        .filter(|(kind, _)| **kind != AnswerKind::Exact)
+        .map(|(kind, n)| format!("{n} {}", kind.label()))
+        .collect();
+    (!wrong.is_empty()).then(|| wrong.join(", "))
 }

@@ -40,6 +40,7 @@ mod gradients;
 mod inputs;
 mod inspect;
 mod ladder;
+mod progress;
 mod run;
 mod suite;
 mod tokenize;
@@ -100,7 +101,9 @@ pub enum Command {
     /// Write training data with an LLM (OpenRouter or any OpenAI-compatible endpoint), each row checked by the doctor.
     GenerateData(generate::Args),
     /// One reverse pass's loss and LoRA gradients on a batch, written out to compare devices (bench/gpu_check.sh).
+    /// A developer's check, so left out of `needle --help`.
     #[serde(skip)]
+    #[command(hide = true)]
     Gradients(gradients::Args),
     /// Describe a `.cact` file: geometry, tensors, sizes; `--verify` dequantizes every tensor.
     #[serde(skip)]
@@ -178,7 +181,18 @@ fn one_line(error: &anyhow::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::one_line;
+    use clap::{CommandFactory, Parser};
+
+    use super::{one_line, Cli};
+
+    #[test]
+    fn the_developers_gradients_command_runs_but_is_not_listed() {
+        let help = Cli::command().render_help().to_string();
+        assert!(help.contains("finetune") && !help.contains("gradients"), "{help}");
+        assert!(
+            Cli::try_parse_from(["needle", "gradients", "--help"]).is_err_and(|e| e.to_string().contains("--batch"))
+        );
+    }
 
     /// An error whose message quotes its source, as the engine's errors do.
     #[derive(Debug)]

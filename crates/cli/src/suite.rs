@@ -52,7 +52,7 @@ pub fn run(args: Args) -> Result<bool> {
         crate::eval::report_progress("suite", done, total)
     })
     .with_context(|| format!("scoring {} on {}", model.label, args.suite.display()))?;
-    noteln!();
+    crate::eval::end_progress();
     let mut out = std::io::stdout().lock();
     if args.json {
         writeln!(out, "{}", serde_json::to_string(&report)?)?;

@@ -15,7 +15,7 @@ pub struct Args {
     tokenizer: Option<PathBuf>,
     /// The published base model whose tokenizer is used without --tokenizer: 2 (Cactus-Compute/needle2, as
     /// cactus-needle 2.0.8) or 3 (Cactus-Compute/needle3, 3.x's default)
-    #[arg(long, default_value = Generation::default().profile().number.to_string())]
+    #[arg(long, default_value = Generation::default().number().to_string())]
     generation: Generation,
     /// Text to tokenize; each line is one input.
     #[arg(long)]

@@ -154,7 +154,34 @@ impl Default for ModelConfig {
     }
 }
 
+/// How a generation's package trains and scores.
+#[derive(Debug, Clone, Copy)]
+pub struct Recipe {
+    /// Training sees the weights and activations as the `.cact` quantizes them.
+    pub quantization_aware: bool,
+    /// The end-of-run scores answer with the weights a `.cact` ships (W4), not the float ones.
+    pub scores_shipped_weights: bool,
+}
+
+impl Recipe {
+    /// How `generation`'s package trains: Needle 3's always quantization-aware, scored as shipped.
+    pub const fn of(generation: Generation) -> Self {
+        match generation {
+            Generation::Needle2 => Recipe { quantization_aware: false, scores_shipped_weights: false },
+            Generation::Needle3 => Recipe { quantization_aware: true, scores_shipped_weights: true },
+        }
+    }
+}
+
 impl ModelConfig {
+    /// The config a saved model of `generation` takes for the keys it leaves out.
+    pub fn defaults_for(generation: Generation) -> Self {
+        match generation {
+            Generation::Needle2 => Self::default(),
+            Generation::Needle3 => Self::needle3_defaults(),
+        }
+    }
+
     /// The released Needle 2 geometry (the reference's `PRESETS["needle"]`): what benchmarks measure.
     pub fn needle2() -> Self {
         Self {

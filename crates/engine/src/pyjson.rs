@@ -1,4 +1,5 @@
-//! Python's `json.dumps(value, separators=(",", ":"))`, byte for byte.
+//! Python's `json.dumps(value, separators=(",", ":"))`, byte for byte; and how Python sees a value
+//! `json.loads` gives ([`python_truthy`], [`kind_of`]).
 //!
 //! The reference renders an example's `tools` and `answers` through exactly that call after
 //! `json.loads`, and the model learned that text: a different spacing, escape or float spelling
@@ -169,6 +170,30 @@ fn write_string(out: &mut String, text: &str, ascii: bool) {
         }
     }
     out.push('"');
+}
+
+/// Python's `bool()` of the value `json.loads` would produce.
+pub fn python_truthy(value: &Value) -> bool {
+    match value {
+        Value::Null => false,
+        Value::Bool(flag) => *flag,
+        Value::Number(number) => number.as_str().parse::<f64>().is_ok_and(|x| x != 0.0),
+        Value::String(text) => !text.is_empty(),
+        Value::Array(items) => !items.is_empty(),
+        Value::Object(map) => !map.is_empty(),
+    }
+}
+
+/// Python's name for the kind of a JSON value, for messages.
+pub fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
 }
 
 #[cfg(test)]

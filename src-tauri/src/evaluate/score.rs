@@ -6,7 +6,7 @@ use std::path::Path;
 use needle_engine::calls::QuantRows;
 use needle_engine::train::finetune::SCORED_EXAMPLES;
 
-use crate::train::record::HistoryEntry;
+use crate::record::trainings::HistoryEntry;
 use crate::worker::job::Job;
 use crate::worker::process::Worker;
 

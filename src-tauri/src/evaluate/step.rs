@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::model::preferences::Remembered;
-use crate::train::record::Records;
+use crate::record::trainings::Records;
 use crate::worker::process::Worker;
 
 /// Shared by the Evaluate step's commands; cloning is cheap.

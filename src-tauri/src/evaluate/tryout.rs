@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::model::preferences::Remembered;
-use crate::train::record::Records;
+use crate::record::trainings::Records;
 use crate::worker::job::Job;
 use crate::worker::process::Worker;
 

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::chart;
 use crate::evaluate::gaps;
-use crate::train::record::HistoryEntry;
+use crate::record::trainings::HistoryEntry;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Evaluation {

@@ -1,7 +1,7 @@
 //! Building a training's `.cact` from the app: `needle build --events jsonl` in the worker, then the file
 //! read back (as `needle inspect` does) for its size and tensor count.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use needle_engine::cact::{CactFile, ExportEvent};
 use serde::Serialize;
@@ -9,7 +9,7 @@ use tauri::ipc::Channel;
 
 use crate::evaluate::score::quant_rows;
 use crate::ground::ending_in;
-use crate::train::record::{CactInfo, HistoryEntry, Records, TrainingRecord};
+use crate::record::trainings::{CactInfo, HistoryEntry, Records, TrainingRecord};
 use crate::worker::job::Job;
 use crate::worker::process::{Exit, Line, Watcher, Worker};
 
@@ -55,6 +55,15 @@ pub fn start(
     let out = ending_in(&out, "cact");
     let record = records.load(training_id)?;
     let entry = &record.entry;
+    if let (Some(layers), Some(whole)) = (layers, &entry.cact) {
+        if same_file(&out, &whole.path) {
+            return Err(format!(
+                "{} is the whole model's file, which Publish uploads; build the {layers}-layer rung into a file of \
+                 its own",
+                out.display()
+            ));
+        }
+    }
     let adapter = entry.adapter.clone().ok_or("this training saved no adapter yet, so there is nothing to build")?;
     let width = needle_engine::settings::build_width(bits)?;
     let generation = needle_engine::checkpoint::file_generation(&entry.request.checkpoint);
@@ -72,6 +81,11 @@ pub fn start(
     let (records, scorer) = (records.clone(), worker.clone());
     let watcher = BuildWatcher { record, records, worker: scorer, layers, channel, built: None, failure: None };
     worker.spawn(&job, watcher).map(drop)
+}
+
+/// Whether `a` and `b` name one file: compared as written, then as the filesystem resolves them.
+fn same_file(a: &Path, b: &Path) -> bool {
+    a == b || std::fs::canonicalize(a).is_ok_and(|a| std::fs::canonicalize(b).is_ok_and(|b| a == b))
 }
 
 struct BuildWatcher {
@@ -131,7 +145,7 @@ impl BuildWatcher {
             Err(error) => (None, Some(error)),
         };
         let cact = CactInfo { path, bytes, tensors, scheme, rows, scores_error, published: None, layers: self.layers };
-        self.record.entry.cact = Some(cact.clone());
+        self.record.entry.record_built(cact.clone());
         self.records.save(&self.record)?;
         Ok(BuildMessage::Built { cact: Box::new(cact), entry: Box::new(self.record.entry.clone()) })
     }

@@ -11,7 +11,7 @@ use tauri::ipc::Channel;
 
 use crate::chart;
 use crate::ground::lock;
-use crate::train::record::Records;
+use crate::record::trainings::Records;
 use crate::worker::job::Job;
 use crate::worker::process::{CancelAnswer, Exit, Line, Process, Watcher, Worker};
 

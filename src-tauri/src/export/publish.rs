@@ -15,8 +15,8 @@ use serde::Serialize;
 use tauri::ipc::Channel;
 
 use crate::ground::lock;
+use crate::record::trainings::Records;
 use crate::secrets::keys::{KeySource, Keys};
-use crate::train::record::Records;
 
 /// What the Publish form starts with.
 #[derive(Debug, Clone, Serialize)]

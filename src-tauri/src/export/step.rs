@@ -7,8 +7,8 @@ use needle_engine::hub::Hub;
 
 use crate::export::ladder;
 use crate::export::publish::{self, Publishing};
+use crate::record::trainings::Records;
 use crate::secrets::keys::Keys;
-use crate::train::record::Records;
 use crate::worker::process::Worker;
 
 /// Shared by the Export step's commands; cloning is cheap.

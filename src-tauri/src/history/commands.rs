@@ -4,7 +4,7 @@ use tauri::State;
 
 use crate::ground::{blocking, Answer};
 use crate::history::step::{HistoryStep, Opened};
-use crate::train::record::HistoryEntry;
+use crate::record::trainings::HistoryEntry;
 
 #[tauri::command]
 pub async fn history(history: State<'_, HistoryStep>) -> Answer<Vec<HistoryEntry>> {

@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use crate::chart;
-use crate::train::record::{HistoryEntry, Records};
+use crate::record::trainings::{HistoryEntry, Records};
 use crate::train::slot::TrainingSlot;
 
 /// Shared by the History step's commands; cloning is cheap.

@@ -33,13 +33,30 @@ pub struct BaseModelOffer {
     /// Its checkpoint and tokenizer, when both are in the cache.
     pub cached: Option<BaseModel>,
     /// Bytes of both files: on disk when cached, else as the hub announces them; `None` while it
-    /// downloads, or when the hub cannot be asked (then `note` says why).
+    /// downloads, or when the hub cannot be asked (then `trouble` says why).
     pub bytes: Option<u64>,
     /// Bytes already on disk from a cancelled or cut download, which the next one resumes from.
     pub partial_bytes: u64,
-    pub note: Option<String>,
+    pub trouble: Option<HubTrouble>,
     /// Its download as the window last heard of it (idle while another generation downloads).
     pub download: DownloadState,
+}
+
+/// Why the hub could not say what a download would fetch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HubTrouble {
+    /// The hub cannot be reached (no connection, or `HF_HUB_OFFLINE` set): the panel says "offline" in
+    /// one line rather than one message per model.
+    pub offline: bool,
+    /// The whole message (the address, the cause, the way around), which the panel keeps folded.
+    pub details: String,
+}
+
+impl From<HubError> for HubTrouble {
+    fn from(error: HubError) -> Self {
+        let offline = matches!(error, HubError::Offline { .. } | HubError::Unreachable { .. });
+        Self { offline, details: error.to_string() }
+    }
 }
 
 /// The download as the window last heard of it.
@@ -142,7 +159,10 @@ pub fn status(hub: &Hub, downloads: &Downloads, chosen: Generation) -> BaseModel
             .into_iter()
             .map(|(published, asking)| {
                 asking.join().unwrap_or_else(|_| BaseModelOffer {
-                    note: Some("could not look this model up; open the Model step again to retry".into()),
+                    trouble: Some(HubTrouble {
+                        offline: false,
+                        details: "could not look this model up; press Retry".into(),
+                    }),
                     ..blank_offer(published, downloads.state(published.generation))
                 })
             })
@@ -159,7 +179,7 @@ fn blank_offer(published: &PublishedBase, download: DownloadState) -> BaseModelO
         cached: None,
         bytes: None,
         partial_bytes: 0,
-        note: None,
+        trouble: None,
         download,
     }
 }
@@ -174,7 +194,7 @@ fn offer(hub: &Hub, downloads: &Downloads, published: &PublishedBase) -> BaseMod
     } else if !running {
         match announced_sizes(hub, published) {
             Ok((total, partial)) => (offer.bytes, offer.partial_bytes) = (Some(total), partial),
-            Err(why) => offer.note = Some(why),
+            Err(trouble) => offer.trouble = Some(trouble),
         }
     }
     offer
@@ -186,10 +206,10 @@ fn file_size(path: &Path) -> u64 {
 
 /// The announced size of both files, and the bytes of them already on disk; else why the hub could
 /// not say.
-fn announced_sizes(hub: &Hub, published: &PublishedBase) -> Result<(u64, u64), String> {
+fn announced_sizes(hub: &Hub, published: &PublishedBase) -> Result<(u64, u64), HubTrouble> {
     let mut sizes = (0, 0);
     for file in published.hub_files() {
-        let announced = hub.announce(&file).map_err(|error| error.to_string())?;
+        let announced = hub.announce(&file).map_err(HubTrouble::from)?;
         sizes.0 = u64::saturating_add(sizes.0, announced.size);
         sizes.1 = u64::saturating_add(sizes.1, hub.partial_bytes(&file, &announced));
     }

@@ -9,9 +9,9 @@ use tauri::{AppHandle, Runtime, State};
 use tauri_plugin_notification::NotificationExt;
 
 use crate::ground::{blocking, Answer};
+use crate::record::trainings::HistoryEntry;
 use crate::train::draft::TrainingDraft;
 use crate::train::job::{self, Notify, TrainingMessage};
-use crate::train::record::HistoryEntry;
 use crate::train::step::TrainStep;
 use crate::worker::process::CancelAnswer;
 

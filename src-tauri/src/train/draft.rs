@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use needle_engine::settings::{FieldErrors, TrainSettings};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-use crate::worker::job::Finetune;
+use crate::record::request::TrainingRequest;
 
 /// A training as the UI sends it: each setting as typed (text, or a number), possibly missing or wrong.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -19,16 +19,6 @@ pub struct TrainingDraft {
     pub device: Option<String>,
     #[serde(default)]
     pub settings: BTreeMap<String, serde_json::Value>,
-}
-
-/// A checked training: what it trains on, from which base, where, and how.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TrainingRequest {
-    pub dataset: PathBuf,
-    pub checkpoint: PathBuf,
-    pub tokenizer: PathBuf,
-    pub device: String,
-    pub settings: TrainSettings,
 }
 
 impl TrainingDraft {
@@ -54,20 +44,6 @@ impl TrainingDraft {
                 Ok(TrainingRequest { dataset, checkpoint, tokenizer, device, settings })
             }
             _ => Err(errors),
-        }
-    }
-}
-
-impl TrainingRequest {
-    /// The training as the worker takes it, its adapter saved to `adapter`.
-    pub fn finetune(&self, adapter: PathBuf) -> Finetune {
-        Finetune {
-            dataset: self.dataset.clone(),
-            checkpoint: self.checkpoint.clone(),
-            tokenizer: self.tokenizer.clone(),
-            device: self.device.clone(),
-            settings: self.settings,
-            adapter,
         }
     }
 }

@@ -8,8 +8,8 @@ use serde::Serialize;
 use tauri::ipc::Channel;
 
 use crate::chart;
-use crate::train::draft::TrainingRequest;
-use crate::train::record::{HistoryEntry, Records, TrainingRecord, TrainingStatus};
+use crate::record::request::TrainingRequest;
+use crate::record::trainings::{HistoryEntry, Records, TrainingRecord, TrainingStatus};
 use crate::train::slot::{Claim, TrainingSlot};
 use crate::worker::job::Job;
 use crate::worker::process::{Exit, Line, Watcher, Worker};

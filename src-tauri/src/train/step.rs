@@ -7,9 +7,10 @@ use std::sync::Arc;
 use needle_engine::train::Plan;
 
 use crate::model::preferences::Remembered;
-use crate::train::draft::{TrainingDraft, TrainingRequest};
+use crate::record::request::TrainingRequest;
+use crate::record::trainings::Records;
+use crate::train::draft::TrainingDraft;
 use crate::train::job::Place;
-use crate::train::record::Records;
 use crate::train::slot::TrainingSlot;
 use crate::worker::job::Job;
 use crate::worker::process::Worker;

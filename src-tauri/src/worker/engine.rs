@@ -9,8 +9,11 @@
 //! When it answers it is the worker for everything, on the GPU or the CPU, so that the hardware the Model
 //! step shows is the hardware the training reports. The app's own binary in worker mode (a CPU build) is
 //! the worker when there is none beside the app or it does not answer, and the Model step says which.
+//! It has [`ANSWER_DEADLINE`] to answer: a driver that never returns (`cuInit` wedged) is killed then,
+//! and the app trains on its own worker.
 
 use std::path::Path;
+use std::time::Duration;
 
 use needle_engine::backend::{self, BackendInfo};
 
@@ -21,12 +24,16 @@ use crate::worker::process::Worker;
 /// bundle installs. Tauri places it there as an external binary.
 const BUNDLED_ENGINE: &str = "needle";
 
-/// The worker to use and the hardware it will train on.
-pub fn discover() -> std::io::Result<(Worker, BackendInfo)> {
-    let app = Worker::this_app()?;
+/// How long the bundled engine has to say what it found. Loading the CUDA libraries and initialising the
+/// driver takes a second or two where they work; far longer means they never will.
+pub const ANSWER_DEADLINE: Duration = Duration::from_secs(8);
+
+/// The worker to use and the hardware it will train on: the bundled engine beside `app`'s binary, if it
+/// answers within `deadline`, else `app` itself.
+pub fn discover(app: Worker, deadline: Duration) -> (Worker, BackendInfo) {
     let beside = app.program().with_file_name(format!("{BUNDLED_ENGINE}{}", std::env::consts::EXE_SUFFIX));
     let bundled = beside.is_file().then(|| Worker::needle(beside));
-    Ok(choose(app, bundled, |engine| engine.output(&Job::Hardware), || backend::auto().info))
+    choose(app, bundled, |engine| engine.output_within(&Job::Hardware, deadline), || backend::auto().info)
 }
 
 /// The choice, given how to ask the bundled engine for its backend report and this process's own

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, Weak};
+use std::time::Duration;
 
 use crate::ground::lock;
 use crate::worker::job::Job;
@@ -130,11 +131,22 @@ impl Worker {
             older.kill();
         }
         drop(current);
-        let (stdout, exit) = ended.recv().map_err(|_| "the worker's watcher stopped unexpectedly".to_string())?;
-        match exit.status {
-            Ok(status) if status.success() => Ok(stdout),
-            _ if exit.killed => Err(SUPERSEDED.into()),
-            _ => Err(exit.describe("the worker")),
+        collected(ended.recv().map_err(|_| WATCHER_GONE.to_string())?)
+    }
+
+    /// [`Self::output`] given until `deadline` to answer: one still running then is killed (a
+    /// driver that never returns must not hold the app), and not waited for, since a process stuck
+    /// in the kernel may outlive its kill.
+    pub fn output_within(&self, job: &Job, deadline: Duration) -> Result<String, String> {
+        let (done, ended) = mpsc::channel();
+        let process = self.spawn(job, Collect { stdout: String::new(), done })?;
+        match ended.recv_timeout(deadline) {
+            Ok(answer) => collected(answer),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                process.kill();
+                Err(format!("still silent after {} s, so it was stopped", deadline.as_secs_f32()))
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(WATCHER_GONE.into()),
         }
     }
 
@@ -230,6 +242,18 @@ impl Process {
         *stopping = true;
         self.ask_to_stop();
         CancelAnswer::Stopping
+    }
+}
+
+/// What a short command's caller hears if its watcher thread died (it panicked).
+const WATCHER_GONE: &str = "the worker's watcher stopped unexpectedly";
+
+/// A short command's stdout when it succeeded, else why not.
+fn collected((stdout, exit): (String, Exit)) -> Result<String, String> {
+    match exit.status {
+        Ok(status) if status.success() => Ok(stdout),
+        _ if exit.killed => Err(SUPERSEDED.into()),
+        _ => Err(exit.describe("the worker")),
     }
 }
 
@@ -336,6 +360,30 @@ mod tests {
         };
         let (sender, ended) = mpsc::channel();
         (shell.spawn(&Job::Hardware, Ended(sender)).unwrap(), ended)
+    }
+
+    #[test]
+    fn a_short_command_past_its_deadline_is_killed_and_not_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let script = format!("echo $$ > {}; exec sleep 60", pid_file.display());
+        let silent =
+            Worker { program: "/bin/sh".into(), leading: vec!["-c".into(), script.into()], processes: Arc::default() };
+        let start = std::time::Instant::now();
+        let error = silent.output_within(&Job::Hardware, Duration::from_millis(500)).unwrap_err();
+        assert!(start.elapsed() < Duration::from_secs(5), "waited {:?}", start.elapsed());
+        assert_eq!(error, "still silent after 0.5 s, so it was stopped");
+        let pid = std::fs::read_to_string(&pid_file).unwrap();
+        // Killed, then reaped by its watcher once its pipes close.
+        let gone = || !Command::new("kill").args(["-0", pid.trim()]).status().unwrap().success();
+        let start = std::time::Instant::now();
+        while !gone() && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(gone(), "the silent worker {} still runs", pid.trim());
+
+        let answering = Worker { program: "/bin/echo".into(), leading: Vec::new(), processes: Arc::default() };
+        assert_eq!(answering.output_within(&Job::Hardware, Duration::from_secs(30)).unwrap(), "backend --json\n");
     }
 
     #[test]

@@ -9,8 +9,8 @@ use std::sync::LazyLock;
 use regex::Regex;
 use thiserror::Error;
 
-use super::quant::Bits;
 use crate::config::ModelConfig;
+use crate::quant::Bits;
 
 /// A `weight_bits` spec that cannot be used.
 #[derive(Debug, Error, PartialEq, Eq)]

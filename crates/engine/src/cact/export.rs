@@ -78,6 +78,46 @@ pub enum ExportError {
     Write(#[from] WriteError),
 }
 
+/// What a generation's build writes.
+#[derive(Debug)]
+pub struct Shipping {
+    /// The weight widths its package builds, the default first.
+    pub bits: &'static [Bits],
+    /// Whether every depth of the model is a smaller model (`needle build --layers`).
+    pub depth_ladder: bool,
+    /// Parameter prefixes a build with an adapter leaves out: a probe head the adapter did not
+    /// train would judge the tuned model's answers with the base's judgement.
+    pub dropped_on_merge: &'static [&'static str],
+}
+
+static NEEDLE2_SHIPS: Shipping =
+    Shipping { bits: &[Bits::Four, Bits::Two], depth_ladder: false, dropped_on_merge: &[] };
+static NEEDLE3_SHIPS: Shipping =
+    Shipping { bits: &[Bits::Four], depth_ladder: true, dropped_on_merge: &["confidence_head/"] };
+
+impl Shipping {
+    pub fn of(generation: Generation) -> &'static Self {
+        match generation {
+            Generation::Needle2 => &NEEDLE2_SHIPS,
+            Generation::Needle3 => &NEEDLE3_SHIPS,
+        }
+    }
+
+    /// Why a build of `generation` at `bits` is refused, if it is: a generation ships only the
+    /// widths its package builds.
+    pub fn refuses(&self, generation: Generation, bits: Bits) -> Option<String> {
+        (!self.bits.contains(&bits)).then(|| {
+            let offered: Vec<String> = self.bits.iter().map(|b| format!("W{}", b.record_bits())).collect();
+            format!(
+                "a {generation} .cact is {} only (as {} builds it), not W{}",
+                offered.join(" or "),
+                generation.package(),
+                bits.record_bits()
+            )
+        })
+    }
+}
+
 /// Exports `options.checkpoint` (with `options.lora` merged) to `options.out`, written atomically.
 /// Returns the `built` event it emitted last.
 pub fn export(options: &ExportOptions, emit: impl FnMut(ExportEvent)) -> Result<ExportEvent, ExportError> {
@@ -85,12 +125,12 @@ pub fn export(options: &ExportOptions, emit: impl FnMut(ExportEvent)) -> Result<
     progress.stage("Loading the checkpoint");
     let mut ckpt = load_checked(&options.checkpoint)?;
     let generation = ckpt.config.generation;
-    let ships = &generation.profile().ships;
+    let ships = Shipping::of(generation);
     let checkpoint = || options.checkpoint.clone();
     if options.layers.is_some() && !ships.depth_ladder {
         return Err(ExportError::NoLadder { checkpoint: checkpoint(), generation });
     }
-    if let Some(refusal) = options.bits.and_then(|bits| generation.refuses_bits(bits)) {
+    if let Some(refusal) = options.bits.and_then(|bits| ships.refuses(generation, bits)) {
         return Err(ExportError::Width { checkpoint: checkpoint(), refusal });
     }
     if let Some(lora) = &options.lora {
@@ -133,7 +173,7 @@ pub fn merge_adapter(ckpt: &mut Checkpoint, lora: &Path) -> Result<usize, Export
     merge_into_checkpoint(ckpt, &adapter)?;
     // As 3.x's build: a probe head the adapter did not train would judge the tuned model's
     // answers with the base's judgement; the runtime then reports none.
-    let dropped = ckpt.config.generation.profile().ships.dropped_on_merge;
+    let dropped = Shipping::of(ckpt.config.generation).dropped_on_merge;
     ckpt.params.retain(|path, _| !dropped.iter().any(|head| path.starts_with(head)));
     Ok(adapter.lora.len())
 }

@@ -1,14 +1,17 @@
 //! The `.cact` container, written down once for the writer and the reader: the header's fields in
 //! file order, the bytes of a directory record, and where blobs start.
 //!
-//! What the tensors are and in which order is the generation's ([`super::needle2`]); what is here
-//! is the frame around them.
+//! What the tensors are and in which order is the generation's ([`super::needle2`], [`super::needle3`],
+//! picked by [`layout`]); what is here is the frame around them, and which one each generation has.
 
 use serde::Serialize;
 
-use super::quant::{Bits, GROUP};
-use super::reader::{FormatError, RecordProblem};
+use thiserror::Error;
+
+use super::layout::Layout;
+use super::{needle2, needle3};
 use crate::generation::Generation;
+use crate::quant::{Bits, GROUP};
 
 /// First u32 of every Needle 2 `.cact`.
 pub const TAG: u32 = 0x05E1_2A83;
@@ -16,10 +19,86 @@ pub const TAG: u32 = 0x05E1_2A83;
 pub const TAG_V3: u32 = 0x05E1_2A84;
 /// Every blob starts on a multiple of this.
 pub const ALIGN: usize = 64;
+/// Byte offset of the header's `num_tensors`.
+pub const NUM_TENSORS_AT: usize = 4;
 /// One directory record.
 pub const RECORD_LEN: usize = 44;
 /// Most dimensions a directory record can describe.
 pub const MAX_NDIM: usize = 4;
+
+/// The tag a generation's `.cact` starts with.
+pub const fn tag(generation: Generation) -> u32 {
+    match generation {
+        Generation::Needle2 => TAG,
+        Generation::Needle3 => TAG_V3,
+    }
+}
+
+/// The generation whose `.cact` files start with `tag`.
+pub fn generation_of_tag(tag: u32) -> Option<Generation> {
+    Generation::ALL.into_iter().find(|g| self::tag(*g) == tag)
+}
+
+/// The tensors a generation's `.cact` holds, in the order the runtime indexes them.
+pub fn layout(generation: Generation) -> &'static Layout {
+    match generation {
+        Generation::Needle2 => &needle2::LAYOUT,
+        Generation::Needle3 => &needle3::LAYOUT,
+    }
+}
+
+/// What is wrong with a `.cact` image. Offsets are byte positions in the file.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum FormatError {
+    #[error("the file is {len} bytes but its {what} needs bytes up to {needed}: the file is truncated; rebuild it with `needle build`")]
+    Truncated { what: String, needed: u64, len: u64 },
+    #[error("bad tag {found:#010x} at byte 0 (a .cact starts with {}): not a .cact file", known_tags())]
+    BadTag { found: u32 },
+    #[error("header byte 8: codebook_len is {found}, the format has {expected} (cb2|cb3|cb4); the file is corrupt or from another format version")]
+    CodebookLen { found: u32, expected: u32 },
+    #[error("header: {field} is {count}, the header holds at most {slots}; the file is corrupt")]
+    HeaderList { field: &'static str, count: u32, slots: usize },
+    #[error("tensor {index} (directory record at byte {at}): {problem}; the file is corrupt, rebuild it with `needle build`")]
+    Record { index: usize, at: u64, problem: RecordProblem },
+    #[error("the directory lists {found} tensors but the header geometry implies {expected}; the file is corrupt")]
+    TensorCount { found: u64, expected: String },
+    #[error("the last blob ends at byte {end} but the file has {len} bytes: {} bytes belong to no tensor of the {count} the header's num_tensors lists; the count is wrong or bytes were appended, rebuild it with `needle build`", len.saturating_sub(*end))]
+    TrailingBytes { end: u64, len: u64, count: u32 },
+    #[error("header byte {NUM_TENSORS_AT}: num_tensors is {count}, whose directory would end at byte {needed}, past the end of the {len}-byte file; the count is corrupt or the file truncated, rebuild it with `needle build`")]
+    DirectoryPastEnd { count: u32, needed: u64, len: u64 },
+}
+
+/// A bad directory record.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum RecordProblem {
+    #[error("unknown dtype code {0} (1 FP16, 2 FP32, 3 CQ, 4 RAW)")]
+    DType(u8),
+    #[error("ndim {0} exceeds {MAX_NDIM}")]
+    Ndim(u8),
+    #[error("blob offset {0} is not {ALIGN}-byte aligned")]
+    Misaligned(u64),
+    #[error("blob [{offset}, +{nbytes}) runs past the end of the {len}-byte file: the file is truncated or the record corrupt")]
+    PastEnd { offset: u64, nbytes: u64, len: u64 },
+    #[error("blob at {offset} starts inside the directory, which the header's num_tensors ({count}) says ends at byte {end}: the count (or this offset) is wrong")]
+    InsideDirectory { offset: u64, end: u64, count: u32 },
+    #[error("blob at {offset} starts before the end of the previous blob ({floor})")]
+    Overlap { offset: u64, floor: u64 },
+    #[error(
+        "CQ record has group {group} and bits {bits}; the format uses group {GROUP} and bits 2, 3, 4 or 5 (ternary)"
+    )]
+    CqParams { group: u32, bits: u32 },
+    #[error("CQ tensor has shape {0:?}; CQ tensors are 2-D [out, in]")]
+    CqShape(Vec<u32>),
+    #[error("blob is {nbytes} bytes but a {kind} tensor of shape {shape:?} needs {}",
+            expected.map_or_else(|| "more bytes than a file can hold".to_string(), |n| n.to_string()))]
+    Size { kind: &'static str, shape: Vec<u32>, nbytes: u64, expected: Option<u64> },
+}
+
+/// Every generation's tag, for a message: `0x05e12a83 (Needle 2) or 0x05e12a84 (Needle 3)`.
+fn known_tags() -> String {
+    let tags: Vec<String> = Generation::ALL.iter().map(|g| format!("{:#010x} ({g})", tag(*g))).collect();
+    tags.join(" or ")
+}
 
 /// Rounds a byte position up to the next blob boundary.
 pub fn align_up(pos: usize) -> usize {
@@ -199,9 +278,12 @@ pub(crate) const FIELDS_V3: [Field; 27] = [
     Field::Float(|h| &mut h.rope_theta),
 ];
 
-/// A generation's header fields.
-fn fields(generation: Generation) -> &'static [Field] {
-    generation.profile().cact.header
+/// A generation's header fields after the tag, in file order.
+pub fn fields(generation: Generation) -> &'static [Field] {
+    match generation {
+        Generation::Needle2 => &FIELDS_V2,
+        Generation::Needle3 => &FIELDS_V3,
+    }
 }
 
 /// Bytes of a generation's header, tag included: 120 for Needle 2, 196 for Needle 3.
@@ -224,7 +306,7 @@ impl Header {
     /// The header's bytes, tag first. A list longer than its slots is refused.
     pub fn to_bytes(&self) -> Result<Vec<u8>, FormatError> {
         let mut header = self.clone();
-        let mut words = vec![self.generation.profile().cact.tag];
+        let mut words = vec![tag(self.generation)];
         for field in fields(self.generation) {
             match field {
                 Field::Word(at) => words.push(*at(&mut header)),
@@ -258,7 +340,7 @@ impl Header {
         };
         let word = |i: usize| bytes.get(4 * i..4 * i + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
         let found = word(0).ok_or_else(|| truncated("4-byte tag".into(), 4))?;
-        let generation = Generation::of_cact_tag(found).ok_or(FormatError::BadTag { found })?;
+        let generation = generation_of_tag(found).ok_or(FormatError::BadTag { found })?;
         let len = header_len(generation);
         if bytes.len() < len {
             return Err(truncated(format!("{len}-byte {generation} header"), len));
@@ -447,5 +529,16 @@ mod tests {
         }
         let deep = Record { name: String::new(), kind: TensorKind::Fp16, shape: vec![1; 5], offset: 0, nbytes: 2 };
         assert_eq!(deep.to_bytes().unwrap_err(), RecordProblem::Ndim(5));
+    }
+
+    #[test]
+    fn the_core_count_is_the_number_of_core_names() {
+        for generation in [Generation::Needle2, Generation::Needle3] {
+            let layout = layout(generation);
+            for (layers, sites, taps) in [(0, 0, false), (3, 1, true), (27, 4, false), (20, 5, true)] {
+                let names = layout.core_names(layers as usize, sites as usize, taps);
+                assert_eq!(layout.core_count(layers, sites, taps), names.len() as u64);
+            }
+        }
     }
 }

@@ -124,7 +124,7 @@ impl Geometry {
 /// read backwards. A Needle 2 header leaves Needle 3's fields at the values that turn them off.
 pub fn model_config(h: &Header) -> ModelConfig {
     let orders: Vec<usize> = h.engram_orders.iter().map(|&o| o as usize).collect();
-    let base = (h.generation.profile().recipe.config_defaults)();
+    let base = ModelConfig::defaults_for(h.generation);
     ModelConfig {
         vocab_size: h.vocab_size as usize,
         d_model: h.d_model as usize,

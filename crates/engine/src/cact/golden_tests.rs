@@ -14,11 +14,11 @@ use std::path::{Path, PathBuf};
 use half::f16;
 
 use super::format::header_len;
-use super::quant::{cq_split, header_codebooks};
 use super::{build_cact, export, Bits, BitsChoice, CactFile, ExportOptions, TensorKind};
 use crate::checkpoint::{Checkpoint, DType, NdArray, PickledAdapter};
 use crate::generation::Generation;
 use crate::lora::{load_adapter, merge_into_checkpoint};
+use crate::quant::{cq_split, header_codebooks};
 use crate::tokenizer::Tokenizer;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");

@@ -3,10 +3,9 @@
 //! site's, the final norm, the optional probe heads, the tokenizer. The file is nameless; these
 //! names are the reference's, recovered from the header geometry by position.
 //!
-//! One description per generation ([`Layout::of`]), read by the writer ([`super::tensors`]), the
+//! One description per generation ([`super::needle2`], [`super::needle3`], picked by
+//! [`super::format::layout`]), read by the writer ([`super::tensors`]), the
 //! reader's names and the way back to the network's weights ([`super::weights`]).
-
-use crate::generation::Generation;
 
 /// One per-layer tensor: its export name, its checkpoint path under `stack/layers/block/` (stacked
 /// over layers), and how it is stored.
@@ -138,10 +137,6 @@ impl Layout {
         Self { layer, hada_perms, heads, head_tensors, pooled_by }
     }
 
-    pub fn of(generation: Generation) -> &'static Layout {
-        generation.profile().cact.layout
-    }
-
     /// Per-layer tensors in file order, for a model with or without Q/K/V convolution taps.
     pub fn layer_tensors(&self, conv_taps: bool) -> impl Iterator<Item = &'static LayerTensor> + Clone {
         self.layer
@@ -196,21 +191,5 @@ impl Layout {
             names.extend(self.tensors_of(head).map(|t| format!("{key}.{}", t.name)));
         }
         names
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_core_count_is_the_number_of_core_names() {
-        for generation in [Generation::Needle2, Generation::Needle3] {
-            let layout = Layout::of(generation);
-            for (layers, sites, taps) in [(0, 0, false), (3, 1, true), (27, 4, false), (20, 5, true)] {
-                let names = layout.core_names(layers as usize, sites as usize, taps);
-                assert_eq!(layout.core_count(layers, sites, taps), names.len() as u64);
-            }
-        }
     }
 }

@@ -11,6 +11,7 @@
 //! model config to the header and back.
 
 pub mod bits;
+pub mod encode;
 pub mod export;
 pub mod format;
 pub mod geometry;
@@ -18,20 +19,20 @@ pub mod ladder;
 pub mod layout;
 pub mod needle2;
 pub mod needle3;
-pub mod quant;
 pub mod reader;
 pub mod synthetic;
 pub mod tensors;
 pub mod weights;
 pub mod writer;
 
+pub use crate::quant::Bits;
 pub use bits::{BitsChoice, BitsMap, BitsMapError};
+pub use encode::BuildError;
 pub use export::{export, load_checked, merge_adapter, ExportError, ExportEvent, ExportOptions};
 pub use format::{align_up, Header, Record, TensorKind};
-pub use quant::Bits;
 pub use reader::{CactFile, ReadError};
 pub use weights::WeightsError;
-pub use writer::{build_cact, write_cact, BuildError, BuiltCact, WriteError};
+pub use writer::{build_cact, write_cact, BuiltCact, WriteError};
 
 #[cfg(test)]
 mod golden_tests;

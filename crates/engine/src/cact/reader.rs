@@ -8,14 +8,10 @@ use half::f16;
 use serde::Serialize;
 use thiserror::Error;
 
-use super::format::{Header, Record, TensorKind, ALIGN, MAX_NDIM, RECORD_LEN};
-use super::layout::{Layout, TOKENIZER};
-use super::quant::{self, CqBlobError, GROUP};
-use crate::generation::Generation;
+use super::format::{self, FormatError, Header, Record, RecordProblem, TensorKind, ALIGN, RECORD_LEN};
+use super::layout::TOKENIZER;
+use crate::quant::{self, CqBlobError};
 use crate::tokenizer;
-
-/// Byte offset of the header's `num_tensors`.
-const NUM_TENSORS_AT: usize = 4;
 
 #[derive(Debug, Error)]
 pub enum ReadError {
@@ -23,53 +19,6 @@ pub enum ReadError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("{}: {problem}", path.display())]
     Format { path: PathBuf, problem: FormatError },
-}
-
-/// What is wrong with a `.cact` image. Offsets are byte positions in the file.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum FormatError {
-    #[error("the file is {len} bytes but its {what} needs bytes up to {needed}: the file is truncated; rebuild it with `needle build`")]
-    Truncated { what: String, needed: u64, len: u64 },
-    #[error("bad tag {found:#010x} at byte 0 (a .cact starts with {}): not a .cact file", known_tags())]
-    BadTag { found: u32 },
-    #[error("header byte 8: codebook_len is {found}, the format has {expected} (cb2|cb3|cb4); the file is corrupt or from another format version")]
-    CodebookLen { found: u32, expected: u32 },
-    #[error("header: {field} is {count}, the header holds at most {slots}; the file is corrupt")]
-    HeaderList { field: &'static str, count: u32, slots: usize },
-    #[error("tensor {index} (directory record at byte {at}): {problem}; the file is corrupt, rebuild it with `needle build`")]
-    Record { index: usize, at: u64, problem: RecordProblem },
-    #[error("the directory lists {found} tensors but the header geometry implies {expected}; the file is corrupt")]
-    TensorCount { found: u64, expected: String },
-    #[error("the last blob ends at byte {end} but the file has {len} bytes: {} bytes belong to no tensor of the {count} the header's num_tensors lists; the count is wrong or bytes were appended, rebuild it with `needle build`", len.saturating_sub(*end))]
-    TrailingBytes { end: u64, len: u64, count: u32 },
-    #[error("header byte {NUM_TENSORS_AT}: num_tensors is {count}, whose directory would end at byte {needed}, past the end of the {len}-byte file; the count is corrupt or the file truncated, rebuild it with `needle build`")]
-    DirectoryPastEnd { count: u32, needed: u64, len: u64 },
-}
-
-/// A bad directory record.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum RecordProblem {
-    #[error("unknown dtype code {0} (1 FP16, 2 FP32, 3 CQ, 4 RAW)")]
-    DType(u8),
-    #[error("ndim {0} exceeds {MAX_NDIM}")]
-    Ndim(u8),
-    #[error("blob offset {0} is not {ALIGN}-byte aligned")]
-    Misaligned(u64),
-    #[error("blob [{offset}, +{nbytes}) runs past the end of the {len}-byte file: the file is truncated or the record corrupt")]
-    PastEnd { offset: u64, nbytes: u64, len: u64 },
-    #[error("blob at {offset} starts inside the directory, which the header's num_tensors ({count}) says ends at byte {end}: the count (or this offset) is wrong")]
-    InsideDirectory { offset: u64, end: u64, count: u32 },
-    #[error("blob at {offset} starts before the end of the previous blob ({floor})")]
-    Overlap { offset: u64, floor: u64 },
-    #[error(
-        "CQ record has group {group} and bits {bits}; the format uses group {GROUP} and bits 2, 3, 4 or 5 (ternary)"
-    )]
-    CqParams { group: u32, bits: u32 },
-    #[error("CQ tensor has shape {0:?}; CQ tensors are 2-D [out, in]")]
-    CqShape(Vec<u32>),
-    #[error("blob is {nbytes} bytes but a {kind} tensor of shape {shape:?} needs {}",
-            expected.map_or_else(|| "more bytes than a file can hold".to_string(), |n| n.to_string()))]
-    Size { kind: &'static str, shape: Vec<u32>, nbytes: u64, expected: Option<u64> },
 }
 
 /// A parsed `.cact`.
@@ -94,12 +43,6 @@ impl<'a> Cursor<'a> {
     fn truncated(&self, at: usize, len: usize, what: &str) -> FormatError {
         FormatError::Truncated { what: what.into(), needed: at as u64 + len as u64, len: self.bytes.len() as u64 }
     }
-}
-
-/// Every generation's tag, for a message: `0x05e12a83 (Needle 2) or 0x05e12a84 (Needle 3)`.
-fn known_tags() -> String {
-    let tags: Vec<String> = Generation::ALL.iter().map(|g| format!("{:#010x} ({g})", g.profile().cact.tag)).collect();
-    tags.join(" or ")
 }
 
 fn parse_header(c: &Cursor) -> Result<Header, FormatError> {
@@ -237,7 +180,7 @@ impl CactFile {
     /// lists, then the tokenizer.
     fn positional_names(&self) -> Result<Vec<String>, FormatError> {
         let h = &self.header;
-        let layout = Layout::of(h.generation);
+        let layout = format::layout(h.generation);
         let taps = h.qkv_conv_taps > 0;
         let found = self.records.len() as u64;
         let core = layout.core_count(h.num_layers, h.engram_layers.len() as u32, taps);
@@ -357,10 +300,11 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::cact::quant::Bits;
     use crate::cact::synthetic::{placeholder_tokenizer_blob, random_checkpoint};
-    use crate::cact::{build_cact, BitsChoice};
+    use crate::cact::writer::tests::small_config;
+    use crate::cact::{build_cact, BitsChoice, BitsMap};
     use crate::config::ModelConfig;
+    use crate::quant::Bits;
 
     /// A small but complete image: 2 layers, 2 engram sites, ragged widths, a tokenizer.
     static IMAGE: LazyLock<Vec<u8>> = LazyLock::new(|| {
@@ -437,7 +381,7 @@ mod tests {
 
     fn with_num_tensors(count: u32) -> Vec<u8> {
         let mut bytes = IMAGE.clone();
-        bytes[NUM_TENSORS_AT..NUM_TENSORS_AT + 4].copy_from_slice(&count.to_le_bytes());
+        bytes[format::NUM_TENSORS_AT..format::NUM_TENSORS_AT + 4].copy_from_slice(&count.to_le_bytes());
         bytes
     }
 
@@ -513,5 +457,32 @@ mod tests {
             }
             exercise(bytes);
         }
+    }
+
+    #[test]
+    fn a_weight_bits_map_sets_each_tensors_width_including_ternary() {
+        let mut ckpt = random_checkpoint(&small_config(), true, 1).unwrap();
+        ckpt.config.weight_bits = "default=4,attn.q_proj=2,embedding=3,engram=1.58".into();
+        let bits = BitsChoice::resolve(None, &ckpt.config).unwrap();
+        let built = build_cact(&ckpt, &bits, &placeholder_tokenizer_blob(32)).unwrap();
+        let file = CactFile::parse(built.bytes).unwrap();
+        // The reader recovers every position's name from the header alone.
+        let read_names: Vec<&String> = file.records.iter().map(|r| &r.name).collect();
+        assert_eq!(read_names, built.names.iter().collect::<Vec<_>>());
+        let width = |name: &str| file.records.iter().find(|r| r.name == name).and_then(|r| r.bits());
+        assert_eq!(width("embedding"), Some(Bits::Three));
+        assert_eq!(width("layer01.q_proj"), Some(Bits::Two));
+        assert_eq!(width("layer01.k_proj"), Some(Bits::Four));
+        assert_eq!(width("engram0.tables"), Some(Bits::Ternary));
+        assert_eq!(width("mhc_phi_res"), Some(Bits::Four));
+        assert_eq!(width("layer00.norm_in"), None);
+        file.verify().unwrap();
+        assert_eq!(
+            bits,
+            BitsChoice::Map {
+                spec: ckpt.config.weight_bits.clone(),
+                map: BitsMap::parse(&ckpt.config.weight_bits).unwrap()
+            }
+        );
     }
 }

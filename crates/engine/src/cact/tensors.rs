@@ -8,12 +8,12 @@ use super::layout::{
     HEADS_MANIFEST, MHC_FP16_TENSORS, MHC_PHI_TENSORS,
 };
 use crate::cact::bits::BitsChoice;
+use crate::cact::encode::{bad_shape, cq_tensor, fp16_tensor, fp32_tensor, BuildError, BuildProblem, Param, Tensor};
 use crate::cact::geometry::Geometry;
-use crate::cact::quant::Bits;
-use crate::cact::writer::{bad_shape, cq_tensor, fp16_tensor, fp32_tensor, BuildError, BuildProblem, Param, Tensor};
 use crate::checkpoint::Checkpoint;
 use crate::model::san::monarch;
 use crate::model::Network;
+use crate::quant::Bits;
 
 /// The stacked per-layer block every layer's tensors are sliced from.
 const BLOCK: &str = "stack/layers/block";
@@ -162,7 +162,7 @@ pub(in crate::cact) fn check_shapes(ckpt: &Checkpoint) -> Result<(), BuildProble
         expect_shape(ckpt, &path, &expected, || format!("{expected:?}"))?;
     }
     let d = ckpt.config.d_model;
-    let layout = Layout::of(ckpt.config.generation);
+    let layout = super::format::layout(ckpt.config.generation);
     for head in layout.heads.iter().filter(|head| has_head(ckpt, head.key)) {
         let key = head.key;
         // The rows the head pools with are its own count; their width is the config's d_model.
@@ -216,7 +216,7 @@ pub(in crate::cact) fn tensors(
     geo: &Geometry,
     bits: &BitsChoice,
 ) -> Result<Vec<Tensor>, BuildProblem> {
-    let layout = Layout::of(ckpt.config.generation);
+    let layout = super::format::layout(ckpt.config.generation);
     let embedding = Param::load(ckpt, "embedding/embedding")?;
     let mut out = vec![cq_tensor("embedding", &embedding, bits)?];
     layer_tensors(ckpt, layout, bits, &mut out)?;

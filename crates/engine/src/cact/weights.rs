@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use candle_core::{Device, Tensor};
 
 use super::layout::{
-    engram_name, layer_name, LayerStore, Layout, ENGRAM_TENSORS, FINAL_NORM, MHC_FP16_TENSORS, MHC_PHI_TENSORS,
+    engram_name, layer_name, LayerStore, ENGRAM_TENSORS, FINAL_NORM, MHC_FP16_TENSORS, MHC_PHI_TENSORS,
 };
 use crate::cact::reader::CactFile;
 use crate::config::ModelConfig;
@@ -54,7 +54,7 @@ impl CactFile {
         let mut params = BTreeMap::new();
         params.insert("embedding/embedding".to_string(), tensor("embedding")?);
 
-        for spec in Layout::of(h.generation).layer_tensors(h.qkv_conv_taps > 0) {
+        for spec in super::format::layout(h.generation).layer_tensors(h.qkv_conv_taps > 0) {
             let layers = (0..h.num_layers as usize)
                 .map(|layer| {
                     let name = layer_name(layer, spec.name);

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::NO_CALL;
+use super::parse::NO_CALL;
 
 /// What an answer is. A wrong one is the first of these that applies, in this order (after
 /// [`AnswerKind::Exact`], which is listed first so that tallies read from right to wrong).
@@ -244,7 +244,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::calls::{parse_calls, tool_names, UNREADABLE};
+    use crate::calls::parse::{parse_calls, tool_names, UNREADABLE};
 
     const WEATHER: &str = r#"[{"name": "get_weather", "arguments": {"city": "Paris", "unit": "C"}}]"#;
 

@@ -1,5 +1,5 @@
 //! The depth ladder, measured (`needle eval --ladder`): a model whose every depth is a trained
-//! model ([`Shipping::depth_ladder`](crate::generation::Shipping)) scored rung by rung, so a user
+//! model ([`Shipping::depth_ladder`](crate::cact::export::Shipping)) scored rung by rung, so a user
 //! can pick the smallest that still makes the calls.
 //!
 //! Each rung is built as `needle build --layers N` builds it, in memory (its size is then the
@@ -14,6 +14,7 @@ use candle_core::Device;
 use serde::{Deserialize, Serialize};
 
 use super::{accuracy, cact_network, Accuracy, Precision, WeightsLoadError};
+use crate::cact::export::Shipping;
 use crate::cact::ladder::rung;
 use crate::cact::{build_cact, load_checked, merge_adapter, BitsChoice, CactFile, ExportError, ReadError};
 use crate::checkpoint::Checkpoint;
@@ -116,7 +117,7 @@ impl From<WeightsLoadError> for LadderScoreError {
 /// The generations trained with a depth ladder, for messages: "Needle 3".
 pub fn laddered_generations() -> String {
     let names: Vec<&str> =
-        Generation::ALL.iter().map(|g| g.profile()).filter(|p| p.ships.depth_ladder).map(|p| p.name).collect();
+        Generation::ALL.into_iter().filter(|g| Shipping::of(*g).depth_ladder).map(Generation::name).collect();
     names.join(" and ")
 }
 
@@ -134,7 +135,7 @@ impl LadderModel {
     pub fn load(path: &Path, lora: Option<&Path>, tokenizer: Tokenizer) -> Result<Self, LadderScoreError> {
         let mut checkpoint = load_checked(path)?;
         let generation = checkpoint.config.generation;
-        if !generation.profile().ships.depth_ladder {
+        if !Shipping::of(generation).depth_ladder {
             return Err(LadderScoreError::NoLadder { checkpoint: path.to_path_buf(), generation });
         }
         if let Some(lora) = lora {

@@ -11,6 +11,7 @@ use serde_json::Value as J;
 
 use super::pickle::{self, PyValue};
 use super::*;
+use crate::config::ModelConfig;
 
 const PICKLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/pickles");
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");

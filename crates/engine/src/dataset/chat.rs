@@ -4,8 +4,9 @@
 
 use serde_json::{Map, Value};
 
+use super::lines;
 use super::problem::Issue;
-use super::{kind_of, lines, python_truthy};
+use crate::pyjson::{kind_of, python_truthy};
 
 /// The example a chat line holds; `Ok(None)` for a line that is not a single-turn chat (3.x skips
 /// it), an error for one 3.x would crash on.

@@ -1,7 +1,10 @@
 //! The summary `needle data --json` prints and the app shows before a run.
 
 use super::encode::FIRST_BUCKET;
-use super::{render, Checkup, Dataset, Issue, Problem, Problems, Tokenized};
+use std::path::Path;
+
+use super::example::Example;
+use super::{render, Checkup, Issue, Problem, Problems, Tokenized};
 use serde::Serialize;
 
 /// How many rendered examples the report shows.
@@ -61,12 +64,19 @@ pub struct Sample {
 }
 
 impl DatasetReport {
-    /// `tokenized` holds `dataset.examples` in order, tokenized; `seq_len` was fitted under `cap`.
-    pub(super) fn new(dataset: &Dataset, tokenized: &[Tokenized], cap: usize, seq_len: usize) -> Self {
-        let problems = dataset.problems.merged(&truncation_problems(tokenized, seq_len));
+    /// The report on the dataset at `path`: `tokenized` holds its `examples` in order, tokenized;
+    /// `seq_len` was fitted under `cap`.
+    pub(super) fn new(
+        path: &Path,
+        examples: &[Example],
+        file_problems: &Problems,
+        tokenized: &[Tokenized],
+        cap: usize,
+        seq_len: usize,
+    ) -> Self {
+        let problems = file_problems.merged(&truncation_problems(tokenized, seq_len));
         let lengths: Vec<usize> = tokenized.iter().map(Tokenized::sequence_len).collect();
-        let samples = dataset
-            .examples
+        let samples = examples
             .iter()
             .zip(&lengths)
             .take(SAMPLE_COUNT)
@@ -78,12 +88,12 @@ impl DatasetReport {
             })
             .collect();
         let too_long: Vec<usize> = tokenized.iter().filter(|t| t.sequence_len() > seq_len).map(|t| t.line).collect();
-        let doctor = Checkup::new(&dataset.examples, &too_long, dataset.problems.skipping);
+        let doctor = Checkup::new(examples, &too_long, file_problems.skipping);
         DatasetReport {
             doctor,
-            path: dataset.path.display().to_string(),
-            usable_examples: dataset.examples.len(),
-            skipped_lines: dataset.problems.skipping,
+            path: path.display().to_string(),
+            usable_examples: examples.len(),
+            skipped_lines: file_problems.skipping,
             truncated: lengths.iter().filter(|&&len| len > seq_len).count(),
             token_lengths: length_stats(&lengths),
             histogram: histogram(&lengths),

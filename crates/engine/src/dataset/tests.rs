@@ -1,7 +1,13 @@
 //! Parity with the reference's goldens (made by `tests/fixtures/make_fixtures.py`) and the
 //! handling of malformed files under `tests/fixtures/data/bad/`.
 
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
 use super::*;
+use crate::generation::Generation;
+use crate::tokenizer::Tokenizer;
 use serde_json::json;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
@@ -332,7 +338,7 @@ fn report_counts_lengths_truncation_and_problems() {
         Tokenized { line: 2, prompt_ids: vec![7; 200], target_ids: vec![8; 40] },
         Tokenized { line: 4, prompt_ids: vec![7; 300], target_ids: vec![8; 50] },
     ];
-    let report = DatasetReport::new(&dataset, &tokenized, 256, 256);
+    let report = DatasetReport::new(&dataset.path, &dataset.examples, &dataset.problems, &tokenized, 256, 256);
     assert_eq!(report.usable_examples, 3);
     assert_eq!(report.skipped_lines, 1);
     assert_eq!(report.token_lengths, LengthStats { min: 112, median: 242.0, max: 352 });
@@ -361,7 +367,15 @@ fn report_serializes_problems_with_kind_and_message() {
         .iter()
         .map(|e| Tokenized { line: e.line, prompt_ids: vec![5; 3], target_ids: vec![6; 2] })
         .collect();
-    let report = serde_json::to_value(DatasetReport::new(&dataset, &tokenized, 1024, 128)).expect("serializes");
+    let report = serde_json::to_value(DatasetReport::new(
+        &dataset.path,
+        &dataset.examples,
+        &dataset.problems,
+        &tokenized,
+        1024,
+        128,
+    ))
+    .expect("serializes");
     assert_eq!(
         report["problems"][0],
         json!({

@@ -23,14 +23,14 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use base64::Engine as _;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use ureq::http::Response;
 use ureq::{Body, SendBody};
 
 use super::transfer::{agent, authorized, header, hex, origin, Meter};
-use super::{Hub, HubError, HubEvent, RepoFile};
+use super::{Hub, HubError, HubEvent, RepoFile, Uploaded};
 
 /// Where the CLI and the app look for the repository to upload to, as the reference does.
 pub const REPO_VAR: &str = "NEEDLE_HF_REPO";
@@ -39,18 +39,6 @@ pub const REPO_VAR: &str = "NEEDLE_HF_REPO";
 const LFS_JSON: &str = "application/vnd.git-lfs+json";
 /// The hub looks at this much of the file's start to tell text from binary.
 const SAMPLE_BYTES: usize = 512;
-
-/// A file committed to a repository on the hub.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Uploaded {
-    /// `org/model/path`, as [`RepoFile::name`] writes it.
-    pub file: String,
-    pub bytes: u64,
-    /// The repository's page on the hub.
-    pub url: String,
-    /// The commit that added the file; `None` when the repository already held these bytes there.
-    pub commit: Option<String>,
-}
 
 /// The local file as the hub's APIs describe it.
 struct Local {

@@ -12,8 +12,7 @@ use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
 use super::Lora;
 use crate::checkpoint::safetensors_file::{self, SafetensorsProblem};
-use crate::checkpoint::{CheckpointError, DType, LoraFactors, NdArray, PickledAdapter, RawLayout};
-use crate::generation::FileKind;
+use crate::checkpoint::{CheckpointError, DType, FileKind, LoraFactors, NdArray, PickledAdapter, RawLayout};
 use crate::generation::Generation;
 
 /// What can go wrong reading or writing an adapter.
@@ -56,6 +55,11 @@ pub struct AdapterMeta {
 const NEEDLE3_PREFIX: &str = "lora/";
 
 /// The adapter format `path`'s extension names.
+/// The file `generation`'s package saves an adapter as: the same kind as its checkpoints.
+pub const fn adapter_kind(generation: Generation) -> FileKind {
+    FileKind::of_checkpoint(generation)
+}
+
 fn format_of(path: &Path) -> Result<FileKind, AdapterFileError> {
     let extension = path.extension().and_then(|e| e.to_str());
     FileKind::ALL
@@ -130,7 +134,7 @@ fn safetensors_bytes(path: &Path, lora: &Lora, meta: &AdapterMeta) -> Result<Vec
     // A generation whose package saves safetensors adapters gets its package's layout: 3.x reads its
     // own fields as JSON (a string quoted, `null` for none) and ignores the rest. Otherwise the
     // fields are plain text.
-    let (scale, base, package_fields) = match meta.generation.profile().adapter {
+    let (scale, base, package_fields) = match adapter_kind(meta.generation) {
         FileKind::Pickle => (lora.scale().to_string(), meta.base.clone(), vec![]),
         FileKind::Safetensors => {
             buffers.iter_mut().for_each(|(name, _, _)| *name = format!("{NEEDLE3_PREFIX}{name}"));

@@ -26,8 +26,8 @@ use rayon::prelude::*;
 
 use super::{check_fit, FactorDims, FitError};
 use crate::checkpoint::{self, Checkpoint, NdArray, PickledAdapter};
-use crate::model::kernels::widest;
 use crate::model::Params;
+use crate::simd::widest;
 
 /// An adapter that cannot be merged into its base weights; names the adapter file and the weight.
 #[derive(Debug, thiserror::Error)]

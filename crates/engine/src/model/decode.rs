@@ -8,38 +8,9 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::forward::Decoding;
-use super::kernels::RopeTables;
-use super::san::attention::{LayerKv, Rope};
-use super::{Device, Forward, Network, Result};
-use crate::config::ModelConfig;
+use super::forward::{Decoding, Forward};
+use super::{Network, Result};
 use crate::tokenizer::{EOS_ID, IM_END_ID};
-
-/// What a decoding run on candle's path carries from step to step.
-#[derive(Debug, Clone)]
-pub struct DecodeState {
-    /// Every token so far, prompt included.
-    pub(super) history: Vec<u32>,
-    /// Each layer's keys and values.
-    pub(super) layers: Vec<LayerKv>,
-    /// Rotary tables of the positions decoded so far, and room for more ([`DecodeState::rope_through`]).
-    pub(super) rope: Rope,
-    /// How many positions `rope` holds.
-    rope_positions: usize,
-}
-
-impl DecodeState {
-    /// Rotary tables that reach position `needed − 1`, grown as decoding goes
-    /// ([`RopeTables::decode_capacity`]).
-    pub(super) fn rope_through(&mut self, needed: usize, cfg: &ModelConfig, device: &Device) -> Result<&Rope> {
-        let positions = RopeTables::decode_capacity(self.rope_positions, needed, cfg.max_seq_len);
-        if positions > self.rope_positions {
-            self.rope = Rope::new(cfg.qk_head_dim(), positions, cfg.rope_theta, device)?;
-            self.rope_positions = positions;
-        }
-        Ok(&self.rope)
-    }
-}
 
 /// A prompt prefix already run through the network: prompts that begin with it continue from its
 /// cached keys instead of running it again (an app's tools prompt, answered for many queries).
@@ -88,18 +59,6 @@ impl Completion {
 }
 
 impl Network {
-    /// A candle state that has seen nothing; its rotary tables grow with what it decodes.
-    pub(super) fn decode_state(&self) -> Result<DecodeState> {
-        let cfg = self.config();
-        let positions = RopeTables::decode_capacity(0, 1, cfg.max_seq_len);
-        Ok(DecodeState {
-            history: Vec::new(),
-            layers: vec![LayerKv::default(); cfg.num_layers],
-            rope: Rope::new(cfg.qk_head_dim(), positions, cfg.rope_theta, self.device())?,
-            rope_positions: positions,
-        })
-    }
-
     /// Greedy continuation of `prompt` (token ids, BOS first): at most `max_new_tokens` tokens,
     /// stopping after `<|im_end|>`, before EOS, or at the model's `max_seq_len`.
     pub fn generate(&self, prompt: &[u32], max_new_tokens: usize) -> Result<Completion> {
@@ -192,6 +151,8 @@ mod tests {
 
     use super::*;
     use crate::checkpoint::Checkpoint;
+    use crate::model::kernels::RopeTables;
+    use crate::model::san::decode::greedy;
     use crate::model::Params;
     use crate::tokenizer::{Tokenizer, BOS_ID};
 

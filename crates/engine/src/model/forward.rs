@@ -4,10 +4,12 @@
 
 use candle_core::Tensor;
 
-use super::decode::{pick, DecodeState};
-use super::fast::{CpuDecode, CpuNetwork, HostGrads, Workspace};
+use super::decode::pick;
+use super::fast::{CpuDecode, CpuNetwork, Workspace};
+use super::linear::HostGrads;
 use super::linear::LowRank;
 use super::packing::Packing;
+use super::san::decode::DecodeState;
 use super::{Network, Result};
 
 /// How passes are computed.

@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use candle_core::Tensor;
 
 use super::kernels::frozen_matmul;
-use super::params::cq_along;
+use super::qat::cq_along;
 use super::Result;
 
 /// Low-rank updates for some kernels of a network: `(A, B)` by kernel path and layer, and the
@@ -139,3 +139,7 @@ impl Linear {
         }
     }
 }
+
+/// Gradients of the factors of a [`LowRank`], by kernel path and layer: `(dA, dB)` flattened, in
+/// the factors' shapes.
+pub type HostGrads = HashMap<(String, usize), (Vec<f32>, Vec<f32>)>;

@@ -10,12 +10,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 
-use super::fast::host;
 use super::linear::Linear;
+use super::qat::{cq_along, Qat};
 use super::{ModelError, Result};
-use crate::cact::quant::{cq_round_trip, cq_round_trip_columns, Bits};
 use crate::checkpoint::Checkpoint;
-use crate::config::{ModelConfig, ACT_BITS};
+use crate::config::{ModelConfig, Recipe, ACT_BITS};
 
 /// Named f32 tensors on one device, with a record of which ones the network consumed.
 #[derive(Debug)]
@@ -31,18 +30,6 @@ pub struct Params {
     /// adapter to merge into, and quantizes it only if it is multiplied by without one.
     deferred: RefCell<BTreeSet<String>>,
 }
-
-/// Quantization-aware training (Needle 3's recipe, the reference's `quant=True`): the weights a
-/// `.cact` ships (CQ at [`QAT_WEIGHT_BITS`], straight-through), activations at `act_bits` and
-/// queries, keys and values at 8 bits (keys and values only when `kv_bits` is 8).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Qat {
-    pub act_bits: u32,
-    pub kv_bits: u32,
-}
-
-/// The CQ width quantization-aware training computes with (the reference's `WEIGHT_BITS`).
-pub const QAT_WEIGHT_BITS: Bits = Bits::Four;
 
 /// What a parameter the network asks for but the source lacks becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,7 +119,7 @@ impl Params {
     /// generation's package trains so (Needle 3) or `qat` asks (`--qat`), else as stored (Needle 2's
     /// 2.0.8 recipe).
     pub fn for_training(self, cfg: &ModelConfig, qat: bool) -> Result<Self> {
-        if qat || cfg.generation.profile().recipe.quantization_aware {
+        if qat || Recipe::of(cfg.generation).quantization_aware {
             self.for_qat(cfg)
         } else {
             Ok(self)
@@ -292,27 +279,6 @@ fn quantized_axis(path: &str, rank: usize) -> Option<bool> {
     let key = path.rsplit('/').next().unwrap_or(path);
     let second_last = key == "kernel" || key.starts_with("mhc_phi");
     (rank >= 2 && (second_last || key == "embedding")).then_some(second_last)
-}
-
-/// `weight` through CQ at [`QAT_WEIGHT_BITS`] and back, its groups running along the last axis, or
-/// down the second-last when `second_last`. The round trip reads a CPU tensor's values where they
-/// lie (down the columns, it rounds a copy of them in place): at start-up this runs on every weight
-/// of the model.
-pub(super) fn cq_along(weight: &Tensor, second_last: bool) -> Result<Tensor> {
-    let dims = weight.dims().to_vec();
-    let [.., rows, cols] = dims[..] else {
-        return Err(ModelError::Unsupported { what: format!("CQ of a weight of shape {dims:?}") });
-    };
-    let on_host = weight.to_device(&Device::Cpu)?.contiguous()?;
-    let values = host(&on_host)?;
-    let quantized = if second_last {
-        let mut columns: Vec<f32> = values.par_iter().copied().collect();
-        cq_round_trip_columns(&mut columns, rows, cols, QAT_WEIGHT_BITS);
-        columns
-    } else {
-        cq_round_trip(&values, cols, QAT_WEIGHT_BITS)
-    };
-    Ok(Tensor::from_vec(quantized, dims, weight.device())?)
 }
 
 /// A position in the parameter tree, optionally restricted to one layer of a stacked group.

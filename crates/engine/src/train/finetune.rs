@@ -10,8 +10,8 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
+use super::error::{Result, TrainError};
 use super::events::Event;
-use super::gradients::GoldenError;
 use super::memory::{activation_budget, StepShape};
 use super::schedule::Schedule;
 use super::state::{load_state, save_state, state_path, RunKey, SavedState};
@@ -29,14 +29,15 @@ const WARM_STEP_LIMIT_S: f64 = 10.0;
 /// Decoding steps the plan times, after a prompt's prefill.
 const DECODE_STEPS_TIMED: usize = 8;
 use crate::backend::{system_memory, BackendInfo};
-use crate::calls::{self, CallScores, ModelScore, Precision, Weights, WeightsLoadError};
-use crate::checkpoint::{Checkpoint, CheckpointError};
-use crate::dataset::{Dataset, DatasetError, Encoded, Example, Tokenized};
-use crate::lora::{save_adapter, AdapterFileError, AdapterMeta, Lora};
+use crate::calls::{self, CallScores, ModelScore, Precision, Weights};
+use crate::checkpoint::Checkpoint;
+use crate::config::Recipe;
+use crate::dataset::{Dataset, Encoded, Example, Tokenized};
+use crate::lora::{save_adapter, AdapterMeta, Lora};
 use crate::model::packing::Packing;
-use crate::model::{evaluate, CpuNetwork, Device, Forward, ModelError, Network, Params};
-use crate::settings::{OutOfRange, TrainSettings};
-use crate::tokenizer::{Tokenizer, TokenizerError, BOS_ID};
+use crate::model::{evaluate, CpuNetwork, Device, Forward, Network, Params};
+use crate::settings::TrainSettings;
+use crate::tokenizer::{Tokenizer, BOS_ID};
 
 /// Everything `needle finetune` is asked to do.
 #[derive(Debug, Clone)]
@@ -50,58 +51,6 @@ pub struct FinetuneOptions {
     /// Continue from the state saved next to `out`.
     pub resume: bool,
 }
-
-/// What can stop a run, before or during training.
-#[derive(Debug, thiserror::Error)]
-pub enum TrainError {
-    #[error(transparent)]
-    OutOfRange(#[from] OutOfRange),
-    #[error("output directory {} is not writable: {source}; pick another --out/--checkpoint-dir", dir.display())]
-    OutputDir { dir: PathBuf, source: std::io::Error },
-    #[error("--resume: no saved state at {}; run once without --resume first", path.display())]
-    NothingToResume { path: PathBuf },
-    #[error("{} has no weight LoRA can adapt (no non-zero q/k/v/gate/out projection kernel under stack/layers)", checkpoint.display())]
-    NoTargets { checkpoint: PathBuf },
-    #[error(
-        "{}: no training row's answer fits in {seq_len} positions (--max-len {cap}, the model's max_seq_len \
-         {max_seq_len}): the shortest prompt takes {shortest_prompt} (BOS included); shorten the tools prompt or use \
-         a model with a longer context",
-        data.display()
-    )]
-    AnswersPastLength { data: PathBuf, seq_len: usize, cap: usize, max_seq_len: usize, shortest_prompt: usize },
-    #[error(
-        "step {step}: the {which} loss is {loss}, so the run stopped there without saving the adapter; {}",
-        diverged_fix(*step)
-    )]
-    NonFiniteLoss { step: usize, which: &'static str, loss: f32 },
-    #[error(
-        "step {step}: the adapter's `{factor}` holds a NaN or an infinity, so the run stopped there without \
-         saving it; the update left the range float32 holds: lower --lr"
-    )]
-    NonFiniteFactor { step: usize, factor: String },
-    #[error(transparent)]
-    Dataset(#[from] DatasetError),
-    #[error(transparent)]
-    Tokenizer(#[from] TokenizerError),
-    #[error(transparent)]
-    Checkpoint(#[from] CheckpointError),
-    #[error(transparent)]
-    Model(#[from] ModelError),
-    #[error(transparent)]
-    Adapter(#[from] AdapterFileError),
-    #[error(transparent)]
-    Weights(#[from] WeightsLoadError),
-    #[error(transparent)]
-    Golden(Box<GoldenError>),
-}
-
-impl From<GoldenError> for TrainError {
-    fn from(error: GoldenError) -> Self {
-        TrainError::Golden(Box::new(error))
-    }
-}
-
-pub type Result<T> = std::result::Result<T, TrainError>;
 
 /// What a run will do, known before it starts (`--dry-run` prints it).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -425,15 +374,6 @@ impl Session {
     }
 }
 
-/// Why a loss at `step` is not a number, and what to do: the first step's is the base model's own
-/// (a fresh adapter changes nothing), a later one's comes of the updates.
-fn diverged_fix(step: usize) -> &'static str {
-    match step {
-        0 | 1 => "the base model's outputs already overflow float32, so the checkpoint is damaged: use another",
-        _ => "the updates took the weights past the range float32 holds: lower --lr",
-    }
-}
-
 /// A loss that is a number: a NaN or an infinity means the weights diverged, and every step after
 /// would train on nothing but NaNs.
 fn finite_loss(step: usize, which: &'static str, loss: f32) -> Result<()> {
@@ -469,7 +409,7 @@ fn score_calls(
     let tokenizer = Tokenizer::load(&options.tokenizer)?;
     let weights = Weights::Checkpoint { checkpoint: options.checkpoint.clone(), lora: Some(options.out.clone()) };
     // 3.x's package scores the weights a `.cact` ships (W4), as the archive will run them.
-    let (base, tuned) = if base.config().generation.profile().recipe.scores_shipped_weights {
+    let (base, tuned) = if Recipe::of(base.config().generation).scores_shipped_weights {
         let base_weights = Weights::Checkpoint { checkpoint: options.checkpoint.clone(), lora: None };
         let shipped = |weights: &Weights| weights.load_as(base.device(), Precision::QuantizedWeights);
         (shipped(&base_weights)?.network, shipped(&weights)?.network)

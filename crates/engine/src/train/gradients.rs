@@ -5,37 +5,16 @@
 //! (candle's autograd) against the CPU's (the hand-written path) and the reference's.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 
-use super::finetune::Result;
+use super::error::{GoldenError, Result};
 use super::{Schedule, Trainer};
 use crate::checkpoint::Checkpoint;
 use crate::dataset::Encoded;
 use crate::lora::{target_paths, Lora};
 use crate::model::{ModelError, Network, Params};
-
-/// A golden file that cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum GoldenError {
-    #[error("{}: {source}; pass a safetensors file", path.display())]
-    Read { path: PathBuf, source: Box<candle_core::Error> },
-    #[error(
-        "{}: no tensor `{key}`; a batch holds `ids` and `mask` ([rows, length]), an adapter `<weight>/A` and \
-         `<weight>/B` for each adapted weight",
-        path.display()
-    )]
-    Missing { path: PathBuf, key: String },
-    #[error(
-        "{}: adapts {found:?}, but the weights LoRA adapts in the checkpoint are {expected:?}; pass the \
-         adapter made for this checkpoint",
-        path.display()
-    )]
-    Targets { path: PathBuf, expected: Vec<String>, found: Vec<String> },
-    #[error("{}: `{key}` is not a [rows, length] table of numbers ({source})", path.display())]
-    Shape { path: PathBuf, key: String, source: Box<candle_core::Error> },
-}
 
 /// Every tensor of a safetensors file, on the CPU.
 pub fn read(path: &Path) -> std::result::Result<HashMap<String, Tensor>, GoldenError> {

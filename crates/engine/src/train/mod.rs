@@ -2,6 +2,7 @@
 
 pub mod adamw;
 pub mod bench;
+mod error;
 pub mod events;
 pub mod finetune;
 pub mod gradients;
@@ -14,7 +15,8 @@ pub mod timing;
 pub mod trainer;
 
 pub use adamw::{AdamW, AdamWConfig};
+pub use error::{GoldenError, TrainError};
 pub use events::Event;
-pub use finetune::{FinetuneOptions, Outcome, Plan, Session, TrainError};
+pub use finetune::{FinetuneOptions, Outcome, Plan, Session};
 pub use schedule::Schedule;
 pub use trainer::{StepOutcome, Trainer};

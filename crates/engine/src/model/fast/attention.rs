@@ -10,13 +10,15 @@ use rayon::prelude::*;
 
 pub(super) use super::conv::Conv;
 use super::flash::{self, Heads};
-use super::layer::{Kept, Work};
+use super::kept::{Kept, Work};
 use super::mat::{matmul, Mat, MatMut, Threads};
-use super::{host, Dims, Pass, ProjectionLora};
-use crate::model::kernels::{fake_quant_row, logistic, rms_norm_backward_row, rms_norm_row, widest};
+use super::pass::{Dims, Pass, ProjectionLora};
+use crate::model::host::host;
+use crate::model::kernels::{fake_quant_row, rms_norm_backward_row, rms_norm_row};
 use crate::model::linear::Linear;
-use crate::model::params::Qat;
+use crate::model::qat::Qat;
 use crate::model::san::attention::Attention as CandleAttention;
+use crate::simd::{logistic, widest};
 
 /// Tokens per rayon task in the per-token passes: enough to amortise the hand-off.
 const TOKENS_PER_TASK: usize = 8;

@@ -7,7 +7,7 @@ use super::attention::Attention;
 use super::engram;
 use super::mlp::Hadamard;
 use super::monarch::Monarch;
-use super::Pass;
+use super::pass::Pass;
 use crate::config::ModelConfig;
 use crate::generation::Generation;
 use crate::model::kernels::{fake_quant_row, rms_norm_backward_row, rms_norm_row};
@@ -137,7 +137,7 @@ impl Block {
     /// its block input `u`.
     #[inline(always)]
     pub(super) fn inputs(&self, pass: &Pass, t: usize, u: &[f32], x1: &mut [f32], h1: &mut [f32]) {
-        engram::inject(pass, &self.sites, t, u, x1);
+        engram::inject(&pass.sites, &self.sites, t, u, x1);
         rms_norm_row(x1, &self.gain_in, h1);
         if let Some(bits) = self.act_bits {
             fake_quant_row(h1, bits);
@@ -212,6 +212,6 @@ impl Block {
         rms_norm_backward_row(x1, &self.gain_in, dh1, g_x1);
         g_x1.iter_mut().zip(dx1).for_each(|(g, d)| *g += d);
         du.copy_from_slice(g_x1);
-        engram::inject_backward(pass, &self.sites, t, u, g_x1, du, tmp, part);
+        engram::inject_backward(&pass.sites, &pass.ones, &self.sites, t, u, g_x1, du, tmp, part);
     }
 }

@@ -7,8 +7,8 @@
 
 use rayon::prelude::*;
 
-use crate::model::kernels::widest;
 use crate::model::packing::Packing;
+use crate::simd::widest;
 
 /// Tokens per rayon task: enough to amortise the hand-off.
 const TOKENS_PER_TASK: usize = 16;

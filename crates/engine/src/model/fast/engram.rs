@@ -6,12 +6,13 @@
 use rayon::prelude::*;
 
 use super::mat::{matmul, Mat, MatMut, Threads};
-use super::{host, Pass};
 use crate::config::ENGRAM_CONV_TAPS;
-use crate::model::kernels::{dot, fake_quant_row, inverse_rms, logistic, widest};
+use crate::model::host::host;
+use crate::model::kernels::{fake_quant_row, inverse_rms};
 use crate::model::packing::Packing;
 use crate::model::san::engram::engram_rows;
 use crate::model::{Network, Result};
+use crate::simd::{dot, logistic, widest};
 
 /// One engram site's memory of a pass, on the host: unit keys and values `[N, d]`.
 pub(super) struct Site {
@@ -111,25 +112,26 @@ fn gate(site: &Site, t: usize, u: &[f32], r_u: f32) -> f32 {
     logistic(r_u * dot(u, &site.key_unit[t * d..][..d]) * scale)
 }
 
-/// `x1 = u + injection(u)` of token `t` from the sites `sites` of the pass.
+/// `x1 = u + injection(u)` of token `t` from the sites `sites` of the pass's `memories`.
 #[inline(always)]
-pub(super) fn inject(pass: &Pass, sites: &[usize], t: usize, u: &[f32], x1: &mut [f32]) {
+pub(super) fn inject(memories: &[Site], sites: &[usize], t: usize, u: &[f32], x1: &mut [f32]) {
     let d = u.len();
     x1.copy_from_slice(u);
     let r_u = inverse_rms(u);
     for &s in sites {
-        let site = &pass.sites[s];
+        let site = &memories[s];
         let gate = gate(site, t, u, r_u);
         x1.iter_mut().zip(&site.value[t * d..][..d]).for_each(|(x, v)| *x += gate * v);
     }
 }
 
 /// Adds the injection's share of `u`'s gradient to `du`, from `x1`'s gradient `dx1` (which the
-/// caller has already added: `x1 = u + …`). `tmp` and `part` are scratch rows.
+/// caller has already added: `x1 = u + …`). `ones` is a unit gain; `tmp` and `part` are scratch rows.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(super) fn inject_backward(
-    pass: &Pass,
+    memories: &[Site],
+    ones: &[f32],
     sites: &[usize],
     t: usize,
     u: &[f32],
@@ -141,13 +143,13 @@ pub(super) fn inject_backward(
     let d = u.len();
     let (scale, r_u) = (1.0 / (d as f32).sqrt(), inverse_rms(u));
     for &s in sites {
-        let site = &pass.sites[s];
+        let site = &memories[s];
         let (key, value) = (&site.key_unit[t * d..][..d], &site.value[t * d..][..d]);
         let gate = gate(site, t, u, r_u);
         // c = ⟨r·u, k̂⟩/√d: dc = ⟨dx1, v⟩·σ'(c), and through the unit norm of u.
         let coef = dot(dx1, value) * gate * (1.0 - gate) * scale;
         tmp.iter_mut().zip(key).for_each(|(t, k)| *t = coef * k);
-        crate::model::kernels::rms_norm_backward_row(u, &pass.ones, tmp, part);
+        crate::model::kernels::rms_norm_backward_row(u, ones, tmp, part);
         du.iter_mut().zip(part.iter()).for_each(|(du, p)| *du += p);
     }
 }

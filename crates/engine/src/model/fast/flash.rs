@@ -16,8 +16,8 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::mat::{matmul, Mat, MatMut, Threads};
-use crate::model::kernels::{dot, exp, sum, widest};
 use crate::model::packing::{Family, Segment};
+use crate::simd::{dot, exp, sum, widest};
 
 /// Queries per block: enough rows for the products to run at speed, few enough that a block's
 /// scores stay in cache.

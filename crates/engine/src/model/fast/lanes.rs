@@ -10,10 +10,11 @@
 use rayon::prelude::*;
 
 use super::mat::{matmul, Mat, MatMut, Threads};
-use super::Dims;
-use crate::model::kernels::{dot, fake_quant_row, inverse_rms, logistic, sinkhorn_backward_row, sinkhorn_row, widest};
-use crate::model::params::Qat;
+use super::pass::Dims;
+use crate::model::kernels::{fake_quant_row, inverse_rms, sinkhorn_backward_row, sinkhorn_row};
+use crate::model::qat::Qat;
 use crate::model::san::stack::{LaneMix, SINKHORN_ITERS};
+use crate::simd::{dot, logistic, widest};
 
 /// One layer's lane gates on the host.
 #[derive(Debug, Clone)]

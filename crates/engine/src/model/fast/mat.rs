@@ -75,9 +75,15 @@ impl<'a> MatMut<'a> {
     }
 }
 
-/// Whether a `rows × cols` view with these strides stays inside `len` elements.
+/// Whether a `rows × cols` view with these strides stays inside `len` elements; a view whose last
+/// offset overflows `usize` does not.
 fn fits(len: usize, rows: usize, cols: usize, row_stride: usize, col_stride: usize) -> bool {
-    rows == 0 || cols == 0 || (rows - 1) * row_stride + (cols - 1) * col_stride < len
+    let last = |n: usize, stride: usize| n.checked_sub(1).map(|n| n.checked_mul(stride));
+    match (last(rows, row_stride), last(cols, col_stride)) {
+        (None, _) | (_, None) => true,
+        (Some(Some(row)), Some(Some(col))) => row.checked_add(col).is_some_and(|end| end < len),
+        _ => false,
+    }
 }
 
 /// Whether a product may spread over the thread pool: the big products of a layer do; the small
@@ -181,5 +187,14 @@ mod tests {
         let mut zero = vec![3.0f32; 4];
         matmul(MatMut::new(&mut zero, 2, 2), Mat::new(&[], 2, 0), Mat::new(&[], 0, 2), 1.0, false, Threads::One);
         assert_eq!(zero, [0.0; 4]);
+    }
+
+    #[test]
+    fn a_view_fits_only_when_its_last_offset_is_inside_and_does_not_overflow() {
+        assert!(fits(15, 3, 5, 5, 1) && !fits(14, 3, 5, 5, 1));
+        assert!(fits(0, 0, 5, 5, 1) && fits(0, 3, 0, 5, 1), "an empty view reads nothing");
+        // (rows − 1)·row_stride wraps round `usize`: refused, not let through as a small offset.
+        assert!(!fits(16, 3, 1, usize::MAX / 2 + 1, 1));
+        assert!(!fits(16, 2, 2, usize::MAX, 1), "the sum of the two offsets overflows");
     }
 }

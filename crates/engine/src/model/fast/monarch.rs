@@ -6,8 +6,8 @@
 
 use super::mat::{matmul, Mat, MatMut, Threads};
 use crate::config::ModelConfig;
-use crate::model::kernels::{dot, exp, logistic};
 use crate::model::san::monarch::{MonarchMlp, COND_RANK};
+use crate::simd::{dot, exp, logistic};
 
 /// One transform's factors, `A` `[a, a]` and `B` `[b, b]`, and `Bᵀ`: the backward multiplies by
 /// it, and gemm took 1.1–1.3 µs for a 32 × 32 product through a transposed view against 0.8–0.9 µs

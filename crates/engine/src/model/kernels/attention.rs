@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
-use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor, D};
+use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, Device, Layout, Result, Shape, Tensor, D};
 
-use super::{dot, exp, f32s, fused, map_row_pairs, map_rows};
+use super::rows::{f32s, fused, map_row_pairs, map_rows};
+use crate::simd::{dot, exp};
 
 /// Rotates `x` `[B, H, T, head_dim]` by the angles whose `cos`/`sin` are `[T, head_dim/2]`: halves
 /// `(x1, x2)` become `(x1·cos − x2·sin, x2·cos + x1·sin)`. The backward rotates the gradient back.
@@ -178,10 +179,21 @@ impl CustomOp2 for SoftmaxBackward {
     }
 }
 
+/// `[1, 1, T, past + T]`: the additive mask (0 / −∞) of `T` queries after `past` earlier
+/// positions they all see; query q sees keys up to `past + q` (within `window` of it, when given),
+/// so no softmax row is all −∞.
+pub fn causal_bias_after(past: usize, new: usize, window: Option<usize>, device: &Device) -> Result<Tensor> {
+    let keys = past + new;
+    let seen = |q: usize, k: usize| k <= past + q && window.is_none_or(|w| past + q - k < w);
+    let bias: Vec<f32> =
+        (0..new).flat_map(|q| (0..keys).map(move |k| if seen(q, k) { 0.0 } else { f32::NEG_INFINITY })).collect();
+    Ok(Tensor::from_vec(bias, (1, 1, new, keys), device)?)
+}
+
 #[cfg(test)]
 mod tests {
+    use super::super::testing::*;
     use super::*;
-    use crate::model::kernels::testing::*;
     use candle_core::Device;
 
     #[test]
@@ -198,7 +210,7 @@ mod tests {
 
         let (scores, probe) = (random(&[2, 3, 5, 5], 10), random(&[2, 3, 5, 5], 11));
         for window in [None, Some(1), Some(3), Some(5)] {
-            let causal = crate::model::san::attention::causal_bias_after(0, 5, window, &Device::Cpu).unwrap();
+            let causal = causal_bias_after(0, 5, window, &Device::Cpu).unwrap();
             let fused = value_and_grad(&scores, &probe, |s| causal_softmax(s, 0.7, &causal, window).unwrap());
             let composite = value_and_grad(&scores, &probe, |s| causal_softmax_composite(s, 0.7, &causal).unwrap());
             assert_same(&format!("causal softmax, window {window:?}"), fused, composite);

@@ -3,7 +3,8 @@
 use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
-use super::{exp, f32s, fused, map_rows};
+use super::rows::{f32s, fused, map_rows};
+use crate::simd::exp;
 
 /// `−log softmax(logits)[target]` per row of `logits` `[N, V]`: `[N]`. The backward is
 /// `(softmax − onehot)·dce`, formed without keeping a log-softmax of the whole matrix.
@@ -88,8 +89,8 @@ impl CustomOp2 for CrossEntropyBackward {
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::*;
     use super::*;
-    use crate::model::kernels::testing::*;
 
     #[test]
     fn fused_cross_entropy_matches_the_composite_ops() {

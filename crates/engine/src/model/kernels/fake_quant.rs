@@ -4,7 +4,7 @@
 
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor, D};
 
-use super::{f32s, fused, map_rows};
+use super::rows::{f32s, fused, map_rows};
 
 /// `x` with each last-axis row quantized to `bits` bits and back; the gradient passes straight through.
 pub fn fake_quant_rows(x: &Tensor, bits: u32) -> Result<Tensor> {
@@ -69,8 +69,8 @@ impl CustomOp1 for FakeQuant {
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::*;
     use super::*;
-    use crate::model::kernels::testing::*;
 
     #[test]
     fn rows_round_to_their_own_scale_and_the_gradient_passes_through() {

@@ -1,9 +1,10 @@
 //! The Hadamard MLP as one op: two Walsh–Hadamard butterflies around frozen diagonals and a SiLU.
 
-use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor, D};
+use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, Device, Layout, Result, Shape, Tensor, D};
 
 use super::matmul::frozen_matmul;
-use super::{f32s, fused, logistic, map_row_pairs, map_rows};
+use super::rows::{f32s, fused, map_row_pairs, map_rows};
+use crate::simd::{logistic, walsh_row};
 
 /// The Hadamard MLP over the last axis: `(d3 ⊙ H(silu(d2 ⊙ H(d1 ⊙ pad(x)))))[..d]`, with `H`
 /// Sylvester's Hadamard matrix scaled by `1/√n` and `pad` zero-padding to its width `n`. On the
@@ -27,42 +28,6 @@ fn hadamard_mlp_composite(x: &Tensor, [d1, d2, d3]: [&Tensor; 3], walsh_matrix: 
     let z = frozen_matmul(&z.broadcast_mul(d1)?, walsh_matrix)?;
     let z = frozen_matmul(&z.broadcast_mul(d2)?.silu()?, walsh_matrix)?;
     z.broadcast_mul(d3)?.narrow(D::Minus1, 0, d)
-}
-
-/// The orthonormal Walsh–Hadamard transform of one row, in place, natural (Sylvester) order: `H`
-/// is symmetric and orthonormal after the `1/√n` scale, so the same call inverts it (CQ's
-/// rotation of a group, [`crate::cact::quant`], is this transform of 128 values). The
-/// butterflies of span 1, 2 and 4 run as one 8-point transform per block of 8 (their own loops
-/// would be too short to vectorize); the wider spans are long element-wise loops. Each output is
-/// the same sum or difference a stage-by-stage butterfly forms, so the values are bit-identical.
-#[inline(always)]
-pub(crate) fn walsh_row(row: &mut [f32]) {
-    let n = row.len();
-    let mut h = 1;
-    if n >= 8 {
-        for b in row.chunks_exact_mut(8) {
-            let [x0, x1, x2, x3, x4, x5, x6, x7] = [b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]];
-            let (a0, a1, a2, a3, a4, a5, a6, a7) =
-                (x0 + x1, x0 - x1, x2 + x3, x2 - x3, x4 + x5, x4 - x5, x6 + x7, x6 - x7);
-            let (c0, c1, c2, c3, c4, c5, c6, c7) =
-                (a0 + a2, a1 + a3, a0 - a2, a1 - a3, a4 + a6, a5 + a7, a4 - a6, a5 - a7);
-            b.copy_from_slice(&[c0 + c4, c1 + c5, c2 + c6, c3 + c7, c0 - c4, c1 - c5, c2 - c6, c3 - c7]);
-        }
-        h = 8;
-    }
-    while h < n {
-        for block in row.chunks_mut(2 * h) {
-            let (lo, hi) = block.split_at_mut(h);
-            for (a, b) in lo.iter_mut().zip(hi.iter_mut()) {
-                let (x, y) = (*a, *b);
-                *a = x + y;
-                *b = x - y;
-            }
-        }
-        h *= 2;
-    }
-    let unit = 1.0 / (n as f32).sqrt();
-    row.iter_mut().for_each(|v| *v *= unit);
 }
 
 /// The MLP's frozen diagonals, and its rows computed one at a time.
@@ -164,11 +129,19 @@ impl CustomOp2 for HadamardMlpBackward {
     }
 }
 
+/// Sylvester's Hadamard matrix of order `n` (a power of two) scaled by 1/√n:
+/// entry (i, j) is `(-1)^popcount(i & j) / √n`.
+pub fn walsh_matrix(n: usize, device: &Device) -> Result<Tensor> {
+    let unit = (1.0 / (n as f64).sqrt()) as f32;
+    let entries: Vec<f32> =
+        (0..n).flat_map(|i| (0..n).map(move |j| if (i & j).count_ones() % 2 == 0 { unit } else { -unit })).collect();
+    Ok(Tensor::from_vec(entries, (n, n), device)?)
+}
+
 #[cfg(test)]
 mod tests {
+    use super::super::testing::*;
     use super::*;
-    use crate::model::kernels::testing::*;
-    use crate::model::san::mlp::walsh_matrix;
     use candle_core::Device;
 
     #[test]
@@ -180,5 +153,20 @@ mod tests {
         let fused = value_and_grad(&x, &probe, |x| hadamard_mlp(x, diagonals, None).unwrap());
         let composite = value_and_grad(&x, &probe, |x| hadamard_mlp_composite(x, diagonals, &matrix).unwrap());
         assert_same("hadamard mlp", fused, composite);
+    }
+
+    #[test]
+    fn walsh_matrix_is_orthonormal_and_follows_sylvester_blocks() {
+        let h = walsh_matrix(8, &Device::Cpu).unwrap();
+        let eye = h.matmul(&h.t().unwrap()).unwrap().to_vec2::<f32>().unwrap();
+        for (i, row) in eye.iter().enumerate() {
+            for (j, v) in row.iter().enumerate() {
+                assert!((v - if i == j { 1.0 } else { 0.0 }).abs() < 1e-6);
+            }
+        }
+        // [[H, H], [H, -H]]: the bottom-right block is the negated top-left one.
+        let m = h.to_vec2::<f32>().unwrap();
+        assert_eq!(m[5][6], -m[1][2]);
+        assert_eq!(m[1][6], m[1][2]);
     }
 }

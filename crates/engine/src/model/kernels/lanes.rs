@@ -2,7 +2,8 @@
 
 use candle_core::{bail, CpuStorage, CustomOp2, Layout, Result, Shape, Tensor, D};
 
-use super::{dot, f32s, fill_rows, fused};
+use super::rows::{f32s, fill_rows, fused};
+use crate::simd::dot;
 
 /// `Σᵢ h[…, i] · lanes[…, i, :]`: one mixture of the lanes, `lanes` `[…, n, d]`, `h` `[…, n]`.
 pub fn lane_read(lanes: &Tensor, h: &Tensor) -> Result<Tensor> {
@@ -175,8 +176,8 @@ impl CustomOp2 for LaneOuter {
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::*;
     use super::*;
-    use crate::model::kernels::testing::*;
     use candle_core::Var;
 
     /// Values and the gradients of both inputs of a two-input op, against a probe.

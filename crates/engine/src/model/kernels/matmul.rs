@@ -60,8 +60,8 @@ impl CustomOp1 for FrozenMatmul {
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::*;
     use super::*;
-    use crate::model::kernels::testing::*;
 
     #[test]
     fn frozen_matmul_matches_matmul_and_passes_only_the_input_gradient() {

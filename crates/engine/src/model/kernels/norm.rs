@@ -2,7 +2,8 @@
 
 use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor, D};
 
-use super::{dot, f32s, fused, map_row_pairs, map_rows};
+use super::rows::{f32s, fused, map_row_pairs, map_rows};
+use crate::simd::dot;
 
 /// RMSNorm's ε, as the reference's `ZCRMSNorm` and `rms_unit` use it.
 const RMS_EPSILON: f32 = 1e-6;
@@ -97,8 +98,8 @@ impl CustomOp2 for RmsNormBackward {
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::*;
     use super::*;
-    use crate::model::kernels::testing::*;
 
     #[test]
     fn fused_rms_norm_matches_the_composite_ops() {

@@ -2,7 +2,8 @@
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
 
-use super::{f32s, fused, logistic, map_row_pairs, map_rows};
+use super::rows::{f32s, fused, map_row_pairs, map_rows};
+use crate::simd::logistic;
 
 /// `1 / (1 + e^{−x})`. The backward pass is `dy·y·(1 − y)` from the output, so an overflowed
 /// `e^{−x}` never meets a zero gradient. The composite form is `½ + ½·tanh(x/2)` for the same
@@ -55,8 +56,8 @@ impl CustomOp2 for SigmoidBackward {
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::*;
     use super::*;
-    use crate::model::kernels::testing::*;
 
     #[test]
     fn fused_sigmoid_matches_the_composite_ops_far_into_both_tails() {

@@ -2,7 +2,8 @@
 
 use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
 
-use super::{exp, f32s, fused, map_row_pairs, map_rows};
+use super::rows::{f32s, fused, map_row_pairs, map_rows};
+use crate::simd::exp;
 
 /// Alternately normalises the rows and the columns of `exp(logits)`, `iterations` times each, over
 /// the last two axes (`[…, n, n]`). On the CPU one op whose backward replays the
@@ -196,8 +197,8 @@ impl CustomOp2 for SinkhornBackward {
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::*;
     use super::*;
-    use crate::model::kernels::testing::*;
     use candle_core::Device;
 
     #[test]

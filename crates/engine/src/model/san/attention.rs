@@ -10,11 +10,12 @@ use candle_core::{Device, Tensor};
 
 use super::conv::CausalTaps;
 use crate::config::ModelConfig;
-use crate::model::kernels::{causal_softmax, fake_quant_rows, rope, sigmoid, RopeTables};
+use crate::model::kernels::{causal_bias_after, causal_softmax, fake_quant_rows, rope, sigmoid, RopeTables};
 use crate::model::linear::{Linear, LowRank};
 use crate::model::norm::ZcRmsNorm;
 use crate::model::packing::Packing;
-use crate::model::params::{ParamPath, Qat};
+use crate::model::params::ParamPath;
+use crate::model::qat::Qat;
 use crate::model::{ModelError, Result};
 
 /// Rotary position tables for one sequence length: `cos`/`sin` of shape `[T, head_dim/2]`.
@@ -54,17 +55,6 @@ impl Rope {
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
         Ok(rope(x, &self.cos, &self.sin, self.tables.as_ref())?)
     }
-}
-
-/// `[1, 1, T, past + T]`: the additive mask (0 / −∞) of `T` queries after `past` earlier
-/// positions they all see; query q sees keys up to `past + q` (within `window` of it, when given),
-/// so no softmax row is all −∞.
-pub fn causal_bias_after(past: usize, new: usize, window: Option<usize>, device: &Device) -> Result<Tensor> {
-    let keys = past + new;
-    let seen = |q: usize, k: usize| k <= past + q && window.is_none_or(|w| past + q - k < w);
-    let bias: Vec<f32> =
-        (0..new).flat_map(|q| (0..keys).map(move |k| if seen(q, k) { 0.0 } else { f32::NEG_INFINITY })).collect();
-    Ok(Tensor::from_vec(bias, (1, 1, new, keys), device)?)
 }
 
 /// The masks of one block of queries: every key before them, and (Needle 3's windowed layers)

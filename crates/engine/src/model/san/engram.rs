@@ -9,7 +9,8 @@ use crate::config::{ConfigError, EngramDims, ModelConfig, ENGRAM_CONV_TAPS};
 use crate::model::kernels::{fake_quant_rows, sigmoid};
 use crate::model::norm::rms_unit;
 use crate::model::packing::Packing;
-use crate::model::params::{ParamPath, Qat};
+use crate::model::params::ParamPath;
+use crate::model::qat::Qat;
 use crate::model::{ModelError, Result};
 
 const HASH_SEED: u32 = 0x9E37_79B9;

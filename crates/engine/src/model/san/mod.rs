@@ -20,6 +20,7 @@
 pub mod attention;
 pub mod block;
 pub mod conv;
+pub mod decode;
 pub mod engram;
 pub mod mlp;
 pub mod monarch;

@@ -5,21 +5,23 @@ use std::path::Path;
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
 
-use super::attention::{AttentionLayout, Rope};
+use super::attention::{AttentionLayout, LayerKv, Rope};
 use super::block::Block;
+use super::decode::DecodeState;
 use super::engram::{Engram, EngramGeometry, EngramKv, EngramLookup};
 use super::stack::Stack;
 use crate::checkpoint::Checkpoint;
 use crate::config::ModelConfig;
 use crate::dataset::Encoded;
 use crate::generation::Generation;
-use crate::model::decode::DecodeState;
+use crate::model::kernels::RopeTables;
 use crate::model::kernels::{fake_quant_rows, frozen_matmul};
 use crate::model::linear::LowRank;
 use crate::model::loss::Scored;
 use crate::model::norm::ZcRmsNorm;
 use crate::model::packing::Packing;
-use crate::model::params::{ParamPath, Params, Qat};
+use crate::model::params::{ParamPath, Params};
+use crate::model::qat::Qat;
 use crate::model::{ModelError, Result};
 
 /// Probe counts of the reference's contrastive and confidence heads.
@@ -113,7 +115,7 @@ impl Network {
 
     /// Fails when a tokenizer's vocabulary (read from `path`) is not this model's.
     pub fn check_tokenizer_vocab(&self, tokenizer_vocab: usize, path: &Path) -> Result<()> {
-        if self.cfg.generation.tokenizer_fits(tokenizer_vocab, self.cfg.vocab_size) {
+        if crate::tokenizer::fits(self.cfg.generation, tokenizer_vocab, self.cfg.vocab_size) {
             return Ok(());
         }
         Err(ModelError::VocabMismatch { path: path.into(), tokenizer_vocab, model_vocab: self.cfg.vocab_size })
@@ -408,6 +410,20 @@ fn check_head(head: &ParamPath, probes: usize, d_model: usize, out: usize) -> Re
     head.get(&[probes, d_model], "probes")?;
     head.pp("proj").get(&[probes * d_model, out], "kernel")?;
     Ok(())
+}
+
+impl Network {
+    /// A candle state that has seen nothing; its rotary tables grow with what it decodes.
+    pub(in crate::model) fn decode_state(&self) -> Result<DecodeState> {
+        let cfg = self.config();
+        let positions = RopeTables::decode_capacity(0, 1, cfg.max_seq_len);
+        Ok(DecodeState {
+            history: Vec::new(),
+            layers: vec![LayerKv::default(); cfg.num_layers],
+            rope: Rope::new(cfg.qk_head_dim(), positions, cfg.rope_theta, self.device())?,
+            rope_positions: positions,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@ use crate::config::ModelConfig;
 use crate::model::kernels::{fake_quant_rows, frozen_matmul, lane_mix, lane_read, lane_spread, sigmoid, sinkhorn};
 use crate::model::linear::LowRank;
 use crate::model::norm::{rms_unit, ZcRmsNorm};
-use crate::model::params::{ParamPath, Qat};
+use crate::model::params::ParamPath;
+use crate::model::qat::Qat;
 use crate::model::Result;
 
 /// Sinkhorn iterations of the reference (fixed, not configurable there).

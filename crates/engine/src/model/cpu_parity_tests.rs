@@ -5,12 +5,12 @@
 
 use candle_core::{Device, Tensor};
 
-use super::{CpuNetwork, HostGrads, Workspace};
 use crate::config::ModelConfig;
 use crate::dataset::Encoded;
 use crate::lora::Lora;
+use crate::model::linear::HostGrads;
 use crate::model::packing::Packing;
-use crate::model::{Network, Params};
+use crate::model::{CpuNetwork, Network, Params, Workspace};
 
 /// 3.2.8's tiny fixture geometry (`make_needle3_fixtures.py`) with every Needle 3 part off.
 fn plain() -> ModelConfig {

@@ -10,7 +10,7 @@
 use half::f16;
 use rayon::prelude::*;
 
-use crate::model::kernels::{walsh_row, widest};
+use crate::simd::{walsh_row, widest};
 
 /// Every CQ tensor quantizes along its input axis in groups of this many weights.
 pub const GROUP: usize = 128;

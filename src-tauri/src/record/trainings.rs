@@ -10,7 +10,7 @@ use needle_engine::hub::Uploaded;
 use serde::{Deserialize, Serialize};
 
 use crate::ground::read_limited;
-use crate::train::draft::TrainingRequest;
+use crate::record::request::TrainingRequest;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -47,6 +47,18 @@ pub struct CactInfo {
     pub layers: Option<usize>,
 }
 
+impl HistoryEntry {
+    /// Keeps `built` as what it is: the whole model's file, or one rung's beside it. A file written
+    /// where an earlier one was recorded replaces that record: its file is gone.
+    pub fn record_built(&mut self, built: CactInfo) {
+        self.rungs.retain(|rung| rung.path != built.path);
+        match built.layers {
+            Some(_) => self.rungs.push(built),
+            None => self.cact = Some(built),
+        }
+    }
+}
+
 /// One training as the History panel lists it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HistoryEntry {
@@ -67,7 +79,12 @@ pub struct HistoryEntry {
     pub adapter: Option<PathBuf>,
     /// Why a training failed or stopped.
     pub message: Option<String>,
+    /// The whole model's built file: the one Evaluate scores and Publish uploads.
     pub cact: Option<CactInfo>,
+    /// Rungs of the model's depth ladder built as files of their own, beside the whole model's, never
+    /// in its place.
+    #[serde(default)]
+    pub rungs: Vec<CactInfo>,
     /// Held-out loss and exact-call accuracy of the base and the tuned model, when the training finished.
     #[serde(default)]
     pub scores: Option<CallScores>,
@@ -140,6 +157,7 @@ impl Records {
             adapter: None,
             message: None,
             cact: None,
+            rungs: Vec::new(),
             scores: None,
             suggested_cact: dir.join(format!("{stem}.cact")),
             resumable: false,
@@ -226,7 +244,12 @@ fn read_record(path: &Path) -> Result<TrainingRecord, String> {
     let not_a_record = |error: serde_json::Error| format!("{} is not a training record: {error}", path.display());
     let mut record: serde_json::Value = serde_json::from_slice(&bytes).map_err(not_a_record)?;
     nest_request(&mut record);
-    serde_json::from_value(record).map_err(not_a_record)
+    let mut record: TrainingRecord = serde_json::from_value(record).map_err(not_a_record)?;
+    // Before rungs had a list of their own, a rung built took the whole model's place.
+    if let Some(rung) = record.entry.cact.take_if(|cact| cact.layers.is_some()) {
+        record.entry.rungs.push(rung);
+    }
+    Ok(record)
 }
 
 /// The fields of the request, as records written before the entry held its [`TrainingRequest`]
@@ -317,6 +340,43 @@ mod tests {
         assert_eq!(listed[0].status, TrainingStatus::Interrupted);
         assert!(listed[0].message.as_deref().unwrap().contains("interrupted"));
         assert_eq!(history.load(&record.entry.id).unwrap().entry.status, TrainingStatus::Running);
+    }
+
+    fn built(path: &str, layers: Option<usize>) -> CactInfo {
+        CactInfo {
+            path: path.into(),
+            bytes: 1,
+            tensors: 1,
+            scheme: "W4A8".into(),
+            rows: None,
+            scores_error: None,
+            published: None,
+            layers,
+        }
+    }
+
+    #[test]
+    fn a_rung_is_recorded_beside_the_whole_model_never_in_its_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = Records::open(dir.path());
+        let (mut record, _) = history.create(&request()).unwrap();
+        record.entry.record_built(built("/out/tuned.cact", None));
+        record.entry.record_built(built("/out/tuned-2-layers.cact", Some(2)));
+        record.entry.record_built(built("/out/tuned-3-layers.cact", Some(3)));
+        record.entry.record_built(built("/out/tuned-2-layers.cact", Some(2)));
+        assert_eq!(record.entry.cact, Some(built("/out/tuned.cact", None)));
+        let rungs: Vec<_> = record.entry.rungs.iter().map(|rung| rung.layers).collect();
+        assert_eq!(rungs, [Some(3), Some(2)], "a rung built again replaces its record");
+        // The whole model written over a rung's file: that rung's file is gone.
+        record.entry.record_built(built("/out/tuned-3-layers.cact", None));
+        assert_eq!(record.entry.rungs, [built("/out/tuned-2-layers.cact", Some(2))]);
+
+        // A record from when a rung took the whole model's place reads with it among the rungs.
+        record.entry.cact = Some(built("/out/tuned-4-layers.cact", Some(4)));
+        record.entry.rungs.clear();
+        history.save(&record).unwrap();
+        let read = history.load(&record.entry.id).unwrap().entry;
+        assert_eq!((read.cact, read.rungs), (None, vec![built("/out/tuned-4-layers.cact", Some(4))]));
     }
 
     #[test]
