@@ -20,12 +20,12 @@
 
 use candle_core::{DType, Tensor, D};
 
-use crate::quant::{cq_round_trip, cq_round_trip_columns, Bits};
 use crate::config::ModelConfig;
 use crate::generation::Generation;
 use crate::model::kernels::sigmoid;
 use crate::model::norm::rms_unit;
 use crate::model::{ModelError, ParamPath, Params};
+use crate::quant::{cq_round_trip, cq_round_trip_columns, Bits};
 
 #[cfg(test)]
 mod parity_tests;

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use candle_core::{DType, Device, Tensor};
 
-use super::{confidence, ConfidenceHead, HeadError};
+use super::*;
 use crate::cact::ladder::rung;
 use crate::checkpoint::Checkpoint;
 use crate::fixtures::{checkpoint_path, fixture};

@@ -21,9 +21,9 @@ use rand_distr::{Distribution, Normal};
 use super::layout::lane;
 use super::*;
 use crate::cact::format::TensorKind;
-use crate::quant::{cq_decode, cq_encode, cq_split, Bits, GROUP};
 use crate::cact::reader::CactFile;
 use crate::fixtures::fixture;
+use crate::quant::{cq_decode, cq_encode, cq_split, Bits, GROUP};
 use crate::simd::walsh_row;
 
 fn gaussian(n: usize, seed: u64) -> Vec<f32> {

@@ -10,8 +10,8 @@
 
 use rayon::prelude::*;
 
+use super::error::W4a8Error;
 use super::layout::lane;
-use super::W4a8Error;
 use crate::quant::{padded_width, GROUP};
 use crate::simd::{walsh_row, widest};
 

@@ -3,11 +3,11 @@
 
 use half::f16;
 
+use super::error::W4a8Error;
 use super::layout::{lane, Packing};
-use super::W4a8Error;
 use crate::cact::format::TensorKind;
-use crate::quant::{cq_blob_len, cq_split, packed_row_bytes, padded_width, Bits, CqBlobError, GROUP};
 use crate::cact::reader::CactFile;
+use crate::quant::{cq_blob_len, cq_split, packed_row_bytes, padded_width, Bits, CqBlobError, GROUP};
 use crate::simd::walsh_row;
 
 /// The codebook as the kernels multiply it: each level as an int8 multiple of one scale.

@@ -33,6 +33,8 @@
 //! scale: the 4-bit quantization the simulated path already carries moves a product by about 10 %.
 
 mod activations;
+mod error;
+mod isa;
 pub mod layout;
 mod matrix;
 mod portable;
@@ -44,24 +46,6 @@ mod x86;
 mod accuracy_tests;
 
 pub use activations::Activations;
+pub use error::W4a8Error;
+pub use isa::Isa;
 pub use matrix::{CqMatrix, Levels};
-pub use product::Isa;
-
-use crate::quant::CqBlobError;
-
-/// Why a W4A8 product could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum W4a8Error {
-    #[error("the .cact has no tensor {index} (it lists {count})")]
-    NoTensor { index: usize, count: usize },
-    #[error("tensor {index} (`{name}`) is stored as {kind}, not CQ: only CQ weights multiply as W4A8")]
-    NotCq { index: usize, name: String, kind: &'static str },
-    #[error("tensor {index} (`{name}`): {source}; the file is corrupt, rebuild it with `needle build`")]
-    Blob { index: usize, name: String, source: CqBlobError },
-    #[error("{len} activation values do not make {rows} rows of {in_dim}")]
-    Rows { len: usize, rows: usize, in_dim: usize },
-    #[error("activation rows are {found} wide but the matrix takes rows of {expected}")]
-    Width { found: usize, expected: usize },
-    #[error("this CPU cannot run the {isa:?} kernels (Isa::detect picks one it can)")]
-    Unsupported { isa: Isa },
-}
