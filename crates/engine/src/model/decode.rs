@@ -133,17 +133,6 @@ impl Forward {
     }
 }
 
-/// The most likely token of logits `[vocab]` (the first of equals, as `argmax` picks) and its
-/// probability, `1 / Σ exp(logit − max)`.
-pub(super) fn pick(logits: &[f32]) -> (u32, f32) {
-    let (best, max) = logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |best, (i, &v)| match v > best.1 {
-        true => (i, v),
-        false => best,
-    });
-    let total: f64 = logits.iter().map(|&v| f64::from(v - max).exp()).sum();
-    (best as u32, (1.0 / total) as f32)
-}
-
 #[cfg(test)]
 mod tests {
 
@@ -152,7 +141,7 @@ mod tests {
     use super::*;
     use crate::checkpoint::Checkpoint;
     use crate::model::kernels::RopeTables;
-    use crate::model::san::decode::greedy;
+    use crate::model::san::decode::pick;
     use crate::model::Params;
     use crate::tokenizer::{Tokenizer, BOS_ID};
 

@@ -4,12 +4,11 @@
 
 use candle_core::Tensor;
 
-use super::decode::pick;
 use super::fast::{CpuDecode, CpuNetwork, Workspace};
 use super::linear::HostGrads;
 use super::linear::LowRank;
 use super::packing::Packing;
-use super::san::decode::DecodeState;
+use super::san::decode::{pick, DecodeState};
 use super::{Network, Result};
 
 /// How passes are computed.

@@ -24,7 +24,7 @@ use serde_json::{Map, Value};
 
 use crate::checks::schema::check_call;
 use crate::checks::Call;
-use crate::dataset::kind_of;
+use crate::pyjson::kind_of;
 
 /// What a case tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

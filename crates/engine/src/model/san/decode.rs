@@ -1,7 +1,7 @@
 //! The candle path's decoding state: every layer's cached keys and values and the rotary tables
 //! grown as it goes (the CPU path's is `fast/decode.rs`), and the greedy pick of a next token.
 
-use candle_core::{Device, Tensor, D};
+use candle_core::Device;
 
 use super::attention::{LayerKv, Rope};
 use crate::config::ModelConfig;
@@ -39,7 +39,13 @@ impl DecodeState {
     }
 }
 
-/// The most likely token of logits `[vocab]` (the first of equals, as `argmax` picks).
-pub(in crate::model) fn greedy(logits: &Tensor) -> Result<u32> {
-    Ok(logits.argmax(D::Minus1)?.to_scalar::<u32>()?)
+/// The most likely token of logits `[vocab]` (the first of equals, as `argmax` picks) and its
+/// probability, `1 / Σ exp(logit − max)`.
+pub(in crate::model) fn pick(logits: &[f32]) -> (u32, f32) {
+    let (best, max) = logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |best, (i, &v)| match v > best.1 {
+        true => (i, v),
+        false => best,
+    });
+    let total: f64 = logits.iter().map(|&v| f64::from(v - max).exp()).sum();
+    (best as u32, (1.0 / total) as f32)
 }
