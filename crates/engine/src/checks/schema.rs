@@ -11,6 +11,7 @@
 use serde_json::{Map, Value};
 
 use super::reason::{Bound, Reason};
+use crate::dataset::schema::{as_number, matches_type, same_value};
 
 /// A call that can be acted on: a tool the turn offers, with arguments its schema accepts.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -67,7 +68,7 @@ fn check_value(value: &Value, schema: &Value, path: &str) -> Result<(), Box<Reas
         }
     }
     if let Some(expected) = schema.get("type") {
-        if !matches_type(value, expected) {
+        if !matches_type(value, Some(expected)) {
             return Err(Box::new(Reason::WrongType {
                 argument: path.into(),
                 expected: expected.clone(),
@@ -129,41 +130,6 @@ fn check_fields(fields: &Map<String, Value>, schema: &Map<String, Value>, path: 
         }
     }
     Ok(())
-}
-
-/// JSON Schema's `type`: one name or a list of them; a name it does not know allows all.
-fn matches_type(value: &Value, declared: &Value) -> bool {
-    let one = |name: &str| match name {
-        "string" => value.is_string(),
-        "number" => value.is_number(),
-        // JSON Schema counts 18.0 as an integer, as Python's tool runners do.
-        "integer" => as_number(value).is_some_and(|x| x.fract() == 0.0),
-        "boolean" => value.is_boolean(),
-        "array" => value.is_array(),
-        "object" => value.is_object(),
-        "null" => value.is_null(),
-        _ => true,
-    };
-    match declared {
-        Value::String(name) => one(name),
-        Value::Array(names) => names.iter().filter_map(Value::as_str).any(one),
-        _ => true,
-    }
-}
-
-fn as_number(value: &Value) -> Option<f64> {
-    match value {
-        Value::Number(number) => number.as_str().parse().ok(),
-        _ => None,
-    }
-}
-
-/// Equal as JSON, numbers by value (an enum of `[1, 2]` allows `2.0`).
-fn same_value(a: &Value, b: &Value) -> bool {
-    match (as_number(a), as_number(b)) {
-        (Some(x), Some(y)) => x == y,
-        _ => a == b,
-    }
 }
 
 #[cfg(test)]

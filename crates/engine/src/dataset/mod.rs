@@ -15,7 +15,7 @@ mod load;
 mod problem;
 mod render;
 mod report;
-mod schema;
+pub(crate) mod schema;
 #[cfg(test)]
 mod tests;
 

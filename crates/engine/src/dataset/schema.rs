@@ -196,7 +196,7 @@ fn check_arguments(name: &str, tool: &Map<String, Value>, arguments: &Map<String
 }
 
 /// JSON Schema's `type`: one name or a list of them; a name it does not know, or none, allows all.
-fn matches_type(value: &Value, declared: Option<&Value>) -> bool {
+pub(crate) fn matches_type(value: &Value, declared: Option<&Value>) -> bool {
     match declared {
         Some(Value::String(name)) => matches_type_name(value, name),
         Some(Value::Array(names)) => names.iter().filter_map(Value::as_str).any(|name| matches_type_name(value, name)),
@@ -218,7 +218,7 @@ fn matches_type_name(value: &Value, name: &str) -> bool {
     }
 }
 
-fn as_number(value: &Value) -> Option<f64> {
+pub(crate) fn as_number(value: &Value) -> Option<f64> {
     match value {
         Value::Number(number) => number.as_str().parse().ok(),
         _ => None,
@@ -226,7 +226,7 @@ fn as_number(value: &Value) -> Option<f64> {
 }
 
 /// Equal as JSON, numbers by value (an enum of `[1, 2]` allows `2.0`).
-fn same_value(a: &Value, b: &Value) -> bool {
+pub(crate) fn same_value(a: &Value, b: &Value) -> bool {
     match (as_number(a), as_number(b)) {
         (Some(x), Some(y)) => x == y,
         _ => a == b,
