@@ -7,8 +7,8 @@
 use std::time::Instant;
 
 use candle_core::{Device, Tensor};
-use needle_engine::quant::{cq_decode, cq_encode, Bits};
 use needle_engine::config::ModelConfig;
+use needle_engine::quant::{cq_decode, cq_encode, Bits};
 use needle_engine::w4a8::{Activations, CqMatrix, Isa};
 use rand::{Rng, SeedableRng};
 
