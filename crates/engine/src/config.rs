@@ -39,6 +39,7 @@ const MAX_ORDERS: usize = 16;
 const MAX_ORDER: usize = 64;
 const MAX_SLOTS: usize = 1 << 24;
 const MAX_CONV_TAPS: usize = 64;
+const MAX_PROBES: usize = 1 << 10;
 
 /// The activation widths quantization-aware training can use (3.x's `fake_quant` at `act_bits`):
 /// one bit leaves no level but zero (every value NaN), and past 32 the largest level overflows the
@@ -109,6 +110,12 @@ pub struct ModelConfig {
     /// Needle 3's depth ladder: the order blocks join the nested rungs in (empty: the bisection
     /// order of the depth; a sliced rung carries its parent's, so slicing it again stays nested).
     pub ladder_order: Vec<usize>,
+    /// Needle 3: the confidence head's probes per depth row and its queries over the pooled
+    /// probes (3.x's `confidence_probes`/`confidence_queries`): the shape a head is initialised
+    /// with when a base has none (a loaded head keeps its own). Needle 2's head has 8 probes,
+    /// fixed.
+    pub confidence_probes: usize,
+    pub confidence_queries: usize,
     /// The generation the config was read for; not a field of the reference's config.
     #[serde(skip)]
     pub generation: Generation,
@@ -149,6 +156,8 @@ impl Default for ModelConfig {
             engram_seed_heads: 0,
             ladder_widths: Vec::new(),
             ladder_order: Vec::new(),
+            confidence_probes: 4,
+            confidence_queries: 4,
             generation: Generation::Needle2,
         }
     }
@@ -281,7 +290,7 @@ impl ModelConfig {
     /// the width, engram sites within the layers) are checked by the model and the export, which
     /// know which of them they need.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let counts: [(&'static str, usize, RangeInclusive<usize>); 19] = [
+        let counts: [(&'static str, usize, RangeInclusive<usize>); 21] = [
             ("vocab_size", self.vocab_size, 1..=MAX_VOCAB),
             ("d_model", self.d_model, 1..=MAX_WIDTH),
             ("attn_dim", self.attn_dim, 0..=MAX_WIDTH),
@@ -301,6 +310,8 @@ impl ModelConfig {
             ("out_vocab", self.out_vocab, 0..=self.vocab_size),
             ("engram_seed_heads", self.engram_seed_heads, 0..=MAX_HEADS),
             ("scan_unroll", self.scan_unroll, 1..=MAX_LAYERS),
+            ("confidence_probes", self.confidence_probes, 1..=MAX_PROBES),
+            ("confidence_queries", self.confidence_queries, 1..=MAX_PROBES),
         ];
         for (field, value, range) in counts {
             if !range.contains(&value) {

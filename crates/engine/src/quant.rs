@@ -43,6 +43,11 @@ pub fn header_codebooks() -> Vec<f32> {
     [&CODEBOOK_2[..], &CODEBOOK_3[..], &CODEBOOK_4[..]].concat()
 }
 
+/// The width the probe heads' matrices (embedding, confidence and router heads) are CQ at, whatever
+/// the model's weights are, in quantization-aware training and in the `.cact` alike (3.x's
+/// `HEAD_BITS`).
+pub const HEAD_BITS: Bits = Bits::Four;
+
 /// A supported CQ width. `Ternary` is the reference's 1.58-bit entry (three levels).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Bits {

@@ -13,13 +13,10 @@ use crate::cact::geometry::Geometry;
 use crate::checkpoint::Checkpoint;
 use crate::model::san::monarch;
 use crate::model::Network;
-use crate::quant::Bits;
+use crate::quant::HEAD_BITS;
 
 /// The stacked per-layer block every layer's tensors are sliced from.
 const BLOCK: &str = "stack/layers/block";
-
-/// Probe-head matrices are CQ at this width whatever the weights' (3.x's `HEAD_BITS`).
-const HEAD_BITS: Bits = Bits::Four;
 
 fn layer_tensors(
     ckpt: &Checkpoint,

@@ -88,6 +88,21 @@ impl Forward {
         Ok((sum, count))
     }
 
+    /// The hidden cells of every depth `[N, R, d_model]` of a packed batch (`R = num_layers + 1`:
+    /// the scaled embedding, then the lane mean after each layer), what the confidence head
+    /// reads; forward only, `low_rank` adapting the projections.
+    pub fn hidden_cells(&mut self, packing: &Packing, low_rank: Option<&LowRank>) -> Result<Tensor> {
+        match self {
+            Forward::Cpu(cpu, workspace) => {
+                let cells = cpu.hidden_cells(packing, &cpu.factors(low_rank)?, workspace)?;
+                let cfg = cpu.network().config();
+                let shape = (packing.len(), cfg.num_layers + 1, cfg.d_model);
+                Ok(Tensor::from_vec(cells, shape, cpu.network().device())?)
+            }
+            Forward::Candle(network) => network.hidden_cells(packing, low_rank),
+        }
+    }
+
     /// `Σ ce·mask / normalizer` summed over `passes` and the gradients of the factors of
     /// `low_rank`, summed on the host by kernel path and layer. With `recompute`, each layer's
     /// internals are recomputed in the backward instead of kept.

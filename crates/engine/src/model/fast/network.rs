@@ -147,19 +147,22 @@ impl CpuNetwork {
     }
 
     /// The forward over every layer, keeping the lanes between layers (always) and each layer's
-    /// internals (when `keep_all`; else the last layer's, in `kept[0]`).
+    /// internals (when `keep_all`; else the last layer's, in `kept[0]`); each layer's index and
+    /// output lanes are handed to `each` as they are made (a plain pass hands them to nothing).
     fn forward_layers(
         &self,
         pass: &Pass,
         lora: &[[Option<ProjectionLora>; 5]],
         ws: &mut Workspace,
         keep_all: bool,
+        mut each: impl FnMut(usize, &[f32]),
     ) -> Result<()> {
         let Workspace { lanes, kept, work, .. } = ws;
         for (l, layer) in self.layers.iter().enumerate() {
             let kept = &mut kept[if keep_all { l } else { 0 }];
             let (input, output) = lane_pair(lanes, l);
             layer.forward(pass, &lora[l], input, kept, work, output, None)?;
+            each(l, output);
         }
         Ok(())
     }
@@ -173,14 +176,36 @@ impl CpuNetwork {
                 widest(
                     #[inline(always)]
                     || {
-                        mean.fill(0.0);
-                        lanes.chunks(d).for_each(|lane| mean.iter_mut().zip(lane).for_each(|(m, l)| *m += l));
-                        mean.iter_mut().for_each(|m| *m /= n as f32);
+                        lane_mean(lanes, mean);
                         rms_norm_row(mean, &self.final_gain, hidden);
                     },
                 )
             },
         );
+    }
+
+    /// The hidden cells the confidence head reads, `[N, R, d]` with `R = layers + 1`, of a packed
+    /// batch under its adapter's `factors`: the scaled embedding, then the lane mean of each
+    /// layer's output (before the final norm), forward only.
+    pub fn hidden_cells(&self, packing: &Packing, factors: &HostFactors, ws: &mut Workspace) -> Result<Vec<f32>> {
+        self.network.check_ids(packing)?;
+        let pass = self.pass(packing, factors)?;
+        let dims = pass.dims;
+        let (n, d, rows) = (dims.lanes, dims.d, self.layers.len() + 1);
+        ws.resize(&dims, self.layers.len(), false, false);
+        self.embed(&packing.ids, &dims, &mut ws.lanes[0])?;
+        let mut cells = vec![0f32; dims.tokens * rows * d];
+        // Every lane holds the scaled embedding: the first lane is row 0.
+        let embedded = &ws.lanes[0];
+        cells.par_chunks_mut(rows * d).zip(embedded.par_chunks(n * d)).for_each(|(cell, lanes)| {
+            cell[..d].copy_from_slice(&lanes[..d]);
+        });
+        self.forward_layers(&pass, &factors.layers, ws, false, |l, output| {
+            cells.par_chunks_mut(rows * d).zip(output.par_chunks(n * d)).for_each(|(cell, lanes)| {
+                lane_mean(lanes, &mut cell[(l + 1) * d..][..d]);
+            });
+        })?;
+        Ok(cells)
     }
 
     /// Hidden states (rows of `d`) as the output head reads them: under QAT as the runtime's int8
@@ -272,7 +297,7 @@ impl CpuNetwork {
         let pass = self.pass(packing, factors)?;
         ws.resize(&pass.dims, self.layers.len(), false, false);
         self.embed(&packing.ids, &pass.dims, &mut ws.lanes[0])?;
-        self.forward_layers(&pass, &factors.layers, ws, false)?;
+        self.forward_layers(&pass, &factors.layers, ws, false, |_, _| {})?;
         self.finish(&pass.dims, ws);
         Ok((self.scored_loss(packing, &pass.dims, ws, None)?, packing.scored().weight_sum()))
     }
@@ -295,7 +320,7 @@ impl CpuNetwork {
         let dims = pass.dims;
         ws.resize(&dims, self.layers.len(), true, recompute);
         self.embed(&packing.ids, &dims, &mut ws.lanes[0])?;
-        self.forward_layers(&pass, lora, ws, !recompute)?;
+        self.forward_layers(&pass, lora, ws, !recompute, |_, _| {})?;
         self.finish(&dims, ws);
         let loss = self.scored_loss(packing, &dims, ws, Some(normalizer))? / normalizer;
 
@@ -371,6 +396,14 @@ impl Workspace {
             resize_zeroed(&mut self.grad_out, t * lanes);
         }
     }
+}
+
+/// The mean of a token's lanes (`[n·d]`, `n` lanes of `mean`'s width) into `mean`.
+fn lane_mean(lanes: &[f32], mean: &mut [f32]) {
+    let n = lanes.len() / mean.len();
+    mean.fill(0.0);
+    lanes.chunks(mean.len()).for_each(|lane| mean.iter_mut().zip(lane).for_each(|(m, l)| *m += l));
+    mean.iter_mut().for_each(|m| *m /= n as f32);
 }
 
 /// `CQ(W + s·A·B)` of a stored kernel `W` `[in, out]` and its factors, as QAT computes with an

@@ -168,6 +168,13 @@ impl Network {
         self.stack.forward(&inputs.embedded, &inputs.layout, &inputs.memories, low_rank)
     }
 
+    /// A packed batch → the hidden cells of every depth `[N, R, d_model]` (`R = num_layers + 1`),
+    /// what the confidence head reads ([`Stack::cells`]).
+    pub fn hidden_cells(&self, packing: &Packing, low_rank: Option<&LowRank>) -> Result<Tensor> {
+        let inputs = self.inputs(packing)?;
+        self.stack.cells(&inputs.embedded, &inputs.layout, &inputs.memories, low_rank)
+    }
+
     /// What every layer reads besides the lanes, from the packed tokens: none of it depends on a
     /// trainable weight, so none of it is part of the gradient graph.
     fn inputs(&self, packing: &Packing) -> Result<LayerInputs> {

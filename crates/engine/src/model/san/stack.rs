@@ -122,11 +122,44 @@ impl Stack {
         engrams: &[EngramKv],
         low_rank: Option<&LowRank>,
     ) -> Result<Tensor> {
+        let lanes = self.through_layers(x, layout, engrams, low_rank, |_| Ok(()))?;
+        self.finish(&lanes)
+    }
+
+    /// Embedded packed tokens `[N, d]` → the hidden cells the confidence head reads, `[N, R, d]`
+    /// with `R = layers + 1`: the scaled embedding, then the lane mean after each layer (before
+    /// the final norm, which only the output head reads).
+    pub fn cells(
+        &self,
+        x: &Tensor,
+        layout: &AttentionLayout,
+        engrams: &[EngramKv],
+        low_rank: Option<&LowRank>,
+    ) -> Result<Tensor> {
+        let mut cells = vec![x.clone()];
+        self.through_layers(x, layout, engrams, low_rank, |lanes| {
+            cells.push(lanes.mean(1)?);
+            Ok(())
+        })?;
+        Ok(Tensor::stack(&cells, 1)?)
+    }
+
+    /// The lanes after the last layer, each layer's output lanes handed to `each` as they are
+    /// made (the plain forward hands them to nothing, at no cost).
+    fn through_layers(
+        &self,
+        x: &Tensor,
+        layout: &AttentionLayout,
+        engrams: &[EngramKv],
+        low_rank: Option<&LowRank>,
+        mut each: impl FnMut(&Tensor) -> Result<()>,
+    ) -> Result<Tensor> {
         let mut lanes = self.spread(x)?;
         for index in 0..self.layers.len() {
             lanes = self.layer(index, &lanes, layout, engrams, low_rank, None)?;
+            each(&lanes)?;
         }
-        self.finish(&lanes)
+        Ok(lanes)
     }
 
     pub fn num_layers(&self) -> usize {
