@@ -14,7 +14,7 @@ use needle_engine::backend::{self, DeviceRequest};
 use needle_engine::hub::BaseModel;
 use needle_engine::settings::{preset, presets, Field, FieldKind, TrainSettings};
 use needle_engine::train::state::state_path;
-use needle_engine::train::{Event, FinetuneOptions, Plan, Session};
+use needle_engine::train::{Event, FinetuneOptions, HeadFit, Plan, Session};
 
 /// `--checkpoint-dir` when none is given.
 pub const CHECKPOINT_DIR: &str = "checkpoints";
@@ -46,6 +46,10 @@ pub struct Args {
     /// Print the plan (examples, seq_len, steps, estimated peak memory) and exit
     #[arg(long)]
     pub dry_run: bool,
+    /// Skip fitting the confidence head after training (the turn's confidence is then the decode
+    /// probability alone)
+    #[arg(long)]
+    pub no_confidence: bool,
     /// First write this many more rows with an LLM, as `needle generate-data --augment DATA` does, and train on
     /// DATA.augmented.jsonl (0: off)
     #[arg(long, default_value_t = 0, value_name = "N")]
@@ -118,6 +122,7 @@ pub fn run(mut args: Args) -> Result<()> {
     match result {
         Ok(outcome) => {
             if args.events.is_none() {
+                print_head(&outcome.confidence)?;
                 outln!("  {:<9} {}", "adapter", outcome.adapter.display())?;
                 let build =
                     format!("needle build {} --lora {}", options.checkpoint.display(), outcome.adapter.display());
@@ -228,7 +233,38 @@ fn options(args: &Args, base: BaseModel, out: PathBuf) -> FinetuneOptions {
         settings: args.settings.0,
         out,
         resume: args.resume,
+        confidence: !args.no_confidence,
     }
+}
+
+/// What fitting the confidence head gave, in the run's summary.
+fn print_head(fit: &HeadFit) -> Result<()> {
+    let auroc = |value: Option<f64>| value.map_or("n/a".to_string(), |v| format!("{v:.3}"));
+    match fit {
+        HeadFit::NotAsked => {}
+        HeadFit::Fitted(head) => {
+            outln!(
+                "  {:<9} {} ({} training rows, {} answered right as shipped; cross-fitted AUROC {} reading the prompt, {} \
+                 the prompt and answer; reads {}; {:.1}s, {:.1}s of it answering the rows)",
+                "head",
+                head.path.display(),
+                head.rows,
+                head.right,
+                auroc(head.auroc_prompt),
+                auroc(head.auroc_prompt_and_answer),
+                head.reads.as_str(),
+                head.seconds,
+                head.answer_seconds
+            )?;
+        }
+        HeadFit::AllAlike { rows, right } => outln!(
+            "  {:<9} none: the shipped model answered {right} of {rows} training rows right, nothing to tell apart",
+            "head"
+        )?,
+        HeadFit::Cancelled => outln!("  {:<9} none: cancelled", "head")?,
+        HeadFit::Failed { message } => outln!("  {:<9} none: {message}", "head")?,
+    }
+    Ok(())
 }
 
 fn print_plan(plan: &Plan, options: &FinetuneOptions, json: bool) -> Result<()> {

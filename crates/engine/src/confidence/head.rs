@@ -106,6 +106,57 @@ impl ConfidenceHead {
         Ok(Some(loaded))
     }
 
+    /// The head's parameters as the checkpoint names them under [`KEY`], in a fixed order.
+    pub fn named(&self) -> Vec<(&'static str, &Tensor)> {
+        match self {
+            Self::Needle2(head) => {
+                vec![("probes", &head.probes), ("proj/kernel", &head.kernel), ("proj/bias", &head.bias)]
+            }
+            Self::Needle3(head) => vec![
+                ("probes", &head.probes),
+                ("gain", &head.gain),
+                ("query", &head.query),
+                ("row_bias", &head.row_bias),
+                ("proj/kernel", &head.kernel),
+                ("proj/bias", &head.bias),
+            ],
+        }
+    }
+
+    /// The parameters in [`ConfidenceHead::named`]'s order.
+    pub fn tensors(&self) -> Vec<Tensor> {
+        self.named().into_iter().map(|(_, tensor)| tensor.clone()).collect()
+    }
+
+    /// A head of `generation` from its parameters in [`ConfidenceHead::named`]'s order.
+    pub(super) fn from_tensors(generation: Generation, tensors: Vec<Tensor>) -> Self {
+        let mut tensors = tensors.into_iter();
+        let mut next = || tensors.next().expect("a tensor per parameter of the head");
+        match generation {
+            Generation::Needle2 => Self::Needle2(PooledHead { probes: next(), kernel: next(), bias: next() }),
+            Generation::Needle3 => Self::Needle3(ProbeHead {
+                probes: next(),
+                gain: next(),
+                query: next(),
+                row_bias: next(),
+                kernel: next(),
+                bias: next(),
+            }),
+        }
+    }
+
+    /// This head's kind with `tensors` (in [`ConfidenceHead::named`]'s order) in place of its own.
+    pub fn with_tensors(&self, tensors: Vec<Tensor>) -> Self {
+        Self::from_tensors(self.generation(), tensors)
+    }
+
+    pub fn generation(&self) -> Generation {
+        match self {
+            Self::Needle2(_) => Generation::Needle2,
+            Self::Needle3(_) => Generation::Needle3,
+        }
+    }
+
     /// The head as quantization-aware training and the `.cact` compute it (the reference's
     /// `quant=True`): Needle 3's probes, queries and projection through CQ at 4 bits and back, the
     /// projection's groups running along its input. 2.0.8 quantizes no head weight (its `.cact`

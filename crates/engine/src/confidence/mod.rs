@@ -21,8 +21,12 @@
 pub mod cells;
 #[cfg(test)]
 mod cells_tests;
+pub mod file;
+pub mod fit;
 pub mod head;
 #[cfg(test)]
 mod parity_tests;
 
+pub use file::{companion_path, HeadFileError, Reading, TrainedHead};
+pub use fit::{auroc, cross_fit, Calibration, Fitted};
 pub use head::{confidence, ConfidenceHead, HeadError, PooledHead, ProbeHead, Result, KEY};

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use crate::calls::WeightsLoadError;
 use crate::checkpoint::CheckpointError;
+use crate::confidence::file::HeadFileError;
+use crate::confidence::head::HeadError;
 use crate::dataset::DatasetError;
 use crate::lora::AdapterFileError;
 use crate::model::ModelError;
@@ -50,6 +52,10 @@ pub enum TrainError {
     Adapter(#[from] AdapterFileError),
     #[error(transparent)]
     Weights(#[from] WeightsLoadError),
+    #[error(transparent)]
+    Head(#[from] HeadError),
+    #[error(transparent)]
+    HeadFile(#[from] HeadFileError),
     #[error(transparent)]
     Golden(Box<GoldenError>),
 }

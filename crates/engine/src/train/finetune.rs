@@ -10,6 +10,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
+use super::confidence::{fit_head, HeadFit, HeadRun};
 use super::error::{Result, TrainError};
 use super::events::Event;
 use super::memory::{activation_budget, StepShape};
@@ -50,6 +51,8 @@ pub struct FinetuneOptions {
     pub out: PathBuf,
     /// Continue from the state saved next to `out`.
     pub resume: bool,
+    /// Fit a confidence head after training (`--no-confidence`: not).
+    pub confidence: bool,
 }
 
 /// What a run will do, known before it starts (`--dry-run` prints it).
@@ -94,6 +97,8 @@ pub struct Outcome {
     pub partial: bool,
     /// `(last batch loss, validation loss)` per epoch completed in this invocation.
     pub epochs: Vec<(f32, Option<f32>)>,
+    /// The confidence head fitted after training.
+    pub confidence: HeadFit,
 }
 
 /// A validated run, ready to train.
@@ -107,6 +112,8 @@ pub struct Session {
     /// The examples as tokens; each batch's rows are cut from them when it trains, so a large
     /// dataset is held once, as token ids, and never as padded rows.
     train: Vec<Tokenized>,
+    /// The training examples themselves, to fit the confidence head to the tuned model's answers.
+    train_examples: Vec<Example>,
     val: Vec<Tokenized>,
     /// The held-out examples themselves, to score the calls of the base and tuned models.
     val_examples: Vec<Example>,
@@ -140,7 +147,7 @@ impl Session {
         let seq_len = prepared.seq_len;
         let pairs: Vec<(Tokenized, Example)> = prepared.tokenized.into_iter().zip(dataset.examples).collect();
         let (train, validation) = split(pairs, s.val_split, s.seed);
-        let train: Vec<Tokenized> = train.into_iter().map(|(tokens, _)| tokens).collect();
+        let (train, train_examples): (Vec<Tokenized>, Vec<Example>) = train.into_iter().unzip();
         let (val, val_examples): (Vec<Tokenized>, Vec<Example>) = validation.into_iter().unzip();
         // Rows whose answer begins past the sequence length teach nothing; when that is every row,
         // a run would "finish" having trained on nothing.
@@ -189,7 +196,19 @@ impl Session {
             seconds_estimate: None,
         };
         let prepare_seconds = started.elapsed().as_secs_f64();
-        Ok(Self { options, params, network, lora, train, val, val_examples, plan, prepare_seconds, load_seconds })
+        Ok(Self {
+            options,
+            params,
+            network,
+            lora,
+            train,
+            train_examples,
+            val,
+            val_examples,
+            plan,
+            prepare_seconds,
+            load_seconds,
+        })
     }
 
     /// Times training steps on the first batch (with fresh factors, so nothing of the run changes;
@@ -263,7 +282,7 @@ impl Session {
 
     /// Trains to the end or until `cancel` is set (checked between steps), emitting progress.
     pub fn run(self, backend: &BackendInfo, cancel: &AtomicBool, mut emit: impl FnMut(Event)) -> Result<Outcome> {
-        let Session { options, params, network, lora, train, val, val_examples, plan, .. } = self;
+        let Session { options, params, network, lora, train, train_examples, val, val_examples, plan, .. } = self;
         let s = options.settings;
         let cfg_generation = network.config().generation;
         let schedule = Schedule::reference(s.lr, plan.steps);
@@ -326,7 +345,7 @@ impl Session {
                     save(&trainer, true, &mut emit)?;
                     let seconds = started.elapsed().as_secs_f64();
                     emit(Event::Finished { adapter: options.out.clone(), seconds, partial: true, accuracy: None });
-                    return Ok(Outcome { adapter: options.out, partial: true, epochs });
+                    return Ok(Outcome { adapter: options.out, partial: true, epochs, confidence: HeadFit::NotAsked });
                 }
                 let rows: Vec<Encoded> = batch.iter().map(|&i| train[i].row(plan.seq_len)).collect();
                 let outcome = trainer.step(&rows)?;
@@ -353,6 +372,22 @@ impl Session {
             epochs.push((last, val));
             save(&trainer, false, &mut emit)?;
         }
+        // Training's buffers are not needed any more; the base network is, to score it.
+        let base = trainer.network().clone();
+        drop(trainer);
+        // The adapter is saved: a head that cannot be fitted leaves it as it is.
+        let device = base.device().clone();
+        let run = HeadRun {
+            checkpoint: &options.checkpoint,
+            tokenizer: &options.tokenizer,
+            adapter: &options.out,
+            seed: s.seed,
+        };
+        let confidence = match options.confidence {
+            false => HeadFit::NotAsked,
+            true => fit_head(run, &train_examples, &device, cancel)
+                .unwrap_or_else(|error| HeadFit::Failed { message: error.to_string() }),
+        };
         let seconds = started.elapsed().as_secs_f64();
         let scored = &val_examples[..val_examples.len().min(SCORED_EXAMPLES)];
         // The adapter is saved: scoring it is a bonus, never a reason to call the run failed.
@@ -361,7 +396,7 @@ impl Session {
         } else {
             emit(Event::Scoring { examples: scored.len() });
             let held_out = &val[..scored.len()];
-            match score_calls(&options, trainer.network(), scored, held_out, plan.seq_len, cancel) {
+            match score_calls(&options, &base, scored, held_out, plan.seq_len, cancel) {
                 Ok(scores) => scores,
                 Err(error) => {
                     emit(Event::Unscored { message: error.to_string() });
@@ -370,7 +405,7 @@ impl Session {
             }
         };
         emit(Event::Finished { adapter: options.out.clone(), seconds, partial: false, accuracy });
-        Ok(Outcome { adapter: options.out, partial: false, epochs })
+        Ok(Outcome { adapter: options.out, partial: false, epochs, confidence })
     }
 }
 
@@ -527,6 +562,7 @@ mod tests {
             },
             out: out.into(),
             resume,
+            confidence: false,
         }
     }
 

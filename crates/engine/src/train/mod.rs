@@ -2,6 +2,7 @@
 
 pub mod adamw;
 pub mod bench;
+pub mod confidence;
 mod error;
 pub mod events;
 pub mod finetune;
@@ -15,6 +16,7 @@ pub mod timing;
 pub mod trainer;
 
 pub use adamw::{AdamW, AdamWConfig};
+pub use confidence::{HeadFit, HeadSummary};
 pub use error::{GoldenError, TrainError};
 pub use events::Event;
 pub use finetune::{FinetuneOptions, Outcome, Plan, Session};
