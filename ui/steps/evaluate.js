@@ -373,8 +373,8 @@ function renderAnswer(id, answer) {
     return;
   }
   const calls = answer.calls == null ? h('p', { class: 'verdict', 'data-ok': 'false' }, 'No parseable call')
-    : h('pre', {}, answer.calls.length || answer.withheld.length
-      ? answer.calls.map((c) => JSON.stringify(c)).join('\n') : '(no call)');
+    : h('pre', {}, answer.calls.length ? answer.calls.map((c) => JSON.stringify(c)).join('\n')
+      : answer.withheld.length ? '(nothing acted on)' : '(no call)');
   // What the checks held back is not acted on: listed apart, each with why.
   const withheld = answer.withheld.length ? [h('div', { class: 'withheld' },
     h('p', { class: 'warning small' }, `Withheld (not acted on): ${answer.withheld.length}`),
