@@ -14,6 +14,7 @@ use rand::SeedableRng;
 use rand_distr::{Distribution, Normal};
 
 use super::head::{ConfidenceHead, Result};
+use crate::calls::reliability::{auroc, Scored};
 use crate::config::ModelConfig;
 use crate::generation::Generation;
 use crate::model::Device;
@@ -90,30 +91,6 @@ pub struct Fitted {
     pub auroc: Option<f64>,
 }
 
-/// The area under the ROC curve of `scores` for telling `labels` true from false: the chance that
-/// a true row scores above a false one, ties counted half; `None` without both kinds.
-pub fn auroc(scores: &[f64], labels: &[bool]) -> Option<f64> {
-    let mut order: Vec<usize> = (0..scores.len()).collect();
-    order.sort_by(|&a, &b| scores[a].total_cmp(&scores[b]));
-    // Mid-ranks (1-based) over runs of equal scores.
-    let mut ranks = vec![0.0; scores.len()];
-    let mut start = 0;
-    while start < order.len() {
-        let end = (start..order.len()).find(|&i| scores[order[i]] != scores[order[start]]).unwrap_or(order.len());
-        let mid = (start + end + 1) as f64 / 2.0;
-        order[start..end].iter().for_each(|&i| ranks[i] = mid);
-        start = end;
-    }
-    let positives = labels.iter().filter(|&&right| right).count();
-    let negatives = labels.len() - positives;
-    if positives == 0 || negatives == 0 {
-        return None;
-    }
-    let rank_sum: f64 = ranks.iter().zip(labels).filter(|(_, &right)| right).map(|(rank, _)| rank).sum();
-    let (p, n) = (positives as f64, negatives as f64);
-    Some((rank_sum - p * (p + 1.0) / 2.0) / (p * n))
-}
-
 impl ConfidenceHead {
     /// A new head for a model of `cfg`, initialised as the reference initialises it (probes,
     /// queries and the projection's kernel normal with std 0.02, gains 1, biases 0; Needle 3 shaped
@@ -172,7 +149,9 @@ pub fn cross_fit(
     let calibration = Calibration::platt(&logits, labels);
     let every: Vec<usize> = (0..labels.len()).collect();
     let head = train(initial, &padded, labels, &every, seed)?;
-    Ok(Fitted { head, calibration, auroc: auroc(&logits, labels) })
+    let scored: Vec<Scored> =
+        logits.iter().zip(labels).map(|(&confidence, &exact)| Scored { exact, confidence }).collect();
+    Ok(Fitted { head, calibration, auroc: auroc(&scored) })
 }
 
 /// Rows split into folds with the right and wrong answers spread evenly (stratified), seeded;
@@ -294,16 +273,6 @@ fn binary_cross_entropy(logits: &Tensor, targets: &Tensor) -> candle_core::Resul
 mod tests {
     use super::*;
     use crate::generation::Generation;
-
-    #[test]
-    fn auroc_counts_ties_half() {
-        assert_eq!(auroc(&[0.1, 0.9, 0.5, 0.7], &[false, true, false, true]), Some(1.0));
-        assert_eq!(auroc(&[0.9, 0.1], &[false, true]), Some(0.0));
-        assert_eq!(auroc(&[0.5, 0.5, 0.5], &[true, false, true]), Some(0.5));
-        // One right answer above one wrong one, tied with the other: (1 + 0.5) / 2.
-        assert_eq!(auroc(&[0.2, 0.6, 0.6], &[false, false, true]), Some(0.75));
-        assert_eq!(auroc(&[0.2, 0.6], &[true, true]), None);
-    }
 
     #[test]
     fn platt_scaling_recovers_a_known_sigmoid() {

@@ -28,5 +28,5 @@ pub mod head;
 mod parity_tests;
 
 pub use file::{companion_path, HeadFileError, Reading, TrainedHead};
-pub use fit::{auroc, cross_fit, Calibration, Fitted};
+pub use fit::{cross_fit, Calibration, Fitted};
 pub use head::{confidence, ConfidenceHead, HeadError, PooledHead, ProbeHead, Result, KEY};
