@@ -3,6 +3,7 @@
 //! decoding, the tool calls parsed out of the answer, and exact-call accuracy over examples.
 
 mod breakdown;
+pub mod decode_bench;
 pub mod ladder;
 mod parse;
 mod score;
