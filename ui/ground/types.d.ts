@@ -306,6 +306,16 @@ export type CancelDownload =
   /** The transfer stops at its next chunk; what arrived is kept for next time. */
   | "stopping";
 
+/**
+ * How many rows of a file are of one category, and their share of all its rows (rows whose
+ * answers do not read are of none).
+ */
+export type CategoryShare = {
+  category: RowCategory;
+  rows: number;
+  share: number;
+};
+
 /** The doctor's report on a file. */
 export type Checkup = {
   /** One sentence: what to fix first. */
@@ -317,8 +327,8 @@ export type Checkup = {
   rows: number;
   /** Rows with at least one error: what `--fix` leaves out. */
   failing_rows: number;
-  rows_without_call: number;
-  no_call_share: number;
+  /** The rows of each category a row shows by itself, in [`RowCategory`]'s order, every category listed. */
+  categories: CategoryShare[];
   /**
    * The tools rows offer, with the number of calls of each in all the answers: the
    * [`KEPT_TOOLS`] most called (of equals, the first by name).
@@ -810,6 +820,11 @@ export type Kind =
   | "ungrounded"
   /** The same words as an earlier row's query, in another order, case or punctuation. */
   | "near_duplicate"
+  /**
+   * No row calls nothing: the file never teaches the model to hold back (ahead of the counts
+   * below: a model that always calls acts on requests it should refuse).
+   */
+  | "no_restraint"
   /** A tool that is offered but called in too few rows to learn. */
   | "few_examples"
   /** Most rows call nothing. */
@@ -1046,6 +1061,21 @@ export type Question = {
   query: string;
   system?: string;
 };
+
+/**
+ * What a row teaches, as far as the row itself tells: by its number of calls. A row with no call
+ * may answer a request missing a required value, one no tool serves, a negated one or one outside a
+ * tool's bounds (an acceptance suite's missing, irrelevant, negation and invalid cases), but its
+ * answer is the same empty list for all four and nothing in the row says which it is: they are one
+ * category here.
+ */
+export type RowCategory =
+  /** One call. */
+  | "positive"
+  /** Two calls or more. */
+  | "parallel"
+  /** An empty list of calls: the model holds back. */
+  | "no_call";
 
 /** One rung scored. */
 export type Rung = {
