@@ -10,7 +10,7 @@ use clap::CommandFactory;
 use needle_cli::args::{self, EventFormat, LadderArgs, Llm, ModelInputs, Settings, WeightsInputs};
 use needle_cli::{Cli, Command};
 use needle_engine::cact::Bits;
-use needle_engine::generate::{DEFAULT_TIMEOUT_S, DEFAULT_WORKERS, FINETUNE_WORKERS};
+use needle_engine::generate::{DEFAULT_SUITE_CASES, DEFAULT_TIMEOUT_S, DEFAULT_WORKERS, FINETUNE_WORKERS};
 use needle_engine::generation::Generation;
 use needle_engine::settings::TrainSettings;
 use serde_json::{Map, Value};
@@ -119,6 +119,10 @@ impl Job {
                     tools: None,
                     augment: Some(dataset.clone()),
                     num_samples: *count,
+                    negative_share: None,
+                    parallel_share: None,
+                    suite: None,
+                    suite_cases: DEFAULT_SUITE_CASES,
                     batch_size: *batch_size,
                     workers: DEFAULT_WORKERS,
                     llm: Llm { model: model.clone(), endpoint: endpoint.clone(), timeout: DEFAULT_TIMEOUT_S },

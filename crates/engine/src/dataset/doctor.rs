@@ -379,7 +379,8 @@ fn describe(issue: &RowIssue, count: usize, lines: &str) -> String {
         Kind::NoRestraint => format!(
             "none of the {count} rows answers with no call: nothing teaches the model to hold back when a request \
              leaves out a required value, is negated, asks for a value outside a tool's bounds or fits no tool; add \
-             such requests with empty answers (12 of every 32 cases of upstream's acceptance suites are)"
+             such requests with empty answers (12 of every 32 cases of upstream's acceptance suites are; `needle \
+             generate-data --augment DATA.jsonl --negative-share 0.3` writes them)"
         ),
     }
 }
