@@ -568,6 +568,8 @@ export type GenerateRequest = {
   model: string;
   /** An OpenAI-compatible chat-completions URL [default: `OPENROUTER_URL`, else OpenRouter's]. */
   endpoint: string;
+  /** The share of the new rows that must get no call (0.3 for 30%) [default, empty: the LLM's own mix]. */
+  negative_share?: string;
 };
 
 /** What the Generate form starts with. */

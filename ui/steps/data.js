@@ -274,6 +274,7 @@ async function generate() {
     count: $('generate-count').value,
     model: $('generate-model').value,
     endpoint: $('generate-endpoint').value,
+    negative_share: $('generate-negative-share').value,
   };
   try {
     await api.generateExamples(request, handleGenerateEvent);

@@ -65,6 +65,8 @@ pub enum Job {
         dataset: PathBuf,
         count: usize,
         batch_size: usize,
+        /// The share of rows that must get no call, where the user set one.
+        negative_share: Option<f64>,
         model: String,
         endpoint: Option<String>,
         output: PathBuf,
@@ -114,12 +116,12 @@ impl Job {
                 ladder: LadderArgs { ladder: true, rungs: Vec::new(), events: Some(EventFormat::Jsonl) },
                 ..held_out(checkpoint, adapter, tokenizer, dataset, settings, *examples)
             }),
-            Job::Generate { dataset, count, batch_size, model, endpoint, output } => {
+            Job::Generate { dataset, count, batch_size, negative_share, model, endpoint, output } => {
                 Command::GenerateData(args::GenerateData {
                     tools: None,
                     augment: Some(dataset.clone()),
                     num_samples: *count,
-                    negative_share: None,
+                    negative_share: *negative_share,
                     parallel_share: None,
                     suite: None,
                     suite_cases: DEFAULT_SUITE_CASES,
@@ -343,6 +345,7 @@ mod tests {
                 dataset: "/data/smart_home.jsonl".into(),
                 count: 6,
                 batch_size: 6,
+                negative_share: Some(0.3),
                 model: "stub/model".into(),
                 endpoint: Some("http://127.0.0.1:9/v1/chat/completions".into()),
                 output: "/data/more.jsonl".into(),
