@@ -1,10 +1,11 @@
 //! The app's charts, drawn in Rust with plotters as SVG that the UI drops into the page: a training's
-//! loss curve ([`loss`]), one tool's held-out answers by kind ([`kinds`]) and a depth ladder's exact
-//! calls per rung ([`ladder`]). All are drawn in one frame ([`draw`], [`styled`]): the same ink, type and grid, on the light theme and the dark.
+//! loss curve ([`loss`]), one tool's held-out answers by kind ([`kinds`]), a depth ladder's exact
+//! calls per rung ([`ladder`]) and the reliability of the models' confidence ([`reliability`]). All are drawn in one frame ([`draw`], [`styled`]): the same ink, type and grid, on the light theme and the dark.
 
 use std::collections::BTreeMap;
 
 use needle_engine::calls::ladder::Ladder;
+use needle_engine::calls::reliability::Bin;
 use needle_engine::calls::AnswerKind;
 use plotters::chart::MeshStyle;
 use plotters::coord::ranged1d::ValueFormatter;
@@ -20,6 +21,9 @@ const LOSS_SIZE: (u32, u32) = (760, 260);
 /// Small enough for a row of them, one per tool.
 const KINDS_SIZE: (u32, u32) = (300, 200);
 const LADDER_SIZE: (u32, u32) = (520, 220);
+const RELIABILITY_SIZE: (u32, u32) = (420, 300);
+/// The models of a reliability chart, in the order given: base, tuned, the file.
+const MODEL_COLORS: [RGBColor; 3] = [RGBColor(128, 128, 128), TRAIN, RGBColor(46, 160, 67)];
 
 type Area<'s> = DrawingArea<SVGBackend<'s>, Shift>;
 type Drawn<'s> = Result<(), DrawingAreaErrorKind<<SVGBackend<'s> as DrawingBackend>::ErrorType>>;
@@ -91,6 +95,44 @@ pub fn loss(train: &[(usize, f32)], val: &[(usize, f32)], steps: usize) -> Strin
     })
 }
 
+/// Per model (its name and reliability table), each bin's share of right answers against its mean
+/// confidence, one line per model, empty bins left out; the diagonal is perfect calibration.
+pub fn reliability(models: &[(&str, &[Bin])]) -> String {
+    draw(RELIABILITY_SIZE, |root| {
+        let mut chart = ChartBuilder::on(root)
+            .margin(12)
+            .x_label_area_size(34)
+            .y_label_area_size(44)
+            .build_cartesian_2d(0f64..1f64, 0f64..1f64)?;
+        styled(&mut chart.configure_mesh())
+            .x_desc("confidence")
+            .y_desc("share right")
+            .x_labels(6)
+            .y_labels(6)
+            .draw()?;
+        chart.draw_series(LineSeries::new([(0.0, 0.0), (1.0, 1.0)], INK.mix(0.6).stroke_width(1)))?;
+        for (i, (name, bins)) in models.iter().enumerate() {
+            let color = MODEL_COLORS[i % MODEL_COLORS.len()];
+            let points: Vec<(f64, f64)> = (bins.iter())
+                .filter_map(|bin| Some((bin.confidence?, bin.right as f64 / bin.answers as f64)))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))?
+                .label(*name)
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color.stroke_width(2)));
+            chart.draw_series(points.iter().map(|&point| Circle::new(point, 4, color.filled())))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .label_font(label_style())
+            .border_style(INK.mix(0.5))
+            .background_style(TRANSPARENT)
+            .draw()?;
+        Ok(())
+    })
+}
+
 /// The colour a kind is drawn in, as the chart's bars and the page's legend show it: right in green,
 /// each way of being wrong in its own colour.
 pub fn kind_color(kind: AnswerKind) -> RGBColor {
@@ -98,6 +140,7 @@ pub fn kind_color(kind: AnswerKind) -> RGBColor {
         AnswerKind::Exact => RGBColor(46, 160, 67),
         AnswerKind::UnreadableExpected => RGBColor(110, 110, 110),
         AnswerKind::Unparseable => RGBColor(214, 39, 40),
+        AnswerKind::Withheld => RGBColor(188, 189, 34),
         AnswerKind::FalseFire => RGBColor(148, 103, 189),
         AnswerKind::FalseRefusal => RGBColor(23, 190, 207),
         AnswerKind::WrongCount => RGBColor(140, 86, 75),
@@ -180,6 +223,33 @@ mod tests {
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "{svg}");
         for text in ["step", "loss", "train", "validation", "polyline"] {
             assert!(svg.contains(text), "{text} missing from the chart");
+        }
+    }
+
+    #[test]
+    fn the_reliability_chart_draws_a_line_per_model_through_its_filled_bins() {
+        let bins = |points: &[(usize, usize, f64)]| -> Vec<Bin> {
+            (0..10)
+                .map(|i| {
+                    let filled = points.iter().find(|(at, ..)| *at == i);
+                    Bin {
+                        from: i as f64 / 10.0,
+                        to: (i + 1) as f64 / 10.0,
+                        answers: filled.map_or(0, |_| 4),
+                        right: filled.map_or(0, |(_, right, _)| *right),
+                        confidence: filled.map(|(.., c)| *c),
+                    }
+                })
+                .collect()
+        };
+        let (base, tuned) = (bins(&[(2, 1, 0.25), (9, 2, 0.95)]), bins(&[(4, 2, 0.45), (8, 3, 0.85), (9, 4, 0.97)]));
+        let svg = reliability(&[("Base", &base), ("Tuned", &tuned)]);
+        for text in ["confidence", "share right", "Base", "Tuned"] {
+            assert!(svg.contains(text), "{text} missing from the chart");
+        }
+        assert_eq!(svg.matches("<circle").count(), 5, "one dot per filled bin: {svg}");
+        for color in &MODEL_COLORS[..2] {
+            assert!(svg.to_lowercase().contains(&css(*color)), "no {} line", css(*color));
         }
     }
 

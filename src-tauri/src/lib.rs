@@ -109,6 +109,8 @@ pub fn with_commands<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R
             train::commands::cancel_training,
             evaluate::commands::evaluation,
             evaluate::commands::try_model,
+            evaluate::commands::pick_threshold,
+            evaluate::commands::run_acceptance,
             export::commands::build_cact,
             export::commands::publish_setup,
             export::commands::publish_cact,

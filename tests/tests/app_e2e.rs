@@ -6,7 +6,9 @@
 //! first training's promise), with a chart per tool of the answers by kind, and that Try answers the
 //! example's question right, build a `.cact` and check the file and the tuned model's three rows (float,
 //! quantization simulated, the file) with their gaps in words and the wrong answers grouped by kind,
-//! cancel a publish mid-upload and see the hub as it was, then publish it to a model repository on the
+//! see the reliability of base, tuned and file, pick a confidence threshold and find it in the JSON
+//! beside the file and in History, run an acceptance suite on the three models at that threshold and
+//! see each one's PASS or FAIL, cancel a publish mid-upload and see the hub as it was, then publish it to a model repository on the
 //! hub (a loopback one); then download Needle 2 and
 //! Needle 3 from the hub, tune Needle 3 with a short training, ask it in Try and build its `.cact` (format v3); then
 //! generate more examples from an OpenAI-compatible endpoint on loopback, with progress, and open a
@@ -278,6 +280,7 @@ async fn drive(client: &Client, camera: &Camera, hub: &FakeHub, llm: &FakeLlm, s
     ui.shot("7-evaluate", "evaluation").await?;
     ui.shot("7-breakdown", "breakdown").await?;
     ui.shot("7-quant-rows", "quant").await?;
+    confidence_and_acceptance(&ui, &out).await?;
     ui.wait("the Try panel's question", "return document.getElementById('try-query').value").await?;
     ui.click("try-button").await?;
     let answered = "return document.querySelector('#try-tuned .answer-body').textContent.includes('tokens/s')";
@@ -301,6 +304,16 @@ async fn drive(client: &Client, camera: &Camera, hub: &FakeHub, llm: &FakeLlm, s
         .await?;
     if marked != format!("published {}/{PUBLISH_REPO}", hub.endpoint()) {
         return Err(format!("History does not show where the training's .cact was published: {marked:?}"));
+    }
+    // The threshold picked and the acceptance run are kept with the training.
+    let kept = ui
+        .eval(
+            "const item = document.querySelector('#history-list .history-item'); \
+             return item.querySelector('.threshold').textContent + ' | ' + item.querySelector('.acceptance').textContent",
+        )
+        .await?;
+    if !shows_the_pick_and_the_verdict(&kept) {
+        return Err(format!("History does not show the threshold picked and the acceptance verdict: {kept:?}"));
     }
     ui.shot("6-history", "history").await?;
 
@@ -371,6 +384,94 @@ async fn drive(client: &Client, camera: &Camera, hub: &FakeHub, llm: &FakeLlm, s
     ladder(&ui, &out3).await?;
     generate_more(&ui, llm, &small, scratch).await?;
     println!("training: {progress}; built {} ({} tensors); {gaps}", out.display(), file.records.len());
+    Ok(())
+}
+
+/// The threshold History shows after [`confidence_and_acceptance`], and the `.cact`'s verdict.
+fn shows_the_pick_and_the_verdict(kept: &str) -> bool {
+    let (threshold, verdict) = kept.split_once(" | ").unwrap_or_default();
+    threshold == format!("threshold {PICKED_THRESHOLD}") && [".cact PASS", ".cact FAIL"].contains(&verdict)
+}
+
+/// The threshold the test picks with Evaluate's control (one of its 0.05 steps).
+const PICKED_THRESHOLD: &str = "0.35";
+
+/// Evaluate's Confidence and Acceptance sections once the `.cact` at `cact` is built and scored: the
+/// reliability chart and the trade-off for base, tuned and `.cact`; a threshold picked with the control
+/// is written beside the file; then a suite run on the three models at that threshold, side by side per
+/// category, with a clear PASS or FAIL.
+async fn confidence_and_acceptance(ui: &Ui<'_>, cact: &Path) -> Result<(), String> {
+    let rows = "return [...document.querySelectorAll('#confidence-rows tr')].map((r) => r.dataset.model).join(',')";
+    ui.poll("the confidence of base, tuned and .cact", rows, UI_TIMEOUT, |models| models == "Base,Tuned,.cact").await?;
+    let chart = ui
+        .eval("const svg = document.querySelector('#reliability-chart svg'); return svg ? svg.outerHTML : ''")
+        .await?;
+    if !(chart.contains("share right") && chart.contains("Tuned") && chart.contains("<circle")) {
+        return Err(format!("the reliability chart lacks its axes or the models' points: {chart:.300}"));
+    }
+    // The control moved (as a user drags it): the trade-off follows at once, and the pick is saved.
+    let pick = format!(
+        "const r = document.getElementById('threshold-range'); r.value = '{PICKED_THRESHOLD}'; \
+         r.dispatchEvent(new Event('input')); r.dispatchEvent(new Event('change')); return ''"
+    );
+    ui.eval(&pick).await?;
+    let note = "return document.getElementById('threshold-note').textContent";
+    let said = ui
+        .poll("the threshold picked", note, UI_TIMEOUT, |t| {
+            t.contains(&format!("ships with a threshold of {PICKED_THRESHOLD}"))
+        })
+        .await?;
+    let beside = cact.with_extension("threshold.json");
+    if !said.contains(&beside.file_name().unwrap_or_default().to_string_lossy().into_owned()) {
+        return Err(format!("the threshold note does not name the file beside the .cact: {said}"));
+    }
+    let written: Value =
+        serde_json::from_slice(&std::fs::read(&beside).map_err(|e| format!("{}: {e}", beside.display()))?)
+            .map_err(|e| format!("{}: {e}", beside.display()))?;
+    let model = cact.file_name().unwrap_or_default().to_string_lossy().into_owned();
+    if written["min_confidence"].as_f64() != PICKED_THRESHOLD.parse().ok() || written["model"] != model.as_str() {
+        return Err(format!("{} holds {written}, not the threshold picked for {model}", beside.display()));
+    }
+    let shown = ui
+        .eval("return document.querySelector('#confidence-rows tr[data-model=\".cact\"]').children[3].textContent")
+        .await?;
+    // Both say the share the gate keeps: the window in whole percent.
+    let agree = match (written["kept_right"].as_f64(), shown.strip_suffix('%').and_then(|p| p.parse::<f64>().ok())) {
+        (Some(kept), Some(percent)) => (percent - 100.0 * kept).abs() <= 0.5 + 1e-9,
+        (None, None) => shown == "–",
+        _ => false,
+    };
+    if !agree {
+        return Err(format!("the window says the .cact keeps {shown} of right answers, the file {written}"));
+    }
+    ui.shot("7-confidence", "confidence").await?;
+
+    // Acceptance: the suite answered by the three models at the threshold picked.
+    ui.type_path("suite-path", &repo("tests/fixtures/suites/tiny.suite.json")).await?;
+    ui.click("acceptance-button").await?;
+    let verdict = "return document.getElementById('acceptance-result').hidden ? '' : \
+                   document.getElementById('acceptance-verdict').textContent";
+    let said = ui.poll("the acceptance verdict", verdict, RUN_TIMEOUT, |t| !t.is_empty()).await?;
+    let error = ui.eval("return document.getElementById('acceptance-error').textContent").await?;
+    if !error.is_empty() {
+        return Err(format!("the acceptance run failed: {error}"));
+    }
+    let verdicts: Vec<&str> = said.split(" · ").collect();
+    let named = ["Base", "Tuned", ".cact"].iter().zip(&verdicts).all(|(model, verdict)| {
+        verdict.contains(&format!("{model} PASS")) || verdict.contains(&format!("{model} FAIL"))
+    });
+    if verdicts.len() != 3 || !named || !said.contains(&format!("threshold {PICKED_THRESHOLD}")) {
+        return Err(format!("the acceptance verdict is not a PASS or FAIL for each model at the threshold: {said}"));
+    }
+    let columns = "return [...document.querySelectorAll('#acceptance-head th')].map((th) => th.textContent).join(',')";
+    let head = ui.eval(columns).await?;
+    let rows = ui.eval("return String(document.querySelectorAll('#acceptance-rows tr').length)").await?;
+    if head != "Category,Base,Tuned,.cact" || rows.parse::<usize>().unwrap_or(0) < 2 {
+        return Err(format!(
+            "the acceptance table is not the three models side by side per category: {head}; {rows} rows"
+        ));
+    }
+    ui.shot("7-acceptance", "acceptance").await?;
     Ok(())
 }
 

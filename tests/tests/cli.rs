@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::Output;
 
 use needle_engine::cact::CactFile;
+use needle_engine::calls::{Reliability, Scored};
 use needle_tests::{fixture, json, jsonl, needle, read};
 use serde_json::Value;
 
@@ -383,12 +384,16 @@ fn run_answers_with_the_calls_the_reference_decodes_and_so_does_the_built_cact()
     assert!(output.status.success(), "{}", stderr(&output));
     let answer: Value = serde_json::from_str(stdout(&output).trim()).expect("one JSON object");
     assert_eq!(answer["calls"], expected, "{answer}");
+    assert_eq!(answer["withheld"], serde_json::json!([]), "{answer}");
+    let confidence = answer["confidence"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&confidence) && answer["decode"].as_f64().is_some(), "{answer}");
     assert!(answer["text"].as_str().unwrap().starts_with("<think>"), "{answer}");
     assert!(answer["tokens_per_s"].as_f64().unwrap() > 0.0);
 
     let text = run(&base);
     assert!(text.status.success(), "{}", stderr(&text));
     assert!(stdout(&text).contains("call      {\"name\":\"open_package\""), "{}", stdout(&text));
+    assert!(stdout(&text).contains(&format!("confident {confidence:.3}")), "{}", stdout(&text));
 
     // The .cact carries its tokenizer and answers with the weights that ship.
     let cact = fixture("golden/pretrained/w4.cact");
@@ -471,7 +476,7 @@ fn eval_accuracy_scores_exact_calls_per_tool() {
     let wrong: Vec<Value> = text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
     assert_eq!(wrong.len() as u64, examples - exact, "one line per wrong answer");
     for row in &wrong {
-        assert_eq!(row["right"], false, "{row}");
+        assert_eq!(row["exact"], false, "{row}");
         let kind = row["verdict"]["kind"].as_str().unwrap();
         assert!(kind != "exact" && breakdown["kinds"][kind].as_u64().unwrap() > 0, "{row}");
         assert!(row["line"].as_u64().unwrap() > 0 && row["query"].is_string() && row["text"].is_string(), "{row}");
@@ -479,6 +484,29 @@ fn eval_accuracy_scores_exact_calls_per_tool() {
     }
     let output = run(&["eval", data.to_str().unwrap(), "--answers", answers.to_str().unwrap()]);
     assert!(!output.status.success() && stderr(&output).contains("--accuracy"), "{}", stderr(&output));
+
+    // The confidence figures sit under accuracy.confidence, and `--all-answers` writes every answer
+    // with what they are made from: recomputed from the file, they are the printed ones.
+    let figures = &accuracy["confidence"];
+    assert_eq!(figures["answers"].as_u64(), Some(examples), "{figures}");
+    assert_eq!(figures["bins"].as_array().unwrap().len(), 10, "{figures}");
+    assert_eq!(figures["tradeoff"].as_array().unwrap().len(), 21, "{figures}");
+    let output = run(&[&args[..], &["--answers", answers.to_str().unwrap(), "--all-answers"]].concat());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let every: Vec<Value> =
+        std::fs::read_to_string(&answers).unwrap().lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    assert_eq!(every.len() as u64, examples, "one line per answer");
+    let scored: Vec<Scored> = (every.iter())
+        .map(|row| {
+            assert!(row["decode"].as_f64().is_some() && row.get("head").is_some(), "{row}");
+            Scored { exact: row["exact"].as_bool().unwrap(), confidence: row["confidence"].as_f64().unwrap() }
+        })
+        .collect();
+    assert_eq!(scored.iter().filter(|s| s.exact).count() as u64, exact);
+    let recomputed = serde_json::to_value(Reliability::of(&scored).unwrap()).unwrap();
+    assert_eq!(&recomputed, figures, "the figures from the written answers");
+    let output = run(&["eval", data.to_str().unwrap(), "--accuracy", "--all-answers"]);
+    assert!(!output.status.success() && stderr(&output).contains("--answers"), "{}", stderr(&output));
 
     // The text says why, in the JSON's words.
     let output = run(&args.iter().copied().filter(|arg| *arg != "--json").collect::<Vec<_>>());
@@ -488,6 +516,11 @@ fn eval_accuracy_scores_exact_calls_per_tool() {
         text.lines().find(|line| line.trim_start().starts_with("wrong ")).unwrap_or_else(|| panic!("{text}"));
     let first_kind = breakdown["kinds"].as_object().unwrap().keys().find(|kind| *kind != "exact").unwrap();
     assert!(wrong_line.contains(&first_kind.replace('_', " ")), "{text}");
+    // Each answer's confidence, and the figures over them.
+    assert_eq!(text.lines().filter(|line| line.trim_start().starts_with("answer ")).count() as u64, examples, "{text}");
+    for label in ["AUROC ", "ECE ", "bin ", "gate ", "proposed "] {
+        assert!(text.lines().any(|line| line.trim_start().starts_with(label)), "no {label}line: {text}");
+    }
 }
 
 /// `needle eval --quant-rows`: the tuned model as trained, with the deployment's quantization

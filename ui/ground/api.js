@@ -198,6 +198,18 @@ export const evaluation = (trainingId) => invoke('evaluation', { trainingId });
 /** @param {Question} question @returns {Promise<Answers>} */
 export const tryModel = (question) => invoke('try_model', { question });
 
+/**
+ * Keeps `threshold` as the confidence training `trainingId`'s model ships with.
+ * @param {string} trainingId @param {number} threshold @returns {Promise<HistoryEntry>}
+ */
+export const pickThreshold = (trainingId, threshold) => invoke('pick_threshold', { trainingId, threshold });
+
+/**
+ * Runs the acceptance suite at `suite` on training `trainingId`'s models.
+ * @param {string} trainingId @param {string} suite @returns {Promise<HistoryEntry>}
+ */
+export const runAcceptance = (trainingId, suite) => invoke('run_acceptance', { trainingId, suite });
+
 /** @returns {Promise<HistoryEntry[]>} */
 export const history = () => invoke('history', {});
 

@@ -32,6 +32,8 @@ export type Commands = {
   /** The report `needle data --json` prints, as it printed it; `max_len` as typed in the Train panel. */
   load_dataset: { args: { path: string; tokenizer: string | null; checkpoint: string | null; maxLen: unknown }; answer: DatasetReport };
   open_training: { args: { id: string }; answer: Opened };
+  /** Keeps `threshold` as the confidence training `training_id`'s model ships with, and writes it beside its `.cact`. */
+  pick_threshold: { args: { trainingId: string; threshold: number }; answer: HistoryEntry };
   plan_training: { args: { draft: TrainingDraft }; answer: Plan };
   publish_cact: { args: { trainingId: string; repo: string; onEvent: Channel<PublishMessage> }; answer: null };
   publish_setup: { args: Record<string, never>; answer: PublishSetup };
@@ -40,6 +42,8 @@ export type Commands = {
   resume_training: { args: { id: string; onEvent: Channel<TrainingMessage> }; answer: HistoryEntry };
   /** "Show in folder" for the adapter and the built file. */
   reveal: { args: { path: string }; answer: null };
+  /** Runs the acceptance suite at `suite` on training `training_id`'s base, tuned model and `.cact`, at its threshold. */
+  run_acceptance: { args: { trainingId: string; suite: string }; answer: HistoryEntry };
   save_preferences: { args: { preferences: Preferences }; answer: null };
   /** Scores every rung of training `training_id`'s depth ladder; progress and the table follow on `on_event`. */
   score_ladder: { args: { trainingId: string; onEvent: Channel<LadderMessage> }; answer: null };
@@ -51,7 +55,20 @@ export type Commands = {
   validate_training: { args: { draft: TrainingDraft }; answer: FieldErrors };
 };
 
-/** Exact-call accuracy over a set of examples. */
+export type Acceptance = {
+  suite: string;
+  /** The suite's own name. */
+  name: string;
+  /** The gate: a turn below this confidence is no call. */
+  min_confidence: number;
+  /** In the order scored: base, tuned, then the `.cact` when one is built. */
+  models: SuiteScore[];
+};
+
+/**
+ * Exact-call accuracy over a set of examples: the calls acted on (those that pass the schema and
+ * grounding checks, [`CheckedAnswer`]) against the expected ones.
+ */
 export type Accuracy = {
   examples: number;
   /** Answers whose calls equal the expected ones, as JSON values in the order written. */
@@ -71,6 +88,11 @@ export type Accuracy = {
   decode_tokens_per_s?: number;
   /** Why the answers are wrong (scores recorded before it was kept have an empty one). */
   breakdown?: Breakdown;
+  /**
+   * How far the answers' confidence tells right from wrong; `None` for no answers (and in
+   * scores recorded before it was kept).
+   */
+  confidence?: Reliability | null;
 };
 
 /**
@@ -87,6 +109,11 @@ export type AnswerKind =
   | "unreadable_expected"
   /** The answer holds no `<tool_call>` block with a JSON list. */
   | "unparseable"
+  /**
+   * The calls acted on are not the expected ones because the checks held back a call the
+   * model wrote (unknown tool, an argument against its schema, an ungrounded year).
+   */
+  | "withheld"
   /** Calls where none was expected. */
   | "false_fire"
   /** No call where one was expected. */
@@ -105,14 +132,26 @@ export type Answered = {
   query: string;
   /** The expected calls; `None` when the file's answer is not a JSON list. */
   expected: unknown[] | null;
-  /** The calls the model made; `None` when its answer holds no call list that parses. */
+  /**
+   * The calls the model wrote, withheld ones too; `None` when its answer holds no call list
+   * that parses.
+   */
   given: unknown[] | null;
   /** The model's whole answer, reasoning included. */
   text: string;
-  /** Whether the verdict is [`Verdict::Exact`] (what answers recorded before verdicts say). */
-  right: boolean;
+  /**
+   * Whether the verdict is [`Verdict::Exact`] (what answers recorded before verdicts say;
+   * `right` in those recorded before it was named so).
+   */
+  exact: boolean;
   /** What kind of answer it is, and what differs; `None` in answers recorded before it was kept. */
   verdict?: Verdict | null;
+  /** The turn's confidence ([`Answer::confidence`]); `None` in answers recorded before it was kept. */
+  confidence?: number | null;
+  /** Its decode probability; `None` in answers recorded before it was kept. */
+  decode?: number | null;
+  /** What the model's confidence head said; `None` for a model without a trained one. */
+  head?: number | null;
 };
 
 export type Answers = {
@@ -205,6 +244,23 @@ export type BaseModelStatus = {
   models: BaseModelOffer[];
 };
 
+/** One bin of the reliability table: confidences in `[from, to)` (the last bin closed). */
+export type Bin = {
+  from: number;
+  to: number;
+  answers: number;
+  right: number;
+  /** The bin's mean confidence; `None` for an empty bin. */
+  confidence: number | null;
+};
+
+/** Which JSON Schema bound a number breaks. */
+export type Bound =
+  | "minimum"
+  | "maximum"
+  | "exclusiveMinimum"
+  | "exclusiveMaximum";
+
 /** Answers by kind, per expected tool, and which tool was called where another was expected. */
 export type Breakdown = {
   /**
@@ -218,7 +274,8 @@ export type Breakdown = {
    */
   per_tool: Record<string, Record<string, number>>;
   /**
-   * Expected tool → called tool → how many calls. Calls pair in the order written; one with
+   * Expected tool → called tool → how many calls, the calls as the model wrote them (withheld
+   * ones too: what it meant to call). Calls pair in the order written; one with
    * no partner (a false fire or refusal, more or fewer calls) pairs with `(no call)`, and an
    * unparseable answer's expected calls with `(unparseable)`. An answer of no calls expected
    * and none given counts once as `(no call)` → `(no call)`.
@@ -281,6 +338,12 @@ export type CactInfo = {
   layers?: number | null;
 };
 
+/** A call that can be acted on: a tool the turn offers, with arguments its schema accepts. */
+export type Call = {
+  name: string;
+  arguments: Record<string, unknown>;
+};
+
 /** The base and the tuned model on the same held-out examples. */
 export type CallScores = {
   base: ModelScore;
@@ -305,6 +368,27 @@ export type CancelDownload =
   | "idle"
   /** The transfer stops at its next chunk; what arrived is kept for next time. */
   | "stopping";
+
+/** What a case tests. */
+export type Category =
+  /** A request a tool fits, with every value said: the calls. */
+  | "positive"
+  /** A required value not said: no call. */
+  | "missing"
+  /** No tool fits: no call. */
+  | "irrelevant"
+  /** A request the user says not to do: no call. */
+  | "negation"
+  /** A value outside the tool's bounds or set: no call. */
+  | "invalid"
+  /** Two requests at once: both calls. */
+  | "parallel";
+
+export type CategoryScore = {
+  category: Category;
+  passed: number;
+  total: number;
+};
 
 /**
  * How many rows of a file are of one category, and their share of all its rows (rows whose
@@ -336,6 +420,20 @@ export type Checkup = {
   calls_per_tool: Record<string, number>;
   /** Tools offered past those [`Checkup::calls_per_tool`] keeps. */
   unlisted_tools: number;
+};
+
+/** The reliability of the models' confidence, and the gate the model ships with. */
+export type ConfidenceView = {
+  /** The reliability chart (SVG markup): each model's share right against its confidence. */
+  chart: string;
+  /** Base, tuned and `.cact` (when scored), in the chart's order. */
+  models: ModelConfidence[];
+  /** The threshold the model ships with: the one picked, else the one its figures propose. */
+  threshold: number;
+  /** Whether the user picked it. */
+  picked: boolean;
+  /** Where it is written beside the built `.cact`, once one is built. */
+  file: string | null;
 };
 
 export type DatasetReport = {
@@ -394,6 +492,8 @@ export type Evaluation = {
   kinds: KindKey[];
   /** What quantizing and the file cost, once the `.cact` is built and scored. */
   gaps: string | null;
+  /** The models' confidence; `None` for scores recorded before it was kept. */
+  confidence: ConfidenceView | null;
 };
 
 /**
@@ -494,6 +594,21 @@ export type ExportEvent =
     event: "failed";
     message: string;
   };
+
+/** A case failed, with what was expected and what the model's answer acted on. */
+export type FailedCase = {
+  query: string;
+  category: Category;
+  expected: Call[];
+  /** The calls acted on, after the checks and the gate. */
+  calls: Call[];
+  /** The turn's confidence; `None` for a case never answered. */
+  confidence: number | null;
+  /** Why it failed before its calls were compared (`prompt too long`, `answer cut off`). */
+  reason: string | null;
+  /** The model's whole answer. */
+  text: string;
+};
 
 /** An example field whose type is checked. */
 export type Field =
@@ -651,6 +766,13 @@ export type HistoryEntry = {
   /** Where Build writes unless the user picks another file. */
   suggested_cact: string;
   /**
+   * The confidence a turn needs for its calls to be acted on, as the user picked it in Evaluate;
+   * written beside the built `.cact` too.
+   */
+  threshold?: number | null;
+  /** The last acceptance suite run on the training's models. */
+  acceptance?: Acceptance | null;
+  /**
    * Whether Resume can continue it: it ended early with its training state saved. Derived
    * when the entry is listed, never stored.
    */
@@ -715,6 +837,12 @@ export type HubTrouble = {
   offline: boolean;
   /** The whole message (the address, the cause, the way around), which the panel keeps folded. */
   details: string;
+};
+
+/** A bootstrap percentile interval. */
+export type Interval = {
+  low: number;
+  high: number;
 };
 
 /** One thing wrong with one line. */
@@ -914,6 +1042,11 @@ export type LengthStats = {
   max: number;
 };
 
+export type ModelConfidence = {
+  model: string;
+  figures: Reliability;
+};
+
 /** One model on a set of examples: the answer loss (as `needle eval`) and the calls it makes. */
 export type ModelScore = {
   loss: number;
@@ -1065,6 +1198,99 @@ export type Question = {
 };
 
 /**
+ * The first reason found not to act on a call. `argument` is a path into the call's arguments:
+ * `room`, `items[0].name`.
+ */
+export type Reason =
+  /** Not `{"name": "...", "arguments": {...}}`. */
+  | { reason: "not_a_call" }
+  /** A tool the turn does not offer. */
+  | {
+    reason: "unknown_tool";
+    tool: string;
+  }
+  /** An argument its tool requires is left out. */
+  | {
+    reason: "missing_argument";
+    argument: string;
+  }
+  /** An argument its tool does not declare (a tool's function would refuse it). */
+  | {
+    reason: "unknown_argument";
+    argument: string;
+  }
+  /** A value not of the declared `type`. */
+  | {
+    reason: "wrong_type";
+    argument: string;
+    expected: unknown;
+    given: unknown;
+  }
+  /** A value outside the declared `enum`. */
+  | {
+    reason: "not_in_enum";
+    argument: string;
+    allowed: unknown[];
+    given: unknown;
+  }
+  /** A number outside `minimum`, `maximum`, `exclusiveMinimum` or `exclusiveMaximum`. */
+  | {
+    reason: "out_of_bounds";
+    argument: string;
+    bound: Bound;
+    limit: unknown;
+    given: unknown;
+  }
+  /**
+   * A date whose year neither the query nor the system prompt licenses (cactus-needle 3.x's
+   * `_annotate_ungrounded`).
+   */
+  | {
+    reason: "ungrounded_year";
+    argument: string;
+    year: number;
+  }
+  /**
+   * Withheld with its turn: another call of it carries an ungrounded year, and the reference's
+   * harness then acts on no call of the turn.
+   */
+  | { reason: "ungrounded_turn" }
+  /** The turn's confidence is below the gate, so no call of it is acted on. */
+  | {
+    reason: "below_confidence";
+    min_confidence: number;
+  };
+
+/** The figures over a set of answers. */
+export type Reliability = {
+  answers: number;
+  /** How many are exact. */
+  right: number;
+  /**
+   * The chance that a right answer has a higher confidence than a wrong one (ties count half);
+   * `None` when the answers are all right or all wrong.
+   */
+  auroc: number | null;
+  /** Its bootstrap interval ([`COVERAGE`]); `None` with it. */
+  auroc_interval: Interval | null;
+  /**
+   * Expected calibration error: over the [`BINS`], each bin's share of the answers times how far
+   * its mean confidence is from its share right.
+   */
+  ece: number;
+  ece_interval: Interval;
+  /** The reliability table, one row per bin, empty ones too. */
+  bins: Bin[];
+  /** What a gate at each threshold keeps and stops. */
+  tradeoff: Tradeoff[];
+  /**
+   * The highest threshold of the table that stops at most [`MAX_RIGHT_STOPPED`] of the right
+   * answers: the gate an app is offered first.
+   */
+  proposed: number;
+};
+
+/**
  * What a row teaches, as far as the row itself tells: by its number of calls. A row with no call
  * may answer a request missing a required value, one no tool serves, a negated one or one outside a
  * tool's bounds (an acceptance suite's missing, irrelevant, negation and invalid cases), but its
@@ -1128,6 +1354,23 @@ export type Startup = {
   history: HistoryEntry[];
 };
 
+/** One model on the suite. */
+export type SuiteScore = {
+  /** `Base`, `Tuned` or `.cact`. */
+  model: string;
+  passed: number;
+  total: number;
+  /** The passes the contract needs: `round(0.9 × total)`. */
+  required: number;
+  critical_failures: number;
+  /** Enough passes and no critical failure. */
+  contract: boolean;
+  /** Each category the suite has, in the categories' order. */
+  categories: CategoryScore[];
+  /** The critical cases failed, in file order. */
+  critical: FailedCase[];
+};
+
 export type ToolChart = {
   tool: string;
   /** SVG markup. */
@@ -1137,6 +1380,16 @@ export type ToolChart = {
 export type ToolScore = {
   right: number;
   total: number;
+};
+
+/**
+ * A gate at `threshold`: the share of right answers it keeps (confidence ≥ threshold) and of
+ * wrong ones it stops (below it); `None` where there are no such answers.
+ */
+export type Tradeoff = {
+  threshold: number;
+  kept_right: number | null;
+  stopped_wrong: number | null;
 };
 
 /** The hyper-parameters of a fine-tuning run. The keys are [`TRAIN_FIELDS`]' names. */
@@ -1206,11 +1459,18 @@ export type TrainingStatus =
   /** Cut short by the app closing (or dying) while it went. */
   | "interrupted";
 
-/** One model's answer, as `needle run --json` prints it (the fields the panel shows). */
+/** One model's answer, as `needle run --json` prints it, its withheld calls worded. */
 export type TryAnswer = {
   text: string;
-  /** The parsed calls; `None` when the answer has no parseable `<tool_call>` list. */
+  /**
+   * The calls acted on (those that pass the tools' schemas and the grounding check); `None` when
+   * the answer has no parseable `<tool_call>` list.
+   */
   calls: unknown[] | null;
+  /** The calls the checks held back, each with why. */
+  withheld: WithheldCall[];
+  /** How sure the model is of the turn, in [0, 1]. */
+  confidence: number;
   tokens_per_s: number;
   /** Why decoding stopped (`end_of_turn`, `eos`, `max_new_tokens`, `max_length`). */
   stop: string;
@@ -1232,6 +1492,11 @@ export type Verdict =
   | { kind: "exact" }
   | { kind: "unreadable_expected" }
   | { kind: "unparseable" }
+  /** The calls held back, each with why. */
+  | {
+    kind: "withheld";
+    withheld: Withheld[];
+  }
   | { kind: "false_fire" }
   | { kind: "false_refusal" }
   | {
@@ -1251,6 +1516,17 @@ export type Verdict =
     kind: "wrong_arguments";
     differences: ArgumentDiff[];
   };
+
+/** A call the checks hold back: the call as the model wrote it, and the first reason found. */
+export type Withheld = {
+  call: unknown;
+} & Reason;
+
+/** A call the checks held back, and why in words. */
+export type WithheldCall = {
+  call: unknown;
+  why: string;
+};
 
 /** The file is written: the originals, then the new rows. */
 export type Written = {

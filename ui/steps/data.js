@@ -52,13 +52,19 @@ async function chooseDataset() {
   if (path) loadDataset(path);
 }
 
+/** @param {string} path */
+const isSuite = (path) => path.toLowerCase().endsWith('.json');
+
 /** @param {DragDrop} payload */
 function handleDragDrop(payload) {
   $('drop-zone').classList.toggle('dragging', payload.type === 'enter' || payload.type === 'over');
   if (payload.type !== 'drop') return;
   const path = (payload.paths ?? []).find((p) => p.toLowerCase().endsWith('.jsonl'));
   if (path) loadDataset(path);
-  else setMessage($('dataset-error'), 'That is not a .jsonl file: drop a file with one JSON example per line.');
+  // A .json file is an acceptance suite: Evaluate takes it.
+  else if (!(payload.paths ?? []).some(isSuite)) {
+    setMessage($('dataset-error'), 'That is not a .jsonl file: drop a file with one JSON example per line.');
+  }
 }
 
 /** @param {DatasetReport} report */

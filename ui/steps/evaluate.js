@@ -1,11 +1,14 @@
 // @ts-check
 // The Evaluate step: the held-out scores of the training shown (base and tuned; the tuned model float,
-// with its quantization simulated and as the built .cact; per tool, by kind of answer), and Try (one
-// question to the base and the tuned model, side by side).
+// with its quantization simulated and as the built .cact; per tool, by kind of answer), how far each
+// model's confidence can be relied on with the threshold it ships with, an acceptance suite run on the
+// three models, and Try (one question to the base and the tuned model, side by side).
 
 import * as api from '../ground/api.js';
-import { $, formatLoss, h, percent, setMessage } from '../ground/dom.js';
-import { hear, state } from '../ground/state.js';
+import { pickPath } from '../ground/files.js';
+import { $, basename, formatLoss, h, percent, setMessage } from '../ground/dom.js';
+import { hear, state, tell } from '../ground/state.js';
+import { showTab } from '../ground/tabs.js';
 
 /** @typedef {import('../ground/types.js').Answered} Answered */
 /** @typedef {import('../ground/types.js').AnswerKind} AnswerKind */
@@ -15,6 +18,10 @@ import { hear, state } from '../ground/state.js';
 /** @typedef {import('../ground/types.js').HistoryEntry} HistoryEntry */
 /** @typedef {import('../ground/types.js').ModelScore} ModelScore */
 /** @typedef {import('../ground/types.js').TryAnswer} TryAnswer */
+/** @typedef {import('../ground/types.js').ConfidenceView} ConfidenceView */
+/** @typedef {import('../ground/types.js').Acceptance} Acceptance */
+/** @typedef {import('../ground/types.js').Call} Call */
+/** @typedef {import('../ground/api.js').DragDrop} DragDrop */
 
 /**
  * One model's scores as a table row.
@@ -56,7 +63,9 @@ function renderEvaluation(entry) {
   if (rows) models.push(['Quantization simulated', rows.simulated], ['.cact', rows.cact]);
   $('quant-gaps').textContent = '';
   $('breakdown').hidden = true;
+  $('confidence').hidden = true;
   $('evaluation-wrong').replaceChildren();
+  renderAcceptance(entry?.acceptance ?? null);
   if (entry && scores) renderBreakdown(entry.id, models);
 }
 
@@ -84,10 +93,157 @@ async function renderBreakdown(id, models) {
     drawing.innerHTML = svg; // SVG markup from our own Rust: trusted
     return h('figure', { 'data-tool': tool }, h('figcaption', {}, tool), drawing);
   }));
+  renderConfidence(evaluation.confidence ?? null);
   const keys = new Map(evaluation.kinds.map((key) => [key.kind, key]));
   $('evaluation-wrong').replaceChildren(...models
     .filter(([, score]) => score.wrong?.length)
     .map(([name, score]) => wrongAnswers(name, score.wrong ?? [], keys)));
+}
+
+/** The confidence the window shows: the models' figures, and the threshold as Rust last said it. */
+/** @type {ConfidenceView|null} */
+let shownConfidence = null;
+
+/**
+ * The reliability chart, each model's AUROC and ECE, and the threshold control with what a gate there
+ * keeps and stops for each model.
+ * @param {ConfidenceView|null} view
+ */
+function renderConfidence(view) {
+  shownConfidence = view;
+  $('confidence').hidden = !view;
+  if (!view) return;
+  $('reliability-chart').innerHTML = view.chart; // SVG markup from our own Rust: trusted
+  const range = /** @type {HTMLInputElement} */ ($('threshold-range'));
+  range.value = String(view.threshold);
+  renderTradeoff(view.threshold);
+}
+
+/**
+ * Each model's row at `threshold` (the trade-off tables' nearest threshold), and what is saved where.
+ * @param {number} threshold
+ */
+function renderTradeoff(threshold) {
+  const view = shownConfidence;
+  if (!view) return;
+  const figure = (/** @type {number|null|undefined} */ x) => (x == null ? '–' : x.toFixed(2));
+  const share = (/** @type {number|null|undefined} */ x) => (x == null ? '–' : percent(x));
+  /** @param {{low: number, high: number}|null|undefined} interval */
+  const within = (interval) => (interval ? ` (${figure(interval.low)}–${figure(interval.high)})` : '');
+  $('threshold-value').textContent = threshold.toFixed(2);
+  $('confidence-rows').replaceChildren(...view.models.map(({ model, figures }) => {
+    const row = figures.tradeoff[Math.round(threshold * (figures.tradeoff.length - 1))];
+    return h('tr', { 'data-model': model },
+      h('th', { scope: 'row' }, model),
+      h('td', {}, `${figure(figures.auroc)}${within(figures.auroc_interval)}`),
+      h('td', {}, `${figure(figures.ece)}${within(figures.ece_interval)}`),
+      h('td', {}, share(row?.kept_right)),
+      h('td', {}, share(row?.stopped_wrong)));
+  }));
+  const picked = threshold === view.threshold && view.picked;
+  $('threshold-note').textContent = (picked ? `The model ships with a threshold of ${threshold.toFixed(2)}` :
+    `Proposed: ${view.threshold.toFixed(2)}, the highest that stops at most 10% of right answers; move the control to pick another`) +
+    (view.file ? `. It is written beside the .cact, in ${basename(view.file)}.` : '. Once the .cact is built, it is written beside it.');
+}
+
+/** The threshold picked: kept with the training (and beside its .cact) in Rust, then shown as Rust says it. */
+async function pickThreshold() {
+  const entry = state.entry;
+  if (!entry) return;
+  const threshold = Number(/** @type {HTMLInputElement} */ ($('threshold-range')).value);
+  try {
+    const updated = await api.pickThreshold(entry.id, threshold);
+    setMessage($('threshold-error'), null);
+    if (state.entry?.id !== updated.id) return;
+    state.entry = updated;
+    if (shownConfidence) shownConfidence = { ...shownConfidence, threshold, picked: true };
+    renderTradeoff(threshold);
+    tell('history', null);
+  } catch (error) {
+    setMessage($('threshold-error'), error);
+  }
+}
+
+/** @param {Call[]} calls */
+const callsText = (calls) => (calls.length ? json(calls) : 'no call');
+
+/**
+ * The last acceptance run: the verdict per model, each category's passes side by side, and the
+ * critical cases failed with the answer given.
+ * @param {Acceptance|null} acceptance
+ */
+function renderAcceptance(acceptance) {
+  $('acceptance-result').hidden = !acceptance;
+  if (!acceptance) return;
+  if (!$('suite-path').value) $('suite-path').value = acceptance.suite;
+  const models = acceptance.models;
+  const verdict = $('acceptance-verdict');
+  const shipped = models[models.length - 1];
+  verdict.dataset.ok = String(Boolean(shipped?.contract));
+  verdict.textContent = `${acceptance.name}, threshold ${acceptance.min_confidence.toFixed(2)}: ` + models.map((m) =>
+    `${m.model} ${m.contract ? 'PASS' : 'FAIL'} (${m.passed}/${m.total}, needs ${m.required}; ${m.critical_failures} critical failed)`).join(' · ');
+  $('acceptance-head').replaceChildren(h('tr', {}, h('th', { scope: 'col' }, 'Category'),
+    ...models.map((m) => h('th', { scope: 'col' }, m.model))));
+  const categories = [...new Set(models.flatMap((m) => m.categories.map((c) => c.category)))];
+  $('acceptance-rows').replaceChildren(
+    ...categories.map((category) => h('tr', {}, h('th', { scope: 'row' }, category), ...models.map((m) => {
+      const score = m.categories.find((c) => c.category === category);
+      return h('td', {}, score ? `${score.passed} / ${score.total}` : '–');
+    }))),
+    h('tr', { class: 'contract' }, h('th', { scope: 'row' }, 'Contract'),
+      ...models.map((m) => h('td', { 'data-ok': String(m.contract) }, m.contract ? 'PASS' : 'FAIL'))));
+  $('acceptance-critical').replaceChildren(...models.filter((m) => m.critical.length).map((m) =>
+    h('details', { class: 'wrong-answers' }, h('summary', {}, `${m.model}: ${m.critical.length} critical case(s) failed`),
+      h('table', { class: 'scores' },
+        h('thead', {}, h('tr', {}, h('th', {}, 'Category'), h('th', {}, 'Query'), h('th', {}, 'Expected'),
+          h('th', {}, 'Acted on'), h('th', {}, 'Confidence'))),
+        h('tbody', {}, ...m.critical.map((c) => h('tr', {},
+          h('td', {}, c.category),
+          h('td', {}, c.query),
+          h('td', {}, h('code', {}, callsText(c.expected))),
+          h('td', { title: c.text }, h('code', {}, c.reason ?? callsText(c.calls))),
+          h('td', {}, c.confidence == null ? '–' : c.confidence.toFixed(2)))))))));
+}
+
+async function runAcceptance() {
+  const entry = state.entry;
+  if (!entry) {
+    setMessage($('acceptance-error'), 'Start a training or open one from History first.');
+    return;
+  }
+  $('acceptance-button').disabled = true;
+  $('acceptance-status').textContent = 'The base, the tuned model and the .cact are answering the suite…';
+  setMessage($('acceptance-error'), null);
+  try {
+    const updated = await api.runAcceptance(entry.id, $('suite-path').value.trim());
+    if (state.entry?.id === updated.id) {
+      state.entry = updated;
+      renderAcceptance(updated.acceptance ?? null);
+    }
+    tell('history', null);
+  } catch (error) {
+    setMessage($('acceptance-error'), error);
+  } finally {
+    $('acceptance-status').textContent = '';
+    $('acceptance-button').disabled = false;
+  }
+}
+
+async function chooseSuite() {
+  const errorEl = $('acceptance-error');
+  const path = await pickPath({ name: 'Acceptance suite', ext: 'json', current: $('suite-path').value || null, errorEl });
+  if (path) $('suite-path').value = path;
+}
+
+/**
+ * A suite file dropped on the window goes to the Acceptance section.
+ * @param {DragDrop} payload
+ */
+function takeDroppedSuite(payload) {
+  const path = payload.type === 'drop' && (payload.paths ?? []).find((p) => p.toLowerCase().endsWith('.json'));
+  if (!path) return;
+  $('suite-path').value = path;
+  showTab('evaluate');
 }
 
 /**
@@ -116,6 +272,9 @@ function differences(verdict) {
   const expected = (/** @type {string} */ text) => h('mark', { class: 'expected' }, text);
   const given = (/** @type {string} */ text) => h('mark', { class: 'given' }, text);
   switch (verdict?.kind) {
+    case 'withheld':
+      return verdict.withheld.flatMap((w, i) =>
+        [...(i ? [h('br', {})] : []), given(json(w.call)), ` withheld: ${w.reason.replaceAll('_', ' ')}`]);
     case 'wrong_count':
       return [expected(`${verdict.expected} calls`), ' expected, ', given(`${verdict.given}`), ' given'];
     case 'wrong_tool':
@@ -214,13 +373,20 @@ function renderAnswer(id, answer) {
     return;
   }
   const calls = answer.calls == null ? h('p', { class: 'verdict', 'data-ok': 'false' }, 'No parseable call')
-    : h('pre', {}, answer.calls.length ? answer.calls.map((c) => JSON.stringify(c)).join('\n') : '(no call)');
+    : h('pre', {}, answer.calls.length ? answer.calls.map((c) => JSON.stringify(c)).join('\n')
+      : answer.withheld.length ? '(nothing acted on)' : '(no call)');
+  // What the checks held back is not acted on: listed apart, each with why.
+  const withheld = answer.withheld.length ? [h('div', { class: 'withheld' },
+    h('p', { class: 'warning small' }, `Withheld (not acted on): ${answer.withheld.length}`),
+    h('ul', { class: 'small' }, ...answer.withheld.map((w) => h('li', {}, h('code', {}, JSON.stringify(w.call)), ` — ${w.why}`))))] : [];
   body.className = 'answer-body';
   // The whole answer is open when no call could be read from it: that is what to look at.
   /** @type {Record<string, string>} */
   const open = answer.calls == null ? { open: '' } : {};
   const cut = answer.stop === 'max_length' || answer.stop === 'max_new_tokens' ? CUT[answer.stop] : null;
-  body.replaceChildren(calls, h('details', open, h('summary', { class: 'small muted' }, 'Full answer'), h('pre', {}, answer.text)),
+  body.replaceChildren(calls, ...withheld,
+    h('p', { class: 'small confidence' }, `Confidence ${answer.confidence.toFixed(2)}`),
+    h('details', open, h('summary', { class: 'small muted' }, 'Full answer'), h('pre', {}, answer.text)),
     ...(cut ? [h('p', { class: 'warning small' }, cut)] : []),
     h('div', { class: 'small muted' }, `${answer.tokens_per_s.toFixed(0)} tokens/s`));
 }
@@ -246,6 +412,13 @@ async function askModels() {
 
 export function wireEvaluate() {
   $('try-button').addEventListener('click', askModels);
+  $('threshold-range').addEventListener('input', () =>
+    renderTradeoff(Number(/** @type {HTMLInputElement} */ ($('threshold-range')).value)));
+  $('threshold-range').addEventListener('change', pickThreshold);
+  $('acceptance-button').addEventListener('click', runAcceptance);
+  $('suite-choose').addEventListener('click', chooseSuite);
+  api.onDragDrop(takeDroppedSuite)
+    .catch((error) => setMessage($('acceptance-error'), `Drag and drop is unavailable: ${error}`));
   hear('shown', renderEvaluation);
   hear('rebuilt', renderEvaluation);
   hear('report', prefillTry);

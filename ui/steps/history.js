@@ -31,13 +31,31 @@ function historyItem(entry) {
     h('span', { class: 'path' }, basename(entry.request.dataset)),
     h('span', { class: 'status-text', 'data-status': entry.status }, entry.status),
     h('span', {}, entry.final_loss != null ? `loss ${formatLoss(entry.final_loss)}` : '–'),
-    h('span', { class: 'published', title: entry.cact?.published?.url ?? '' }, entry.cact?.published ? 'published' : ''));
+    h('span', { class: 'published', title: entry.cact?.published?.url ?? '' }, entry.cact?.published ? 'published' : ''),
+    h('span', { class: 'threshold' }, entry.threshold != null ? `threshold ${entry.threshold.toFixed(2)}` : ''),
+    h('span', { class: 'acceptance', title: acceptanceTitle(entry) }, acceptanceText(entry)));
   if (entry.id === state.viewedId) button.setAttribute('aria-current', 'true');
   button.addEventListener('click', () => openTraining(entry.id));
   if (!entry.resumable) return h('li', {}, button);
   const resume = h('button', { type: 'button', class: 'history-resume', 'data-id': entry.id }, 'Resume');
   resume.addEventListener('click', () => tell('resume', entry.id));
   return h('li', {}, button, resume);
+}
+
+/**
+ * The last acceptance run's verdict on the model that ships (the last one scored).
+ * @param {HistoryEntry} entry
+ */
+function acceptanceText(entry) {
+  const shipped = entry.acceptance?.models.at(-1);
+  return shipped ? `${shipped.model} ${shipped.contract ? 'PASS' : 'FAIL'}` : '';
+}
+
+/** @param {HistoryEntry} entry */
+function acceptanceTitle(entry) {
+  const run = entry.acceptance;
+  return run ? `${run.name} at threshold ${run.min_confidence.toFixed(2)}: ` +
+    run.models.map((m) => `${m.model} ${m.passed}/${m.total}`).join(', ') : '';
 }
 
 async function refreshHistory() {

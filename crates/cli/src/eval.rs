@@ -9,7 +9,8 @@ use crate::inputs::{Model, WeightsInputs};
 use crate::ladder::wrong_kinds;
 use anyhow::{Context, Result};
 use needle_engine::backend::{self, DeviceRequest};
-use needle_engine::calls::{accuracy, Accuracy, Answered, ModelScore, Precision, QuantRows, Weights};
+use needle_engine::calls::reliability::{Interval, MAX_RIGHT_STOPPED};
+use needle_engine::calls::{accuracy, Accuracy, Answered, ModelScore, Precision, QuantRows, Reliability, Weights};
 use needle_engine::dataset::{Dataset, Encoded, Example};
 use needle_engine::generation::Generation;
 use needle_engine::model::{evaluate, Device, EvalSummary, Network};
@@ -44,9 +45,11 @@ pub struct Args {
     /// At most this many examples (the first, in file or split order)
     #[arg(long)]
     pub max_examples: Option<usize>,
-    /// Also answer every example by greedy decoding and score the calls: exact-call accuracy, the
-    /// share of answers that parse, accuracy per tool, and why the others are wrong (by kind, per
-    /// tool, and which tool was called for which)
+    /// Also answer every example by greedy decoding and score the calls acted on (those that pass the
+    /// tools' schemas and the grounding check): exact-call accuracy, the share of answers that parse,
+    /// accuracy per tool, why the others are wrong (by kind, withheld calls among them; per tool; which
+    /// tool was called for which), each answer's confidence, and how far it can be relied on: AUROC and
+    /// ECE with bootstrap 90% intervals, the reliability table and the trade-off of a confidence gate
     #[arg(long)]
     pub accuracy: bool,
     /// With --accuracy, write the examples answered wrong to this .jsonl, one a line: its file line, the
@@ -54,6 +57,10 @@ pub struct Args {
     /// verdict (the kind of mistake and what differs)
     #[arg(long, requires = "accuracy")]
     pub answers: Option<PathBuf>,
+    /// With --answers, write every answer, the right ones too, each with "exact", "confidence",
+    /// "decode" and "head" (null without a trained confidence head): what the figures are made from
+    #[arg(long, requires = "answers")]
+    pub all_answers: bool,
     /// With --accuracy, three rows: the checkpoint (and adapter) as given; the same weights with the
     /// deployment's quantization simulated (CQ-W4 weights, 8-bit activations and KV cache, as a .cact
     /// runs); and CACT, the .cact built from them, run the same way
@@ -64,7 +71,8 @@ pub struct Args {
     /// Force a backend (auto, cpu, cuda, metal); default: NEEDLE_DEVICE, else auto
     #[arg(long)]
     pub device: Option<String>,
-    /// Print one JSON line {"loss", "examples", "tokens", "seq_len", "tokens_per_s"[, "accuracy"][,
+    /// Print one JSON line {"loss", "examples", "tokens", "seq_len", "tokens_per_s"[, "accuracy" (its
+    /// "confidence": {"auroc", "ece", "bins", "tradeoff", …})][,
     /// "quant_rows": {"float", "simulated", "cact"}]} instead of text; with --ladder, the ladder
     /// {"num_layers", "examples", "rungs": [{"layers", "cact_bytes", "calls"}]}
     #[arg(long)]
@@ -80,6 +88,9 @@ struct Printed {
     accuracy: Option<Accuracy>,
     #[serde(skip_serializing_if = "Option::is_none")]
     quant_rows: Option<QuantRows>,
+    /// Every answer, for the text's table of confidences.
+    #[serde(skip)]
+    answers: Vec<Answered>,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -120,21 +131,28 @@ pub fn run(args: Args) -> Result<()> {
         true => Some(held.answer(&model.network, &model.tokenizer, "answer")?),
         false => None,
     };
-    if let (Some(path), Some((_, wrong))) = (&args.answers, &answered) {
-        write_answers(path, wrong)?;
-        noteln!("  {:<9} {} wrong answers in {}", "answers", wrong.len(), path.display());
+    if let (Some(path), Some((_, all))) = (&args.answers, &answered) {
+        let written: Vec<&Answered> = all.iter().filter(|answer| args.all_answers || !answer.exact).collect();
+        write_answers(path, &written)?;
+        let which = if args.all_answers { "" } else { " wrong" };
+        noteln!("  {:<9} {}{which} answers in {}", "answers", written.len(), path.display());
     }
     let quant_rows = match (quantized, &answered) {
-        (Some(quantized), Some((calls, wrong))) => {
-            let float = ModelScore { loss: loss.loss, calls: calls.clone(), wrong: wrong.clone() };
+        (Some(quantized), Some((calls, all))) => {
+            let float = ModelScore { loss: loss.loss, calls: calls.clone(), wrong: wrong_of(all) };
             let simulated = held.score(&quantized.simulated, &model.tokenizer, "simulated")?;
             let cact = held.score(&quantized.cact, &model.tokenizer, "cact")?;
             Some(QuantRows { float, simulated, cact })
         }
         _ => None,
     };
-    let accuracy = answered.map(|(calls, _)| calls);
-    print_summary(&Printed { loss, accuracy, quant_rows }, args.json)
+    let (accuracy, answers) = answered.unzip();
+    let printed = Printed { loss, accuracy, quant_rows, answers: answers.unwrap_or_default() };
+    let mut out = std::io::stdout().lock();
+    match args.json {
+        true => writeln!(out, "{}", serde_json::to_string(&printed)?).map_err(Into::into),
+        false => print_summary(&mut out, &printed),
+    }
 }
 
 /// The dataset file as `generation` reads it, its problems noted.
@@ -167,23 +185,20 @@ struct Held {
 }
 
 impl Held {
-    /// `network`'s answers to every example: its accuracy, and the answers it got wrong.
+    /// `network`'s answers to every example: its accuracy, and the answers in file order.
     fn answer(&self, network: &Network, tokenizer: &Tokenizer, what: &str) -> Result<(Accuracy, Vec<Answered>)> {
-        let mut wrong = Vec::new();
+        let mut all = Vec::new();
         let score = accuracy(
             network,
             tokenizer,
             &self.examples,
             &AtomicBool::new(false),
             |done, total| report_progress(what, done, total),
-            |answered| {
-                if !answered.right {
-                    wrong.push(answered)
-                }
-            },
+            |answered| all.push(answered),
         )?;
         end_progress();
-        Ok((score, wrong))
+        all.sort_by_key(|answered| answered.line);
+        Ok((score, all))
     }
 
     /// `network`'s loss over the rows and its answers, reported as `what`.
@@ -193,8 +208,8 @@ impl Held {
             .with_context(|| format!("evaluating the {what} row"))?
             .loss;
         end_progress();
-        let (calls, wrong) = self.answer(network, tokenizer, &format!("{what} calls"))?;
-        Ok(ModelScore { loss, calls, wrong })
+        let (calls, all) = self.answer(network, tokenizer, &format!("{what} calls"))?;
+        Ok(ModelScore { loss, calls, wrong: wrong_of(&all) })
     }
 }
 
@@ -227,10 +242,15 @@ impl Quantized {
     }
 }
 
-/// The wrong answers as JSON lines, written atomically.
-fn write_answers(path: &Path, wrong: &[Answered]) -> Result<()> {
+/// The answers that are not exact.
+fn wrong_of(answers: &[Answered]) -> Vec<Answered> {
+    answers.iter().filter(|answer| !answer.exact).cloned().collect()
+}
+
+/// Answers as JSON lines, written atomically.
+fn write_answers(path: &Path, answers: &[&Answered]) -> Result<()> {
     let mut text = String::new();
-    for answered in wrong {
+    for answered in answers {
         text.push_str(&serde_json::to_string(answered)?);
         text.push('\n');
     }
@@ -257,12 +277,9 @@ pub(crate) fn end_progress() {
     }
 }
 
-fn print_summary(printed: &Printed, json: bool) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    if json {
-        writeln!(out, "{}", serde_json::to_string(printed)?)?;
-        return Ok(());
-    }
+/// The loss, the accuracy and why answers are wrong (withheld calls among the kinds), and the
+/// quantized rows, as text.
+fn print_summary(out: &mut impl Write, printed: &Printed) -> Result<()> {
     let loss = &printed.loss;
     writeln!(
         out,
@@ -298,6 +315,14 @@ fn print_summary(printed: &Printed, json: bool) -> Result<()> {
         for (expected, called, n) in confused.iter().take(CONFUSIONS_SHOWN) {
             writeln!(out, "  {:<9} {called} for {expected}  ×{n}", "called")?;
         }
+        for answer in &printed.answers {
+            let kind = answer.verdict.as_ref().map_or("", |verdict| verdict.kind().label());
+            let confidence = answer.confidence.map_or("-".to_string(), |c| format!("{c:.3}"));
+            writeln!(out, "  {:<9} line {:<5} confidence {confidence}  {kind}", "answer", answer.line)?;
+        }
+        if let Some(figures) = &score.confidence {
+            print_reliability(out, figures)?;
+        }
     }
     if let Some(rows) = &printed.quant_rows {
         let named = [("float", &rows.float), ("simulated", &rows.simulated), (".cact", &rows.cact)];
@@ -316,5 +341,88 @@ fn print_summary(printed: &Printed, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// How far the confidence can be relied on: AUROC and ECE with their intervals, the reliability
+/// table and the trade-off of a gate at each threshold.
+fn print_reliability(out: &mut impl Write, figures: &Reliability) -> Result<()> {
+    let interval =
+        |i: Option<Interval>| i.map_or(String::new(), |i| format!(" (90% interval {:.3}–{:.3})", i.low, i.high));
+    let share = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{:.0}%", 100.0 * x));
+    let auroc = figures.auroc.map_or("- (needs right and wrong answers)".to_string(), |a| format!("{a:.3}"));
+    writeln!(
+        out,
+        "  {:<9} {auroc}{}  over {} answers, {} right",
+        "AUROC",
+        interval(figures.auroc_interval),
+        figures.answers,
+        figures.right
+    )?;
+    writeln!(out, "  {:<9} {:.3}{}", "ECE", figures.ece, interval(Some(figures.ece_interval)))?;
+    for bin in &figures.bins {
+        let right = share((bin.answers > 0).then(|| bin.right as f64 / bin.answers as f64));
+        let mean = bin.confidence.map_or("-".to_string(), |c| format!("{c:.3}"));
+        writeln!(
+            out,
+            "  {:<9} {:.1}–{:.1}  {:>4} answers  {right:>4} right  mean confidence {mean}",
+            "bin", bin.from, bin.to, bin.answers
+        )?;
+    }
+    for row in &figures.tradeoff {
+        writeln!(
+            out,
+            "  {:<9} {:.2}  keeps {:>4} of right answers, stops {:>4} of wrong ones",
+            "gate",
+            row.threshold,
+            share(row.kept_right),
+            share(row.stopped_wrong)
+        )?;
+    }
+    let proposed = figures.at(figures.proposed);
+    writeln!(
+        out,
+        "  {:<9} {:.2}  (the highest that stops at most {:.0}% of right answers: keeps {}, stops {} of wrong ones)",
+        "proposed",
+        figures.proposed,
+        100.0 * MAX_RIGHT_STOPPED,
+        share(proposed.and_then(|row| row.kept_right)),
+        share(proposed.and_then(|row| row.stopped_wrong))
+    )?;
+    Ok(())
+}
+
 /// The most frequent confusions of tools the text summary lists (the JSON has them all).
 const CONFUSIONS_SHOWN: usize = 5;
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use needle_engine::calls::{AnswerKind, Breakdown, ToolScore};
+
+    use super::*;
+
+    #[test]
+    fn answers_whose_calls_were_withheld_are_a_kind_of_their_own_in_the_summary() {
+        let kinds = BTreeMap::from([(AnswerKind::Exact, 3), (AnswerKind::Withheld, 2), (AnswerKind::FalseFire, 1)]);
+        let accuracy = Accuracy {
+            examples: 6,
+            exact: 3,
+            parsed: 6,
+            exact_rate: 0.5,
+            parse_rate: 1.0,
+            per_tool: BTreeMap::from([("set_thermostat".to_string(), ToolScore { right: 3, total: 6 })]),
+            breakdown: Breakdown {
+                per_tool: BTreeMap::from([("set_thermostat".to_string(), kinds.clone())]),
+                kinds,
+                ..Breakdown::default()
+            },
+            ..Accuracy::default()
+        };
+        let loss = EvalSummary { loss: 0.5, examples: 6, tokens: 60, seq_len: 64, tokens_per_s: 100.0 };
+        let mut out = Vec::new();
+        print_summary(&mut out, &Printed { loss, accuracy: Some(accuracy), quant_rows: None, answers: vec![] })
+            .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("set_thermostat  3/6  (2 withheld, 1 false fire)"), "{text}");
+        assert!(text.contains("wrong     2 withheld, 1 false fire"), "{text}");
+    }
+}

@@ -111,7 +111,6 @@ pub enum Command {
     /// Ask a model (base, tuned or a built .cact) one question and print the calls it makes.
     Run(run::Args),
     /// Score a model on an acceptance suite and check the production contract (exit 0 held, 1 not, 2 error).
-    #[serde(skip)]
     Suite(suite::Args),
     /// Print the token ids of each input line as a JSON array.
     #[serde(skip)]

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use needle_engine::checks::Withheld;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -23,15 +24,33 @@ pub struct Question {
     pub system: String,
 }
 
-/// One model's answer, as `needle run --json` prints it (the fields the panel shows).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// One model's answer, as `needle run --json` prints it, its withheld calls worded.
+#[derive(Debug, Clone, Serialize)]
 pub struct TryAnswer {
     pub text: String,
-    /// The parsed calls; `None` when the answer has no parseable `<tool_call>` list.
+    /// The calls acted on (those that pass the tools' schemas and the grounding check); `None` when
+    /// the answer has no parseable `<tool_call>` list.
     pub calls: Option<Vec<Value>>,
+    /// The calls the checks held back, each with why.
+    pub withheld: Vec<WithheldCall>,
+    /// How sure the model is of the turn, in [0, 1].
+    pub confidence: f64,
     pub tokens_per_s: f64,
     /// Why decoding stopped (`end_of_turn`, `eos`, `max_new_tokens`, `max_length`).
     pub stop: String,
+}
+
+/// A call the checks held back, and why in words.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WithheldCall {
+    pub call: Value,
+    pub why: String,
+}
+
+impl From<Withheld> for WithheldCall {
+    fn from(withheld: Withheld) -> Self {
+        Self { why: withheld.reason.to_string(), call: withheld.call }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -86,5 +105,25 @@ fn answer(
         max_new: MAX_NEW_TOKENS,
     };
     let out = worker.output(&job)?;
-    serde_json::from_str(out.trim()).map_err(|error| format!("the worker's answer was not understood ({error}): {out}"))
+    let not_understood = |error: serde_json::Error| format!("the worker's answer was not understood ({error}): {out}");
+    let printed: Printed = serde_json::from_str(out.trim()).map_err(not_understood)?;
+    Ok(TryAnswer {
+        text: printed.text,
+        calls: printed.calls,
+        withheld: printed.withheld.into_iter().map(WithheldCall::from).collect(),
+        confidence: printed.confidence,
+        tokens_per_s: printed.tokens_per_s,
+        stop: printed.stop,
+    })
+}
+
+/// What `needle run --json` prints (the fields the panel shows).
+#[derive(Deserialize)]
+struct Printed {
+    text: String,
+    calls: Option<Vec<Value>>,
+    withheld: Vec<Withheld>,
+    confidence: f64,
+    tokens_per_s: f64,
+    stop: String,
 }

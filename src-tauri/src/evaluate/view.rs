@@ -1,14 +1,16 @@
 //! What the Evaluate step draws and words for a training, beyond the scores its record holds: per
 //! tool, a chart of each scored model's answers by kind; the kinds' names and colours (the charts'
-//! one legend, and the headings of the wrong answers); and the tuned model's three rows in words.
+//! one legend, and the headings of the wrong answers); the tuned model's three rows in words; and how
+//! far each model's confidence can be relied on, with the threshold it ships with.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 
-use needle_engine::calls::{AnswerKind, ModelScore};
+use needle_engine::calls::{AnswerKind, ModelScore, Reliability};
 use serde::Serialize;
 
 use crate::chart;
-use crate::evaluate::gaps;
+use crate::evaluate::{gaps, threshold};
 use crate::record::trainings::HistoryEntry;
 
 #[derive(Debug, Clone, Serialize)]
@@ -20,6 +22,29 @@ pub struct Evaluation {
     pub kinds: Vec<KindKey>,
     /// What quantizing and the file cost, once the `.cact` is built and scored.
     pub gaps: Option<String>,
+    /// The models' confidence; `None` for scores recorded before it was kept.
+    pub confidence: Option<ConfidenceView>,
+}
+
+/// The reliability of the models' confidence, and the gate the model ships with.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfidenceView {
+    /// The reliability chart (SVG markup): each model's share right against its confidence.
+    pub chart: String,
+    /// Base, tuned and `.cact` (when scored), in the chart's order.
+    pub models: Vec<ModelConfidence>,
+    /// The threshold the model ships with: the one picked, else the one its figures propose.
+    pub threshold: f64,
+    /// Whether the user picked it.
+    pub picked: bool,
+    /// Where it is written beside the built `.cact`, once one is built.
+    pub file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelConfidence {
+    pub model: String,
+    pub figures: Reliability,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -67,5 +92,27 @@ pub fn evaluation(entry: &HistoryEntry) -> Evaluation {
         .map(|kind| KindKey { kind, label: kind.label(), color: chart::css(chart::kind_color(kind)) })
         .collect();
     let gaps = cact.zip(rows).map(|(cact, rows)| gaps::explain(rows, &cact.scheme));
-    Evaluation { charts, kinds, gaps }
+    Evaluation { charts, kinds, gaps, confidence: confidence(entry, &models) }
+}
+
+/// The confidence of the base, the tuned model and the `.cact`, of those `models` that have figures.
+fn confidence(entry: &HistoryEntry, models: &[(&str, &ModelScore)]) -> Option<ConfidenceView> {
+    let models: Vec<ModelConfidence> = (models.iter())
+        .filter(|(name, _)| *name != "Simulated")
+        .filter_map(|(name, score)| {
+            Some(ModelConfidence { model: name.to_string(), figures: score.calls.confidence.clone()? })
+        })
+        .collect();
+    if models.is_empty() {
+        return None;
+    }
+    let bins: Vec<(&str, &[needle_engine::calls::reliability::Bin])> =
+        models.iter().map(|model| (model.model.as_str(), model.figures.bins.as_slice())).collect();
+    Some(ConfidenceView {
+        chart: chart::reliability(&bins),
+        threshold: threshold::current(entry),
+        picked: entry.threshold.is_some(),
+        file: entry.cact.as_ref().map(|cact| threshold::path_beside(&cact.path)),
+        models,
+    })
 }

@@ -8,6 +8,7 @@ use serde::Serialize;
 use tauri::ipc::Channel;
 
 use crate::evaluate::score::quant_rows;
+use crate::evaluate::threshold;
 use crate::ground::ending_in;
 use crate::record::trainings::{CactInfo, HistoryEntry, Records, TrainingRecord};
 use crate::worker::job::Job;
@@ -146,6 +147,9 @@ impl BuildWatcher {
         };
         let cact = CactInfo { path, bytes, tensors, scheme, rows, scores_error, published: None, layers: self.layers };
         self.record.entry.record_built(cact.clone());
+        if self.layers.is_none() {
+            threshold::write_beside_cact(&self.record.entry)?;
+        }
         self.records.save(&self.record)?;
         Ok(BuildMessage::Built { cact: Box::new(cact), entry: Box::new(self.record.entry.clone()) })
     }

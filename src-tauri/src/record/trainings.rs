@@ -10,6 +10,7 @@ use needle_engine::hub::Uploaded;
 use serde::{Deserialize, Serialize};
 
 use crate::ground::read_limited;
+use crate::record::acceptance::Acceptance;
 use crate::record::request::TrainingRequest;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,6 +91,13 @@ pub struct HistoryEntry {
     pub scores: Option<CallScores>,
     /// Where Build writes unless the user picks another file.
     pub suggested_cact: PathBuf,
+    /// The confidence a turn needs for its calls to be acted on, as the user picked it in Evaluate;
+    /// written beside the built `.cact` too.
+    #[serde(default)]
+    pub threshold: Option<f64>,
+    /// The last acceptance suite run on the training's models.
+    #[serde(default)]
+    pub acceptance: Option<Acceptance>,
     /// Whether Resume can continue it: it ended early with its training state saved. Derived
     /// when the entry is listed, never stored.
     #[serde(default, skip_deserializing)]
@@ -160,6 +168,8 @@ impl Records {
             rungs: Vec::new(),
             scores: None,
             suggested_cact: dir.join(format!("{stem}.cact")),
+            threshold: None,
+            acceptance: None,
             resumable: false,
         };
         let record = TrainingRecord { entry, curve: Curve::default() };

@@ -83,6 +83,17 @@ pub enum Job {
         system: String,
         max_new: usize,
     },
+    /// `needle suite --json`: an acceptance suite answered by `checkpoint` (with `lora` merged, or not)
+    /// or, when given, by the built `cact` instead; the gate at `min_confidence`. It exits 1 when the
+    /// contract does not hold.
+    Suite {
+        checkpoint: PathBuf,
+        lora: Option<PathBuf>,
+        cact: Option<PathBuf>,
+        tokenizer: PathBuf,
+        suite: PathBuf,
+        min_confidence: f64,
+    },
     /// `needle backend`: the hardware a GPU build of the worker finds.
     Hardware,
 }
@@ -155,6 +166,32 @@ impl Job {
                 device: None,
                 json: true,
             }),
+            Job::Suite { checkpoint, lora, cact, tokenizer, suite, min_confidence } => {
+                let weights = match cact {
+                    Some(cact) => WeightsInputs {
+                        checkpoint: None,
+                        lora: None,
+                        weights: Some(cact.clone()),
+                        tokenizer: None,
+                        generation: Generation::default(),
+                    },
+                    None => WeightsInputs {
+                        checkpoint: Some(checkpoint.clone()),
+                        lora: lora.clone(),
+                        weights: None,
+                        tokenizer: Some(tokenizer.clone()),
+                        generation: Generation::default(),
+                    },
+                };
+                Command::Suite(args::Suite {
+                    suite: suite.clone(),
+                    weights,
+                    min_confidence: *min_confidence,
+                    max_new: needle_engine::suite::DEFAULT_MAX_NEW_TOKENS,
+                    device: None,
+                    json: true,
+                })
+            }
             Job::Hardware => Command::Backend(args::Backend { device: None, json: true }),
         }
     }
@@ -191,6 +228,7 @@ fn held_out(
         max_examples: Some(examples),
         accuracy: false,
         answers: None,
+        all_answers: false,
         quant_rows: None,
         ladder: LadderArgs::default(),
         device: None,
@@ -364,6 +402,22 @@ mod tests {
                 query: "-5 degrees in the kitchen --now".into(),
                 system: "--be brief".into(),
                 max_new: 256,
+            },
+            Job::Suite {
+                checkpoint: "/m/needle3.safetensors".into(),
+                lora: Some("/t/adapter.safetensors".into()),
+                cact: None,
+                tokenizer: "/m/tokenizer.model".into(),
+                suite: "/s/-smart home.suite.json".into(),
+                min_confidence: 0.4,
+            },
+            Job::Suite {
+                checkpoint: "/m/needle3.safetensors".into(),
+                lora: None,
+                cact: Some("/out/tuned.cact".into()),
+                tokenizer: "/m/tokenizer.model".into(),
+                suite: "/s/smart_home.suite.json".into(),
+                min_confidence: 0.0,
             },
             Job::Hardware,
         ]

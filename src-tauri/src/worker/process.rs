@@ -134,6 +134,18 @@ impl Worker {
         collected(ended.recv().map_err(|_| WATCHER_GONE.to_string())?)
     }
 
+    /// Runs a short job whose exit status is a verdict, as `needle suite`'s is (0: held, 1: not); its
+    /// stdout for either, its error message for any other end.
+    pub fn verdict_output(&self, job: &Job) -> Result<String, String> {
+        let (done, ended) = mpsc::channel();
+        let _process = self.spawn(job, Collect { stdout: String::new(), done })?;
+        let (stdout, exit) = ended.recv().map_err(|_| WATCHER_GONE.to_string())?;
+        match &exit.status {
+            Ok(status) if status.code() == Some(1) => Ok(stdout),
+            _ => collected((stdout, exit)),
+        }
+    }
+
     /// [`Self::output`] given until `deadline` to answer: one still running then is killed (a
     /// driver that never returns must not hold the app), and not waited for, since a process stuck
     /// in the kernel may outlive its kill.

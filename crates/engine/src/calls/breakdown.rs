@@ -4,7 +4,9 @@
 //! which tool was called where another was expected.
 //!
 //! Calls are compared in the order written, as exact-call accuracy compares them: the second
-//! expected call against the second given one.
+//! expected call against the second given one. What is compared is what would be acted on: the
+//! calls that pass the schema and grounding checks ([`CheckedAnswer`]); an answer that is wrong
+//! because the checks held a call back is [`AnswerKind::Withheld`].
 
 use std::collections::BTreeMap;
 
@@ -12,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::parse::NO_CALL;
+use crate::checks::{CheckedAnswer, Withheld};
 
 /// What an answer is. A wrong one is the first of these that applies, in this order (after
 /// [`AnswerKind::Exact`], which is listed first so that tallies read from right to wrong).
@@ -25,6 +28,9 @@ pub enum AnswerKind {
     UnreadableExpected,
     /// The answer holds no `<tool_call>` block with a JSON list.
     Unparseable,
+    /// The calls acted on are not the expected ones because the checks held back a call the
+    /// model wrote (unknown tool, an argument against its schema, an ungrounded year).
+    Withheld,
     /// Calls where none was expected.
     FalseFire,
     /// No call where one was expected.
@@ -44,6 +50,7 @@ impl AnswerKind {
             AnswerKind::Exact => "exact",
             AnswerKind::UnreadableExpected => "unreadable expected",
             AnswerKind::Unparseable => "unparseable",
+            AnswerKind::Withheld => "withheld",
             AnswerKind::FalseFire => "false fire",
             AnswerKind::FalseRefusal => "false refusal",
             AnswerKind::WrongCount => "wrong count",
@@ -60,6 +67,10 @@ pub enum Verdict {
     Exact,
     UnreadableExpected,
     Unparseable,
+    /// The calls held back, each with why.
+    Withheld {
+        withheld: Vec<Withheld>,
+    },
     FalseFire,
     FalseRefusal,
     WrongCount {
@@ -130,11 +141,29 @@ impl Verdict {
         }
     }
 
+    /// A checked answer judged against `expected`: its calls acted on (`written`, the calls as the
+    /// model wrote them, is `None` when it wrote no call list); when those are wrong and the checks
+    /// held a call back, the answer is [`Verdict::Withheld`]. A call withheld from an answer whose
+    /// acted-on calls are right harmed nothing: the answer is exact.
+    pub fn of_checked(expected: Option<&[Value]>, written: Option<&[Value]>, checked: &CheckedAnswer) -> Verdict {
+        if written.is_none() {
+            return Verdict::of(expected, None);
+        }
+        let acted: Vec<Value> = checked.calls.iter().map(|call| call.to_value()).collect();
+        match Verdict::of(expected, Some(&acted)) {
+            Verdict::Exact => Verdict::Exact,
+            Verdict::UnreadableExpected => Verdict::UnreadableExpected,
+            _ if !checked.withheld.is_empty() => Verdict::Withheld { withheld: checked.withheld.clone() },
+            verdict => verdict,
+        }
+    }
+
     pub fn kind(&self) -> AnswerKind {
         match self {
             Verdict::Exact => AnswerKind::Exact,
             Verdict::UnreadableExpected => AnswerKind::UnreadableExpected,
             Verdict::Unparseable => AnswerKind::Unparseable,
+            Verdict::Withheld { .. } => AnswerKind::Withheld,
             Verdict::FalseFire => AnswerKind::FalseFire,
             Verdict::FalseRefusal => AnswerKind::FalseRefusal,
             Verdict::WrongCount { .. } => AnswerKind::WrongCount,
@@ -205,7 +234,8 @@ pub struct Breakdown {
     /// Per expected tool, as the per-tool accuracy names them (an example counts under each tool
     /// it expects): its answers by kind.
     pub per_tool: BTreeMap<String, BTreeMap<AnswerKind, usize>>,
-    /// Expected tool → called tool → how many calls. Calls pair in the order written; one with
+    /// Expected tool → called tool → how many calls, the calls as the model wrote them (withheld
+    /// ones too: what it meant to call). Calls pair in the order written; one with
     /// no partner (a false fire or refusal, more or fewer calls) pairs with `(no call)`, and an
     /// unparseable answer's expected calls with `(unparseable)`. An answer of no calls expected
     /// and none given counts once as `(no call)` → `(no call)`.
@@ -245,6 +275,7 @@ mod tests {
 
     use super::*;
     use crate::calls::parse::{parse_calls, tool_names, UNREADABLE};
+    use crate::checks::{Reason, Turn};
 
     const WEATHER: &str = r#"[{"name": "get_weather", "arguments": {"city": "Paris", "unit": "C"}}]"#;
 
@@ -384,11 +415,56 @@ mod tests {
     }
 
     #[test]
+    fn a_wrong_answer_whose_call_the_checks_held_back_is_withheld_and_a_harmless_one_exact() {
+        let tools = [json!({"name": "set_thermostat", "parameters": {"type": "object",
+            "properties": {"temperature": {"type": "integer", "minimum": 10, "maximum": 30}},
+            "required": ["temperature"]}})];
+        let turn = Turn { tools: &tools, query: "make it 21 degrees", system: "" };
+        let judge = |expected: &str, written: &str| {
+            let expected: Vec<Value> = serde_json::from_str(expected).unwrap();
+            let written: Option<Vec<Value>> = serde_json::from_str(written).ok();
+            let checked = CheckedAnswer::check(written.as_deref(), 0.9, turn, 0.0);
+            Verdict::of_checked(Some(&expected), written.as_deref(), &checked)
+        };
+        let want = r#"[{"name": "set_thermostat", "arguments": {"temperature": 21}}]"#;
+        // Out of bounds: held back, so nothing is acted on where a call was expected.
+        let Verdict::Withheld { withheld } =
+            judge(want, r#"[{"name": "set_thermostat", "arguments": {"temperature": 40}}]"#)
+        else {
+            panic!("not withheld")
+        };
+        assert!(matches!(withheld[..], [Withheld { reason: Reason::OutOfBounds { .. }, .. }]), "{withheld:?}");
+        // A required argument left out, a wrong type: withheld too, before any count or tool is compared.
+        for written in [
+            r#"[{"name": "set_thermostat", "arguments": {}}]"#,
+            r#"[{"name": "set_thermostat", "arguments": {"temperature": "21"}}]"#,
+        ] {
+            assert_eq!(judge(want, written).kind(), AnswerKind::Withheld, "{written}");
+        }
+        // The right call beside one to a tool the turn does not offer: the right one is acted on.
+        let extra =
+            r#"[{"name": "set_thermostat", "arguments": {"temperature": 21}}, {"name": "open_door", "arguments": {}}]"#;
+        assert_eq!(judge(want, extra), Verdict::Exact);
+        // A call held back where none was expected: nothing is acted on, which is right.
+        assert_eq!(judge("[]", r#"[{"name": "open_door", "arguments": {}}]"#), Verdict::Exact);
+        // A call that fits its schema but says another value is still a wrong argument.
+        let other = judge(want, r#"[{"name": "set_thermostat", "arguments": {"temperature": 22}}]"#);
+        assert_eq!(other.kind(), AnswerKind::WrongArguments);
+        assert_eq!(judge(want, "not a list"), Verdict::Unparseable);
+        let line =
+            serde_json::to_string(&judge(want, r#"[{"name": "set_thermostat", "arguments": {"temperature": 9}}]"#))
+                .unwrap();
+        assert!(line.starts_with(r#"{"kind":"withheld","withheld":[{"call":{"name":"set_thermostat""#), "{line}");
+        assert!(line.contains(r#""reason":"out_of_bounds""#), "{line}");
+    }
+
+    #[test]
     fn a_kinds_label_is_its_json_name_in_words() {
         let kinds = [
             AnswerKind::Exact,
             AnswerKind::UnreadableExpected,
             AnswerKind::Unparseable,
+            AnswerKind::Withheld,
             AnswerKind::FalseFire,
             AnswerKind::FalseRefusal,
             AnswerKind::WrongCount,

@@ -12,9 +12,11 @@ use serde_json::Value;
 
 use super::breakdown::{Breakdown, Verdict};
 use super::parse::{parse_calls, tool_names};
+use super::reliability::{Reliability, Scored};
 use crate::cact::{CactFile, ReadError, WeightsError};
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::checks::confidence::decode_probability;
+use crate::checks::{CheckedAnswer, Turn};
 use crate::dataset::{render, Example};
 use crate::lora::{self, load_adapter, AdapterFileError, MergeError};
 use crate::model::packing::{shared_prefixes, MIN_SHARED};
@@ -154,8 +156,12 @@ pub struct Answer {
     /// The calls in the answer's `<tool_call>` block; `None` when there is no block holding a JSON
     /// list.
     pub calls: Option<Vec<Value>>,
-    /// Its decode probability ([`decode_probability`]).
+    /// How sure the model is of the turn, in [0, 1]: what a confidence gate compares with.
     pub confidence: f64,
+    /// Its decode probability ([`decode_probability`]).
+    pub decode: f64,
+    /// What a trained confidence head says of the turn; `None` for a model without one.
+    pub head: Option<f64>,
     #[serde(flatten)]
     pub completion: Completion,
 }
@@ -187,8 +193,8 @@ fn answer_ids(
     let completion = forward.generate_from(prefilled, ids, max_new_tokens)?;
     let text = tokenizer.decode(&completion.ids);
     let calls = parse_calls(&text);
-    let confidence = decode_probability(tokenizer, &completion, calls.as_ref().is_some_and(|calls| !calls.is_empty()));
-    Ok(Answer { calls, confidence, text, completion })
+    let decode = decode_probability(tokenizer, &completion, calls.as_ref().is_some_and(|calls| !calls.is_empty()));
+    Ok(Answer { calls, confidence: decode, decode, head: None, text, completion })
 }
 
 /// The base and the tuned model on the same held-out examples.
@@ -221,7 +227,8 @@ pub struct ModelScore {
     pub wrong: Vec<Answered>,
 }
 
-/// Exact-call accuracy over a set of examples.
+/// Exact-call accuracy over a set of examples: the calls acted on (those that pass the schema and
+/// grounding checks, [`CheckedAnswer`]) against the expected ones.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Accuracy {
     pub examples: usize,
@@ -245,6 +252,10 @@ pub struct Accuracy {
     /// Why the answers are wrong (scores recorded before it was kept have an empty one).
     #[serde(default)]
     pub breakdown: Breakdown,
+    /// How far the answers' confidence tells right from wrong; `None` for no answers (and in
+    /// scores recorded before it was kept).
+    #[serde(default)]
+    pub confidence: Option<Reliability>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -275,6 +286,7 @@ pub fn accuracy(
             (prompt_ids(tokenizer, &prompt), tokenizer.encode(&target).len() + ANSWER_SLACK)
         })
         .collect();
+    let mut scored = Vec::with_capacity(examples.len());
     let mut done = 0;
     let shared_seconds = answer_each(network, tokenizer, &prompts, cancel, |index, answer| {
         let example = &examples[index];
@@ -284,10 +296,15 @@ pub fn accuracy(
         steps += answer.completion.ids.len().saturating_sub(1);
         step_seconds += answer.completion.decode_seconds;
         let expected: Option<Vec<Value>> = serde_json::from_str(&example.answers).ok();
-        let verdict = Verdict::of(expected.as_deref(), answer.calls.as_deref());
+        // Tools that do not read as a list offer nothing: the doctor names such rows.
+        let tools: Vec<Value> = serde_json::from_str(&example.tools).unwrap_or_default();
+        let turn = Turn { tools: &tools, query: &example.query, system: &example.system };
+        let checked = CheckedAnswer::check(answer.calls.as_deref(), answer.confidence, turn, 0.0);
+        let verdict = Verdict::of_checked(expected.as_deref(), answer.calls.as_deref(), &checked);
         let right = verdict == Verdict::Exact;
         score.parsed += usize::from(answer.calls.is_some());
         score.exact += usize::from(right);
+        scored.push(Scored { exact: right, confidence: answer.confidence });
         let tools = tool_names(expected.as_deref());
         for tool in &tools {
             let entry = score.per_tool.entry(tool.clone()).or_default();
@@ -301,8 +318,11 @@ pub fn accuracy(
             expected,
             given: answer.calls,
             text: answer.text,
-            right,
+            exact: right,
             verdict: Some(verdict),
+            confidence: Some(answer.confidence),
+            decode: Some(answer.decode),
+            head: answer.head,
         });
         done += 1;
         progress(done, examples.len());
@@ -313,6 +333,7 @@ pub fn accuracy(
     score.parse_rate = share(score.parsed);
     score.tokens_per_s = tokens as f64 / seconds.max(1e-9);
     score.decode_tokens_per_s = steps as f64 / step_seconds.max(1e-9);
+    score.confidence = Reliability::of(&scored);
     Ok(score)
 }
 
@@ -366,15 +387,27 @@ pub struct Answered {
     pub query: String,
     /// The expected calls; `None` when the file's answer is not a JSON list.
     pub expected: Option<Vec<Value>>,
-    /// The calls the model made; `None` when its answer holds no call list that parses.
+    /// The calls the model wrote, withheld ones too; `None` when its answer holds no call list
+    /// that parses.
     pub given: Option<Vec<Value>>,
     /// The model's whole answer, reasoning included.
     pub text: String,
-    /// Whether the verdict is [`Verdict::Exact`] (what answers recorded before verdicts say).
-    pub right: bool,
+    /// Whether the verdict is [`Verdict::Exact`] (what answers recorded before verdicts say;
+    /// `right` in those recorded before it was named so).
+    #[serde(alias = "right")]
+    pub exact: bool,
     /// What kind of answer it is, and what differs; `None` in answers recorded before it was kept.
     #[serde(default)]
     pub verdict: Option<Verdict>,
+    /// The turn's confidence ([`Answer::confidence`]); `None` in answers recorded before it was kept.
+    #[serde(default, deserialize_with = "crate::train::events::number::optional_f64")]
+    pub confidence: Option<f64>,
+    /// Its decode probability; `None` in answers recorded before it was kept.
+    #[serde(default, deserialize_with = "crate::train::events::number::optional_f64")]
+    pub decode: Option<f64>,
+    /// What the model's confidence head said; `None` for a model without a trained one.
+    #[serde(default, deserialize_with = "crate::train::events::number::optional_f64")]
+    pub head: Option<f64>,
 }
 
 #[cfg(test)]

@@ -20,6 +20,16 @@ pub struct Call {
     pub arguments: Map<String, Value>,
 }
 
+impl Call {
+    /// The call as a model writes one: `{"name", "arguments"}`.
+    pub fn to_value(&self) -> Value {
+        Value::Object(Map::from_iter([
+            ("name".to_string(), Value::String(self.name.clone())),
+            ("arguments".to_string(), Value::Object(self.arguments.clone())),
+        ]))
+    }
+}
+
 /// The tool named `name` among `tools`.
 pub fn find_tool<'t>(tools: &'t [Value], name: &str) -> Option<&'t Map<String, Value>> {
     tools

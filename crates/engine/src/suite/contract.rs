@@ -5,7 +5,7 @@
 //! with no critical case failed.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::checks::Call;
 
@@ -25,11 +25,7 @@ pub fn same_calls(given: &[Call], expected: &[Call]) -> bool {
 /// A call's canonical JSON (`_key`): keys sorted, string values casefolded (keys are not), an
 /// integral float written as the integer it is.
 pub fn canonical(call: &Call) -> String {
-    let call = Value::Object(Map::from_iter([
-        ("arguments".to_string(), Value::Object(call.arguments.clone())),
-        ("name".to_string(), Value::String(call.name.clone())),
-    ]));
-    folded(&call).to_string()
+    folded(&call.to_value()).to_string()
 }
 
 /// `_fold`, with object keys sorted as `json.dumps(sort_keys=True)` sorts them.

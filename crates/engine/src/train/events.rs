@@ -105,13 +105,17 @@ pub(crate) mod number {
     pub fn optional_f32<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<f32>, D::Error> {
         Option::<Number>::deserialize(deserializer).map(|n| n.map(|n| float(&n) as f32))
     }
+
+    pub fn optional_f64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<f64>, D::Error> {
+        Option::<Number>::deserialize(deserializer).map(|n| n.as_ref().map(float))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    use crate::calls::{Accuracy, Answered, Breakdown, ModelScore, Verdict};
+    use crate::calls::{Accuracy, Answered, Breakdown, ModelScore, Reliability, Scored, Verdict};
 
     #[test]
     fn every_event_reads_back_from_its_json_line() {
@@ -153,6 +157,10 @@ mod tests {
                             exact_rate: 0.5,
                             tokens_per_s: 12.5,
                             breakdown,
+                            confidence: Reliability::of(&[
+                                Scored { exact: true, confidence: 0.75 },
+                                Scored { exact: false, confidence: 0.25 },
+                            ]),
                             ..Default::default()
                         },
                         wrong: vec![Answered {
@@ -161,8 +169,11 @@ mod tests {
                             expected: Some(expected),
                             given: Some(given),
                             text: "<think></think>".into(),
-                            right: false,
+                            exact: false,
                             verdict: Some(verdict),
+                            confidence: Some(0.25),
+                            decode: Some(0.25),
+                            head: None,
                         }],
                     },
                     tuned: ModelScore {

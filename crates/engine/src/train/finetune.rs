@@ -427,7 +427,7 @@ fn score_calls(
             cancel,
             |_, _| {},
             |answered| {
-                if !answered.right {
+                if !answered.exact {
                     wrong.push(answered)
                 }
             },
