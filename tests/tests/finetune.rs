@@ -73,6 +73,8 @@ fn one_epoch_emits_typed_events_and_writes_an_adapter_eval_accepts() {
         assert!(finished["accuracy"][model]["loss"].as_f64().unwrap().is_finite(), "{finished}");
     }
     assert!(adapter.with_extension("safetensors.state.safetensors").exists());
+    // Not asked for, no confidence head is fitted.
+    assert!(!adapter.with_extension("safetensors.head.safetensors").exists());
     assert!(eval_loss("tiny_f32", Some(&adapter)).is_finite());
 }
 
@@ -93,6 +95,7 @@ fn fine_tuning_lowers_the_held_out_loss_of_the_pretrained_fixture() {
         "8",
         "--lora-alpha",
         "16",
+        "--confidence",
     ];
     let events = events(&finetune("pretrained", &adapter, &settings));
     let vals: Vec<f64> = events.iter().filter(|e| e["event"] == "epoch").map(|e| e["val"].as_f64().unwrap()).collect();
@@ -101,6 +104,8 @@ fn fine_tuning_lowers_the_held_out_loss_of_the_pretrained_fixture() {
     // The base model is confidently wrong on the fixture's unseen tools; the adapter must fix much of it.
     let (before, after) = (eval_loss("pretrained", None), eval_loss("pretrained", Some(&adapter)));
     assert!(after < before - 1.0, "eval loss {before} → {after}");
+    // Asked for, the confidence head is fitted to the tuned model and kept beside the adapter.
+    assert!(dir.path().join("pretrained.pkl.head.safetensors").exists());
 }
 
 #[test]

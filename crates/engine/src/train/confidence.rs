@@ -52,7 +52,7 @@ pub struct HeadSummary {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum HeadFit {
-    /// Not asked for (`--no-confidence`), or the run stopped before its end.
+    /// Not asked for (no `--confidence`), or the run stopped before its end.
     NotAsked,
     Fitted(HeadSummary),
     /// The shipped model answered every training row right (or every one wrong): nothing tells

@@ -51,7 +51,7 @@ pub struct FinetuneOptions {
     pub out: PathBuf,
     /// Continue from the state saved next to `out`.
     pub resume: bool,
-    /// Fit a confidence head after training (`--no-confidence`: not).
+    /// Fit a confidence head after training (`--confidence`).
     pub confidence: bool,
 }
 
