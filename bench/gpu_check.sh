@@ -162,7 +162,7 @@ note "finetune step losses: $device [$steps_device], cpu [$steps_cpu]: $verdict"
 note "== needle bench on $device against the CPU"
 # Each shape on the device and on the CPU: the device must be at least as fast, and state its memory.
 for shape in "--preset needle --batch 4 --seq 128 --steps 5" "--preset needle3 --batch 4 --seq 128 --steps 5" \
-    "--preset mid --batch 16 --seq 640 --steps 4" "--preset needle --seq 512 --decode 64"; do
+    "--preset mid --batch 16 --seq 640 --steps 4" "--preset needle --seq 512 --decode 64 --precision f32"; do
     name=$(echo "$shape" | tr -d '-' | tr ' ' '_')
     for on in $(printf '%s\n' "$device" cpu | uniq); do
         # shellcheck disable=SC2086

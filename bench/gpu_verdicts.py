@@ -73,8 +73,15 @@ def losses(a, b):
     return ok, "agree" if ok else f"DIFFER: {a} vs {b}"
 
 
+def one_precision(report):
+    """A `needle bench --decode --precision P --json` report's one precision, with the report's own fields."""
+    figures = report.get("precisions") or [{}]
+    return {**report, **figures[0]}
+
+
 def bench(device, cpu):
     """(ok, line) for one bench on the device and on the CPU, each the report `needle bench --json` printed."""
+    device, cpu = one_precision(device), one_precision(cpu)
     if "decode_tokens_per_s" in cpu:
         what, mine, theirs = "decoding", device.get("decode_tokens_per_s"), cpu["decode_tokens_per_s"]
         faster = mine is not None and mine >= theirs

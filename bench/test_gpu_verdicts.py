@@ -155,6 +155,13 @@ class Bench(unittest.TestCase):
         self.assertFalse(gpu_verdicts.bench({"decode_tokens_per_s": 9.0, "peak_rss_mb": 800.0}, cpu)[0])
         self.assertTrue(gpu_verdicts.bench({"decode_tokens_per_s": 80.0, "peak_rss_mb": 800.0}, cpu)[0])
 
+    def test_a_decoding_report_is_judged_by_its_one_precision(self):
+        def report(speed):
+            return {"backend": "cpu", "precisions": [{"precision": "f32", "decode_tokens_per_s": speed}]}
+
+        self.assertFalse(gpu_verdicts.bench(report(9.0), report(50.0))[0])
+        self.assertTrue(gpu_verdicts.bench(report(80.0), report(50.0))[0])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -1,13 +1,20 @@
 """What the demo is made of, for either generation (make_demo.py trains on it; nothing here imports the
 reference): the smart-home app's rows, and the pre-training corpus of made-up tools over common words.
 
-    python3 examples/demo/corpus.py   # writes smart_home.jsonl, with any python3 (make_demo.py writes it too)
+    python3 examples/demo/corpus.py   # writes smart_home.jsonl and smart_home.suite.json, with any python3
+                                      # (make_demo.py writes the dataset too)
 
-The app (smart_home.jsonl, 120 rows) is one app's: five tools in one tools prompt, as an app sends them
-with every request; its users' own phrasings ("Make the kitchen 19.5 degrees please", "Put on some Nina
-Simone"), arguments left out when the user does not say them, and questions that need no call. No row
-repeats another's words, and every tool is called in at least MIN_CALLS rows, so the file passes the
-dataset doctor (`needle data`).
+The app (smart_home.jsonl, 302 rows) is one app's: five tools in one tools prompt, as an app sends them
+with every request, every closed set an enum and every number bounded (the rooms, the doors, 10-30 degrees,
+brightness 0-100, timers of 1-180 minutes); its users' own phrasings ("Make the kitchen 19.5 degrees
+please", "Put on some Nina Simone"), arguments left out when the user does not say them, and rows that
+teach restraint, answered with no call: a required value not said ("Turn on the lights"), a request the user
+says not to do ("Do not lock the side door"), a value outside a tool's set or bounds ("Heat the bedroom to 45"),
+a request no tool serves ("Unlock the back door") or a question; and two requests at once, two calls. No row
+repeats another's words, and every tool is called in at least MIN_CALLS rows, so the file passes the dataset
+doctor (`needle data`). corpus.py also writes smart_home.suite.json, the app's acceptance suite for `needle
+suite`: 32 cases written by hand in cactus-needle 3.x's six categories and proportions, nine critical, no
+query the dataset holds.
 
 The corpus holds made-up tools over common words (1 to 5 a row; some parameter names decorated, such as
 "home_city"), queries that either name each argument ("city Paris, days 3") or say it as people do ("Book
@@ -214,22 +221,34 @@ def pretrain_example(rng):
 # The smart-home app: one tools prompt, its users' phrasings
 # --------------------------------------------------------------------------------------------
 
-HOME_TOOLS = [
-    schema("set_thermostat", "Set the target temperature of a room",
-           {"room": {"type": "string"}, "celsius": {"type": "number"}}, ["room", "celsius"]),
-    schema("turn_on_lights", "Switch on the lights in a room, optionally dimmed",
-           {"room": {"type": "string"}, "brightness": {"type": "integer", "description": "percent"}}, ["room"]),
-    schema("start_timer", "Start a countdown timer",
-           {"minutes": {"type": "integer"}, "label": {"type": "string"}}, ["minutes"]),
-    schema("play_music", "Play an artist, in one room or everywhere",
-           {"artist": {"type": "string"}, "room": {"type": "string"}}, ["artist"]),
-    schema("lock_door", "Lock a door", {"door": {"type": "string"}}, ["door"]),
-]
 ROOMS = ["kitchen", "bedroom", "living room", "office", "bathroom", "hallway", "nursery", "garage"]
 ARTISTS = ["Nina Simone", "Miles Davis", "Daft Punk", "Adele", "Bach", "Fleetwood Mac", "Bob Marley",
            "Radiohead", "Beyonce", "Coldplay", "Queen", "Norah Jones"]
 LABELS = ["pasta", "laundry", "tea", "eggs", "pizza", "homework", "bread", "nap"]
 DOORS = ["front", "back", "garage", "patio", "side"]
+# The tools' bounds: every closed set an enum, every number bounded, as cactus-needle 3.x's environments
+# shape a tool surface, so that a call outside them is one the checks withhold and the model learns not to make.
+CELSIUS = (10, 30)
+BRIGHTNESS = (0, 100)
+MINUTES = (1, 180)
+
+
+def bounded(kind, low, high, **rest):
+    return {"type": kind, "minimum": low, "maximum": high, **rest}
+
+
+HOME_TOOLS = [
+    schema("set_thermostat", "Set the target temperature of a room",
+           {"room": {"type": "string", "enum": ROOMS}, "celsius": bounded("number", *CELSIUS)}, ["room", "celsius"]),
+    schema("turn_on_lights", "Switch on the lights in a room, optionally dimmed",
+           {"room": {"type": "string", "enum": ROOMS},
+            "brightness": bounded("integer", *BRIGHTNESS, description="percent")}, ["room"]),
+    schema("start_timer", "Start a countdown timer",
+           {"minutes": bounded("integer", *MINUTES), "label": {"type": "string"}}, ["minutes"]),
+    schema("play_music", "Play an artist, in one room or everywhere",
+           {"artist": {"type": "string"}, "room": {"type": "string", "enum": ROOMS}}, ["artist"]),
+    schema("lock_door", "Lock a door", {"door": {"type": "string", "enum": DOORS}}, ["door"]),
+]
 HOME_OFF_TOPIC = ["What's the weather like on Mars?", "Tell me a joke.", "Who wrote Pride and Prejudice?",
                   "How many legs does a spider have?", "Thanks, that's all for now.", "What day is it?",
                   "Good night!", "Can you recommend a podcast?"]
@@ -294,6 +313,92 @@ def home_example(rng, tool=""):
     return {"query": query, "tools": HOME_TOOLS, "answers": [{"name": tool, "arguments": args}]}
 
 
+# Rows that teach restraint, and two requests at once: a required value not said (missing), a request the
+# user says not to do (negation), a value outside a tool's enum or bounds (invalid), a request no tool
+# serves (irrelevant), all answered with no call; and two requests in one query (parallel), two calls.
+MISSING = [
+    ("Set the heating to {c} degrees", "Make it {c} degrees in here", "Bump the temperature up to {c}",
+     "Change the temperature in the {r}", "Make the {r} warmer", "Adjust the {r} thermostat"),
+    ("Turn on the lights", "Lights on please", "Dim the lights to {b} percent", "Can you switch a light on?"),
+    ("Start a timer", "Set a timer for the {l}", "Timer please", "Start a countdown for the {l}"),
+    ("Play some music", "Put some music on in the {r}", "Play something in the {r}", "I want to hear music"),
+    ("Lock the door", "Lock up please", "Lock the door for me", "Can you lock the door?"),
+]
+NEGATION = [
+    "Don't turn on the {r} lights", "Please do not switch the {r} lights on", "Never dim the {r} lights to {b} percent",
+    "Don't set the {r} to {c} degrees", "Leave the {r} temperature alone, don't make it {c}",
+    "Don't start a {m} minute timer", "No timer for the {l} please", "Do not play {a} in the {r}",
+    "Don't put on any {a}", "Do not lock the {d} door", "Leave the {d} door unlocked, don't lock it",
+]
+# Values outside the tools' enums and bounds.
+FAR_ROOMS = ["attic", "basement", "porch", "study", "dining room", "guest room", "laundry room", "balcony", "cellar"]
+FAR_DOORS = ["cellar", "kitchen", "bathroom", "basement", "office"]
+TOO_HOT_OR_COLD = [3, 5, 8, 35, 40, 45, 50, 60]
+TOO_BRIGHT = [120, 150, 200, 300]
+TOO_LONG = [0, 200, 240, 300, 500, 1000]
+INVALID = [
+    ("Set the {r} to {hot} degrees", "Heat the {r} to {hot}", "Make the {r} {hot} degrees please"),
+    ("Dim the {r} lights to {bright} percent", "{R} lights at {bright}% please"),
+    ("Start a {long} minute timer", "Set a {long} minute timer for the {l}"),
+    ("Turn on the lights in the {far}", "Make the {far} {c} degrees", "Play {a} in the {far}"),
+    ("Lock the {fardoor} door", "Make sure the {fardoor} door is locked"),
+]
+IRRELEVANT = [
+    "Turn off the {r} lights", "Unlock the {d} door", "Stop the music", "Cancel the {l} timer",
+    "What's the temperature in the {r}?", "Open the garage", "Vacuum the {r}", "Close the {r} blinds",
+    "Is the {d} door locked?", "How long is left on the timer?", "Order more coffee", "Turn the {r} fan on",
+]
+# Each tool's request as the half of a two-request query, and its call.
+HALVES = {
+    "set_thermostat": ["set the {r} to {c} degrees", "make the {r} {c} degrees"],
+    "turn_on_lights": ["turn on the {r} lights", "dim the {r} lights to {b} percent"],
+    "start_timer": ["start a {m} minute timer", "set a {m} minute timer for the {l}"],
+    "play_music": ["play {a}", "play {a} in the {r}"],
+    "lock_door": ["lock the {d} door"],
+}
+JOINERS = [" and ", ", and ", ". Also ", " and also "]
+
+
+def draw(rng):
+    """One value of each kind a template may say: `{r}` a room, `{c}` degrees, … and outside the tools'
+    bounds, `{hot}`, `{bright}`, `{long}`, `{far}` (a room) and `{fardoor}`."""
+    values = dict(r=rng.choice(ROOMS), c=rng.choice([17, 18, 19, 19.5, 20, 21, 22, 23, 24]),
+                  b=rng.choice([10, 20, 30, 40, 50, 60, 70, 80]), m=rng.choice([3, 5, 10, 15, 20, 30]),
+                  l=rng.choice(LABELS), a=rng.choice(ARTISTS), d=rng.choice(DOORS), hot=rng.choice(TOO_HOT_OR_COLD),
+                  bright=rng.choice(TOO_BRIGHT), long=rng.choice(TOO_LONG), far=rng.choice(FAR_ROOMS),
+                  fardoor=rng.choice(FAR_DOORS))
+    values["R"] = values["r"].capitalize()
+    return values
+
+
+def sentence(text):
+    return text[0].upper() + text[1:]
+
+
+def half_call(tool, template, values):
+    """The call a half of a parallel request makes, its arguments those the half says."""
+    says = {"room": "{r}", "celsius": "{c}", "brightness": "{b}", "minutes": "{m}", "label": "{l}", "artist": "{a}",
+            "door": "{d}"}
+    short = {"room": "r", "celsius": "c", "brightness": "b", "minutes": "m", "label": "l", "artist": "a", "door": "d"}
+    properties = next(t for t in HOME_TOOLS if t["name"] == tool)["parameters"]["properties"]
+    return {"name": tool, "arguments": {name: values[short[name]] for name in properties if says[name] in template}}
+
+
+def restraint_example(rng, category):
+    """A row of `category`: missing, negation, invalid or irrelevant (no call), or parallel (two calls)."""
+    if category == "parallel":
+        # Two tools, each half with its own values (two rooms in one query are two draws).
+        halves = [(tool, rng.choice(HALVES[tool]), draw(rng)) for tool in rng.sample(sorted(HALVES), 2)]
+        query = rng.choice(JOINERS).join(template.format(**values) for _, template, values in halves)
+        calls = [half_call(tool, template, values) for tool, template, values in halves]
+        return {"query": sentence(query), "tools": HOME_TOOLS, "answers": calls}
+    if category == "missing":
+        template = rng.choice(rng.choice(MISSING))
+    else:
+        template = rng.choice({"negation": NEGATION, "irrelevant": IRRELEVANT}.get(category) or rng.choice(INVALID))
+    return {"query": sentence(template.format(**draw(rng))), "tools": HOME_TOOLS, "answers": []}
+
+
 def words(query):
     """The dataset doctor's near-duplicate key: the query's words, lower-cased and sorted."""
     return " ".join(sorted(re.sub(r"[\W_]+", " ", query.lower()).split()))
@@ -333,12 +438,101 @@ def home_dataset(n, seed):
     return rows
 
 
+# Rows of each kind added to the app's first 120: more of its calls, and the restraint and parallel rows.
+MORE_ROWS = {"positive": 40, "parallel": 30, "missing": 28, "negation": 28, "invalid": 28, "irrelevant": 28}
+
+
+def with_restraint(rows, seed):
+    """`rows` and MORE_ROWS more from a third stream (seed + 2), none with the words of another row, all
+    shuffled together (seed + 3)."""
+    rng = random.Random(seed + 2)
+    seen = {words(row["query"]) for row in rows}
+    rows = list(rows)
+    for category, count in MORE_ROWS.items():
+        added = 0
+        while added < count:
+            if category == "positive":
+                row = home_example(rng, rng.choice([tool["name"] for tool in HOME_TOOLS]))
+            else:
+                row = restraint_example(rng, category)
+            if words(row["query"]) not in seen:
+                seen.add(words(row["query"]))
+                rows.append(row)
+                added += 1
+    random.Random(seed + 3).shuffle(rows)
+    return rows
+
+
 def write_dataset(seed=SEED):
-    rows = home_dataset(120, seed)
+    rows = with_restraint(home_dataset(120, seed), seed)
     with open(DATASET, "w", encoding="utf-8") as f:
         f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     return rows
 
 
+# --------------------------------------------------------------------------------------------
+# The app's acceptance suite: written by hand, no query of the dataset's (nor its words in another order)
+# --------------------------------------------------------------------------------------------
+SUITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "smart_home.suite.json")
+
+
+def call(name, **arguments):
+    return {"name": name, "arguments": arguments}
+
+
+def case(query, calls, category, critical=False):
+    return {"query": query, "calls": calls, "category": category, "critical": critical}
+
+
+# Upstream's proportions: 18 positive, 4 missing, 3 irrelevant, 3 negation, 2 invalid, 2 parallel; the
+# missing, negation and invalid ones critical (nine), as a wrong call there acts on what nobody asked.
+SUITE_CASES = [
+    case("Could you set the bedroom to 21 degrees", [call("set_thermostat", room="bedroom", celsius=21)], "positive"),
+    case("Warm the living room up to 23 degrees", [call("set_thermostat", room="living room", celsius=23)], "positive"),
+    case("Office temperature 19.5 please", [call("set_thermostat", room="office", celsius=19.5)], "positive"),
+    case("Set the garage heating to 12 degrees", [call("set_thermostat", room="garage", celsius=12)], "positive"),
+    case("Please switch on the bathroom lights", [call("turn_on_lights", room="bathroom")], "positive"),
+    case("Put the hallway lights on at 40 percent", [call("turn_on_lights", room="hallway", brightness=40)], "positive"),
+    case("Nursery lights to 15 percent", [call("turn_on_lights", room="nursery", brightness=15)], "positive"),
+    case("I need light in the kitchen", [call("turn_on_lights", room="kitchen")], "positive"),
+    case("Bedroom lights on at 5 percent", [call("turn_on_lights", room="bedroom", brightness=5)], "positive"),
+    case("Begin a 6 minute timer", [call("start_timer", minutes=6)], "positive"),
+    case("I need a 9 minute timer for the eggs", [call("start_timer", minutes=9, label="eggs")], "positive"),
+    case("Time 35 minutes for the bread", [call("start_timer", minutes=35, label="bread")], "positive"),
+    case("Play Radiohead", [call("play_music", artist="Radiohead")], "positive"),
+    case("Can you play Miles Davis in the office", [call("play_music", artist="Miles Davis", room="office")], "positive"),
+    case("Let's hear Coldplay in the garage", [call("play_music", artist="Coldplay", room="garage")], "positive"),
+    case("Play Bob Marley everywhere", [call("play_music", artist="Bob Marley")], "positive"),
+    case("Can you lock the side door", [call("lock_door", door="side")], "positive"),
+    case("Front door, lock it", [call("lock_door", door="front")], "positive"),
+    case("Set the temperature to 20 degrees", [], "missing", critical=True),
+    case("Turn the lights on for me", [], "missing", critical=True),
+    case("Start a timer for the laundry now", [], "missing", critical=True),
+    case("Please lock the door now", [], "missing", critical=True),
+    case("Switch off the kitchen lights", [], "irrelevant"),
+    case("What's the humidity in the nursery?", [], "irrelevant"),
+    case("Please unlock the back door", [], "irrelevant"),
+    case("Don't play any Queen in the bedroom", [], "negation", critical=True),
+    case("Please don't lock the garage door", [], "negation", critical=True),
+    case("Do not start a 25 minute timer", [], "negation", critical=True),
+    case("Dim the office lights to 140 percent", [], "invalid", critical=True),
+    case("Set the hallway to 38 degrees", [], "invalid", critical=True),
+    case("Turn on the hallway lights, then lock the back door",
+         [call("turn_on_lights", room="hallway"), call("lock_door", door="back")], "parallel"),
+    case("Set the kitchen to 22 degrees plus a 15 minute timer for the pasta",
+         [call("set_thermostat", room="kitchen", celsius=22), call("start_timer", minutes=15, label="pasta")], "parallel"),
+]
+
+
+def write_suite(rows):
+    taken = {words(row["query"]) for row in rows}
+    copied = [c["query"] for c in SUITE_CASES if words(c["query"]) in taken]
+    assert not copied, f"suite queries the dataset holds: {copied}"
+    suite = {"name": "smart_home", "tools": HOME_TOOLS, "cases": SUITE_CASES}
+    with open(SUITE, "w", encoding="utf-8") as f:
+        json.dump(suite, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+
+
 if __name__ == "__main__":
-    write_dataset()
+    write_suite(write_dataset())

@@ -765,6 +765,32 @@ fn a_wrong_key_fails_with_the_endpoints_refusal_and_no_key_names_the_variables()
 }
 
 #[test]
+fn a_no_call_share_is_kept_to_and_a_share_outside_zero_to_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (app, dataset) = generating_app(dir.path());
+    let held_back = json!({"query": "Don't heat the office", "answers": []});
+    let llm = FakeLlm::start([], reply(&[thermostat("office", 20), thermostat("garage", 12), held_back]));
+    let request = json!({"dataset": dataset, "output": "", "count": "2", "model": "stub/model",
+                         "endpoint": llm.url(), "negative_share": "0.5"});
+    app.ok("generate_examples", json!({ "request": request, "onEvent": CHANNEL }));
+    let written = wait_for_generation(&app, "finish", |state| state["state"] != "running");
+    assert_eq!((written["state"].as_str(), written["generated"].as_u64()), (Some("written"), Some(2)), "{written}");
+    let prompt = llm.seen()[0].body["messages"][1]["content"].as_str().unwrap().to_owned();
+    assert!(prompt.contains("Of the 2 examples, write 1 that must get no call"), "{prompt}");
+    let (originals, lines) = (lines_of(&dataset), lines_of(&dir.path().join("smart_home.augmented.jsonl")));
+    let new: Vec<Value> = lines[originals.len()..].iter().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let held: Vec<&Value> = new.iter().filter(|row| row["answers"] == json!([])).collect();
+    assert_eq!((new.len(), held.len()), (2, 1), "one row of each: the second thermostat row is past its share");
+
+    let refused = app.error(
+        "generate_examples",
+        json!({ "request": {"dataset": dataset, "output": "", "count": "2", "model": "", "endpoint": "",
+                            "negative_share": "1.5"}, "onEvent": CHANNEL }),
+    );
+    assert!(refused.starts_with("No-call share:"), "{refused}");
+}
+
+#[test]
 fn cancel_keeps_the_rows_that_arrived_and_writes_them() {
     let dir = tempfile::tempdir().unwrap();
     let (app, dataset) = generating_app(dir.path());

@@ -100,6 +100,46 @@ fn data_with_a_small_cap_reports_truncation_in_text() {
 }
 
 #[test]
+fn data_reports_each_category_share_and_warns_when_no_row_holds_back() {
+    let demo = fixture("../../examples/demo");
+    let data = demo.join("smart_home.jsonl");
+    let tokenizer = demo.join("needle3/tokenizer.model");
+    let output = run(&["data", data.to_str().unwrap(), "--tokenizer", tokenizer.to_str().unwrap(), "--json"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    // The categories counted from the file itself: one call, two or more, none.
+    let text = std::fs::read_to_string(&data).unwrap();
+    let mut counted = [0u64; 3];
+    for line in text.lines() {
+        let row: Value = serde_json::from_str(line).unwrap();
+        counted[row["answers"].as_array().unwrap().len().min(2)] += 1;
+    }
+    let rows = counted.iter().sum::<u64>() as f64;
+    let categories = report["doctor"]["categories"].as_array().unwrap();
+    for (category, rows_of) in [("positive", counted[1]), ("parallel", counted[2]), ("no_call", counted[0])] {
+        let entry = categories.iter().find(|c| c["category"] == category).unwrap_or_else(|| panic!("{category}"));
+        assert_eq!(entry["rows"], rows_of, "{category}");
+        assert!((entry["share"].as_f64().unwrap() - rows_of as f64 / rows).abs() < 1e-12, "{category}");
+    }
+    assert!(counted.iter().all(|&n| n > 0), "the demo teaches all three: {counted:?}");
+    let findings = report["doctor"]["findings"].as_array().unwrap();
+    assert!(findings.iter().all(|f| f["kind"] != "no_restraint"), "{findings:?}");
+
+    // The same tools with only the rows that call: the text report warns that nothing holds back.
+    let dir = tempfile::tempdir().unwrap();
+    let calling: Vec<&str> = text.lines().filter(|line| !line.contains("\"answers\": []")).collect();
+    assert!(calling.len() < text.lines().count(), "the demo writes an empty answer as `\"answers\": []`");
+    let only_calls = dir.path().join("only_calls.jsonl");
+    std::fs::write(&only_calls, calling.join("\n")).unwrap();
+    let output = run(&["data", only_calls.to_str().unwrap(), "--tokenizer", tokenizer.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let shown = stdout(&output);
+    let warning = format!("advice    none of the {} rows answers with no call", calling.len());
+    assert!(shown.contains(&warning), "{shown}");
+    assert!(shown.contains(&format!(" 0 no call (0%) of {} rows", calling.len())), "{shown}");
+}
+
+#[test]
 fn data_without_a_usable_example_fails_naming_the_file_and_line() {
     let data = fixture("data/bad/no_usable.jsonl");
     let output = run(&["data", data.to_str().unwrap(), "--tokenizer", &tokenizer_path()]);

@@ -233,6 +233,170 @@ fn augment_writes_the_originals_then_the_new_rows_without_repeating_them() {
 }
 
 #[test]
+fn a_negative_share_is_asked_for_and_each_category_keeps_to_its_share() {
+    let no_call = |query: &str| json!({"query": query, "answers": []});
+    let llm = FakeLlm::start(
+        [
+            reply(&[
+                alarm("Wake me at 6:45", "6:45"),
+                alarm("Alarm for 7 tomorrow", "7"),
+                alarm("Set one for 8:10", "8:10"),
+                no_call("Don't set an alarm for 6"),
+            ]),
+            reply(&[no_call("What's the weather?"), alarm("Alarm at 5:30", "5:30")]),
+        ],
+        Answer::Status { status: 500, retry_now: true },
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--num-samples", "4", "--batch-size", "4", "--negative-share", "0.5"];
+    let done = written(&generate(&llm, dir.path(), &args).output().unwrap());
+    assert_eq!(done["generated"], 4);
+    assert_eq!(done["rejected"], json!({"share_full": 2}), "the third and fourth alarms: two of four call");
+    let kept = rows(&dir.path().join("needle_data.jsonl"));
+    let without_call = kept.iter().filter(|row| row["answers"] == json!([])).count();
+    assert_eq!((kept.len(), without_call), (4, 2));
+    let prompt = llm.seen()[0].body["messages"][1]["content"].as_str().unwrap().to_owned();
+    assert!(prompt.contains("Of the 4 examples, write 2 that must get no call"), "{prompt}");
+    assert!(prompt.contains("leaves out a value a schema requires"), "{prompt}");
+
+    let output = generate(&llm, dir.path(), &["--negative-share", "1.5"]).output().unwrap();
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && error.contains("--negative-share is 1.5"), "{error}");
+}
+
+/// A case of a suite as the LLM writes it.
+fn case(query: &str, category: &str, calls: Value) -> Value {
+    json!({"query": query, "category": category, "calls": calls})
+}
+
+fn alarm_call(time: &str) -> Value {
+    json!({"name": "set_alarm", "arguments": {"time": time}})
+}
+
+#[test]
+fn a_suite_for_the_tools_is_checked_case_by_case_and_repeats_no_query_of_the_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("alarms.jsonl");
+    let lines: Vec<String> = [("Wake me at 6:45", "6:45"), ("Alarm for 7 tomorrow", "7")]
+        .iter()
+        .map(|(query, time)| json!({"query": query, "tools": tools(), "answers": [alarm_call(time)]}).to_string())
+        .collect();
+    std::fs::write(&data, lines.join("\n") + "\n").unwrap();
+    let llm = FakeLlm::start(
+        [
+            // The one new training row.
+            reply(&[alarm("Alarm at 5:30", "5:30")]),
+            // The suite's first request: three good positive cases and a missing one, and the rest refused.
+            reply(&[
+                case("Set an alarm for 9:15", "positive", json!([alarm_call("9:15")])),
+                case("Alarm at 10:20 please", "positive", json!([alarm_call("10:20")])),
+                case("I need an alarm at 11:05", "positive", json!([alarm_call("11:05")])),
+                case("Set an alarm", "missing", json!([])),
+                case("WAKE ME AT 6:45", "positive", json!([alarm_call("6:45")])),
+                case("Alarm at 5:30", "positive", json!([alarm_call("5:30")])),
+                case(
+                    "Alarm at 4:40 hourly",
+                    "positive",
+                    json!([{"name": "set_alarm", "arguments": {"time": "4:40", "repeat": "hourly"}}]),
+                ),
+                case("Alarm at 12:00", "missing", json!([alarm_call("12:00")])),
+                case("Wake me later", "positive", json!([alarm_call("7:00")])),
+            ]),
+            // The second asks for what is missing.
+            reply(&[
+                case("Alarm for 3:25", "positive", json!([alarm_call("3:25")])),
+                case(
+                    "Alarm for 2:50, daily",
+                    "positive",
+                    json!([{"name": "set_alarm", "arguments": {"time": "2:50", "repeat": "daily"}}]),
+                ),
+                case("Alarm for 1:10", "positive", json!([alarm_call("1:10")])),
+                case("Order a pizza", "irrelevant", json!([])),
+                case("Don't set an alarm for 8", "negation", json!([])),
+            ]),
+        ],
+        Answer::Status { status: 500, retry_now: true },
+    );
+    let suite_path = dir.path().join("alarms.suite.json");
+    let output = needle!()
+        .current_dir(dir.path())
+        .env("OPENROUTER_API_KEY", KEY)
+        .args(["generate-data", "--augment", "alarms.jsonl", "--num-samples", "1", "--batch-size", "1"])
+        .args(["--workers", "1", "--events", "jsonl", "--endpoint", llm.url()])
+        .args(["--suite", "alarms.suite.json", "--suite-cases", "8"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let all = events(&output);
+    let done = all.last().unwrap();
+    assert_eq!((done["event"].as_str(), done["cases"].as_u64()), (Some("suite_written"), Some(8)));
+    assert_eq!(
+        done["rejected"],
+        json!({"repeated_query": 2, "call_outside_schema": 1, "calls_unfit_for_category": 1, "ungrounded": 1,
+               "category_full": 1})
+    );
+    // 8 cases in upstream's proportions: 4.5 positive, 1 missing, 0.75 irrelevant and negation, 0.5 invalid
+    // and parallel, the largest remainders rounded up.
+    let wanted = json!({"positive": 5, "missing": 1, "irrelevant": 1, "negation": 1, "invalid": 0, "parallel": 0});
+    assert_eq!(done["wanted"], wanted);
+    assert!(all.iter().any(|e| e["event"] == "written"), "the rows are written first");
+
+    let suite = needle_engine::suite::Suite::load(&suite_path).expect("the suite needle suite reads");
+    assert_eq!(suite.name, "alarms");
+    assert_eq!(suite.tools, tools().as_array().unwrap().clone());
+    let categories: Vec<(&str, bool)> = suite.cases.iter().map(|c| (c.category.name(), c.critical)).collect();
+    assert_eq!(
+        categories,
+        [
+            ("positive", false),
+            ("positive", false),
+            ("positive", false),
+            ("positive", false),
+            ("positive", false),
+            ("missing", true),
+            ("irrelevant", false),
+            ("negation", true)
+        ]
+    );
+    let trained: Vec<String> = rows(&dir.path().join("alarms.augmented.jsonl"))
+        .iter()
+        .map(|row| row["query"].as_str().unwrap().to_lowercase())
+        .collect();
+    assert_eq!(trained.len(), 3);
+    for case in &suite.cases {
+        assert!(!trained.contains(&case.query.to_lowercase()), "{} is a training row's query", case.query);
+    }
+    let seen = llm.seen();
+    let ask = |n: usize| seen[n].body["messages"][1]["content"].as_str().unwrap().to_owned();
+    assert!(ask(1).contains("- 5 positive: ") && ask(1).contains("- 1 missing: "), "{}", ask(1));
+    let second = ask(2);
+    assert!(second.contains("- 2 positive: ") && second.contains("- 1 negation: "), "{second}");
+    assert!(!second.contains("missing:"), "a category already whole is not asked for again: {second}");
+}
+
+#[test]
+fn a_suite_alone_writes_no_rows_and_a_suite_without_a_case_is_an_error() {
+    let llm = FakeLlm::start(
+        [reply(&[case("Set an alarm for 9:15", "positive", json!([alarm_call("9:15")]))])],
+        reply(&[case("Wake me whenever", "positive", json!([alarm_call("6:00")]))]),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--num-samples", "0", "--suite", "one.suite.json", "--suite-cases", "1"];
+    let output = generate(&llm, dir.path(), &args).output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(!dir.path().join("needle_data.jsonl").exists());
+    let suite = needle_engine::suite::Suite::load(&dir.path().join("one.suite.json")).unwrap();
+    assert_eq!(suite.cases.len(), 1);
+
+    // Every later reply's case is ungrounded: eight requests, nothing kept, nothing written.
+    let args = ["--num-samples", "0", "--suite", "none.suite.json"];
+    let output = generate(&llm, dir.path(), &args).output().unwrap();
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && error.contains("no case of the suite was kept (8 ungrounded)"), "{error}");
+    assert!(!dir.path().join("none.suite.json").exists());
+}
+
+#[test]
 fn the_doctor_reports_in_data_and_fix_writes_the_rows_that_pass() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data.jsonl");

@@ -390,6 +390,16 @@ export type CategoryScore = {
   total: number;
 };
 
+/**
+ * How many rows of a file are of one category, and their share of all its rows (rows whose
+ * answers do not read are of none).
+ */
+export type CategoryShare = {
+  category: RowCategory;
+  rows: number;
+  share: number;
+};
+
 /** The doctor's report on a file. */
 export type Checkup = {
   /** One sentence: what to fix first. */
@@ -401,8 +411,8 @@ export type Checkup = {
   rows: number;
   /** Rows with at least one error: what `--fix` leaves out. */
   failing_rows: number;
-  rows_without_call: number;
-  no_call_share: number;
+  /** The rows of each category a row shows by itself, in [`RowCategory`]'s order, every category listed. */
+  categories: CategoryShare[];
   /**
    * The tools rows offer, with the number of calls of each in all the answers: the
    * [`KEPT_TOOLS`] most called (of equals, the first by name).
@@ -673,6 +683,8 @@ export type GenerateRequest = {
   model: string;
   /** An OpenAI-compatible chat-completions URL [default: `OPENROUTER_URL`, else OpenRouter's]. */
   endpoint: string;
+  /** The share of the new rows that must get no call (0.3 for 30%) [default, empty: the LLM's own mix]. */
+  negative_share?: string;
 };
 
 /** What the Generate form starts with. */
@@ -938,6 +950,11 @@ export type Kind =
   | "ungrounded"
   /** The same words as an earlier row's query, in another order, case or punctuation. */
   | "near_duplicate"
+  /**
+   * No row calls nothing: the file never teaches the model to hold back (ahead of the counts
+   * below: a model that always calls acts on requests it should refuse).
+   */
+  | "no_restraint"
   /** A tool that is offered but called in too few rows to learn. */
   | "few_examples"
   /** Most rows call nothing. */
@@ -1272,6 +1289,21 @@ export type Reliability = {
    */
   proposed: number;
 };
+
+/**
+ * What a row teaches, as far as the row itself tells: by its number of calls. A row with no call
+ * may answer a request missing a required value, one no tool serves, a negated one or one outside a
+ * tool's bounds (an acceptance suite's missing, irrelevant, negation and invalid cases), but its
+ * answer is the same empty list for all four and nothing in the row says which it is: they are one
+ * category here.
+ */
+export type RowCategory =
+  /** One call. */
+  | "positive"
+  /** Two calls or more. */
+  | "parallel"
+  /** An empty list of calls: the model holds back. */
+  | "no_call";
 
 /** One rung scored. */
 export type Rung = {

@@ -14,6 +14,7 @@ import { hear, state, tell } from '../ground/state.js';
 
 /** @typedef {import('../ground/api.js').DragDrop} DragDrop */
 /** @typedef {import('../ground/types.js').Checkup} Checkup */
+/** @typedef {import('../ground/types.js').RowCategory} RowCategory */
 /** @typedef {import('../ground/types.js').DatasetReport} DatasetReport */
 /** @typedef {import('../ground/types.js').GenerateMessage} GenerateMessage */
 /** @typedef {import('../ground/types.js').GenerationState} GenerationState */
@@ -110,9 +111,15 @@ function renderDoctor(doctor) {
   );
   const tools = Object.entries(doctor.calls_per_tool).map(([tool, n]) => `${tool} ${formatCount(n)}`);
   if (doctor.unlisted_tools > 0) tools.push(`… and ${formatCount(doctor.unlisted_tools)} more tools`);
+  // A row with no call does not say why (a value missing, negated, invalid, no tool fits): one category.
+  const categories = doctor.categories.map(({ category, rows, share }) =>
+    `${formatCount(rows)} ${CATEGORY_NAMES[category]} (${Math.round(100 * share)}%)`);
   $('doctor-tools').textContent = `Calls per tool: ${tools.join(', ') || 'none'} · ` +
-    `${formatCount(doctor.rows_without_call)} of ${formatCount(doctor.rows)} rows call nothing`;
+    `Rows: ${categories.join(', ')} of ${formatCount(doctor.rows)}`;
 }
+
+/** @type {Record<RowCategory, string>} */
+const CATEGORY_NAMES = { positive: 'one call', parallel: 'parallel calls', no_call: 'no call' };
 
 let lineSeq = 0;
 /** Shows line `line` of the dataset as it is written. @param {number} line */
@@ -273,6 +280,7 @@ async function generate() {
     count: $('generate-count').value,
     model: $('generate-model').value,
     endpoint: $('generate-endpoint').value,
+    negative_share: $('generate-negative-share').value,
   };
   try {
     await api.generateExamples(request, handleGenerateEvent);

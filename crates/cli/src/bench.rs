@@ -4,7 +4,9 @@
 use std::time::Instant;
 
 use anyhow::{anyhow, Result};
-use needle_engine::backend::{self, DeviceRequest};
+use needle_engine::backend::{self, DeviceRequest, Selected};
+use needle_engine::calls::decode_bench::{BenchPrecision, DecodeBench, BENCH_ROWS};
+use needle_engine::config::ModelConfig;
 use needle_engine::train::bench::{self, BenchOptions};
 
 /// Time LoRA training steps on a random-init model held in memory.
@@ -30,13 +32,21 @@ pub struct Args {
     /// Recompute activations layer by layer: auto (the memory plan decides), on or off
     #[arg(long, value_enum, default_value_t = Recompute::Auto)]
     pub recompute: Recompute,
-    /// Time greedy decoding of this many new tokens after a --seq-token prompt instead of training
+    /// Time greedy decoding of exactly this many new tokens after a --seq-token prompt instead of
+    /// training: one turn, and 16 rows, at each precision
     #[arg(long)]
     pub decode: Option<usize>,
+    /// With --decode, time one precision alone (so that its peak memory is its own): `f32` (rows
+    /// one at a time, as scoring did before batching) or `simulated` (W4 weights and 8-bit
+    /// activations simulated in float, 16 rows together)
+    #[arg(long, requires = "decode")]
+    pub precision: Option<String>,
     /// Force a backend (auto, cpu, cuda, metal); default: NEEDLE_DEVICE, else auto
     #[arg(long)]
     pub device: Option<String>,
-    /// Print one JSON line {"startup_s", "first_step_s", "step_s", "tokens_per_s", "peak_rss_mb", …}
+    /// Print one JSON line {"startup_s", "first_step_s", "step_s", "tokens_per_s", "peak_rss_mb", …};
+    /// with --decode {"cpu", "preset", …, "precisions": [{"precision", "prefill_s", "turn_s",
+    /// "decode_tokens_per_s", "rows_per_s", "peak_rss_mb", "batch"}]}
     #[arg(long)]
     pub json: bool,
 }
@@ -54,22 +64,7 @@ pub fn run(args: Args, process_start: Instant) -> Result<()> {
     let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
     noteln!("  {:<9} {}  {}", "backend", selected.info.backend, selected.info.device);
     if let Some(new_tokens) = args.decode {
-        let report = bench::decode(&config, args.seq, new_tokens, &selected.device)?;
-        if args.json {
-            outln!("{}", serde_json::to_string(&report)?)?;
-        } else {
-            outln!(
-                "  {:<11} {} prompt tokens, {} new, {}",
-                "shape",
-                report.prompt_tokens,
-                report.new_tokens,
-                args.preset
-            )?;
-            outln!("  {:<11} {:.3} s (one pass)", "prefill", report.prefill_s)?;
-            outln!("  {:<11} {:.1} tokens/s", "decode", report.decode_tokens_per_s)?;
-            outln!("  {:<11} {:.0} MB", "peak RSS", report.peak_rss_mb)?;
-        }
-        return Ok(());
+        return decode(&args, config, new_tokens, &selected);
     }
     let recompute = match args.recompute {
         Recompute::Auto => None,
@@ -100,6 +95,65 @@ pub fn run(args: Args, process_start: Instant) -> Result<()> {
         if let Some(mb) = report.device_memory_mb {
             outln!("  {:<11} {mb:.0} MB", "GPU memory")?;
         }
+    }
+    Ok(())
+}
+
+/// `--decode`: one turn and [`BENCH_ROWS`] rows at each precision (or the one `--precision` names).
+fn decode(args: &Args, config: ModelConfig, new_tokens: usize, selected: &Selected) -> Result<()> {
+    let precisions = match &args.precision {
+        None => BenchPrecision::ALL.to_vec(),
+        Some(name) => vec![BenchPrecision::named(name).ok_or_else(|| {
+            let names: Vec<&str> = BenchPrecision::ALL.iter().map(|p| p.name()).collect();
+            anyhow!("--precision {name}: unknown; use one of {}", names.join(", "))
+        })?],
+    };
+    let bench = DecodeBench { config, prompt_tokens: args.seq, new_tokens };
+    if !args.json {
+        outln!("  {:<11} {} prompt tokens, {new_tokens} new, {}", "shape", args.seq, args.preset)?;
+        outln!(
+            "  {:<11} {:>10} {:>10} {:>12} {:>14} {:>10}",
+            "precision",
+            "prefill s",
+            "turn s",
+            "decode tok/s",
+            format!("rows/s ({BENCH_ROWS})"),
+            "peak MB"
+        )?;
+    }
+    let mut figures = Vec::new();
+    for precision in precisions {
+        let got = bench.run(precision, &selected.device)?;
+        if !args.json {
+            outln!(
+                "  {:<11} {:>10.3} {:>10.3} {:>12.1} {:>14.2} {:>10.0}{}",
+                precision.name(),
+                got.prefill_s,
+                got.turn_s,
+                got.decode_tokens_per_s,
+                got.rows_per_s,
+                got.peak_rss_mb,
+                if got.batch == 1 {
+                    "  (rows one at a time)".to_string()
+                } else {
+                    format!("  ({} together)", got.batch)
+                }
+            )?;
+        }
+        figures.push(got);
+    }
+    if args.json {
+        let line = serde_json::json!({
+            "cpu": backend::cpu_name(),
+            "backend": selected.info.backend.to_string(),
+            "device": selected.info.device,
+            "preset": args.preset,
+            "prompt_tokens": args.seq,
+            "new_tokens": new_tokens,
+            "rows": BENCH_ROWS,
+            "precisions": figures,
+        });
+        outln!("{line}")?;
     }
     Ok(())
 }

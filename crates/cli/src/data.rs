@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use needle_engine::dataset::{Checkup, Dataset, DatasetReport, Severity};
+use needle_engine::dataset::{Checkup, Dataset, DatasetReport, RowCategory, Severity};
 use needle_engine::generation::Generation;
 use needle_engine::tokenizer::Tokenizer;
 
@@ -90,13 +90,27 @@ fn print_doctor(out: &mut impl Write, doctor: &Checkup) -> std::io::Result<()> {
     if doctor.unlisted_tools > 0 {
         tools.push(format!("… and {} more tools", doctor.unlisted_tools));
     }
+    writeln!(out, "  {:<9} {}", "calls", tools.join(", "))?;
+    let categories: Vec<String> = doctor
+        .categories
+        .iter()
+        .map(|c| format!("{} {} ({:.0}%)", c.rows, category_name(c.category), 100.0 * c.share))
+        .collect();
+    // A row with no call does not say whether its request left out a value, was negated, invalid or
+    // served by no tool: the report can only count them together.
     writeln!(
         out,
-        "  {:<9} {}; {} of {} rows ({:.0}%) call no tool",
-        "calls",
-        tools.join(", "),
-        doctor.rows_without_call,
-        doctor.rows,
-        100.0 * doctor.no_call_share
+        "  {:<9} {} of {} rows (no call: missing, negated, invalid and irrelevant requests alike)",
+        "rows",
+        categories.join(", "),
+        doctor.rows
     )
+}
+
+fn category_name(category: RowCategory) -> &'static str {
+    match category {
+        RowCategory::Positive => "one call",
+        RowCategory::Parallel => "parallel calls",
+        RowCategory::NoCall => "no call",
+    }
 }

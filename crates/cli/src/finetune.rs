@@ -72,6 +72,7 @@ pub fn run(mut args: Args) -> Result<()> {
             llm: &args.llm,
             events: args.events,
             cancel: &cancel,
+            mix: needle_engine::generate::Mix::default(),
         };
         let (augmented, cancelled) = crate::generate::augment(&job, &args.inputs.data, None)?;
         if cancelled {

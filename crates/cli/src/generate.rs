@@ -1,7 +1,9 @@
 //! `needle generate-data`: training rows written by an LLM through an OpenAI-compatible endpoint
 //! (the reference's `generate_main` and `augment_jsonl`), every row checked by the dataset doctor
-//! before it is kept; and the same for `needle finetune --generate N`.
+//! before it is kept, in the shares of no-call and parallel rows asked for; an acceptance suite for
+//! the same tools when asked (`--suite`); and the rows for `needle finetune --generate N`.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -10,8 +12,10 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use indicatif::ProgressBar;
 use needle_engine::atomic::write_atomically;
-use needle_engine::dataset::{Dataset, Example};
-use needle_engine::generate::{self, Endpoint, GenerateEvent, GenerateSettings, Generated};
+use needle_engine::dataset::{query_key, Dataset, Example};
+use needle_engine::generate::{
+    self, Endpoint, GenerateEvent, GenerateSettings, Generated, GeneratedSuite, Mix, SuiteRequest,
+};
 use needle_engine::generation::Generation;
 use serde::Serialize;
 use serde_json::Value;
@@ -29,9 +33,24 @@ pub struct Args {
     /// A dataset to write more of: its rows' tools are asked for, and the output holds its rows, then the new ones
     #[arg(long)]
     pub augment: Option<PathBuf>,
-    /// How many new rows to keep
+    /// How many new rows to keep (0 with --suite: the suite alone)
     #[arg(long, default_value_t = generate::DEFAULT_NUM_SAMPLES)]
     pub num_samples: usize,
+    /// The share of new rows that must get no call: requests missing a required value, negated, outside a
+    /// tool's bounds or served by no tool, asked for about equally [default: the LLM's mix, as the reference]
+    #[arg(long, value_name = "SHARE")]
+    pub negative_share: Option<f64>,
+    /// The share of new rows with two calls or more [default: the LLM's mix]
+    #[arg(long, value_name = "SHARE")]
+    pub parallel_share: Option<f64>,
+    /// Also write an acceptance suite for the same tools (`needle suite` scores a model on it): six categories in
+    /// upstream's proportions, no query of the dataset's
+    #[arg(long, value_name = "OUT.suite.json")]
+    pub suite: Option<PathBuf>,
+    /// Cases in the suite (upstream's suites have 32: 18 positive, 4 missing, 3 irrelevant, 3 negation,
+    /// 2 invalid, 2 parallel)
+    #[arg(long, default_value_t = generate::DEFAULT_SUITE_CASES, requires = "suite")]
+    pub suite_cases: usize,
     /// Rows asked for in one request
     #[arg(long, default_value_t = generate::DEFAULT_BATCH_SIZE)]
     pub batch_size: usize,
@@ -72,6 +91,7 @@ pub struct Job<'a> {
     pub llm: &'a Llm,
     pub events: Option<EventFormat>,
     pub cancel: &'a AtomicBool,
+    pub mix: Mix,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -88,8 +108,12 @@ pub fn run(args: Args) -> Result<()> {
         llm: &args.llm,
         events: args.events,
         cancel: &cancel,
+        mix: Mix { negative: args.negative_share, parallel: args.parallel_share },
     };
-    match (&args.tools, &args.augment) {
+    job.mix.check()?;
+    // With --suite, --num-samples 0 writes the suite alone.
+    let rows_wanted = args.num_samples > 0 || args.suite.is_none();
+    let (tools, wrote) = match (&args.tools, &args.augment) {
         (Some(tools), _) => {
             let text = std::fs::read_to_string(tools).with_context(|| format!("reading {}", tools.display()))?;
             let schemas: Value = serde_json::from_str(&text)
@@ -101,12 +125,128 @@ pub fn run(args: Args) -> Result<()> {
                 );
             }
             let output = args.output.clone().unwrap_or_else(|| PathBuf::from("needle_data.jsonl"));
-            write_generated(&job, &schemas, &[], &[], &output).map(drop)
+            let wrote =
+                if rows_wanted { write_generated(&job, &schemas, &[], &[], &output)? } else { Wrote::default() };
+            (schemas, wrote)
         }
-        (None, Some(data)) => augment(&job, data, args.output.as_deref()).map(drop),
+        (None, Some(data)) => {
+            let dataset = Dataset::load(data, Generation::default())?;
+            let tools = dataset_tools(&dataset, data)?;
+            let mut wrote = if rows_wanted {
+                let output = args.output.clone().unwrap_or_else(|| generate::augmented_path(data));
+                write_generated(&job, &tools, &dataset.examples, &originals(data)?, &output)?
+            } else {
+                Wrote::default()
+            };
+            wrote.queries.extend(dataset.examples.iter().map(|example| query_key(&example.query)));
+            (tools, wrote)
+        }
         // clap's group requires one of them.
         (None, None) => bail!("pass --tools TOOLS.json or --augment DATA.jsonl"),
+    };
+    match &args.suite {
+        Some(path) if !wrote.cancelled => write_suite(&job, &tools, &wrote.queries, args.suite_cases, path),
+        _ => Ok(()),
     }
+}
+
+/// What writing the rows left: whether it was cancelled, and every query the file holds (as
+/// [`query_key`] compares them), which no suite case may repeat.
+#[derive(Default)]
+struct Wrote {
+    cancelled: bool,
+    queries: HashSet<String>,
+}
+
+/// The tools of a dataset's rows; none is an error naming the file.
+fn dataset_tools(dataset: &Dataset, data: &Path) -> Result<Value> {
+    let tools = generate::tools_of_examples(&dataset.examples);
+    if tools.is_empty() {
+        return Err(generate::GenerateError::NoTools { path: data.display().to_string() }.into());
+    }
+    Ok(Value::Array(tools))
+}
+
+/// The file's non-empty lines, as written.
+fn originals(data: &Path) -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(data).with_context(|| format!("reading {}", data.display()))?;
+    Ok(text.lines().filter(|line| !line.trim().is_empty()).map(str::to_owned).collect())
+}
+
+/// Asks for the suite, then writes it to `path` atomically; says so on stdout.
+fn write_suite(job: &Job, tools: &Value, avoid: &HashSet<String>, cases: usize, path: &Path) -> Result<()> {
+    let endpoint = Endpoint::resolve(job.llm.endpoint.as_deref())?;
+    let name = suite_name(path);
+    let request = SuiteRequest {
+        name: &name,
+        tools,
+        cases,
+        avoid,
+        model: &job.llm.model,
+        timeout: Duration::from_secs(job.llm.timeout),
+    };
+    let generated = match job.events {
+        Some(EventFormat::Jsonl) => generate::generate_suite(&request, &endpoint, job.cancel, |event| {
+            let _ = print_json(event);
+        }),
+        None => {
+            let view = Bar::new(cases, "cases");
+            let generated = generate::generate_suite(&request, &endpoint, job.cancel, |event| view.show(event));
+            view.bar.finish_and_clear();
+            generated
+        }
+    }?;
+    let text = serde_json::to_string_pretty(&generated.suite.to_json())? + "\n";
+    write_atomically(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+    match job.events {
+        Some(EventFormat::Jsonl) => print_json(&SuiteWritten {
+            event: "suite_written",
+            path,
+            cases: generated.suite.cases.len(),
+            summary: &generated,
+        })?,
+        None => print_suite_summary(&generated, path)?,
+    }
+    Ok(())
+}
+
+/// The suite's name: its file's, without `.suite.json` (or `.json`).
+fn suite_name(path: &Path) -> String {
+    let file = path.file_name().map_or_else(|| "suite".into(), |name| name.to_string_lossy().into_owned());
+    let name = file.strip_suffix(".json").unwrap_or(&file);
+    name.strip_suffix(".suite").unwrap_or(name).to_owned()
+}
+
+/// The `--events` line after the suite is written.
+#[derive(Serialize)]
+struct SuiteWritten<'a> {
+    event: &'static str,
+    path: &'a Path,
+    cases: usize,
+    #[serde(flatten)]
+    summary: &'a GeneratedSuite,
+}
+
+fn print_suite_summary(generated: &GeneratedSuite, path: &Path) -> Result<()> {
+    let stopped = if generated.cancelled { "  (cancelled: the cases that arrived are kept)" } else { "" };
+    let per: Vec<String> = (generated.wanted.iter())
+        .map(|(category, wanted)| {
+            format!("{category} {}/{wanted}", generated.written.get(category).copied().unwrap_or(0))
+        })
+        .collect();
+    let wanted: usize = generated.wanted.values().sum();
+    outln!("  {:<9} {}/{wanted} cases: {}{stopped}", "suite", generated.suite.cases.len(), per.join(", "))?;
+    if !generated.wanted.contains_key(&needle_engine::suite::Category::Invalid) {
+        outln!("  {:<9} no invalid case: no tool has an enum or a bound a value could break", "")?;
+    }
+    if generated.failed_requests > 0 {
+        outln!("  {:<9} {} request(s)", "failed", generated.failed_requests)?;
+    }
+    if !generated.rejected.is_empty() {
+        outln!("  {:<9} {}", "rejected", counts(&generated.rejected))?;
+    }
+    outln!("  {:<9} {}", "wrote", path.display())?;
+    Ok(())
 }
 
 /// Writes `data`'s lines and then new rows for its tools to `output` (default `DATA.augmented.jsonl`, as
@@ -114,20 +254,20 @@ pub fn run(args: Args) -> Result<()> {
 pub fn augment(job: &Job, data: &Path, output: Option<&Path>) -> Result<(PathBuf, bool)> {
     // The rows are the user's, for whichever generation they train; read them as the default's.
     let dataset = Dataset::load(data, Generation::default())?;
-    let tools = generate::tools_of_examples(&dataset.examples);
-    if tools.is_empty() {
-        return Err(generate::GenerateError::NoTools { path: data.display().to_string() }.into());
-    }
-    let text = std::fs::read_to_string(data).with_context(|| format!("reading {}", data.display()))?;
-    let originals: Vec<&str> = text.lines().filter(|line| !line.trim().is_empty()).collect();
+    let tools = dataset_tools(&dataset, data)?;
     let output = output.map_or_else(|| generate::augmented_path(data), Path::to_owned);
-    let cancelled = write_generated(job, &Value::Array(tools), &dataset.examples, &originals, &output)?;
-    Ok((output, cancelled))
+    let wrote = write_generated(job, &tools, &dataset.examples, &originals(data)?, &output)?;
+    Ok((output, wrote.cancelled))
 }
 
 /// Generates, then writes `originals` and the new rows to `output` atomically; says so on stdout.
-/// Returns whether generation was cancelled.
-fn write_generated(job: &Job, tools: &Value, existing: &[Example], originals: &[&str], output: &Path) -> Result<bool> {
+fn write_generated(
+    job: &Job,
+    tools: &Value,
+    existing: &[Example],
+    originals: &[String],
+    output: &Path,
+) -> Result<Wrote> {
     let endpoint = Endpoint::resolve(job.llm.endpoint.as_deref())?;
     let settings = GenerateSettings {
         num_samples: job.num_samples,
@@ -135,6 +275,7 @@ fn write_generated(job: &Job, tools: &Value, existing: &[Example], originals: &[
         workers: job.workers,
         model: job.llm.model.clone(),
         timeout: Duration::from_secs(job.llm.timeout),
+        mix: job.mix,
     };
     let cancel = job.cancel;
     let generated = match job.events {
@@ -142,7 +283,7 @@ fn write_generated(job: &Job, tools: &Value, existing: &[Example], originals: &[
             let _ = print_json(event);
         }),
         None => {
-            let view = Bar::new(settings.num_samples);
+            let view = Bar::new(settings.num_samples, "rows");
             let generated = generate::generate(tools, existing, &settings, &endpoint, cancel, |event| view.show(event));
             view.bar.finish_and_clear();
             generated
@@ -171,7 +312,8 @@ fn write_generated(job: &Job, tools: &Value, existing: &[Example], originals: &[
         }
         None => print_summary(&generated, written, output)?,
     }
-    Ok(generated.cancelled)
+    let queries = generated.rows.iter().filter_map(|row| row.get("query")?.as_str()).map(query_key).collect();
+    Ok(Wrote { cancelled: generated.cancelled, queries })
 }
 
 /// The last `--events` line: the file is written. Not `finished`, which `finetune --generate` sends
@@ -213,8 +355,9 @@ struct Bar {
 }
 
 impl Bar {
-    fn new(wanted: usize) -> Self {
-        Self { bar: progress::bar(wanted as u64, "{pos}/{len} rows  {msg}") }
+    /// A bar counting `wanted` of `what` (rows, cases).
+    fn new(wanted: usize, what: &str) -> Self {
+        Self { bar: progress::bar(wanted as u64, &format!("{{pos}}/{{len}} {what}  {{msg}}")) }
     }
 
     fn show(&self, event: &GenerateEvent) {
@@ -223,6 +366,11 @@ impl Bar {
                 self.bar.set_position(*generated as u64);
                 let rejected: usize = rejected.values().sum();
                 self.bar.set_message(format!("failed requests {failed_requests}  rejected rows {rejected}"));
+            }
+            GenerateEvent::SuiteProgress { cases, failed_requests, rejected, .. } => {
+                self.bar.set_position(*cases as u64);
+                let rejected: usize = rejected.values().sum();
+                self.bar.set_message(format!("failed requests {failed_requests}  rejected cases {rejected}"));
             }
             GenerateEvent::RequestFailed { message } => self.bar.println(format!("  {:<9} {message}", "failed")),
         }

@@ -221,6 +221,11 @@ fn open(backend: Backend) -> Result<(Device, Probe), String> {
     }
 }
 
+/// The CPU's brand and thread count, as benchmark reports name the machine.
+pub fn cpu_name() -> String {
+    probe_cpu().name
+}
+
 fn probe_cpu() -> Probe {
     use sysinfo::{CpuRefreshKind, MemoryRefreshKind, RefreshKind, System};
     let refresh =

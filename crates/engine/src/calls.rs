@@ -4,6 +4,7 @@
 //! how far the answers' confidence can be relied on ([`reliability`]).
 
 mod breakdown;
+pub mod decode_bench;
 pub mod ladder;
 mod parse;
 pub mod reliability;

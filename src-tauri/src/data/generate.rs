@@ -36,6 +36,9 @@ pub struct GenerateRequest {
     pub model: String,
     /// An OpenAI-compatible chat-completions URL [default: `OPENROUTER_URL`, else OpenRouter's].
     pub endpoint: String,
+    /// The share of the new rows that must get no call (0.3 for 30%) [default, empty: the LLM's own mix].
+    #[serde(default)]
+    pub negative_share: String,
 }
 
 /// What the Generate form starts with.
@@ -181,6 +184,18 @@ pub fn output_path(dataset: &Path, output: &Path) -> PathBuf {
     ending_in(output, "jsonl")
 }
 
+/// The no-call share as typed: empty for none, else a number from 0 to 1.
+fn negative_share(typed: &str) -> Result<Option<f64>, String> {
+    let typed = typed.trim();
+    if typed.is_empty() {
+        return Ok(None);
+    }
+    match typed.parse::<f64>() {
+        Ok(share) if (0.0..=1.0).contains(&share) => Ok(Some(share)),
+        _ => Err("No-call share: a share from 0 to 1 (0.3 for 30%), or empty for the model's own mix".into()),
+    }
+}
+
 /// Starts writing `request.count` more rows of `request.dataset`; the outcome comes on `channel`.
 pub fn start(
     worker: &Worker,
@@ -196,6 +211,7 @@ pub fn start(
         .ok()
         .filter(|n| (1..=MAX_COUNT).contains(n))
         .ok_or_else(|| format!("Count: a whole number from 1 to {MAX_COUNT}"))?;
+    let negative_share = negative_share(&request.negative_share)?;
     if request.dataset.as_os_str().is_empty() {
         return Err("choose a dataset first: its tools are what the new examples call".into());
     }
@@ -207,6 +223,7 @@ pub fn start(
         // A few rows are asked for in batches of that few: no request writes rows nobody keeps, and
         // the bar moves with each reply.
         batch_size: DEFAULT_BATCH_SIZE.min(count),
+        negative_share,
         model: model.into(),
         endpoint: Some(request.endpoint.trim()).filter(|url| !url.is_empty()).map(Into::into),
         output,

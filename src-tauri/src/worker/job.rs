@@ -10,7 +10,7 @@ use clap::CommandFactory;
 use needle_cli::args::{self, EventFormat, LadderArgs, Llm, ModelInputs, Settings, WeightsInputs};
 use needle_cli::{Cli, Command};
 use needle_engine::cact::Bits;
-use needle_engine::generate::{DEFAULT_TIMEOUT_S, DEFAULT_WORKERS, FINETUNE_WORKERS};
+use needle_engine::generate::{DEFAULT_SUITE_CASES, DEFAULT_TIMEOUT_S, DEFAULT_WORKERS, FINETUNE_WORKERS};
 use needle_engine::generation::Generation;
 use needle_engine::settings::TrainSettings;
 use serde_json::{Map, Value};
@@ -65,6 +65,8 @@ pub enum Job {
         dataset: PathBuf,
         count: usize,
         batch_size: usize,
+        /// The share of rows that must get no call, where the user set one.
+        negative_share: Option<f64>,
         model: String,
         endpoint: Option<String>,
         output: PathBuf,
@@ -125,11 +127,15 @@ impl Job {
                 ladder: LadderArgs { ladder: true, rungs: Vec::new(), events: Some(EventFormat::Jsonl) },
                 ..held_out(checkpoint, adapter, tokenizer, dataset, settings, *examples)
             }),
-            Job::Generate { dataset, count, batch_size, model, endpoint, output } => {
+            Job::Generate { dataset, count, batch_size, negative_share, model, endpoint, output } => {
                 Command::GenerateData(args::GenerateData {
                     tools: None,
                     augment: Some(dataset.clone()),
                     num_samples: *count,
+                    negative_share: *negative_share,
+                    parallel_share: None,
+                    suite: None,
+                    suite_cases: DEFAULT_SUITE_CASES,
                     batch_size: *batch_size,
                     workers: DEFAULT_WORKERS,
                     llm: Llm { model: model.clone(), endpoint: endpoint.clone(), timeout: DEFAULT_TIMEOUT_S },
@@ -377,6 +383,7 @@ mod tests {
                 dataset: "/data/smart_home.jsonl".into(),
                 count: 6,
                 batch_size: 6,
+                negative_share: Some(0.3),
                 model: "stub/model".into(),
                 endpoint: Some("http://127.0.0.1:9/v1/chat/completions".into()),
                 output: "/data/more.jsonl".into(),

@@ -20,12 +20,16 @@ use crate::checks::{CheckedAnswer, Turn};
 use crate::dataset::{render, Example};
 use crate::lora::{self, load_adapter, AdapterFileError, MergeError};
 use crate::model::packing::{shared_prefixes, MIN_SHARED};
-use crate::model::{Completion, Forward, ModelError, Network, Params, Prefilled};
+use crate::model::{Batch, Completion, Forward, ModelError, Network, Params, Prefilled, Until};
 use crate::tokenizer::{Tokenizer, TokenizerError, BOS_ID};
 
 /// New tokens allowed beyond the expected answer's length when scoring: room for a near miss to
 /// close its call, never enough to run on.
 pub const ANSWER_SLACK: usize = 16;
+
+/// Prompts decoded together when many are answered: enough rows that a step's products read each
+/// weight once for many tokens, few enough that their caches stay small.
+pub const ANSWER_BATCH: usize = 16;
 
 /// How the weights are run: as stored, or with the deployment's quantization simulated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,7 +178,8 @@ pub fn answer(
     max_new_tokens: usize,
 ) -> crate::model::Result<Answer> {
     let mut forward = Forward::new(network.clone())?;
-    answer_ids(&mut forward, tokenizer, &prompt_ids(tokenizer, prompt), None, max_new_tokens)
+    let completion = forward.generate_from(None, &prompt_ids(tokenizer, prompt), max_new_tokens)?;
+    Ok(answer_of(tokenizer, completion))
 }
 
 /// BOS and the tokens of a rendered prompt.
@@ -182,19 +187,12 @@ pub fn prompt_ids(tokenizer: &Tokenizer, prompt: &str) -> Vec<u32> {
     std::iter::once(BOS_ID).chain(tokenizer.encode(prompt)).collect()
 }
 
-/// Greedy answer to prompt tokens, continuing from `prefilled` where the prompt begins with it.
-fn answer_ids(
-    forward: &mut Forward,
-    tokenizer: &Tokenizer,
-    ids: &[u32],
-    prefilled: Option<&Prefilled>,
-    max_new_tokens: usize,
-) -> crate::model::Result<Answer> {
-    let completion = forward.generate_from(prefilled, ids, max_new_tokens)?;
+/// A completion read as an answer: its text, its calls and its decode probability.
+fn answer_of(tokenizer: &Tokenizer, completion: Completion) -> Answer {
     let text = tokenizer.decode(&completion.ids);
     let calls = parse_calls(&text);
     let decode = decode_probability(tokenizer, &completion, calls.as_ref().is_some_and(|calls| !calls.is_empty()));
-    Ok(Answer { calls, confidence: decode, decode, head: None, text, completion })
+    Answer { calls, confidence: decode, decode, head: None, text, completion }
 }
 
 /// The base and the tuned model on the same held-out examples.
@@ -338,9 +336,11 @@ pub fn accuracy(
 }
 
 /// Answers every prompt (BOS and its tokens, with the most new tokens it may have), handing each
-/// answer to `each` with the prompt's index as it comes; stops early when `cancel` is set. Prompts
-/// that begin alike (an app's tools prompt) are answered together, that prefix run once for them;
-/// the seconds those shared runs took are returned.
+/// answer to `each` with the prompt's index; stops early when `cancel` is set. Up to
+/// [`ANSWER_BATCH`] prompts are decoded together ([`Batch`]), each answer the one it gets alone,
+/// handed on in the order they were started (a short answer waits for the longer ones started
+/// before it). Prompts that begin alike (an app's tools prompt) are started one after another,
+/// that prefix run once for them; the seconds those shared runs took are returned.
 pub fn answer_each(
     network: &Network,
     tokenizer: &Tokenizer,
@@ -356,11 +356,24 @@ pub fn answer_each(
     order.iter().for_each(|&(i, _)| shared[i] = true);
     order.extend((0..prompts.len()).filter(|&i| !shared[i]).map(|i| (i, None)));
     let mut forward = Forward::new(network.clone())?;
+    let mut batch = Batch::new(ANSWER_BATCH);
+    let mut rank = vec![0; prompts.len()];
+    order.iter().enumerate().for_each(|(r, &(i, _))| rank[i] = r);
+    // Finished answers by their rank in `order`, until those started before them are handed on.
+    let (mut waiting, mut next_rank) = (BTreeMap::new(), 0);
+    let mut answered = |(index, completion): (usize, Completion)| {
+        waiting.insert(rank[index], (index, answer_of(tokenizer, completion)));
+        while let Some((index, answer)) = waiting.remove(&next_rank) {
+            each(index, answer);
+            next_rank += 1;
+        }
+    };
+    // A prefix is needed only while its rows start: each row takes a copy of its keys.
     let mut current: Option<(usize, Prefilled)> = None;
     let mut seconds = 0.0;
     for (index, share) in order {
         if cancel.load(Ordering::Relaxed) {
-            break;
+            return Ok(seconds);
         }
         let prefilled = match share {
             Some(s) => {
@@ -374,7 +387,15 @@ pub fn answer_each(
             None => None,
         };
         let (prompt, budget) = &prompts[index];
-        each(index, answer_ids(&mut forward, tokenizer, prompt, prefilled, *budget)?);
+        if let Some(done) = batch.start(&mut forward, index, prompt, prefilled, *budget, Until::End)? {
+            answered(done);
+        }
+        while !batch.has_room() && !cancel.load(Ordering::Relaxed) {
+            batch.step(&mut forward)?.into_iter().for_each(&mut answered);
+        }
+    }
+    while !batch.is_empty() && !cancel.load(Ordering::Relaxed) {
+        batch.step(&mut forward)?.into_iter().for_each(&mut answered);
     }
     Ok(seconds)
 }

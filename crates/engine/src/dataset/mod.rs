@@ -19,7 +19,9 @@ pub(crate) mod schema;
 #[cfg(test)]
 mod tests;
 
-pub use doctor::{duplicate_key, Checkup, Finding, Severity, MIN_CALLS_PER_TOOL};
+pub use doctor::{
+    duplicate_key, query_key, CategoryShare, Checkup, Finding, RowCategory, Severity, MIN_CALLS_PER_TOOL,
+};
 pub use encode::{fit_max_len, Encoded, Tokenized};
 pub use example::Example;
 pub use load::*;

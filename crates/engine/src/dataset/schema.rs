@@ -35,6 +35,9 @@ pub enum Kind {
     Ungrounded,
     /// The same words as an earlier row's query, in another order, case or punctuation.
     NearDuplicate,
+    /// No row calls nothing: the file never teaches the model to hold back (ahead of the counts
+    /// below: a model that always calls acts on requests it should refuse).
+    NoRestraint,
     /// A tool that is offered but called in too few rows to learn.
     FewExamples,
     /// Most rows call nothing.
@@ -73,6 +76,7 @@ impl Kind {
             Kind::TooLong => "too_long",
             Kind::Ungrounded => "ungrounded",
             Kind::NearDuplicate => "near_duplicate",
+            Kind::NoRestraint => "no_restraint",
             Kind::FewExamples => "few_examples",
             Kind::MostlyNoCall => "mostly_no_call",
         }

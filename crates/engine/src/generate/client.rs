@@ -17,6 +17,12 @@ const LONGEST_BACKOFF: Duration = Duration::from_secs(60);
 /// How often a wait looks at the cancel flag.
 const CANCEL_POLL: Duration = Duration::from_millis(100);
 
+/// The reference's endpoint and the environment variables it reads.
+pub const DEFAULT_ENDPOINT: &str = "https://openrouter.ai/api/v1/chat/completions";
+pub const ENDPOINT_VAR: &str = "OPENROUTER_URL";
+/// Read in this order; the first set one is the key.
+pub const KEY_VARS: [&str; 2] = ["OPENROUTER_API_KEY", "OPENAI_API_KEY"];
+
 /// Where the requests go and what they carry.
 #[derive(Debug, Clone)]
 pub struct Endpoint {

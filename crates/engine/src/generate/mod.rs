@@ -8,10 +8,18 @@
 //! arrived. Nothing here reads or writes a file: the CLI does.
 
 mod client;
+mod error;
+mod event;
+mod mix;
 mod prompt;
+mod suite;
 
-pub use client::Endpoint;
+pub use client::{Endpoint, DEFAULT_ENDPOINT, ENDPOINT_VAR, KEY_VARS};
+pub use error::GenerateError;
+pub use event::GenerateEvent;
+pub use mix::Mix;
 pub use prompt::REFUSALS_PER_BATCH;
+pub use suite::{generate_suite, GeneratedSuite, SuiteRequest, DEFAULT_SUITE_CASES};
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -22,16 +30,14 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::dataset::{check_row, duplicate_key, Example, Kind};
+use crate::dataset::schema::answers_of;
+use crate::dataset::{check_row, duplicate_key, Example, Kind, RowCategory};
 use crate::generation::Generation;
 use client::RequestError;
+use mix::Quotas;
 
-/// The reference's model, endpoint and the environment variables it reads.
+/// The reference's model (its endpoint and the environment variables it reads are the client's).
 pub const DEFAULT_MODEL: &str = "deepseek/deepseek-v4-flash";
-pub const DEFAULT_ENDPOINT: &str = "https://openrouter.ai/api/v1/chat/completions";
-pub const ENDPOINT_VAR: &str = "OPENROUTER_URL";
-/// Read in this order; the first set one is the key.
-pub const KEY_VARS: [&str; 2] = ["OPENROUTER_API_KEY", "OPENAI_API_KEY"];
 /// `generate-data`'s defaults, as the reference's; `finetune --generate` uses [`FINETUNE_WORKERS`].
 pub const DEFAULT_NUM_SAMPLES: usize = 100;
 pub const DEFAULT_BATCH_SIZE: usize = 25;
@@ -43,6 +49,8 @@ pub const DEFAULT_TIMEOUT_S: u64 = 180;
 /// Why a reply's row was not kept, besides the doctor's [`Kind`]s.
 const UNREADABLE_REPLY: &str = "unreadable_reply";
 const NOT_AN_EXAMPLE: &str = "not_an_example";
+/// A good row of a category whose share is already kept.
+const SHARE_FULL: &str = "share_full";
 
 #[derive(Debug, Clone)]
 pub struct GenerateSettings {
@@ -54,27 +62,8 @@ pub struct GenerateSettings {
     pub workers: usize,
     pub model: String,
     pub timeout: Duration,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum GenerateError {
-    #[error(
-        "no API key for {url}: set {} (or {}) to your OpenRouter key; for another OpenAI-compatible server \
-         pass --endpoint URL or set {ENDPOINT_VAR} (a server that needs no key then gets none)",
-        KEY_VARS[0], KEY_VARS[1]
-    )]
-    NoKey { url: String },
-    #[error(
-        "{url} refused the key ({status}: {body}); check {} (or {}), and that it is a key for this endpoint",
-        KEY_VARS[0], KEY_VARS[1]
-    )]
-    Refused { url: String, status: u16, body: String },
-    #[error("no example was generated: {failed} request(s) failed, the last with: {last}")]
-    NothingGenerated { failed: usize, last: String },
-    #[error("{what} must be at least 1")]
-    Zero { what: &'static str },
-    #[error("no tool schemas found in {path}: no row has a \"tools\" list with a named tool")]
-    NoTools { path: String },
+    /// The share of rows with no call and with several calls, where set.
+    pub mix: Mix,
 }
 
 impl Endpoint {
@@ -95,23 +84,6 @@ impl Endpoint {
 /// (`path.replace(".jsonl", "") + ".augmented.jsonl"`); the app offers the same.
 pub fn augmented_path(data: &Path) -> PathBuf {
     PathBuf::from(format!("{}.augmented.jsonl", data.display().to_string().replace(".jsonl", "")))
-}
-
-/// Progress, after every reply.
-#[derive(Debug, Clone, Serialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum GenerateEvent {
-    Progress {
-        generated: usize,
-        wanted: usize,
-        failed_requests: usize,
-        /// Rows not kept, by reason (a doctor's finding, `duplicate_row`, `not_an_example`; a
-        /// reply with no readable JSON array counts once as `unreadable_reply`).
-        rejected: BTreeMap<&'static str, usize>,
-    },
-    RequestFailed {
-        message: String,
-    },
 }
 
 /// What came back.
@@ -169,7 +141,9 @@ pub fn generate(
             return Err(GenerateError::Zero { what });
         }
     }
+    settings.mix.check()?;
     let wanted = settings.num_samples;
+    let quotas = Quotas::new(&settings.mix, wanted);
     let target = wanted * 13 / 10;
     let max_requests = (target / settings.batch_size * 3).max(1);
     let threads = settings.workers.min(target.div_ceil(settings.batch_size).max(1));
@@ -178,7 +152,7 @@ pub fn generate(
     // at once, and one more after each reply while rows are still wanted and the limit allows.
     let stop = Arc::new(AtomicBool::new(false));
     let agent = client::agent(settings.timeout);
-    let messages = Arc::new(prompt::messages(tools, settings.batch_size));
+    let messages = Arc::new(prompt::messages(tools, settings.batch_size, &settings.mix));
     let (ticket_sender, tickets) = mpsc::channel::<()>();
     let tickets = Arc::new(Mutex::new(tickets));
     let (sender, replies) = mpsc::channel();
@@ -205,6 +179,7 @@ pub fn generate(
     let (mut submitted, mut in_flight) = (threads, threads);
 
     let mut seen: HashSet<(String, String)> = existing.iter().map(duplicate_key).collect();
+    let mut kept = Kept { quotas, per_category: [0; 3] };
     let mut out = Generated {
         rows: Vec::new(),
         wanted,
@@ -232,7 +207,7 @@ pub fn generate(
         };
         in_flight -= 1;
         match reply {
-            Ok(text) => keep_rows(&text, tools, &mut seen, &mut out),
+            Ok(text) => keep_rows(&text, tools, &mut seen, &mut kept, &mut out),
             Err(RequestError::Refused { status, body }) => {
                 break Err(GenerateError::Refused { url: endpoint.url.clone(), status, body })
             }
@@ -268,20 +243,29 @@ pub fn generate(
     }
 }
 
+/// The rows kept per category, against what each category may take.
+struct Kept {
+    quotas: Quotas,
+    per_category: [usize; 3],
+}
+
 /// Reads one reply's rows into `out`: the reference's filter (objects with a `query` and `answers`,
-/// given the batch's `tools` when they have none), then the doctor, then the dedup key.
-fn keep_rows(reply: &str, tools: &Value, seen: &mut HashSet<(String, String)>, out: &mut Generated) {
+/// given the batch's `tools` when they have none), then the doctor, then the dedup key, then the
+/// share of the row's category.
+fn keep_rows(reply: &str, tools: &Value, seen: &mut HashSet<(String, String)>, kept: &mut Kept, out: &mut Generated) {
     let Some(rows) = prompt::parse_array(reply) else {
         *out.rejected.entry(UNREADABLE_REPLY).or_default() += 1;
         return;
     };
     for row in rows {
         let reason = match row_verdict(row, tools, seen) {
-            Ok((row, advice)) => {
-                for kind in advice {
+            Ok(good) if !kept.quotas.admits(good.category, &kept.per_category) => SHARE_FULL,
+            Ok(good) => {
+                for kind in good.advice {
                     *out.advice.entry(kind.name()).or_default() += 1;
                 }
-                out.rows.push(row);
+                kept.per_category[good.category.index()] += 1;
+                out.rows.push(good.row);
                 continue;
             }
             Err(reason) => reason,
@@ -290,12 +274,16 @@ fn keep_rows(reply: &str, tools: &Value, seen: &mut HashSet<(String, String)>, o
     }
 }
 
-/// The row with its advice, or why it is not kept.
-fn row_verdict(
-    row: Value,
-    tools: &Value,
-    seen: &mut HashSet<(String, String)>,
-) -> Result<(Map<String, Value>, Vec<Kind>), &'static str> {
+/// A row the doctor passes, with its advice (kinds that do not fail a row) and category.
+#[derive(Debug)]
+struct GoodRow {
+    row: Map<String, Value>,
+    advice: Vec<Kind>,
+    category: RowCategory,
+}
+
+/// The row with its advice and category, or why it is not kept.
+fn row_verdict(row: Value, tools: &Value, seen: &mut HashSet<(String, String)>) -> Result<GoodRow, &'static str> {
     let Value::Object(mut row) = row else { return Err(NOT_AN_EXAMPLE) };
     if !row.contains_key("answers") {
         return Err(NOT_AN_EXAMPLE);
@@ -311,7 +299,9 @@ fn row_verdict(
     }
     let mut advice: Vec<Kind> = issues.into_iter().map(|issue| issue.kind).collect();
     advice.dedup();
-    Ok((row, advice))
+    // The doctor read the answers as a list, or refused the row.
+    let calls = answers_of(&example).map_or(0, |calls| calls.len());
+    Ok(GoodRow { row, advice, category: RowCategory::of(calls) })
 }
 
 #[cfg(test)]

@@ -7,9 +7,9 @@ fn tools() -> Value {
 }
 
 fn verdict(row: Value, seen: &mut HashSet<(String, String)>) -> Result<Vec<Kind>, &'static str> {
-    row_verdict(row, &tools(), seen).map(|(row, advice)| {
-        assert_eq!(row["tools"], tools(), "a row without tools gets the batch's");
-        advice
+    row_verdict(row, &tools(), seen).map(|good| {
+        assert_eq!(good.row["tools"], tools(), "a row without tools gets the batch's");
+        good.advice
     })
 }
 

@@ -83,53 +83,180 @@ impl Forward {
         prompt: &[u32],
         max_new_tokens: usize,
     ) -> Result<Completion> {
-        let max_seq_len = self.network().config().max_seq_len.max(2);
-        // As the reference: the prompt keeps at most max_seq_len − 1 tokens, leaving room for one.
+        let mut batch = Batch::new(1);
+        if let Some((_, completion)) = batch.start(self, 0, prompt, prefilled, max_new_tokens, Until::End)? {
+            return Ok(completion);
+        }
+        loop {
+            if let Some((_, completion)) = batch.step(self)?.pop() {
+                return Ok(completion);
+            }
+        }
+    }
+}
+
+/// Where a row's decoding may stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    /// Before EOS, after `<|im_end|>`, at the asked number of new tokens or at the model's
+    /// `max_seq_len`: an answer.
+    End,
+    /// At the asked number of new tokens or the model's `max_seq_len` only: a benchmark's run,
+    /// which must decode exactly what it was asked to time.
+    Count,
+}
+
+/// Greedy decoding of many prompts together: up to `size` rows at a time, each step one new token
+/// of every row in one pass (on the CPU path, so that every weight is read once per step for all
+/// of them, not once per row); a row that stops leaves the batch, and a new prompt can take its
+/// place. Each row decodes exactly the tokens [`Forward::generate_from`] gives it alone: the rows
+/// share the pass, never their keys. A row's `decode_seconds` is its share of the steps it was in.
+#[derive(Debug)]
+pub struct Batch {
+    size: usize,
+    rows: Vec<Row>,
+}
+
+/// One row of a [`Batch`]: its decoding state, what it has decoded, and the token to run next.
+#[derive(Debug)]
+struct Row {
+    index: usize,
+    state: Decoding,
+    prompt_tokens: usize,
+    /// The row's length at which it must stop (the prompt, the new tokens asked, `max_seq_len`).
+    max_len: usize,
+    max_new_tokens: usize,
+    until: Until,
+    ids: Vec<u32>,
+    probabilities: Vec<f32>,
+    prefill_seconds: f64,
+    decode_seconds: f64,
+}
+
+impl Row {
+    /// Takes the token a step picked: `Some(why)` when the row stops here, else the token is the
+    /// row's and the next step runs it. Each limit is checked before the next step, so no step is
+    /// computed for nothing.
+    fn take(&mut self, next: u32, probability: f32) -> Option<Stop> {
+        let ends = self.until == Until::End;
+        if ends && next == EOS_ID {
+            return Some(Stop::Eos);
+        }
+        if self.prompt_tokens + self.ids.len() >= self.max_len {
+            return Some(Stop::MaxLength);
+        }
+        self.ids.push(next);
+        self.probabilities.push(probability);
+        if ends && next == IM_END_ID {
+            return Some(Stop::EndOfTurn);
+        }
+        if self.ids.len() == self.max_new_tokens {
+            return Some(Stop::MaxNewTokens);
+        }
+        if self.prompt_tokens + self.ids.len() >= self.max_len {
+            return Some(Stop::MaxLength);
+        }
+        None
+    }
+
+    fn finish(self, stop: Stop) -> (usize, Completion) {
+        let completion = Completion {
+            ids: self.ids,
+            probabilities: self.probabilities,
+            stop,
+            prompt_tokens: self.prompt_tokens,
+            prefill_seconds: self.prefill_seconds,
+            decode_seconds: self.decode_seconds,
+        };
+        (self.index, completion)
+    }
+}
+
+impl Batch {
+    /// A batch of at most `size` rows (at least one).
+    pub fn new(size: usize) -> Self {
+        Self { size: size.max(1), rows: Vec::new() }
+    }
+
+    /// Whether a row can join.
+    pub fn has_room(&self) -> bool {
+        self.rows.len() < self.size
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Prefills `prompt` (token ids, BOS first; continuing from `prefilled` when it begins with
+    /// its tokens and has more of its own) as row `index`, which joins the batch; `Some` with its
+    /// completion when it stops at its first token. As the reference: the prompt keeps at most
+    /// `max_seq_len − 1` tokens, leaving room for one.
+    pub fn start(
+        &mut self,
+        forward: &mut Forward,
+        index: usize,
+        prompt: &[u32],
+        prefilled: Option<&Prefilled>,
+        max_new_tokens: usize,
+        until: Until,
+    ) -> Result<Option<(usize, Completion)>> {
+        let max_seq_len = forward.network().config().max_seq_len.max(2);
         let prompt = &prompt[..prompt.len().min(max_seq_len - 1)];
-        let max_len = max_seq_len.min(prompt.len() + max_new_tokens);
         let continues = |p: &&Prefilled| {
             let seen = p.state.history();
             seen.len() < prompt.len() && prompt.starts_with(seen)
         };
         let mut state = match prefilled.filter(continues) {
             Some(prefilled) => prefilled.state.clone(),
-            None => self.decode_state()?,
+            None => forward.decode_state()?,
         };
         let start = Instant::now();
         let new = &prompt[state.history().len()..];
-        let (mut next, mut probability) = self.decode_step(new, &mut state)?;
-        let prefill_seconds = start.elapsed().as_secs_f64();
-        let start = Instant::now();
-        let (mut ids, mut probabilities) = (Vec::new(), Vec::new());
-        let stop = loop {
-            if next == EOS_ID {
-                break Stop::Eos;
-            }
-            if prompt.len() + ids.len() >= max_len {
-                break Stop::MaxLength;
-            }
-            ids.push(next);
-            probabilities.push(probability);
-            // Each limit is checked before the next step, so no step is computed for nothing.
-            if next == IM_END_ID {
-                break Stop::EndOfTurn;
-            }
-            if ids.len() == max_new_tokens {
-                break Stop::MaxNewTokens;
-            }
-            if prompt.len() + ids.len() >= max_len {
-                break Stop::MaxLength;
-            }
-            (next, probability) = self.decode_step(&[next], &mut state)?;
-        };
-        Ok(Completion {
-            ids,
-            probabilities,
-            stop,
+        let (next, probability) = forward.decode_step(new, &mut state)?;
+        let mut row = Row {
+            index,
+            state,
             prompt_tokens: prompt.len(),
-            prefill_seconds,
-            decode_seconds: start.elapsed().as_secs_f64(),
+            max_len: max_seq_len.min(prompt.len() + max_new_tokens),
+            max_new_tokens,
+            until,
+            ids: Vec::new(),
+            probabilities: Vec::new(),
+            prefill_seconds: start.elapsed().as_secs_f64(),
+            decode_seconds: 0.0,
+        };
+        Ok(match row.take(next, probability) {
+            Some(stop) => Some(row.finish(stop)),
+            None => {
+                self.rows.push(row);
+                None
+            }
         })
+    }
+
+    /// One new token of every row, in one pass; the rows that stop with it leave the batch and are
+    /// returned with their completions.
+    pub fn step(&mut self, forward: &mut Forward) -> Result<Vec<(usize, Completion)>> {
+        if self.rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let start = Instant::now();
+        let last: Vec<[u32; 1]> = self.rows.iter().map(|row| [*row.ids.last().expect("a row holds a token")]).collect();
+        let new: Vec<&[u32]> = last.iter().map(|t| t.as_slice()).collect();
+        let mut states: Vec<&mut Decoding> = self.rows.iter_mut().map(|row| &mut row.state).collect();
+        let picked = forward.decode_steps(&new, &mut states)?;
+        let share = start.elapsed().as_secs_f64() / self.rows.len() as f64;
+        let mut finished = Vec::new();
+        let mut kept = Vec::with_capacity(self.rows.len());
+        for (mut row, (next, probability)) in self.rows.drain(..).zip(picked) {
+            row.decode_seconds += share;
+            match row.take(next, probability) {
+                Some(stop) => finished.push(row.finish(stop)),
+                None => kept.push(row),
+            }
+        }
+        self.rows = kept;
+        Ok(finished)
     }
 }
 
@@ -267,6 +394,84 @@ mod tests {
                 assert_eq!(forward.generate_from(Some(&prefilled), &prompt, 5).unwrap().ids, fresh);
             }
         }
+    }
+
+    /// Every prompt through one batch of `size`, starting each from `prefilled`; completions by index.
+    fn batched(
+        forward: &mut Forward,
+        prompts: &[(Vec<u32>, usize)],
+        prefilled: Option<&Prefilled>,
+        size: usize,
+        until: Until,
+    ) -> Vec<Completion> {
+        let mut batch = Batch::new(size);
+        let mut got: Vec<Option<Completion>> = vec![None; prompts.len()];
+        let mut keep = |done: Vec<(usize, Completion)>| done.into_iter().for_each(|(i, c)| got[i] = Some(c));
+        for (index, (prompt, budget)) in prompts.iter().enumerate() {
+            keep(batch.start(forward, index, prompt, prefilled, *budget, until).unwrap().into_iter().collect());
+            while !batch.has_room() {
+                keep(batch.step(forward).unwrap());
+            }
+        }
+        while !batch.is_empty() {
+            keep(batch.step(forward).unwrap());
+        }
+        got.into_iter().map(|c| c.expect("every row finishes")).collect()
+    }
+
+    #[test]
+    fn a_batch_decodes_every_row_as_it_decodes_alone() {
+        // Rows of different lengths and budgets, more than the batch holds: rows leave as they stop
+        // and the next take their place; some continue a shared prefix, one is shorter than it.
+        for stem in ["tiny_f32", "pretrained", "needle3_tiny", "needle3_tiny_out"] {
+            let mut forward = Forward::new(network(stem)).unwrap();
+            assert!(forward.hand_written(), "{stem}");
+            let prefix: Vec<u32> = std::iter::once(BOS_ID).chain((0..30).map(|i| 20 + i % 40)).collect();
+            let prompts: Vec<(Vec<u32>, usize)> = (0..7u32)
+                .map(|r| {
+                    let tail = (0..3 + 2 * r).map(|i| 40 + (i * 7 + r * 13) % 260);
+                    let prompt = match r {
+                        5 => vec![BOS_ID, 41, 300 + r],
+                        _ => prefix.iter().copied().chain(tail).collect(),
+                    };
+                    (prompt, [12, 3, 20, 1, 16, 9, 24][r as usize])
+                })
+                .collect();
+            let alone: Vec<Completion> =
+                prompts.iter().map(|(prompt, budget)| forward.generate_from(None, prompt, *budget).unwrap()).collect();
+            let prefilled = forward.prefill(&prefix).unwrap();
+            for (size, from) in [(3, None), (4, Some(&prefilled)), (16, Some(&prefilled))] {
+                let got = batched(&mut forward, &prompts, from, size, Until::End);
+                for (row, (got, want)) in got.iter().zip(&alone).enumerate() {
+                    let at = format!("{stem}, batch of {size}, row {row}");
+                    assert_eq!(
+                        (&got.ids, got.stop, got.prompt_tokens),
+                        (&want.ids, want.stop, want.prompt_tokens),
+                        "{at}"
+                    );
+                    for (p, q) in got.probabilities.iter().zip(&want.probabilities) {
+                        assert!((p - q).abs() <= 1e-5, "{at}: probability {p} batched, {q} alone");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_counted_run_decodes_exactly_the_asked_tokens_past_an_end() {
+        // pretrained closes its turn after a few dozen tokens on the goldens' prompts: counted, it
+        // goes on.
+        let golden: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(fixture("golden/pretrained/generate_cached.json")).unwrap()).unwrap();
+        let prompt: Vec<u32> = serde_json::from_value(golden["cases"][0]["prompt_ids"].clone()).unwrap();
+        let mut forward = Forward::new(network("pretrained")).unwrap();
+        let ended = forward.generate_from(None, &prompt, 64).unwrap();
+        let counted = batched(&mut forward, &[(prompt.clone(), 64), (prompt, 5)], None, 2, Until::Count);
+        assert_eq!((counted[0].ids.len(), counted[0].stop), (64, Stop::MaxNewTokens));
+        assert_eq!((counted[1].ids.len(), counted[1].stop), (5, Stop::MaxNewTokens));
+        let n = ended.ids.len();
+        assert!(n < 64 && matches!(ended.stop, Stop::Eos | Stop::EndOfTurn), "{ended:?}");
+        assert_eq!(counted[0].ids[..n], ended.ids[..], "the same tokens up to where the answer ends");
     }
 
     #[test]

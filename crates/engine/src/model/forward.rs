@@ -143,10 +143,31 @@ impl Forward {
         })
     }
 
+    /// Runs `new[b]` tokens after those `states[b]` has seen, for every run `b` together on the
+    /// CPU path (candle's runs them one after another); each run's most likely next token and its
+    /// probability.
+    pub(super) fn decode_steps(&mut self, new: &[&[u32]], states: &mut [&mut Decoding]) -> Result<Vec<(u32, f32)>> {
+        if let Forward::Cpu(cpu, workspace) = self {
+            let mut cpu_states: Vec<&mut CpuDecode> = states
+                .iter_mut()
+                .filter_map(|state| match &mut **state {
+                    Decoding::Cpu(state) => Some(state),
+                    Decoding::Candle(_) => None,
+                })
+                .collect();
+            if cpu_states.len() == new.len() {
+                return Ok(cpu.decode_steps(new, &mut cpu_states, workspace)?.iter().map(|l| pick(l)).collect());
+            }
+        }
+        new.iter().zip(states).map(|(new, state)| self.decode_step(new, state)).collect()
+    }
+
     /// Runs `new` tokens after those `state` has seen; the most likely next token and its probability.
     pub(super) fn decode_step(&mut self, new: &[u32], state: &mut Decoding) -> Result<(u32, f32)> {
         match (self, state) {
-            (Forward::Cpu(cpu, workspace), Decoding::Cpu(state)) => Ok(pick(&cpu.decode_step(new, state, workspace)?)),
+            (Forward::Cpu(cpu, workspace), Decoding::Cpu(state)) => {
+                Ok(pick(&cpu.decode_steps(&[new], &mut [state], workspace)?.remove(0)))
+            }
             (Forward::Candle(network), Decoding::Candle(state)) => {
                 let logits = network.decode_step(new, state)?.to_dtype(candle_core::DType::F32)?;
                 Ok(pick(&logits.to_vec1()?))

@@ -46,7 +46,7 @@ mod qat;
 pub mod san;
 
 pub use candle_core::Device;
-pub use decode::{Completion, Prefilled, Stop};
+pub use decode::{Batch, Completion, Prefilled, Stop, Until};
 pub use error::{ModelError, Result};
 pub use eval::{evaluate, EvalSummary};
 pub use fast::{CpuNetwork, HostFactors, Workspace};

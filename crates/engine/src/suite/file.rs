@@ -54,6 +54,36 @@ impl Category {
         Category::Parallel,
     ];
 
+    /// Its cases in every 32 of upstream's suites: 18 positive, 4 missing, 3 irrelevant, 3
+    /// negation, 2 invalid, 2 parallel.
+    pub fn upstream_cases(self) -> usize {
+        match self {
+            Category::Positive => 18,
+            Category::Missing => 4,
+            Category::Irrelevant => 3,
+            Category::Negation => 3,
+            Category::Invalid => 2,
+            Category::Parallel => 2,
+        }
+    }
+
+    /// Whether upstream marks its cases critical: those where a call acts on something the user
+    /// did not ask (a value the user never said, an action the user forbade, a value the tool
+    /// refuses).
+    pub fn critical(self) -> bool {
+        matches!(self, Category::Missing | Category::Negation | Category::Invalid)
+    }
+
+    /// Whether `calls` expected calls fit the category: one for positive, two or more for parallel,
+    /// none for the others.
+    pub fn fits_calls(self, calls: usize) -> bool {
+        match self {
+            Category::Positive => calls == 1,
+            Category::Parallel => calls >= 2,
+            _ => calls == 0,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Category::Positive => "positive",
@@ -160,6 +190,26 @@ impl Suite {
     }
 }
 
+impl Suite {
+    /// The suite as its file holds it (`system` left out when empty), which [`Suite::parse`] reads back.
+    pub fn to_json(&self) -> Value {
+        let cases: Vec<Value> = (self.cases.iter())
+            .map(|case| {
+                serde_json::json!({"query": case.query, "category": case.category, "critical": case.critical,
+                                   "calls": case.calls})
+            })
+            .collect();
+        let mut top = Map::new();
+        top.insert("name".into(), Value::String(self.name.clone()));
+        if !self.system.is_empty() {
+            top.insert("system".into(), Value::String(self.system.clone()));
+        }
+        top.insert("tools".into(), Value::Array(self.tools.clone()));
+        top.insert("cases".into(), Value::Array(cases));
+        Value::Object(top)
+    }
+}
+
 /// One case, or where in it (`.category`, `.calls[1]`, or nothing for the case itself) and what
 /// is wrong.
 fn read_case(case: &Value, tools: &[Value]) -> Result<Case, (String, String)> {
@@ -258,6 +308,29 @@ mod tests {
             (read.cases[1].category, read.cases[1].critical, read.cases[1].calls.len()),
             (Category::Invalid, true, 0)
         );
+    }
+
+    #[test]
+    fn a_suite_written_as_json_reads_back_the_same() {
+        let read = parse(&suite(json!([
+            {"query": "22 degrees", "calls": [{"name": "set_thermostat", "arguments": {"temperature": 22}}], "category": "positive"},
+            {"query": "40 degrees", "calls": [], "category": "invalid", "critical": true}
+        ])))
+        .unwrap();
+        assert_eq!(parse(&read.to_json()).unwrap(), read);
+        let quiet = Suite { system: String::new(), ..read };
+        assert!(quiet.to_json().get("system").is_none());
+        assert_eq!(parse(&quiet.to_json()).unwrap(), quiet);
+    }
+
+    #[test]
+    fn upstream_proportions_make_32_cases_nine_critical() {
+        let cases: usize = Category::ALL.iter().map(|c| c.upstream_cases()).sum();
+        let critical: usize = Category::ALL.iter().filter(|c| c.critical()).map(|c| c.upstream_cases()).sum();
+        assert_eq!((cases, critical), (32, 9));
+        assert!(Category::Positive.fits_calls(1) && !Category::Positive.fits_calls(2));
+        assert!(Category::Parallel.fits_calls(3) && !Category::Parallel.fits_calls(1));
+        assert!(Category::Negation.fits_calls(0) && !Category::Missing.fits_calls(1));
     }
 
     #[test]

@@ -76,39 +76,6 @@ pub struct BenchReport {
     pub loss: f32,
 }
 
-/// What `needle bench --decode N --json` prints.
-#[derive(Debug, Clone, Serialize)]
-pub struct DecodeReport {
-    pub prompt_tokens: usize,
-    pub new_tokens: usize,
-    /// The prompt's one forward pass.
-    pub prefill_s: f64,
-    /// New tokens per second after the prefill (one cached step each).
-    pub decode_tokens_per_s: f64,
-    pub peak_rss_mb: f64,
-}
-
-/// Greedy decoding of up to `new_tokens` after a pseudo-random prompt of `prompt_len` tokens.
-pub fn decode(config: &ModelConfig, prompt_len: usize, new_tokens: usize, device: &Device) -> Result<DecodeReport> {
-    if prompt_len == 0 || new_tokens == 0 {
-        return Err(ModelError::InvalidConfig {
-            field: "bench",
-            reason: format!("prompt {prompt_len}, new tokens {new_tokens}: use at least one of each"),
-        });
-    }
-    let network = Network::load(config, &Params::random_init(device))?;
-    let prompt: Vec<u32> = (0..prompt_len).map(|i| 20 + (i * 7919 % (config.vocab_size - 20)) as u32).collect();
-    let generation = network.generate(&prompt, new_tokens)?;
-    let steps = generation.ids.len().saturating_sub(1);
-    Ok(DecodeReport {
-        prompt_tokens: generation.prompt_tokens,
-        new_tokens: generation.ids.len(),
-        prefill_s: generation.prefill_seconds,
-        decode_tokens_per_s: steps as f64 / generation.decode_seconds.max(1e-9),
-        peak_rss_mb: peak_rss_bytes() as f64 / 1e6,
-    })
-}
-
 /// Builds the model and adapter (rank r, alpha 2r) and runs `steps` training steps on
 /// pseudo-random tokens whose second half of each row is the scored answer.
 pub fn run(options: &BenchOptions, device: &Device, process_start: Instant) -> Result<BenchReport> {

@@ -97,15 +97,15 @@ impl Attention {
     }
 
     /// The forward from `work.h1`: the projections (kept), the attention output and its
-    /// log-sum-exp (kept), and the branch's output `kept.attn`; a decoding step also reads the
-    /// `past` positions.
+    /// log-sum-exp (kept), and the branch's output `kept.attn`; a decoding step's segment `s` also
+    /// reads the positions `past[s]` holds (`past` is empty outside decoding).
     pub(super) fn forward(
         &self,
         pass: &Pass,
         lora: &[Option<ProjectionLora>; 5],
         kept: &mut Kept,
         work: &mut Work,
-        past: Option<Past>,
+        past: &[Past],
     ) -> Result<()> {
         let dims = &pass.dims;
         let (t, d, r, pw, qkv) = (dims.tokens, dims.d, dims.rank, dims.proj_width(), dims.qkv_width());
@@ -121,16 +121,23 @@ impl Attention {
                 project(x, w, lora[p].as_ref(), pass.lora_scale, low, y)
             })?;
         }
-        match (&self.conv, &pass.conv, past) {
-            (None, _, _) => {}
-            (Some(conv), Some(reads), _) => conv.forward(reads, &work.raw, &mut kept.proj, pw),
-            (Some(conv), None, Some(past)) => conv.forward_after(past.recent, &work.raw, &mut kept.proj, pw),
-            (Some(_), None, None) => candle_core::bail!("the Q/K/V taps need the tokens they read"),
+        match (&self.conv, &pass.conv) {
+            (None, _) => {}
+            (Some(conv), Some(reads)) => conv.forward(reads, &work.raw, &mut kept.proj, pw),
+            (Some(_), None) if past.len() != pass.segments.len() => {
+                candle_core::bail!("the Q/K/V taps need the tokens they read")
+            }
+            (Some(conv), None) => {
+                for (segment, past) in pass.segments.iter().zip(past) {
+                    let (rows, proj) = (segment.range(), &mut kept.proj[segment.start * pw..]);
+                    conv.forward_after(past.recent, &work.raw[rows.start * qkv..rows.end * qkv], proj, pw);
+                }
+            }
         }
         self.heads(pass, &kept.proj, work);
         let Work { qh, kh, vh, .. } = &*work;
-        let cached = past.map(|p| p.kv);
-        flash::forward(self.geometry(dims), &pass.segments, qh, kh, vh, cached, &mut kept.out, &mut kept.lse);
+        let cached: Vec<flash::Cached> = past.iter().map(|p| p.kv).collect();
+        flash::forward(self.geometry(dims), &pass.segments, qh, kh, vh, &cached, &mut kept.out, &mut kept.lse);
         self.gated(dims, kept, &mut work.gated);
         let o = dims.o_width();
         let (low, y) = (MatMut::new(&mut kept.lora_out, t, r), MatMut::new(&mut kept.attn, t, d));

@@ -20,6 +20,15 @@ pub(super) struct Site {
     pub(super) value: Vec<f32>,
 }
 
+impl Site {
+    /// This memory followed by `more`'s tokens: the memories of a batched decoding step's runs,
+    /// each computed from its own history, as the memories of the step's packed tokens.
+    pub(super) fn extend(&mut self, more: Site) {
+        self.key_unit.extend(more.key_unit);
+        self.value.extend(more.value);
+    }
+}
+
 /// Every engram site's memory of the packed tokens `from..`: each token's table rows at its n-gram
 /// hashes (zeros for an n-gram that would reach before its row's start), under QAT at the
 /// activations' bits, through the key projection (then to unit RMS) and through the value

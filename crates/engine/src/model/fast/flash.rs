@@ -208,7 +208,8 @@ impl<'a> Cached<'a> {
 }
 
 /// Forward: `out` `[heads, N, v]` and `lse` `[heads, N]` from `q` `[heads, N, qk]`, `k`
-/// `[kv_heads, N, qk]` and `v` `[kv_heads, N, v]`, after the `cached` positions when decoding.
+/// `[kv_heads, N, qk]` and `v` `[kv_heads, N, v]`; when decoding, segment `s` follows the positions
+/// `cached[s]` holds (a batch of decoding runs, a segment each; empty outside decoding).
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
     geometry: Heads,
@@ -216,7 +217,7 @@ pub fn forward(
     q: &[f32],
     k: &[f32],
     v: &[f32],
-    cached: Option<Cached>,
+    cached: &[Cached],
     out: &mut [f32],
     lse: &mut [f32],
 ) {
@@ -235,7 +236,7 @@ pub fn forward(
         let (k, v) = (&k_columns[kv * tokens * qk..][..tokens * qk], &v[kv * tokens * vd..][..tokens * vd]);
         // `k` is this kv head's keys as columns, `v` its values as rows.
         let own = segments[seg];
-        let (keys, values, span) = match (own.context, cached) {
+        let (keys, values, span) = match (own.context, cached.get(seg)) {
             (None, Some(cached)) => {
                 let span = Span::new(&own, cached.len, &rows, window);
                 let keys = [cached.rows(cached.k, kv, qk, &span.context).t(), columns_of(k, tokens, &span.own)];
@@ -476,7 +477,7 @@ mod tests {
         let geometry = Heads { heads: 4, kv_heads: 2, qk, v: vd, tokens: n, window };
         let (q, k, v) = (values(4 * n * qk, 1), values(2 * n * qk, 2), values(2 * n * vd, 3));
         let (mut out, mut lse) = (vec![0f32; 4 * n * vd], vec![0f32; 4 * n]);
-        forward(geometry, packing.segments(), &q, &k, &v, None, &mut out, &mut lse);
+        forward(geometry, packing.segments(), &q, &k, &v, &[], &mut out, &mut lse);
         let at = |buf: &[f32], width: usize, h: usize, i: usize| buf[(h * n + i) * width..][..width].to_vec();
         for (r, row) in rows.iter().enumerate() {
             let len = row.ids.len();
@@ -498,7 +499,7 @@ mod tests {
         let probe = values(4 * n * vd, 4);
         let objective = |q: &[f32], k: &[f32], v: &[f32]| -> f64 {
             let (mut out, mut lse) = (vec![0f32; 4 * n * vd], vec![0f32; 4 * n]);
-            forward(geometry, packing.segments(), q, k, v, None, &mut out, &mut lse);
+            forward(geometry, packing.segments(), q, k, v, &[], &mut out, &mut lse);
             out.iter().zip(&probe).map(|(o, p)| f64::from(o * p)).sum()
         };
         let (mut dq, mut dk, mut dv) = (vec![0f32; q.len()], vec![0f32; k.len()], vec![0f32; v.len()]);

@@ -2,6 +2,8 @@
 //! only the positions a later query can see — the last `window − 1` — as the `.cact`'s KV budget
 //! does; a global layer keeps every position.
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use super::flash::Cached;
@@ -58,13 +60,14 @@ impl LayerCache {
         (self.first, self.capacity) = (keep_from, capacity);
     }
 
-    /// Adds the `count` positions after `len` (room reserved): keys and values head-major
-    /// (`[kv_heads, count, qk]` and `[kv_heads, count, v]`).
-    pub(super) fn append(&mut self, len: usize, count: usize, keys: &[f32], values: &[f32], shape: Shape) {
-        let at = len - self.first;
-        for ((cache, fresh), hd) in [(&mut self.k, keys), (&mut self.v, values)].into_iter().zip(shape.widths) {
-            cache.par_chunks_mut(self.capacity * hd).zip(fresh.par_chunks(count * hd)).for_each(|(slab, rows)| {
-                slab[at * hd..(at + count) * hd].copy_from_slice(rows);
+    /// Adds the positions after `len` (room reserved) that a pass of `tokens` computed as its rows
+    /// `rows` (one decoding run's share of a batched step): keys and values head-major
+    /// (`[kv_heads, tokens, qk]` and `[kv_heads, tokens, v]`).
+    pub(super) fn append(&mut self, len: usize, rows: Range<usize>, tokens: usize, fresh: [&[f32]; 2], shape: Shape) {
+        let (at, count) = (len - self.first, rows.len());
+        for ((cache, fresh), hd) in [&mut self.k, &mut self.v].into_iter().zip(fresh).zip(shape.widths) {
+            cache.par_chunks_mut(self.capacity * hd).zip(fresh.par_chunks(tokens * hd)).for_each(|(slab, pass)| {
+                slab[at * hd..(at + count) * hd].copy_from_slice(&pass[rows.start * hd..rows.end * hd]);
             });
         }
     }
@@ -91,7 +94,7 @@ mod tests {
                     })
                     .collect();
                 let values: Vec<f32> = keys.chunks(3).flat_map(|k| [k[0], -k[0]]).collect();
-                cache.append(len, count, &keys, &values, shape);
+                cache.append(len, 0..count, count, [&keys, &values], shape);
                 len += count;
                 let lowest = window.map_or(0, |w| (len + 1).saturating_sub(w));
                 assert!(cache.first <= lowest, "window {window:?}: position {lowest} dropped at {len}");

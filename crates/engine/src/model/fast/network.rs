@@ -159,7 +159,7 @@ impl CpuNetwork {
         for (l, layer) in self.layers.iter().enumerate() {
             let kept = &mut kept[if keep_all { l } else { 0 }];
             let (input, output) = lane_pair(lanes, l);
-            layer.forward(pass, &lora[l], input, kept, work, output, None)?;
+            layer.forward(pass, &lora[l], input, kept, work, output, &[])?;
         }
         Ok(())
     }
@@ -336,7 +336,7 @@ impl CpuNetwork {
             let Workspace { lanes, kept, work, grad_in, grad_out, .. } = &mut *ws;
             let kept = if recompute {
                 let (input, output) = lane_pair(lanes, l);
-                layer.forward(&pass, &lora[l], input, &mut kept[0], work, output, None)?;
+                layer.forward(&pass, &lora[l], input, &mut kept[0], work, output, &[])?;
                 &kept[0]
             } else {
                 &kept[l]

@@ -76,7 +76,7 @@ impl HostLayer {
 
     /// The layer's forward over lanes `x` `[N, n·d]` into `next`, keeping what the backward needs
     /// (a recomputing step's backward runs it again, writing the same `next`); a decoding step's
-    /// attention also reads the `past` positions.
+    /// attention also reads the `past` positions of each of its segments (none outside decoding).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn forward(
         &self,
@@ -86,7 +86,7 @@ impl HostLayer {
         kept: &mut Kept,
         work: &mut Work,
         next: &mut [f32],
-        past: Option<Past>,
+        past: &[Past],
     ) -> Result<()> {
         self.lanes.logits(&pass.dims, x, &mut work.unit, &mut kept.mix);
         self.block_inputs(pass, x, &kept.mix, work);
