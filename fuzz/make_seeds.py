@@ -125,6 +125,7 @@ def seeds():
         "safetensors_adapter": {
             "empty.safetensors": b"",
             "header-not-json.safetensors": struct.pack("<Q", 8) + b"notjson!",
+            # Metadata and not one factor: merged, it would pass the base off as the fine-tuned model.
             "no-factors.safetensors": safetensors({"__metadata__": lora_metadata}),
             # An A factor and no B for it.
             "a-without-b.safetensors": safetensors(

@@ -25,9 +25,11 @@ mod worker;
 
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use tauri::{AppHandle, Manager, RunEvent, Runtime};
 
+use studio::Opening;
 pub use studio::{start, Launch, Start, Studio};
 pub use worker::process::{Worker, SUPERSEDED, WORKER_ARG};
 
@@ -73,9 +75,13 @@ fn webview_environment() {
 const DMABUF_RENDERER_SWITCH: &str = "WEBKIT_DISABLE_DMABUF_RENDERER";
 
 /// The app's life: when it exits, its workers end with it (a training first saves what it
-/// learned), so none is left running without a window.
+/// learned), and so does the engine's start-up probe if the rooms are still opening, so none is
+/// left running without a window.
 pub fn on_run_event<R: Runtime>(app: &AppHandle<R>, event: RunEvent) {
     if let RunEvent::Exit = event {
+        if let Some(opening) = app.try_state::<Arc<Opening>>() {
+            opening.close();
+        }
         if let Some(studio) = app.try_state::<Studio>() {
             studio.shutdown();
         }

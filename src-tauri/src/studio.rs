@@ -75,9 +75,38 @@ pub struct Start {
 pub struct Opening {
     opened: Mutex<Option<Answer<Studio>>>,
     ready: Condvar,
+    probe: Mutex<Probe>,
+}
+
+/// The bundled engine while it is asked what it trains on, and whether the app has closed: a window
+/// closed within the engine's deadline must not leave the probe running after the app.
+#[derive(Default)]
+struct Probe {
+    engine: Option<Worker>,
+    closed: bool,
 }
 
 impl Opening {
+    /// [`engine::discover`], its probe ended (or never started) if the app closes first.
+    fn discover(&self, app_worker: Worker, deadline: Duration) -> (Worker, BackendInfo) {
+        engine::discover(app_worker, deadline, |engine| {
+            let mut probe = lock(&self.probe);
+            if probe.closed {
+                engine.kill_all();
+            }
+            probe.engine = Some(engine.clone());
+        })
+    }
+
+    /// The app is closing: the engine's probe, if one runs, is killed, and none starts after.
+    pub fn close(&self) {
+        let mut probe = lock(&self.probe);
+        probe.closed = true;
+        if let Some(engine) = &probe.engine {
+            engine.kill_all();
+        }
+    }
+
     fn finish(&self, opened: Answer<Studio>) {
         *lock(&self.opened) = Some(opened);
         self.ready.notify_all();
@@ -107,7 +136,7 @@ pub fn start<R: Runtime>(app: &AppHandle<R>, start: Start) {
     let app = app.clone();
     std::thread::spawn(move || {
         let Start { data_dir, launch, app_worker, hub, engine_deadline } = start;
-        let (worker, hardware) = engine::discover(app_worker, engine_deadline);
+        let (worker, hardware) = opening(&app).discover(app_worker, engine_deadline);
         match Studio::open(data_dir.clone(), launch, worker, hardware, hub) {
             Ok(studio) => studio.manage(&app),
             Err(error) => opening(&app)
@@ -231,4 +260,73 @@ impl Studio {
 pub async fn startup(opening: State<'_, Arc<Opening>>) -> Answer<Startup> {
     let opening = Arc::clone(opening.inner());
     blocking(move || Ok(opening.wait()?.startup())).await
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+    use std::time::Instant;
+
+    use super::*;
+
+    /// A stand-in bundled engine in `dir/bin` that writes its pid to `dir/engine.pid` and never
+    /// answers, and the app worker beside it.
+    fn silent_engine(dir: &Path) -> Worker {
+        let bin = dir.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let engine = bin.join("needle");
+        let script = format!("#!/bin/sh\necho $$ > '{}'\nexec sleep 600\n", dir.join("engine.pid").display());
+        std::fs::write(&engine, script).unwrap();
+        std::fs::set_permissions(&engine, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Worker::app(bin.join("needle-studio"))
+    }
+
+    fn running(pid: &str) -> bool {
+        std::process::Command::new("kill").args(["-0", pid.trim()]).status().unwrap().success()
+    }
+
+    /// The window closed while the engine is still being asked (well inside its deadline): the probe
+    /// is killed then, not at the deadline, and the app's own worker is chosen.
+    #[test]
+    fn closing_the_app_ends_the_engine_probe_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let app_worker = silent_engine(dir.path());
+        let opening = Arc::new(Opening::default());
+        let (done, chosen) = std::sync::mpsc::channel();
+        let probing = Arc::clone(&opening);
+        std::thread::spawn(move || done.send(probing.discover(app_worker, Duration::from_secs(600))).unwrap());
+        let pid_file = dir.path().join("engine.pid");
+        let began = Instant::now();
+        while std::fs::read_to_string(&pid_file).map_or(true, |pid| pid.trim().is_empty()) {
+            assert!(began.elapsed() < Duration::from_secs(30), "the stand-in engine never started");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let pid = std::fs::read_to_string(&pid_file).unwrap();
+
+        opening.close();
+        let (worker, hardware) = chosen.recv_timeout(Duration::from_secs(10)).expect("the probe ended on close");
+        assert!(worker.program().ends_with("needle-studio"), "{}", worker.program().display());
+        assert!(hardware.reason.contains("(the bundled engine did not answer: "), "{}", hardware.reason);
+        let killed = Instant::now();
+        while running(&pid) && killed.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!running(&pid), "the probe {} outlived the app", pid.trim());
+    }
+
+    /// The window closed before the probe began: the engine is never started.
+    #[test]
+    fn an_app_closed_before_the_probe_starts_no_engine() {
+        let dir = tempfile::tempdir().unwrap();
+        let app_worker = silent_engine(dir.path());
+        let opening = Opening::default();
+        opening.close();
+        let (worker, hardware) = opening.discover(app_worker, Duration::from_secs(600));
+        assert!(worker.program().ends_with("needle-studio"));
+        assert!(hardware
+            .reason
+            .ends_with("(the bundled engine did not answer: the app is closing, so no worker starts)"));
+        assert!(!dir.path().join("engine.pid").exists(), "the engine started after the app closed");
+    }
 }

@@ -414,8 +414,10 @@ fn safetensors_adapter_regressions() {
                 "fuzz/seeds/safetensors_adapter/header-not-json.safetensors",
                 refused(&["its header (bytes 8..16) is not a JSON object"]),
             ),
-            // Accepted today: an adapter that adapts no weight merges as nothing.
-            ("fuzz/seeds/safetensors_adapter/no-factors.safetensors", Accepted),
+            (
+                "fuzz/seeds/safetensors_adapter/no-factors.safetensors",
+                refused(&["holds no LoRA factors (no `p/A` and `p/B` tensors for any weight `p`)"]),
+            ),
             (
                 "fuzz/seeds/safetensors_adapter/offsets-past-end.safetensors",
                 refused(&["ends at byte 67109120, past the end of the 320-byte file"]),

@@ -29,11 +29,16 @@ const BUNDLED_ENGINE: &str = "needle";
 pub const ANSWER_DEADLINE: Duration = Duration::from_secs(8);
 
 /// The worker to use and the hardware it will train on: the bundled engine beside `app`'s binary, if it
-/// answers within `deadline`, else `app` itself.
-pub fn discover(app: Worker, deadline: Duration) -> (Worker, BackendInfo) {
+/// answers within `deadline`, else `app` itself. `asking` is handed the bundled engine before it is asked,
+/// so that an app closed meanwhile can end the probe ([`Worker::kill_all`]) rather than leave it running.
+pub fn discover(app: Worker, deadline: Duration, asking: impl FnOnce(&Worker)) -> (Worker, BackendInfo) {
     let beside = app.program().with_file_name(format!("{BUNDLED_ENGINE}{}", std::env::consts::EXE_SUFFIX));
     let bundled = beside.is_file().then(|| Worker::needle(beside));
-    choose(app, bundled, |engine| engine.output_within(&Job::Hardware, deadline), || backend::auto().info)
+    let ask = |engine: &Worker| {
+        asking(engine);
+        engine.output_within(&Job::Hardware, deadline)
+    };
+    choose(app, bundled, ask, || backend::auto().info)
 }
 
 /// The choice, given how to ask the bundled engine for its backend report and this process's own

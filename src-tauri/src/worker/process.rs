@@ -28,8 +28,19 @@ const STDERR_TAIL: usize = 8;
 pub struct Worker {
     program: PathBuf,
     leading: Vec<OsString>,
-    processes: Arc<Mutex<Vec<Weak<Process>>>>,
+    processes: Arc<Mutex<Processes>>,
 }
+
+/// The processes a worker's clones started, and whether the app has closed them for good.
+#[derive(Debug, Default)]
+struct Processes {
+    running: Vec<Weak<Process>>,
+    /// Set by [`Worker::kill_all`]: a process started after it would outlive the app.
+    closed: bool,
+}
+
+/// What starting a worker answers once the app is closing.
+const CLOSING: &str = "the app is closing, so no worker starts";
 
 /// Where a short command runs when a newer one of its kind replaces it (see [`Worker::output_in`]).
 pub type Slot = Mutex<Option<Arc<Process>>>;
@@ -162,9 +173,11 @@ impl Worker {
         }
     }
 
-    /// Ends every worker still running: the app is closing.
+    /// Ends every worker still running, and starts none from now on: the app is closing.
     pub fn kill_all(&self) {
-        for process in lock(&self.processes).drain(..).filter_map(|process| process.upgrade()) {
+        let mut processes = lock(&self.processes);
+        processes.closed = true;
+        for process in processes.running.drain(..).filter_map(|process| process.upgrade()) {
             process.kill();
         }
     }
@@ -189,6 +202,12 @@ impl Worker {
                 None => command.env_remove(name),
             };
         }
+        // Started and listed under the list's lock, so that a `kill_all` comes either before (and
+        // nothing starts) or after (and ends it).
+        let mut processes = lock(&self.processes);
+        if processes.closed {
+            return Err(CLOSING.into());
+        }
         let mut child = command.spawn().map_err(|error| self.start_error(&error))?;
         let (lines, received) = mpsc::channel();
         let stdout = child.stdout.take().map(|out| forward(out, lines.clone(), Line::Stdout));
@@ -198,9 +217,8 @@ impl Worker {
             child: Mutex::new(child),
             killed: AtomicBool::new(false),
         });
-        let mut processes = lock(&self.processes);
-        processes.retain(|process| process.strong_count() > 0);
-        processes.push(Arc::downgrade(&process));
+        processes.running.retain(|process| process.strong_count() > 0);
+        processes.running.push(Arc::downgrade(&process));
         drop(processes);
         let watched = Arc::clone(&process);
         std::thread::spawn(move || {
@@ -396,6 +414,15 @@ mod tests {
 
         let answering = Worker { program: "/bin/echo".into(), leading: Vec::new(), processes: Arc::default() };
         assert_eq!(answering.output_within(&Job::Hardware, Duration::from_secs(30)).unwrap(), "backend --json\n");
+    }
+
+    /// Once the app closes its workers, a clone asked to start one (a probe that had not begun yet)
+    /// starts nothing.
+    #[test]
+    fn a_worker_closed_by_the_app_starts_no_process() {
+        let answering = Worker { program: "/bin/echo".into(), leading: Vec::new(), processes: Arc::default() };
+        answering.clone().kill_all();
+        assert_eq!(answering.output_within(&Job::Hardware, Duration::from_secs(30)).unwrap_err(), CLOSING);
     }
 
     #[test]

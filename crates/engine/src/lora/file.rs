@@ -30,6 +30,12 @@ pub enum AdapterFileError {
     Metadata { path: PathBuf, key: &'static str, problem: String },
     #[error("adapter {}: tensor `{name}` {problem}", path.display())]
     Tensor { path: PathBuf, name: String, problem: String },
+    #[error(
+        "adapter {} holds no LoRA factors (no `p/A` and `p/B` tensors for any weight `p`), so it would change \
+         nothing; pass the adapter `needle finetune` wrote, not an empty or stripped copy",
+        path.display()
+    )]
+    NoFactors { path: PathBuf },
     #[error("adapter {}: unknown extension; use `.safetensors` or `.pkl`", path.display())]
     Extension { path: PathBuf },
     #[error(transparent)]
@@ -78,12 +84,17 @@ pub fn save_adapter(path: &Path, lora: &Lora, meta: &AdapterMeta) -> Result<(), 
 }
 
 /// Reads an adapter of either format into the reference's in-memory form (what `needle build` and
-/// `needle eval` merge).
+/// `needle eval` merge). One without factors is refused: merged, it would pass the base off as
+/// the fine-tuned model.
 pub fn load_adapter(path: &Path) -> Result<PickledAdapter, AdapterFileError> {
-    match format_of(path)? {
-        FileKind::Pickle => Ok(PickledAdapter::load(path)?),
-        FileKind::Safetensors => read_safetensors(path),
+    let adapter = match format_of(path)? {
+        FileKind::Pickle => PickledAdapter::load(path)?,
+        FileKind::Safetensors => read_safetensors(path)?,
+    };
+    if adapter.lora.is_empty() {
+        return Err(AdapterFileError::NoFactors { path: path.into() });
     }
+    Ok(adapter)
 }
 
 /// `bytes` to `path` through a temporary file in the same directory and a rename.
@@ -280,9 +291,16 @@ mod tests {
 
     /// The Needle 3 fixture adapter with factor `name`'s value 3 made `value`, written as `file_name`.
     fn adapter_with(value: f32, dir: &Path, file_name: &str) -> PathBuf {
+        changed_adapter(dir, file_name, |adapter| {
+            let factors = adapter.lora.values_mut().next().unwrap();
+            factors.a.data[12..16].copy_from_slice(&value.to_le_bytes());
+        })
+    }
+
+    /// The Needle 3 fixture adapter after `change`, written as `file_name` in `dir`.
+    fn changed_adapter(dir: &Path, file_name: &str, change: impl FnOnce(&mut PickledAdapter)) -> PathBuf {
         let mut adapter = load_adapter(&fixture("golden/needle3_heads/adapter.safetensors")).unwrap();
-        let factors = adapter.lora.values_mut().next().unwrap();
-        factors.a.data[12..16].copy_from_slice(&value.to_le_bytes());
+        change(&mut adapter);
         let path = dir.join(file_name);
         let bytes = match format_of(&path).unwrap() {
             FileKind::Pickle => crate::checkpoint::writer::adapter_pickle(&adapter),
@@ -315,6 +333,20 @@ mod tests {
         let message = load_adapter(&path).unwrap_err().to_string();
         assert!(message.contains("/A` holds -inf at [0, 0, 3]; weights must be finite numbers"), "{message}");
         assert!(message.contains("inf.pkl"), "{message}");
+    }
+
+    /// An adapter without a single factor would merge as the base itself: refused in either format,
+    /// naming the file.
+    #[test]
+    fn an_adapter_without_factors_is_refused_by_name_in_either_format() {
+        let dir = tempfile::tempdir().unwrap();
+        for file_name in ["none.safetensors", "none.pkl"] {
+            let path = changed_adapter(dir.path(), file_name, |adapter| adapter.lora.clear());
+            let message = load_adapter(&path).unwrap_err().to_string();
+            let want = format!("adapter {} holds no LoRA factors (no `p/A` and `p/B` tensors", path.display());
+            assert!(message.starts_with(&want), "{message}");
+            assert!(message.contains("pass the adapter `needle finetune` wrote"), "{message}");
+        }
     }
 
     #[test]

@@ -3,10 +3,11 @@
 //! merged kernels matter) with each Needle 3 part switched on in turn, then all of them with QAT,
 //! on rows longer than the window whose shared prefix crosses it.
 
-use candle_core::{Device, Tensor};
+use candle_core::Device;
 
 use crate::config::ModelConfig;
 use crate::dataset::Encoded;
+use crate::fixtures::seeded_normal;
 use crate::lora::Lora;
 use crate::model::linear::HostGrads;
 use crate::model::packing::Packing;
@@ -58,25 +59,23 @@ fn relative_error(got: &[f32], want: &[f32]) -> f32 {
 }
 
 /// The loss and the factors' gradients on both paths, with the CPU path keeping every layer and
-/// recomputing them: every gradient within 1e-4 of its largest entry. Under QAT the paths' last
-/// bits differ (attention's softmax is taken per block here, over whole rows there) and a
-/// quantizer turns such a difference into a whole level now and then, which moves a few gradients
-/// by up to a few percent, and a level flipped early in the forward moves every later gradient a
-/// little. Seen on an AVX-512 Xeon: the loss within 1.1e-5 and the median gradient within 2.6e-3
-/// over 160 draws, but 5.2e-3 to 7.1e-3 in 4 of 90 others (worst gradients up to 3e-2 on an AMD
-/// Zen 4, where most draws agreed to 1e-6). So under QAT the loss must agree within 1e-4, the
-/// median gradient within 1e-2 and the worst within 5e-2; the arithmetic itself is held to 1e-4 by
-/// the tests without QAT. The weights are drawn afresh each run.
+/// recomputing them: the loss within 1e-5 relative, every gradient within 1e-4 of its largest
+/// entry, with QAT as without. Every draw is seeded (the weights by `random_init`, `A` by
+/// `Lora::init`, `B` here), so a red run replays. QAT is where the paths can part: their last bits
+/// differ (attention's softmax is taken per block here, over whole rows there), and a quantizer
+/// input that sits on a level's rounding boundary turns that into a whole level, which moves later
+/// gradients by up to a few percent. Unseeded draws did that now and then (median gradients off by
+/// up to 7e-3 on an AVX-512 Xeon, worst up to 3e-2 on a Zen 4); these draws rounded alike on both
+/// paths on an AVX-512 Xeon (every QAT gradient within 1e-6), and a flip on another machine shows
+/// as a failure there, the same on every rerun, not as a tolerance widened for everyone.
 fn check(cfg: &ModelConfig, qat: bool, what: &str) {
     let params = Params::random_init(&Device::Cpu);
     Network::load(cfg, &params).unwrap();
     let params = if qat { params.for_qat(cfg).unwrap() } else { params };
     let network = Network::load(cfg, &params).unwrap();
     let lora = Lora::init(&params, 4, 8.0, 7).unwrap();
-    for factor in &lora.factors {
-        for b in &factor.b {
-            b.set(&Tensor::randn(0f32, 0.05, b.shape(), &Device::Cpu).unwrap()).unwrap();
-        }
+    for (seed, b) in lora.factors.iter().flat_map(|factor| &factor.b).enumerate() {
+        b.set(&seeded_normal(0.0, 0.05, b.dims(), seed as u64)).unwrap();
     }
     let low_rank = lora.low_rank();
     let packing = Packing::new(&rows(), true).unwrap();
@@ -89,17 +88,16 @@ fn check(cfg: &ModelConfig, qat: bool, what: &str) {
     let want_loss: f32 = loss.to_scalar().unwrap();
 
     let cpu = CpuNetwork::new(&network).unwrap();
-    let (loss_within, median_within, worst_within) = if qat { (1e-4, 1e-2, 5e-2) } else { (1e-5, 1e-4, 1e-4) };
     for recompute in [false, true] {
         let (mut ws, mut grads) = (Workspace::default(), HostGrads::new());
         let factors = cpu.factors(Some(&low_rank)).unwrap();
         let got_loss = cpu.loss_and_grads(&packing, &factors, normalizer, recompute, &mut ws, &mut grads).unwrap();
         let way = format!("{what} (recompute {recompute})");
-        assert!(((got_loss - want_loss) / want_loss).abs() <= loss_within, "{way}: loss {got_loss} vs {want_loss}");
+        assert!(((got_loss - want_loss) / want_loss).abs() <= 1e-5, "{way}: loss {got_loss} vs {want_loss}");
         let (forward_only, _) = cpu.masked_ce_sum(&packing, &factors, &mut ws).unwrap();
         let forward_only = (forward_only / normalizer) as f32;
         assert!(
-            ((forward_only - want_loss) / want_loss).abs() <= loss_within,
+            ((forward_only - want_loss) / want_loss).abs() <= 1e-5,
             "{way}: forward-only loss {forward_only} vs {want_loss}"
         );
         let mut errors = Vec::new();
@@ -110,10 +108,8 @@ fn check(cfg: &ModelConfig, qat: bool, what: &str) {
                 errors.push((relative_error(got, &want), format!("{path} layer {layer} d{side}")));
             }
         }
-        errors.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let ((median, _), (worst, name)) = (&errors[errors.len() / 2], &errors[errors.len() - 1]);
-        assert!(*median <= median_within, "{way}: the median gradient is off by {median} relative");
-        assert!(*worst <= worst_within, "{way}: {name} off by {worst} relative");
+        let (worst, name) = errors.iter().max_by(|a, b| a.0.total_cmp(&b.0)).unwrap();
+        assert!(*worst <= 1e-4, "{way}: {name} off by {worst} relative");
     }
 }
 

@@ -224,6 +224,7 @@ mod tests {
     use candle_core::{Device, Tensor, Var};
 
     use super::*;
+    use crate::fixtures::seeded_normal;
     use crate::model::params::Params;
 
     /// The MLP's parameters at the scale a trained one has, so that its output and gradient are of
@@ -233,8 +234,12 @@ mod tests {
         let (d, n) = (cfg.d_model, cfg.hadamard_width());
         let bits = usize::BITS - n.saturating_sub(1).leading_zeros();
         let (a, b) = (1usize << (bits / 2), n >> (bits / 2));
-        let normal =
-            |mean: f32, std: f64, shape: &[usize]| Tensor::randn(mean, std as f32, shape, &Device::Cpu).unwrap();
+        // Each tensor its own seed, so that every draw is replayable.
+        let mut seed = 0;
+        let mut normal = |mean: f32, std: f64, shape: &[usize]| {
+            seed += 1;
+            seeded_normal(mean, std as f32, shape, seed)
+        };
         let mut tensors = std::collections::BTreeMap::new();
         for s in 1..=3 {
             tensors.insert(format!("mlp/w{s}a"), normal(0.0, (a as f64).recip().sqrt(), &[a, a]));
@@ -262,8 +267,7 @@ mod tests {
             let candle = MonarchMlp::new(&cfg, params.root().pp("mlp")).unwrap();
             let rows = Monarch::new(&candle).unwrap();
             let (tokens, d) = (5, cfg.d_model);
-            let x = Tensor::randn(0f32, 1.0, (tokens, d), &Device::Cpu).unwrap();
-            let probe = Tensor::randn(0f32, 1.0, (tokens, d), &Device::Cpu).unwrap();
+            let (x, probe) = (seeded_normal(0.0, 1.0, &[tokens, d], 101), seeded_normal(0.0, 1.0, &[tokens, d], 102));
             let var = Var::from_tensor(&x).unwrap();
             let y = candle.forward(var.as_tensor()).unwrap();
             let grad = (&y * &probe).unwrap().sum_all().unwrap().backward().unwrap();

@@ -135,7 +135,7 @@ pub fn walsh_matrix(n: usize, device: &Device) -> Result<Tensor> {
     let unit = (1.0 / (n as f64).sqrt()) as f32;
     let entries: Vec<f32> =
         (0..n).flat_map(|i| (0..n).map(move |j| if (i & j).count_ones() % 2 == 0 { unit } else { -unit })).collect();
-    Ok(Tensor::from_vec(entries, (n, n), device)?)
+    Tensor::from_vec(entries, (n, n), device)
 }
 
 #[cfg(test)]

@@ -199,14 +199,16 @@ mod tests {
         let h = random(&[2, 3, 4], 21);
         let m = random(&[2, 3, 4, 4], 22);
         let u = random(&[2, 3, 8], 23);
-        let cases: [(
-            &str,
+        // Each case: its name, the two inputs, the gradient's probe, the fused op, the composite one.
+        type Case = (
+            &'static str,
             Tensor,
             Tensor,
             Tensor,
             fn(&Tensor, &Tensor) -> Result<Tensor>,
             fn(&Tensor, &Tensor) -> Tensor,
-        ); 3] = [
+        );
+        let cases: [Case; 3] = [
             ("read", lanes.clone(), h.clone(), random(&[2, 3, 8], 24), lane_read, |x, h| {
                 x.broadcast_mul(&h.unsqueeze(3).unwrap()).unwrap().sum(2).unwrap()
             }),
