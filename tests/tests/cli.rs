@@ -523,6 +523,62 @@ fn eval_accuracy_scores_exact_calls_per_tool() {
     }
 }
 
+/// A confidence head kept beside the adapter (`ADAPTER.head.safetensors`) is read wherever the tuned
+/// model answers: `eval --accuracy` writes each answer's `head`, the confidence the smaller of it and
+/// the decode probability, and `run --json` prints it; a broken head file is an error naming it.
+#[test]
+fn a_confidence_head_beside_the_adapter_is_read_by_eval_and_run() {
+    use needle_engine::confidence::{companion_path, Calibration, ConfidenceHead, Reading, TrainedHead};
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = golden_questions(dir.path());
+    let (tools, query, _) = golden_question(dir.path());
+    let checkpoint = fixture("models/pretrained.pkl");
+    let adapter = dir.path().join("adapter.pkl");
+    std::fs::copy(fixture("golden/pretrained/adapter.pkl"), &adapter).unwrap();
+    let config = needle_engine::checkpoint::Checkpoint::load(&checkpoint).unwrap().config;
+    let head = ConfidenceHead::initial(&config, &needle_engine::model::Device::Cpu, 0).unwrap();
+    // A fresh head's logit is near 0: about 0.3 once calibrated, below most decode probabilities.
+    let calibration = Calibration { scale: 1.0, shift: -0.8 };
+    let head_file = companion_path(&adapter);
+    TrainedHead { head, calibration, reads: Reading::PromptAndAnswer }.save(&head_file).unwrap();
+
+    let (checkpoint, adapter, answers) =
+        (checkpoint.to_str().unwrap(), adapter.to_str().unwrap(), dir.path().join("answers.jsonl"));
+    let eval = ["eval", data.to_str().unwrap(), "--checkpoint", checkpoint, "--lora", adapter, "--accuracy", "--json"];
+    let output = run(&[&eval[..], &["--answers", answers.to_str().unwrap(), "--all-answers"]].concat());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let every: Vec<Value> =
+        std::fs::read_to_string(&answers).unwrap().lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    assert!(every.len() >= 6, "{} answers", every.len());
+    let mut capped = 0;
+    for row in &every {
+        let (head, decode, confidence) =
+            (row["head"].as_f64(), row["decode"].as_f64().unwrap(), row["confidence"].as_f64().unwrap());
+        let head = head.unwrap_or_else(|| panic!("no head in {row}"));
+        assert!((0.0..=1.0).contains(&head), "{row}");
+        assert_eq!(confidence, head.min(decode), "{row}");
+        capped += usize::from(head < decode);
+    }
+    assert!(capped > 0, "the head lowered no answer's confidence: {every:?}");
+
+    let asked = ["run", "--checkpoint", checkpoint, "--lora", adapter, "--tools", tools.to_str().unwrap()];
+    let output = run(&[&asked[..], &["--query", &query, "--json"]].concat());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let answer: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    let head = answer["head"].as_f64().unwrap_or_else(|| panic!("no head in {answer}"));
+    assert_eq!(answer["confidence"].as_f64().unwrap(), head.min(answer["decode"].as_f64().unwrap()), "{answer}");
+
+    std::fs::write(&head_file, b"half a head").unwrap();
+    let output = run(&[&asked[..], &["--query", &query]].concat());
+    let message = stderr(&output);
+    assert!(!output.status.success() && !message.contains("panicked"), "{message}");
+    assert!(
+        message.contains(&head_file.display().to_string()) && message.contains("not a safetensors file"),
+        "{message}"
+    );
+}
+
 /// `needle eval --quant-rows`: the tuned model as trained, with the deployment's quantization
 /// simulated, and its golden build read back and run the same way. The simulation says what the
 /// file does: within one exact call and 1% of loss, on both generations' golden builds.

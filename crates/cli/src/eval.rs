@@ -11,6 +11,7 @@ use anyhow::{Context, Result};
 use needle_engine::backend::{self, DeviceRequest};
 use needle_engine::calls::reliability::{Interval, MAX_RIGHT_STOPPED};
 use needle_engine::calls::{accuracy, Accuracy, Answered, ModelScore, Precision, QuantRows, Reliability, Weights};
+use needle_engine::confidence::TurnHead;
 use needle_engine::dataset::{Dataset, Encoded, Example};
 use needle_engine::generation::Generation;
 use needle_engine::model::{evaluate, Device, EvalSummary, Network};
@@ -128,7 +129,7 @@ pub fn run(args: Args) -> Result<()> {
     .with_context(|| format!("evaluating {}", model.label))?;
     end_progress();
     let answered = match args.accuracy {
-        true => Some(held.answer(&model.network, &model.tokenizer, "answer")?),
+        true => Some(held.answer(&model.network, model.head.as_ref(), &model.tokenizer, "answer")?),
         false => None,
     };
     if let (Some(path), Some((_, all))) = (&args.answers, &answered) {
@@ -140,8 +141,10 @@ pub fn run(args: Args) -> Result<()> {
     let quant_rows = match (quantized, &answered) {
         (Some(quantized), Some((calls, all))) => {
             let float = ModelScore { loss: loss.loss, calls: calls.clone(), wrong: wrong_of(all) };
-            let simulated = held.score(&quantized.simulated, &model.tokenizer, "simulated")?;
-            let cact = held.score(&quantized.cact, &model.tokenizer, "cact")?;
+            // The simulated weights are the same model's, so its head reads them; a `.cact` carries
+            // no trained head yet.
+            let simulated = held.score(&quantized.simulated, model.head.as_ref(), &model.tokenizer, "simulated")?;
+            let cact = held.score(&quantized.cact, None, &model.tokenizer, "cact")?;
             Some(QuantRows { float, simulated, cact })
         }
         _ => None,
@@ -185,11 +188,19 @@ struct Held {
 }
 
 impl Held {
-    /// `network`'s answers to every example: its accuracy, and the answers in file order.
-    fn answer(&self, network: &Network, tokenizer: &Tokenizer, what: &str) -> Result<(Accuracy, Vec<Answered>)> {
+    /// `network`'s answers to every example (read by `head` when it has a trained one): its
+    /// accuracy, and the answers in file order.
+    fn answer(
+        &self,
+        network: &Network,
+        head: Option<&TurnHead>,
+        tokenizer: &Tokenizer,
+        what: &str,
+    ) -> Result<(Accuracy, Vec<Answered>)> {
         let mut all = Vec::new();
         let score = accuracy(
             network,
+            head,
             tokenizer,
             &self.examples,
             &AtomicBool::new(false),
@@ -202,13 +213,19 @@ impl Held {
     }
 
     /// `network`'s loss over the rows and its answers, reported as `what`.
-    fn score(&self, network: &Network, tokenizer: &Tokenizer, what: &str) -> Result<ModelScore> {
+    fn score(
+        &self,
+        network: &Network,
+        head: Option<&TurnHead>,
+        tokenizer: &Tokenizer,
+        what: &str,
+    ) -> Result<ModelScore> {
         let progress = |done, total| report_progress(&format!("{what} loss"), done, total);
         let loss = evaluate(network, self.rows.iter().cloned(), self.seq_len, self.rows_per_pass, progress)
             .with_context(|| format!("evaluating the {what} row"))?
             .loss;
         end_progress();
-        let (calls, all) = self.answer(network, tokenizer, &format!("{what} calls"))?;
+        let (calls, all) = self.answer(network, head, tokenizer, &format!("{what} calls"))?;
         Ok(ModelScore { loss, calls, wrong: wrong_of(&all) })
     }
 }

@@ -65,6 +65,9 @@ pub struct WeightsInputs {
 pub struct Model {
     pub network: needle_engine::model::Network,
     pub tokenizer: needle_engine::tokenizer::Tokenizer,
+    /// The trained confidence head kept beside the adapter (`ADAPTER.head.safetensors`), when
+    /// there is one.
+    pub head: Option<needle_engine::confidence::TurnHead>,
     /// What was loaded, for messages: the checkpoint (and adapter) or the `.cact`.
     pub label: String,
 }
@@ -98,12 +101,16 @@ impl WeightsInputs {
             (None, None) => anyhow::bail!("{} carries no tokenizer; pass --tokenizer", weights.path().display()),
         };
         loaded.network.check_tokenizer_vocab(tokenizer.vocab_size(), &tokenizer_label)?;
+        let head = match &self.lora {
+            Some(lora) => needle_engine::confidence::TurnHead::beside(lora, loaded.network.config())?,
+            None => None,
+        };
         let label = match (&weights, &self.lora) {
             (Weights::Checkpoint { checkpoint, .. }, Some(lora)) => {
                 format!("{} + {}", checkpoint.display(), lora.display())
             }
             _ => weights.path().display().to_string(),
         };
-        Ok(Model { network: loaded.network, tokenizer, label })
+        Ok(Model { network: loaded.network, tokenizer, head, label })
     }
 }

@@ -65,7 +65,7 @@ pub fn run(args: Args) -> Result<()> {
     let question = Example::question(&tools, &args.query, &args.system, generation)
         .map_err(|issue| anyhow::anyhow!("--query and --system with {}: {issue}", args.tools.display()))?;
     let (prompt, _) = render(&question);
-    let answer = answer(&model.network, &model.tokenizer, &prompt, args.max_new)?;
+    let answer = answer(&model.network, model.head.as_ref(), &model.tokenizer, &prompt, args.max_new)?;
     let offered = tools.as_array().map(Vec::as_slice).unwrap_or_default();
     let turn = Turn { tools: offered, query: &args.query, system: &args.system };
     let checked = CheckedAnswer::check(answer.calls.as_deref(), answer.confidence, turn, 0.0);

@@ -48,9 +48,15 @@ pub fn run(args: Args) -> Result<bool> {
     let suite = Suite::load(&args.suite)?;
     let selected = backend::select(DeviceRequest::resolve(args.device.as_deref())?)?;
     let model = args.weights.load(&selected.device)?;
-    let report = score(&model.network, &model.tokenizer, &suite, args.min_confidence, args.max_new, |done, total| {
-        crate::eval::report_progress("suite", done, total)
-    })
+    let report = score(
+        &model.network,
+        model.head.as_ref(),
+        &model.tokenizer,
+        &suite,
+        args.min_confidence,
+        args.max_new,
+        |done, total| crate::eval::report_progress("suite", done, total),
+    )
     .with_context(|| format!("scoring {} on {}", model.label, args.suite.display()))?;
     crate::eval::end_progress();
     let mut out = std::io::stdout().lock();

@@ -54,7 +54,7 @@ fn answered_together_each_demo_row_gets_the_answer_it_gets_alone() {
         assert_eq!(prompts.len(), 24, "the Quick preset holds out 24 of the demo's 120 rows");
         let mut together: Vec<Option<Answer>> = vec![None; prompts.len()];
         let mut order = Vec::new();
-        answer_each(&network, &tokenizer, &prompts, &AtomicBool::new(false), |index, answer| {
+        answer_each(&network, None, &tokenizer, &prompts, &AtomicBool::new(false), |index, answer| {
             order.push(index);
             together[index] = Some(answer);
         })

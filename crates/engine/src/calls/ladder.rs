@@ -179,7 +179,7 @@ impl LadderModel {
             emit(LadderEvent::Rung { layers, index: index + 1, of: rungs.len() });
             let (network, cact_bytes) = self.built(layers, device)?;
             let progress = |done, total| emit(LadderEvent::Answered { layers, done, total });
-            let calls = accuracy(&network, &self.tokenizer, examples, cancel, progress, |_| {})
+            let calls = accuracy(&network, None, &self.tokenizer, examples, cancel, progress, |_| {})
                 .map_err(|source| LadderScoreError::Answer { layers, source })?;
             if cancel.load(Ordering::Relaxed) {
                 emit(LadderEvent::Cancelled { scored: ladder.rungs.len() });

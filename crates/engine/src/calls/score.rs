@@ -17,6 +17,7 @@ use crate::cact::{CactFile, ReadError, WeightsError};
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::checks::confidence::decode_probability;
 use crate::checks::{CheckedAnswer, Turn};
+use crate::confidence::TurnHead;
 use crate::dataset::{render, Example};
 use crate::lora::{self, load_adapter, AdapterFileError, MergeError};
 use crate::model::packing::{shared_prefixes, MIN_SHARED};
@@ -170,16 +171,23 @@ pub struct Answer {
     pub completion: Completion,
 }
 
-/// Greedy answer to an already rendered prompt (BOS is added, as in training).
+/// Greedy answer to an already rendered prompt (BOS is added, as in training), read by `head`
+/// when the model has a trained one.
 pub fn answer(
     network: &Network,
+    head: Option<&TurnHead>,
     tokenizer: &Tokenizer,
     prompt: &str,
     max_new_tokens: usize,
 ) -> crate::model::Result<Answer> {
     let mut forward = Forward::new(network.clone())?;
-    let completion = forward.generate_from(None, &prompt_ids(tokenizer, prompt), max_new_tokens)?;
-    Ok(answer_of(tokenizer, completion))
+    let ids = prompt_ids(tokenizer, prompt);
+    let completion = forward.generate_from(None, &ids, max_new_tokens)?;
+    let answer = answer_of(tokenizer, completion);
+    match head {
+        Some(head) => answer.read_by(head, &mut forward, &ids),
+        None => Ok(answer),
+    }
 }
 
 /// BOS and the tokens of a rendered prompt.
@@ -193,6 +201,16 @@ fn answer_of(tokenizer: &Tokenizer, completion: Completion) -> Answer {
     let calls = parse_calls(&text);
     let decode = decode_probability(tokenizer, &completion, calls.as_ref().is_some_and(|calls| !calls.is_empty()));
     Answer { calls, confidence: decode, decode, head: None, text, completion }
+}
+
+impl Answer {
+    /// The answer as a trained head reads it (`forward` computing the cells of `prompt`, BOS
+    /// first, and of the answer where the head reads it): `head` is the head's calibrated
+    /// probability, and the turn's confidence the smaller of it and the decode probability.
+    fn read_by(self, head: &TurnHead, forward: &mut Forward, prompt: &[u32]) -> crate::model::Result<Self> {
+        let read = head.confidence(forward, prompt, &self.completion.ids)?;
+        Ok(Self { confidence: read.min(self.decode), head: Some(read), ..self })
+    }
 }
 
 /// The base and the tuned model on the same held-out examples.
@@ -262,11 +280,13 @@ pub struct ToolScore {
     pub total: usize,
 }
 
-/// Answers every example and scores the calls; `progress(done, total)` after each. Stops early when
-/// `cancel` is set: the score then covers the examples answered so far. Examples whose prompts
-/// begin alike (an app's tools prompt) are answered together, that prefix run once for them.
+/// Answers every example and scores the calls (each answer read by `head` when the model has a
+/// trained one); `progress(done, total)` after each. Stops early when `cancel` is set: the score
+/// then covers the examples answered so far. Examples whose prompts begin alike (an app's tools
+/// prompt) are answered together, that prefix run once for them.
 pub fn accuracy(
     network: &Network,
+    head: Option<&TurnHead>,
     tokenizer: &Tokenizer,
     examples: &[Example],
     cancel: &AtomicBool,
@@ -286,7 +306,7 @@ pub fn accuracy(
         .collect();
     let mut scored = Vec::with_capacity(examples.len());
     let mut done = 0;
-    let shared_seconds = answer_each(network, tokenizer, &prompts, cancel, |index, answer| {
+    let shared_seconds = answer_each(network, head, tokenizer, &prompts, cancel, |index, answer| {
         let example = &examples[index];
         score.examples += 1;
         tokens += answer.completion.ids.len();
@@ -336,13 +356,15 @@ pub fn accuracy(
 }
 
 /// Answers every prompt (BOS and its tokens, with the most new tokens it may have), handing each
-/// answer to `each` with the prompt's index; stops early when `cancel` is set. Up to
+/// answer, read by `head` when the model has a trained one, to `each` with the prompt's index;
+/// stops early when `cancel` is set. Up to
 /// [`ANSWER_BATCH`] prompts are decoded together ([`Batch`]), each answer the one it gets alone,
 /// handed on in the order they were started (a short answer waits for the longer ones started
 /// before it). Prompts that begin alike (an app's tools prompt) are started one after another,
 /// that prefix run once for them; the seconds those shared runs took are returned.
 pub fn answer_each(
     network: &Network,
+    head: Option<&TurnHead>,
     tokenizer: &Tokenizer,
     prompts: &[(Vec<u32>, usize)],
     cancel: &AtomicBool,
@@ -361,12 +383,19 @@ pub fn answer_each(
     order.iter().enumerate().for_each(|(r, &(i, _))| rank[i] = r);
     // Finished answers by their rank in `order`, until those started before them are handed on.
     let (mut waiting, mut next_rank) = (BTreeMap::new(), 0);
-    let mut answered = |(index, completion): (usize, Completion)| {
-        waiting.insert(rank[index], (index, answer_of(tokenizer, completion)));
+    // The head reads each answer with a network of its own: the batch's holds the rows' caches.
+    let mut reader = head.map(|head| Forward::new(network.clone()).map(|forward| (head, forward))).transpose()?;
+    let mut answered = |(index, completion): (usize, Completion)| -> crate::model::Result<()> {
+        let mut answer = answer_of(tokenizer, completion);
+        if let Some((head, forward)) = reader.as_mut() {
+            answer = answer.read_by(head, forward, &prompts[index].0)?;
+        }
+        waiting.insert(rank[index], (index, answer));
         while let Some((index, answer)) = waiting.remove(&next_rank) {
             each(index, answer);
             next_rank += 1;
         }
+        Ok(())
     };
     // A prefix is needed only while its rows start: each row takes a copy of its keys.
     let mut current: Option<(usize, Prefilled)> = None;
@@ -388,14 +417,14 @@ pub fn answer_each(
         };
         let (prompt, budget) = &prompts[index];
         if let Some(done) = batch.start(&mut forward, index, prompt, prefilled, *budget, Until::End)? {
-            answered(done);
+            answered(done)?;
         }
         while !batch.has_room() && !cancel.load(Ordering::Relaxed) {
-            batch.step(&mut forward)?.into_iter().for_each(&mut answered);
+            batch.step(&mut forward)?.into_iter().try_for_each(&mut answered)?;
         }
     }
     while !batch.is_empty() && !cancel.load(Ordering::Relaxed) {
-        batch.step(&mut forward)?.into_iter().for_each(&mut answered);
+        batch.step(&mut forward)?.into_iter().try_for_each(&mut answered)?;
     }
     Ok(seconds)
 }

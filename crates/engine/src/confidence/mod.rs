@@ -26,7 +26,11 @@ pub mod fit;
 pub mod head;
 #[cfg(test)]
 mod parity_tests;
+pub mod reader;
+#[cfg(test)]
+mod reader_tests;
 
 pub use file::{companion_path, HeadFileError, Reading, TrainedHead};
 pub use fit::{cross_fit, Calibration, Fitted};
 pub use head::{confidence, ConfidenceHead, HeadError, PooledHead, ProbeHead, Result, KEY};
+pub use reader::TurnHead;

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::calls::{answer_each, prompt_ids, Answer};
 use crate::checks::{Call, CheckedAnswer, Turn, Withheld};
+use crate::confidence::TurnHead;
 use crate::dataset::{render, Example, Issue};
 use crate::model::{Network, Stop};
 use crate::tokenizer::Tokenizer;
@@ -69,10 +70,12 @@ pub enum ScoreError {
     Model(#[from] crate::model::ModelError),
 }
 
-/// Scores `network` on every case of `suite`: at most `max_new_tokens` new tokens an answer, the
+/// Scores `network` on every case of `suite`, each answer read by `head` when the model has a
+/// trained one: at most `max_new_tokens` new tokens an answer, the
 /// gate at `min_confidence`; `progress(done, total)` after each answer.
 pub fn score(
     network: &Network,
+    head: Option<&TurnHead>,
     tokenizer: &Tokenizer,
     suite: &Suite,
     min_confidence: f64,
@@ -94,7 +97,7 @@ pub fn score(
     let asked: Vec<(Vec<u32>, usize)> = fitting.iter().map(|&i| prompts[i].clone()).collect();
     let mut answers: Vec<Option<Answer>> = vec![None; suite.cases.len()];
     let mut done = 0;
-    answer_each(network, tokenizer, &asked, &AtomicBool::new(false), |at, answer| {
+    answer_each(network, head, tokenizer, &asked, &AtomicBool::new(false), |at, answer| {
         answers[fitting[at]] = Some(answer);
         done += 1;
         progress(done, asked.len());

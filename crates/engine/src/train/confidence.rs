@@ -91,7 +91,7 @@ pub fn fit_head(run: HeadRun, examples: &[Example], device: &Device, cancel: &At
         })
         .collect();
     let mut answers: Vec<Option<(Vec<u32>, bool)>> = vec![None; examples.len()];
-    answer_each(&network, &tokenizer, &prompts, cancel, |index, answer| {
+    answer_each(&network, None, &tokenizer, &prompts, cancel, |index, answer| {
         let expected: Option<Vec<Value>> = serde_json::from_str(&examples[index].answers).ok();
         let right = Verdict::of(expected.as_deref(), answer.calls.as_deref()) == Verdict::Exact;
         answers[index] = Some((answer.completion.ids, right));

@@ -457,6 +457,7 @@ fn score_calls(
         let mut wrong = Vec::new();
         let calls = calls::accuracy(
             network,
+            None,
             &tokenizer,
             examples,
             cancel,

@@ -1,0 +1,96 @@
+//! A trained head reading the turns a model answers: the companion file of the adapter loaded once,
+//! checked against the model, and each answer's calibrated head probability computed from the
+//! hidden cells of the network that answered.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::Tensor;
+
+use super::cells::row_cells;
+use super::file::{companion_path, HeadFileError, Reading, TrainedHead};
+use super::fit::Calibration;
+use super::head::{ConfidenceHead, HeadError};
+use crate::config::ModelConfig;
+use crate::generation::Generation;
+use crate::model::{Forward, ModelError};
+
+/// A trained head ready to read turns, in the form it was calibrated in (Needle 3's through CQ-4,
+/// as the `.cact` runs it).
+#[derive(Debug, Clone)]
+pub struct TurnHead {
+    head: ConfidenceHead,
+    calibration: Calibration,
+    reads: Reading,
+    path: PathBuf,
+}
+
+impl TurnHead {
+    /// The head kept beside `adapter` for a model of `cfg`, or `None` when there is no companion
+    /// file. A file that cannot be read, or whose head belongs to another model, is an error naming
+    /// it and the fix.
+    pub fn beside(adapter: &Path, cfg: &ModelConfig) -> Result<Option<Self>, HeadFileError> {
+        let path = companion_path(adapter);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let refit = format!(
+            "fit it again for this adapter with `needle finetune --confidence`, or remove the file to score \
+             {} with its decode probability alone",
+            adapter.display()
+        );
+        let trained = TrainedHead::load(&path).map_err(|error| match error {
+            HeadFileError::Invalid { path, problem } => {
+                HeadFileError::Invalid { path, problem: format!("{problem}; {refit}") }
+            }
+            other => other,
+        })?;
+        let invalid = |problem: String| HeadFileError::Invalid { path: path.clone(), problem };
+        let generation = trained.head.generation();
+        if generation != cfg.generation {
+            return Err(invalid(format!(
+                "the head is a Needle {} head but the model is Needle {}; {refit}",
+                generation.number(),
+                cfg.generation.number()
+            )));
+        }
+        let probes = trained.head.tensors()[0].dims().to_vec();
+        let (width, rows) = match generation {
+            Generation::Needle2 => (probes[1], None),
+            Generation::Needle3 => (probes[2], Some(probes[0])),
+        };
+        let depth = cfg.num_layers + 1;
+        if width != cfg.d_model || rows.is_some_and(|rows| rows != depth) {
+            return Err(invalid(format!(
+                "the head's probes {probes:?} do not fit a model of d_model {} with {depth} depth rows; {refit}",
+                cfg.d_model
+            )));
+        }
+        let head = trained.head.through_cq().map_err(|e| invalid(e.to_string()))?;
+        Ok(Some(Self { head, calibration: trained.calibration, reads: trained.reads, path }))
+    }
+
+    /// The companion file the head was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The calibrated probability that the turn's answer is right: `σ(a·logit + b)` of the head's
+    /// logit on the cells of `prompt` (BOS first) and, where the head reads it, the `answer` the
+    /// model gave, computed by `forward`.
+    pub fn confidence(&self, forward: &mut Forward, prompt: &[u32], answer: &[u32]) -> crate::model::Result<f64> {
+        let cells = row_cells(forward, &[self.reads.tokens(prompt, answer)], None)?.remove(0);
+        let keep = Tensor::ones((1, cells.dim(1)?), candle_core::DType::F32, cells.device())?;
+        let logit = self.head.logits(&cells, &keep, None).map_err(model_error)?;
+        Ok(self.calibration.confidence(f64::from(logit.to_vec1::<f32>()?[0])))
+    }
+}
+
+/// A head error met while answering, as the model's: the head was checked against the model when
+/// it was loaded, so what is left is the computation's own.
+fn model_error(error: HeadError) -> ModelError {
+    match error {
+        HeadError::Model(error) => error,
+        HeadError::Candle(error) => ModelError::Candle(error),
+        other => ModelError::Candle(candle_core::Error::Msg(other.to_string())),
+    }
+}
