@@ -54,6 +54,9 @@ fn eval_loss(stem: &str, adapter: Option<&Path>) -> f64 {
 fn one_epoch_emits_typed_events_and_writes_an_adapter_eval_accepts() {
     let dir = tempfile::tempdir().unwrap();
     let adapter = dir.path().join("tiny.safetensors");
+    // A head left beside an earlier adapter of that name belongs to other weights.
+    let stale_head = adapter.with_extension("safetensors.head.safetensors");
+    std::fs::write(&stale_head, b"a head fitted to other weights").unwrap();
     let events = events(&finetune("tiny_f32", &adapter, &["--epochs", "1", "--max-len", "128", "--batch-size", "32"]));
     let kinds = kinds(&events);
     assert_eq!(kinds.first(), Some(&"started"));
@@ -73,8 +76,8 @@ fn one_epoch_emits_typed_events_and_writes_an_adapter_eval_accepts() {
         assert!(finished["accuracy"][model]["loss"].as_f64().unwrap().is_finite(), "{finished}");
     }
     assert!(adapter.with_extension("safetensors.state.safetensors").exists());
-    // Not asked for, no confidence head is fitted.
-    assert!(!adapter.with_extension("safetensors.head.safetensors").exists());
+    // Not asked for, no confidence head is fitted, and the stale one is gone.
+    assert!(!stale_head.exists());
     assert!(eval_loss("tiny_f32", Some(&adapter)).is_finite());
 }
 
@@ -104,8 +107,14 @@ fn fine_tuning_lowers_the_held_out_loss_of_the_pretrained_fixture() {
     // The base model is confidently wrong on the fixture's unseen tools; the adapter must fix much of it.
     let (before, after) = (eval_loss("pretrained", None), eval_loss("pretrained", Some(&adapter)));
     assert!(after < before - 1.0, "eval loss {before} → {after}");
-    // Asked for, the confidence head is fitted to the tuned model and kept beside the adapter.
+    // Asked for, the confidence head is fitted to the tuned model and kept beside the adapter, and
+    // reads the tuned model's held-out answers (the base has none).
     assert!(dir.path().join("pretrained.pkl.head.safetensors").exists());
+    let accuracy = &events.last().unwrap()["accuracy"];
+    let wrong = |model: &str| accuracy[model]["wrong"].as_array().unwrap().clone();
+    assert!(!wrong("tuned").is_empty(), "{accuracy}");
+    assert!(wrong("tuned").iter().all(|answer| answer["head"].as_f64().is_some()), "{accuracy}");
+    assert!(wrong("base").iter().all(|answer| answer["head"].is_null()), "{accuracy}");
 }
 
 #[test]

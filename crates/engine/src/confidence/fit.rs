@@ -50,12 +50,22 @@ impl Calibration {
 
     /// Platt's fit of `σ(a·logit + b)` to the labels by Newton's method, with Platt's targets
     /// (`(n₊ + 1)/(n₊ + 2)` and `1/(n₋ + 2)` instead of 1 and 0), which keep `a` finite when the
-    /// logits separate the labels.
+    /// logits separate the labels. Logits that are all alike (a head whose quantized projection
+    /// rounds to zero) tell nothing, and a fit that does not stay finite cannot be kept: the
+    /// calibration is then the base rate, `scale` 0 (before, such a fit wrote a head file no
+    /// reader could load).
     pub fn platt(logits: &[f64], labels: &[bool]) -> Self {
         let positives = labels.iter().filter(|&&right| right).count() as f64;
         let negatives = labels.len() as f64 - positives;
         let (high, low) = ((positives + 1.0) / (positives + 2.0), 1.0 / (negatives + 2.0));
         let targets: Vec<f64> = labels.iter().map(|&right| if right { high } else { low }).collect();
+        let mean = targets.iter().sum::<f64>() / targets.len().max(1) as f64;
+        let base_rate = Self { scale: 0.0, shift: (mean / (1.0 - mean)).ln() };
+        let (lowest, highest) =
+            logits.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        if !(highest - lowest > 1e-6) {
+            return base_rate;
+        }
         let mut fit = Self { scale: 1.0, shift: ((positives + 1.0) / (negatives + 1.0)).ln() };
         for _ in 0..100 {
             // Gradient and Hessian of the cross-entropy in (scale, shift), a small ridge keeping
@@ -77,7 +87,10 @@ impl Calibration {
                 break;
             }
         }
-        fit
+        match fit.scale.is_finite() && fit.shift.is_finite() {
+            true => fit,
+            false => base_rate,
+        }
     }
 }
 
@@ -273,6 +286,16 @@ fn binary_cross_entropy(logits: &Tensor, targets: &Tensor) -> candle_core::Resul
 mod tests {
     use super::*;
     use crate::generation::Generation;
+
+    #[test]
+    fn logits_all_alike_calibrate_to_the_base_rate() {
+        // What the head that ships reads as: a finite calibration that says the share right.
+        let labels = [true, true, true, false];
+        let fit = Calibration::platt(&[0.25; 4], &labels);
+        assert_eq!(fit.scale, 0.0);
+        let (high, low) = (4.0 / 5.0, 1.0 / 3.0);
+        assert!((fit.confidence(0.25) - (3.0 * high + low) / 4.0).abs() < 1e-12, "{fit:?}");
+    }
 
     #[test]
     fn platt_scaling_recovers_a_known_sigmoid() {

@@ -32,6 +32,8 @@ const DECODE_STEPS_TIMED: usize = 8;
 use crate::backend::{system_memory, BackendInfo};
 use crate::calls::{self, CallScores, ModelScore, Precision, Weights};
 use crate::checkpoint::Checkpoint;
+use crate::confidence::file::{companion_path, HeadFileError};
+use crate::confidence::reader::TurnHead;
 use crate::config::Recipe;
 use crate::dataset::{Dataset, Encoded, Example, Tokenized};
 use crate::lora::{save_adapter, AdapterMeta, Lora};
@@ -332,6 +334,7 @@ impl Session {
             }
             let meta = AdapterMeta { base: key.base.clone(), partial, generation: cfg_generation, seed: s.seed };
             save_adapter(&options.out, &trainer.lora, &meta)?;
+            remove_stale_head(&options.out)?;
             save_state(&state, &trainer.lora, &trainer.optimizer, &key)?;
             emit(Event::Saved { path: options.out.clone() });
             Ok(())
@@ -396,7 +399,8 @@ impl Session {
         } else {
             emit(Event::Scoring { examples: scored.len() });
             let held_out = &val[..scored.len()];
-            match score_calls(&options, &base, scored, held_out, plan.seq_len, cancel) {
+            let head_fitted = matches!(confidence, HeadFit::Fitted(_));
+            match score_calls(&options, &base, head_fitted, scored, held_out, plan.seq_len, cancel) {
                 Ok(scores) => scores,
                 Err(error) => {
                     emit(Event::Unscored { message: error.to_string() });
@@ -430,12 +434,24 @@ fn validation_loss(trainer: &mut Trainer, val: &[Tokenized], seq_len: usize, bat
     Ok(Some(losses.iter().sum::<f32>() / losses.len() as f32))
 }
 
+/// A head beside the adapter just saved was fitted to other weights: it goes, so that nothing reads
+/// it as this adapter's (the run's own head is fitted after its last save).
+fn remove_stale_head(adapter: &Path) -> Result<()> {
+    let path = companion_path(adapter);
+    match std::fs::remove_file(&path) {
+        Err(source) if source.kind() != std::io::ErrorKind::NotFound => Err(HeadFileError::Io { path, source }.into()),
+        _ => Ok(()),
+    }
+}
+
 /// Answer loss and exact-call accuracy of the base (`base`, the run's frozen network) and of the
-/// tuned model (the saved adapter merged into the checkpoint) on held-out examples and their rows;
-/// `None` when `cancel` is set before both are scored.
+/// tuned model (the saved adapter merged into the checkpoint, its answers read by the confidence
+/// head when the run fitted one: `head_fitted`) on held-out examples and their rows; `None` when
+/// `cancel` is set before both are scored.
 fn score_calls(
     options: &FinetuneOptions,
     base: &Network,
+    head_fitted: bool,
     examples: &[Example],
     tokenized: &[Tokenized],
     seq_len: usize,
@@ -451,13 +467,17 @@ fn score_calls(
     } else {
         (base.clone(), weights.load(base.device())?.network)
     };
-    let score = |network: &Network| -> Result<ModelScore> {
+    let head = match head_fitted {
+        true => TurnHead::beside(&options.out, tuned.config())?,
+        false => None,
+    };
+    let score = |network: &Network, head: Option<&TurnHead>| -> Result<ModelScore> {
         let rows = tokenized.iter().map(|t| t.row(seq_len));
         let loss = evaluate(network, rows, seq_len, options.settings.batch_size, |_, _| {})?.loss;
         let mut wrong = Vec::new();
         let calls = calls::accuracy(
             network,
-            None,
+            head,
             &tokenizer,
             examples,
             cancel,
@@ -470,7 +490,7 @@ fn score_calls(
         )?;
         Ok(ModelScore { loss, calls, wrong })
     };
-    let scores = CallScores { base: score(&base)?, tuned: score(&tuned)? };
+    let scores = CallScores { base: score(&base, None)?, tuned: score(&tuned, head.as_ref())? };
     Ok((!cancel.load(Ordering::Relaxed)).then_some(scores))
 }
 
