@@ -252,6 +252,8 @@ impl Finetune {
             events: Some(EventFormat::Jsonl),
             resume,
             dry_run,
+            // Off in the app as in the CLI until the head keeps to its time budget and is read.
+            confidence: false,
             generate: 0,
             workers: FINETUNE_WORKERS,
             llm: Llm {
