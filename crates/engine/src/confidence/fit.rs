@@ -63,7 +63,7 @@ impl Calibration {
         let base_rate = Self { scale: 0.0, shift: (mean / (1.0 - mean)).ln() };
         let (lowest, highest) =
             logits.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-        if !(highest - lowest > 1e-6) {
+        if (highest - lowest).is_nan() || highest - lowest <= 1e-6 {
             return base_rate;
         }
         let mut fit = Self { scale: 1.0, shift: ((positives + 1.0) / (negatives + 1.0)).ln() };

@@ -66,7 +66,7 @@ fn a_head_beside_the_adapter_reads_every_answer_and_caps_its_confidence() {
                 Reading::Prompt => prompts[index].0.clone(),
                 Reading::PromptAndAnswer => [prompts[index].0.as_slice(), &answer.completion.ids].concat(),
             };
-            let cells = row_cells(&mut forward, &[tokens.clone()], None).unwrap().remove(0);
+            let cells = row_cells(&mut forward, std::slice::from_ref(&tokens), None).unwrap().remove(0);
             let keep = Tensor::ones((1, tokens.len()), DType::F32, &Device::Cpu).unwrap();
             let logit = head.logits(&cells, &keep, None).unwrap().to_vec1::<f32>().unwrap()[0];
             let want = calibration.confidence(f64::from(logit));
