@@ -1,5 +1,5 @@
 //! Answers decoded together are the answers decoded alone: every held-out row of the bundled demo
-//! (the Quick preset's split, 24 of its 120 rows) answered by `calls::answer_each`, which decodes up
+//! (the Quick preset's split, 60 of its 302 rows) answered by `calls::answer_each`, which decodes up
 //! to `ANSWER_BATCH` rows at a time, against the same row decoded on its own, for each generation's
 //! base at the precisions scoring runs it at.
 
@@ -51,7 +51,7 @@ fn answered_together_each_demo_row_gets_the_answer_it_gets_alone() {
         (Generation::Needle3, Precision::Simulated, 1e-2),
     ] {
         let (network, tokenizer, prompts) = demo_held_out(generation, precision);
-        assert_eq!(prompts.len(), 24, "the Quick preset holds out 24 of the demo's 120 rows");
+        assert_eq!(prompts.len(), 60, "the Quick preset holds out 60 of the demo's 302 rows");
         let mut together: Vec<Option<Answer>> = vec![None; prompts.len()];
         let mut order = Vec::new();
         answer_each(&network, None, &tokenizer, &prompts, &AtomicBool::new(false), |index, answer| {
