@@ -47,8 +47,8 @@ pub struct Args {
     #[arg(long)]
     pub dry_run: bool,
     /// Fit a confidence head to the tuned model after training, kept beside the adapter
-    /// (ADAPTER.head.safetensors). Off by default: it costs far more than the 15% of a run it is
-    /// allowed, and nothing reads the head yet (docs/confidence.md)
+    /// (ADAPTER.head.safetensors), which eval, run and suite then read. Off by default: it costs far
+    /// more than the 15% of a run it is allowed (docs/confidence.md)
     #[arg(long)]
     pub confidence: bool,
     /// First write this many more rows with an LLM, as `needle generate-data --augment DATA` does, and train on

@@ -252,7 +252,7 @@ impl Finetune {
             events: Some(EventFormat::Jsonl),
             resume,
             dry_run,
-            // Off in the app as in the CLI until the head keeps to its time budget and is read.
+            // Off in the app as in the CLI until fitting the head keeps to its time budget.
             confidence: false,
             generate: 0,
             workers: FINETUNE_WORKERS,
