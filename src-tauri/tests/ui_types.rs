@@ -695,7 +695,8 @@ fn page_ids(html: &str) -> Vec<(String, String)> {
         if name_len == 0 || !rest.starts_with(|c: char| c.is_ascii_alphabetic()) {
             continue; // a closing tag or a doctype
         }
-        let end = rest.find('>').unwrap_or_else(|| panic!("{PAGE}: a tag that is never closed: <{}", &rest[..name_len]));
+        let end =
+            rest.find('>').unwrap_or_else(|| panic!("{PAGE}: a tag that is never closed: <{}", &rest[..name_len]));
         let (tag, attributes) = (rest[..name_len].to_ascii_lowercase(), &rest[name_len..end]);
         let id = attributes
             .split(|c: char| c.is_ascii_whitespace())
