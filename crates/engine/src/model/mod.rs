@@ -27,8 +27,6 @@
 //! Parameters are read from a [`Params`] source whose paths are the checkpoint's own
 //! (`stack/layers/block/self_attn/q_proj/kernel`).
 
-#[cfg(test)]
-mod cpu_parity_tests;
 pub mod decode;
 mod error;
 pub mod eval;

@@ -247,19 +247,29 @@ mod tests {
         let cfg = tiny_config();
         let params = Params::from_tensors(random_params(&cfg), &Device::Cpu).unwrap();
         let network = Network::load(&cfg, &params).unwrap();
-        let lora = crate::lora::Lora::init(&params, 4, 8.0, 0).unwrap();
-        assert_eq!(lora.factors.len(), 5, "q, k, v, gate and out projections");
-        let packing = Packing::new(&batch_rows(), true).unwrap();
-        let (sum, count) = network.masked_ce_sum(&packing, Some(&lora.low_rank())).unwrap();
-        let grads = (sum / count).unwrap().backward().unwrap();
-        for factor in &lora.factors {
-            // B starts at zero, so only B's gradient is non-zero before the first update.
-            for (layer, b) in factor.b.iter().enumerate() {
-                let grad =
-                    grads.get(b.as_tensor()).unwrap_or_else(|| panic!("no gradient for {} B{layer}", factor.path));
-                let size: f32 = grad.abs().unwrap().sum_all().unwrap().to_scalar().unwrap();
-                assert!(size.is_finite() && size > 0.0, "{} B{layer}: |grad| {size}", factor.path);
+        // Factors as an adapter starts them (`A` noise, `B` zero) on the q, k, v, gate and out
+        // projections of every layer.
+        let mut low_rank = LowRank::new(2.0);
+        let mut factors_b = Vec::new();
+        for projection in ["q_proj", "k_proj", "v_proj", "gate_proj", "out_proj"] {
+            let path = format!("stack/layers/block/self_attn/{projection}/kernel");
+            let (layers, d_in, d_out) = params.get(&path).unwrap().dims3().unwrap();
+            for layer in 0..layers {
+                let a = Var::randn(0f32, 0.25, (d_in, 4), &Device::Cpu).unwrap();
+                let b = Var::zeros((4, d_out), DType::F32, &Device::Cpu).unwrap();
+                low_rank.insert(&path, layer, a.as_tensor().clone(), b.as_tensor().clone());
+                factors_b.push((format!("{path} B{layer}"), b));
             }
+        }
+        assert_eq!(factors_b.len(), 5 * cfg.num_layers);
+        let packing = Packing::new(&batch_rows(), true).unwrap();
+        let (sum, count) = network.masked_ce_sum(&packing, Some(&low_rank)).unwrap();
+        let grads = (sum / count).unwrap().backward().unwrap();
+        // B starts at zero, so only B's gradient is non-zero before the first update.
+        for (name, b) in &factors_b {
+            let grad = grads.get(b.as_tensor()).unwrap_or_else(|| panic!("no gradient for {name}"));
+            let size: f32 = grad.abs().unwrap().sum_all().unwrap().to_scalar().unwrap();
+            assert!(size.is_finite() && size > 0.0, "{name}: |grad| {size}");
         }
     }
 
