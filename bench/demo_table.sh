@@ -43,8 +43,10 @@ fi
 [[ -x "$NEEDLE" ]] || { echo "demo_table.sh: no needle binary at $NEEDLE; build it or set NEEDLE" >&2; exit 1; }
 
 date_utc="$(date -u +%Y-%m-%d)"
-commit="$(git rev-parse --short HEAD)"
-results="${out:-bench/results/demo-$date_utc-$commit}"
+# The commit and whether the tree differs from it, taken before anything runs: what the figures are of.
+commit="$(git rev-parse HEAD)"
+changed="$(git status --porcelain --untracked-files=no | wc -l)"
+results="${out:-bench/results/demo-$date_utc-${commit:0:7}}"
 if [[ -e "$results" ]]; then
     echo "demo_table.sh: $results exists already; move it away or pass --out another folder" >&2
     exit 1
@@ -110,8 +112,8 @@ for generation in "${generations[@]}"; do
 done
 
 cpu="$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)"
-python3 bench/demo/report.py meta "$results" "$commands" --date "$date_utc" --commit "$(git rev-parse HEAD)" \
-    --cpu "$cpu" --cores "$(nproc)" --dirty "$(git status --porcelain --untracked-files=no | wc -l)" \
+python3 bench/demo/report.py meta "$results" "$commands" --date "$date_utc" --commit "$commit" \
+    --cpu "$cpu" --cores "$(nproc)" --dirty "$changed" \
     --load "$load"
 echo "== results in $results" >&2
 python3 bench/demo/report.py table "$results"
