@@ -14,7 +14,7 @@
 # must not exist yet, so one run's files are never mixed with another's). The adapters and `.cact`
 # files go to a temporary folder, removed at the end. Needs python3 and a release `needle`: $NEEDLE,
 # else $CARGO_TARGET_DIR/release/needle (CARGO_TARGET_DIR defaults to target), built here when
-# $NEEDLE is not set. Two Quick trainings: most of an hour on two CPU cores. Not run by CI.
+# $NEEDLE is not set. Two Quick trainings and their scoring: minutes on two CPU cores. Not run by CI.
 # Accuracy does not depend on the machine's load; the recorded wall seconds do, and are no benchmark.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
