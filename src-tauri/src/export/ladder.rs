@@ -29,7 +29,7 @@ pub struct Running {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum LadderMessage {
     /// The worker's `started`, `rung`, `answered` and `scored` events, as they are.
-    Progress(LadderEvent),
+    Progress(Box<LadderEvent>),
     /// Every rung scored, and the chart of their exact calls.
     Finished {
         ladder: Ladder,
@@ -106,7 +106,7 @@ impl Watcher for LadderWatcher {
             Ok(LadderEvent::Finished { ladder }) => self.ladder = Some(ladder),
             Ok(LadderEvent::Cancelled { .. }) => self.cancelled = true,
             Ok(LadderEvent::Failed { message }) => self.failure = Some(message),
-            Ok(progress) => self.send(LadderMessage::Progress(progress)),
+            Ok(progress) => self.send(LadderMessage::Progress(Box::new(progress))),
             Err(_) => {}
         }
     }

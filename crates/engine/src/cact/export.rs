@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::ladder::{rung, LadderError};
 use super::tensors::check_params;
 use super::{build_cact, write_cact, Bits, BitsChoice, BitsMapError, BuildError, WriteError};
-use crate::checkpoint::{Checkpoint, CheckpointError, NdArray};
+use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::confidence::file::{companion_path, HeadFileError, TrainedHead};
 use crate::confidence::head::KEY;
 use crate::generation::Generation;
@@ -211,9 +211,7 @@ fn ship_trained_head(ckpt: &mut Checkpoint, lora: &Path) -> Result<Option<PathBu
     let params = trained.shipped_params().map_err(|e| mismatch(e.to_string()))?;
     let prefix = format!("{KEY}/");
     ckpt.params.retain(|name, _| !name.starts_with(&prefix));
-    for (name, shape, values) in params {
-        ckpt.params.insert(name, NdArray::from_f32(shape, &values));
-    }
+    ckpt.params.extend(params);
     Ok(Some(path))
 }
 

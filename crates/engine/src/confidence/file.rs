@@ -14,6 +14,7 @@ use safetensors::{Dtype, SafeTensors};
 use super::fit::Calibration;
 use super::head::{ConfidenceHead, KEY};
 use crate::atomic::write_atomically;
+use crate::checkpoint::NdArray;
 use crate::config::ModelConfig;
 use crate::generation::Generation;
 
@@ -183,10 +184,10 @@ impl TrainedHead {
         })
     }
 
-    /// The head's parameters as a `.cact` ships them, each `(checkpoint name, shape, values)`: the
+    /// The head's parameters as a `.cact` ships them, each under its checkpoint name: the
     /// calibration folded into the projection — σ(a·(w·x + b) + c) = σ((a·w)·x + (a·b + c)) — so the
     /// file's head alone gives the calibrated confidence. Float32 arithmetic, as the values are stored.
-    pub fn shipped_params(&self) -> Result<Vec<(String, Vec<usize>, Vec<f32>)>, candle_core::Error> {
+    pub fn shipped_params(&self) -> Result<Vec<(String, NdArray)>, candle_core::Error> {
         let (scale, shift) = (self.calibration.scale as f32, self.calibration.shift as f32);
         self.head
             .named()
@@ -198,7 +199,7 @@ impl TrainedHead {
                     "proj/bias" => values.iter_mut().for_each(|v| *v = *v * scale + shift),
                     _ => {}
                 }
-                Ok((format!("{KEY}/{name}"), tensor.dims().to_vec(), values))
+                Ok((format!("{KEY}/{name}"), NdArray::from_f32(tensor.dims().to_vec(), &values)))
             })
             .collect()
     }
