@@ -17,8 +17,7 @@ fn no_rust_import_runs_back_up_a_level_or_round_a_circle() {
     let modules = crate_modules(&root("src"));
     assert!(modules.len() > 20 && modules.contains_key("train::job"), "{:?}", modules.keys());
     // Paths from the crate root only; no circle at all, of modules or of top-level folders.
-    let rules =
-        Rules { paths: Paths::FromTheRoot, circles: &[], ground: &[], apart: &[], folders: true };
+    let rules = Rules { paths: Paths::FromTheRoot, circles: &[], ground: &[], apart: &[], folders: true };
     let found = violations(&modules, &rules);
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
