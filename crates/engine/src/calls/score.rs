@@ -180,17 +180,27 @@ pub(crate) fn cact_network(
 }
 
 /// The `.cact` `needle build` would write from `checkpoint` (with `lora` merged), held in memory:
-/// the codes a checkpoint runs from at [`Precision::W4a8`]. Its tokenizer is a placeholder (the
-/// network never reads it; the caller tokenizes).
+/// the codes a checkpoint runs from at [`Precision::W4a8`].
 fn built_in_memory(checkpoint: &Path, lora: Option<&Path>) -> Result<CactFile, WeightsLoadError> {
     let mut ckpt = load_checked(checkpoint)?;
     if let Some(lora) = lora {
         merge_adapter(&mut ckpt, lora)?;
     }
+    in_memory_cact(&ckpt)
+}
+
+/// `ckpt` built into a `.cact` as `needle build` builds it, held in memory. Its tokenizer is a
+/// placeholder: the network never reads it (the caller tokenizes).
+fn in_memory_cact(ckpt: &Checkpoint) -> Result<CactFile, WeightsLoadError> {
     let bits = BitsChoice::resolve(None, &ckpt.config)
-        .map_err(|source| ExportError::Bits { checkpoint: checkpoint.to_path_buf(), source })?;
-    let built = build_cact(&ckpt, &bits, &placeholder_tokenizer_blob(ckpt.config.vocab_size))?;
-    CactFile::parse(built.bytes).map_err(|source| WeightsLoadError::Built { path: checkpoint.to_path_buf(), source })
+        .map_err(|source| ExportError::Bits { checkpoint: ckpt.source.clone(), source })?;
+    let built = build_cact(ckpt, &bits, &placeholder_tokenizer_blob(ckpt.config.vocab_size))?;
+    CactFile::parse(built.bytes).map_err(|source| WeightsLoadError::Built { path: ckpt.source.clone(), source })
+}
+
+/// The network of `ckpt` at [`Precision::W4a8`], from the `.cact` it builds into in memory.
+pub(crate) fn w4a8_network(ckpt: &Checkpoint) -> Result<Network, WeightsLoadError> {
+    cact_network(&in_memory_cact(ckpt)?, &ckpt.source, &Device::Cpu, Precision::W4a8)
 }
 
 /// A model error as a load error that names the file the weights came from.
