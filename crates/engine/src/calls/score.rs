@@ -13,7 +13,6 @@ use serde_json::Value;
 use super::breakdown::{Breakdown, Verdict};
 use super::parse::{parse_calls, tool_names};
 use super::reliability::{Reliability, Scored};
-use crate::cact::format::FormatError;
 use crate::cact::synthetic::placeholder_tokenizer_blob;
 use crate::cact::WeightsError;
 use crate::cact::{build_cact, load_checked, merge_adapter, BitsChoice, BuildError, CactFile, ExportError, ReadError};
@@ -87,8 +86,6 @@ pub enum WeightsLoadError {
     Build(#[from] BuildError),
     #[error(transparent)]
     Export(#[from] ExportError),
-    #[error("{}: the .cact built in memory does not read back: {source}", path.display())]
-    Built { path: PathBuf, source: FormatError },
 }
 
 /// A network ready to answer, with the tokenizer a `.cact` carries (a checkpoint has none).
@@ -180,27 +177,31 @@ pub(crate) fn cact_network(
 }
 
 /// The `.cact` `needle build` would write from `checkpoint` (with `lora` merged), held in memory:
-/// the codes a checkpoint runs from at [`Precision::W4a8`].
+/// the codes a checkpoint runs from at [`Precision::W4a8`]. Its tokenizer is a placeholder.
 fn built_in_memory(checkpoint: &Path, lora: Option<&Path>) -> Result<CactFile, WeightsLoadError> {
     let mut ckpt = load_checked(checkpoint)?;
     if let Some(lora) = lora {
         merge_adapter(&mut ckpt, lora)?;
     }
-    in_memory_cact(&ckpt)
+    Ok(in_memory_cact(&ckpt, &placeholder_tokenizer_blob(ckpt.config.vocab_size))?.0)
 }
 
-/// `ckpt` built into a `.cact` as `needle build` builds it, held in memory. Its tokenizer is a
-/// placeholder: the network never reads it (the caller tokenizes).
-fn in_memory_cact(ckpt: &Checkpoint) -> Result<CactFile, WeightsLoadError> {
+/// `ckpt` built into a `.cact` as `needle build` builds it (`tokenizer_blob` its tokenizer:
+/// the network never reads it), held in memory, and the size of its file.
+pub(crate) fn in_memory_cact(ckpt: &Checkpoint, tokenizer_blob: &[u8]) -> Result<(CactFile, u64), WeightsLoadError> {
     let bits = BitsChoice::resolve(None, &ckpt.config)
         .map_err(|source| ExportError::Bits { checkpoint: ckpt.source.clone(), source })?;
-    let built = build_cact(ckpt, &bits, &placeholder_tokenizer_blob(ckpt.config.vocab_size))?;
-    CactFile::parse(built.bytes).map_err(|source| WeightsLoadError::Built { path: ckpt.source.clone(), source })
+    let built = build_cact(ckpt, &bits, tokenizer_blob)?;
+    let bytes = built.bytes.len() as u64;
+    let cact =
+        CactFile::parse(built.bytes).map_err(|problem| ReadError::Format { path: ckpt.source.clone(), problem })?;
+    Ok((cact, bytes))
 }
 
 /// The network of `ckpt` at [`Precision::W4a8`], from the `.cact` it builds into in memory.
 pub(crate) fn w4a8_network(ckpt: &Checkpoint) -> Result<Network, WeightsLoadError> {
-    cact_network(&in_memory_cact(ckpt)?, &ckpt.source, &Device::Cpu, Precision::W4a8)
+    let (cact, _) = in_memory_cact(ckpt, &placeholder_tokenizer_blob(ckpt.config.vocab_size))?;
+    cact_network(&cact, &ckpt.source, &Device::Cpu, Precision::W4a8)
 }
 
 /// A model error as a load error that names the file the weights came from.
