@@ -575,9 +575,6 @@ pub struct Rules<'a> {
     pub ground: &'a [&'a str],
     /// Pairs of folders neither of which imports the other (`model::fast` and `model::san`).
     pub apart: &'a [(&'a str, &'a str)],
-    /// Imports between folders kept apart that are still there, each named (importer, imported)
-    /// until it is cut: any other is refused, and so is a listed one that is gone.
-    pub not_yet_apart: &'a [(&'a str, &'a str)],
     /// Whether the top-level folders, too, import each other round no circle.
     pub folders: bool,
 }
@@ -615,16 +612,9 @@ pub fn violations(modules: &BTreeMap<String, String>, rules: &Rules) -> Vec<Stri
         for (from, to) in [(a, b), (b, a)] {
             for (module, imports) in graph.iter().filter(|(m, _)| inside(m, from)) {
                 for import in imports.iter().filter(|i| inside(i, to)) {
-                    if !rules.not_yet_apart.contains(&(module.as_str(), import.as_str())) {
-                        found.push(format!("{module} imports {import}: {from} and {to} import neither each other"));
-                    }
+                    found.push(format!("{module} imports {import}: {from} and {to} import neither each other"));
                 }
             }
-        }
-    }
-    for (module, import) in rules.not_yet_apart {
-        if !graph.get(*module).is_some_and(|imports| imports.contains(*import)) {
-            found.push(format!("{module} no longer imports {import}; drop it from the list"));
         }
     }
     if let Some(circle) = rules.folders.then(|| circle(&by_folder(&graph))).flatten() {

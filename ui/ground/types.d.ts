@@ -582,6 +582,8 @@ export type ExportEvent =
     event: "merged";
     adapter: string;
     groups: number;
+    /** The confidence head trained for this adapter, shipped in place of the base's. */
+    head: string | null;
   }
   | {
     event: "built";

@@ -101,7 +101,8 @@ function handleBuildEvent(trainingId, message) {
         $('build-progress').value = message.index;
         setBuildStatus('building', `${message.label} (${message.index}/${message.of})`);
       } else if (message.event === 'merged') {
-        setBuildStatus('building', `Merged the adapter into ${message.groups} weight groups`);
+        const head = message.head ? ', with its trained confidence head' : '';
+        setBuildStatus('building', `Merged the adapter into ${message.groups} weight groups${head}`);
       }
       break;
     case 'scoring':

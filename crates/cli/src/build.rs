@@ -129,8 +129,14 @@ pub fn run(args: Args) -> Result<()> {
 /// The reference's two-column lines for the events worth a line.
 fn text_line(event: &ExportEvent) -> Option<String> {
     match event {
-        ExportEvent::Merged { adapter, groups } => {
-            Some(format!("  {:<9} {groups} weight groups  {}", "merged", adapter.display()))
+        ExportEvent::Merged { adapter, groups, head } => {
+            let merged = format!("  {:<9} {groups} weight groups  {}", "merged", adapter.display());
+            Some(match head {
+                Some(head) => {
+                    format!("{merged}\n  {:<9} the confidence head trained for it  {}", "head", head.display())
+                }
+                None => merged,
+            })
         }
         ExportEvent::Built { path, bytes, tensors, scheme } => Some(format!(
             "  {:<9} {}  {:.2} MB  {tensors} tensors  {scheme}",

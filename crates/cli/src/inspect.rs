@@ -42,6 +42,8 @@ struct Summary<'a> {
     /// Blob bytes per storage kind (padding excluded).
     size_by_kind: BTreeMap<&'static str, u64>,
     tokenizer_pieces: Option<u32>,
+    /// The probe heads the file carries (`confidence_head`, `router_head`, …).
+    heads: Vec<&'a str>,
     verify: Option<VerifyReport>,
 }
 
@@ -61,6 +63,7 @@ fn summarise<'a>(args: &Args, cact: &'a CactFile, verify: Option<VerifyReport>) 
             .collect(),
         size_by_kind,
         tokenizer_pieces: cact.tokenizer_pieces(),
+        heads: cact.probe_heads(),
         verify,
     }
 }
@@ -95,6 +98,8 @@ fn print_tables(s: &Summary, out: &mut impl Write) -> std::io::Result<()> {
         )?;
     }
     writeln!(out, "  runtime    kv_window {}  kv_bits {}  rope_theta {}", h.kv_window, h.kv_bits, h.rope_theta)?;
+    let heads = if s.heads.is_empty() { "none".to_string() } else { s.heads.join(", ") };
+    writeln!(out, "  heads      {heads}")?;
     writeln!(out, "\n  {:>4}  {:<26} {:<5} {:<16} {:>4} {:>12}", "#", "name", "dtype", "shape", "bits", "bytes")?;
     for (i, t) in s.tensors.iter().enumerate() {
         let r = t.record;
@@ -162,6 +167,7 @@ mod tests {
         assert!(text.contains("tokenizer  512 pieces"), "{text}");
         assert!(text.contains("verify     ok"), "{text}");
         let json = serde_json::to_value(&summary).unwrap();
+        assert_eq!(json["heads"], serde_json::json!(["contrastive_head", "confidence_head"]));
         assert_eq!(json["tensors"][0]["name"], "embedding");
         assert_eq!(json["tensors"][0]["bits"], "4");
         assert_eq!(json["tensors"].as_array().unwrap().len(), json["header"]["num_tensors"].as_u64().unwrap() as usize);
@@ -186,5 +192,22 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("verify     ok"), "{text}");
+    }
+
+    #[test]
+    fn a_tuned_build_lists_the_trained_confidence_head_it_ships() {
+        let golden =
+            |name: &str| format!("{}/../../tests/fixtures/golden/needle3_heads/{name}", env!("CARGO_MANIFEST_DIR"));
+        for (name, heads) in [
+            ("lora.cact", "heads      embedding_head, router_head"),
+            ("lora_head.cact", "heads      embedding_head, confidence_head, router_head"),
+        ] {
+            let args = Args { file: golden(name).into(), json: false, verify: false };
+            let cact = CactFile::open(&args.file).unwrap();
+            let mut text = Vec::new();
+            print_tables(&summarise(&args, &cact, None), &mut text).unwrap();
+            let text = String::from_utf8(text).unwrap();
+            assert!(text.contains(heads), "{name}: {text}");
+        }
     }
 }

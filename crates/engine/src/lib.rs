@@ -11,9 +11,10 @@
 //! 2. [`checkpoint`] (pickle and safetensors checkpoints) and [`dataset`] (rows → examples → tokens,
 //!    each generation's chat template).
 //! 3. [`hub`] (the base models on the hub) and [`generate`] (rows an LLM writes).
-//! 4. [`model`]: the parts both paths share (parameters, linear layers, norms, kernels, packing), the
-//!    two compute paths beside each other (`model::san` on candle, `model::fast` hand-written for
-//!    the CPU), and on top [`model::Forward`] and decoding, the one place that picks a path.
+//! 4. [`model`]: the parts both paths share (parameters, each part's weights in [`model::weights`],
+//!    linear layers, norms, kernels, packing), the two compute paths beside each other
+//!    ([`model::san`] on candle, `model::fast` hand-written for the CPU, neither importing the
+//!    other), and on top [`model::Forward`] and decoding, the one place that picks a path.
 //! 5. [`lora`] (adapters on the model) and [`settings`] (what a user chooses for a run and a build).
 //! 6. [`cact`]: a checkpoint quantized and written as a `.cact`, and read back.
 //! 7. [`calls`] (a model tried on prompts, its calls scored) and [`profile`] (each generation's

@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 use super::ladder::{rung, LadderError};
 use super::tensors::check_params;
 use super::{build_cact, write_cact, Bits, BitsChoice, BitsMapError, BuildError, WriteError};
-use crate::checkpoint::{Checkpoint, CheckpointError};
+use crate::checkpoint::{Checkpoint, CheckpointError, NdArray};
+use crate::confidence::file::{companion_path, HeadFileError, TrainedHead};
+use crate::confidence::head::KEY;
 use crate::generation::Generation;
 use crate::lora::{load_adapter, merge_into_checkpoint, AdapterFileError, MergeError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
@@ -42,6 +44,8 @@ pub enum ExportEvent {
     Merged {
         adapter: PathBuf,
         groups: usize,
+        /// The confidence head trained for this adapter, shipped in place of the base's.
+        head: Option<PathBuf>,
     },
     Built {
         path: PathBuf,
@@ -76,6 +80,10 @@ pub enum ExportError {
     Build(#[from] BuildError),
     #[error(transparent)]
     Write(#[from] WriteError),
+    #[error(transparent)]
+    Head(#[from] HeadFileError),
+    #[error("{}: the confidence head does not fit the checkpoint: {problem}; fit it again with `needle finetune --confidence` on this checkpoint, or move the file away to build without it", head.display())]
+    HeadMismatch { head: PathBuf, problem: String },
 }
 
 /// What a generation's build writes.
@@ -135,8 +143,8 @@ pub fn export(options: &ExportOptions, emit: impl FnMut(ExportEvent)) -> Result<
     }
     if let Some(lora) = &options.lora {
         progress.stage("Merging the adapter");
-        let groups = merge_adapter(&mut ckpt, lora)?;
-        (progress.emit)(ExportEvent::Merged { adapter: lora.clone(), groups });
+        let MergedAdapter { groups, head } = merge_adapter(&mut ckpt, lora)?;
+        (progress.emit)(ExportEvent::Merged { adapter: lora.clone(), groups, head });
     }
     rung(&mut ckpt, options.layers).map_err(|source| ExportError::Ladder { checkpoint: checkpoint(), source })?;
     progress.stage("Loading the tokenizer");
@@ -166,16 +174,47 @@ pub fn load_checked(path: &Path) -> Result<Checkpoint, ExportError> {
     Ok(ckpt)
 }
 
-/// Merges the adapter at `lora` into `ckpt` as `needle build` does; the number of weight groups
-/// merged.
-pub fn merge_adapter(ckpt: &mut Checkpoint, lora: &Path) -> Result<usize, ExportError> {
+/// What merging an adapter did.
+pub struct MergedAdapter {
+    /// The weight groups merged.
+    pub groups: usize,
+    /// The trained confidence head shipped, if the adapter has one beside it.
+    pub head: Option<PathBuf>,
+}
+
+/// Merges the adapter at `lora` into `ckpt` as `needle build` does, then puts the confidence head
+/// `needle finetune --confidence` trained for it, if it kept one, where the base's was.
+pub fn merge_adapter(ckpt: &mut Checkpoint, lora: &Path) -> Result<MergedAdapter, ExportError> {
     let adapter = load_adapter(lora)?;
     merge_into_checkpoint(ckpt, &adapter)?;
     // As 3.x's build: a probe head the adapter did not train would judge the tuned model's
     // answers with the base's judgement; the runtime then reports none.
     let dropped = Shipping::of(ckpt.config.generation).dropped_on_merge;
     ckpt.params.retain(|path, _| !dropped.iter().any(|head| path.starts_with(head)));
-    Ok(adapter.lora.len())
+    let head = ship_trained_head(ckpt, lora)?;
+    Ok(MergedAdapter { groups: adapter.lora.len(), head })
+}
+
+/// Replaces `ckpt`'s confidence head (or gives it one) with the head trained for the adapter at
+/// `lora`, calibration folded in, when that head's file is there: the `.cact` then carries it as
+/// any head (manifest code 2), where 3.2.8's build ships none. The file's path, if there was one.
+fn ship_trained_head(ckpt: &mut Checkpoint, lora: &Path) -> Result<Option<PathBuf>, ExportError> {
+    let path = companion_path(lora);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let trained = TrainedHead::load(&path)?;
+    let mismatch = |problem: String| ExportError::HeadMismatch { head: path.clone(), problem };
+    if let Some(problem) = trained.misfit(&ckpt.config) {
+        return Err(mismatch(problem));
+    }
+    let params = trained.shipped_params().map_err(|e| mismatch(e.to_string()))?;
+    let prefix = format!("{KEY}/");
+    ckpt.params.retain(|name, _| !name.starts_with(&prefix));
+    for (name, shape, values) in params {
+        ckpt.params.insert(name, NdArray::from_f32(shape, &values));
+    }
+    Ok(Some(path))
 }
 
 /// Numbers the stages as they start.

@@ -14,8 +14,10 @@ use std::path::{Path, PathBuf};
 use half::f16;
 
 use super::format::header_len;
-use super::{build_cact, export, Bits, BitsChoice, CactFile, ExportOptions, TensorKind};
+use super::{build_cact, export, Bits, BitsChoice, CactFile, ExportEvent, ExportOptions, TensorKind};
 use crate::checkpoint::{Checkpoint, DType, NdArray, PickledAdapter};
+use crate::confidence::{companion_path, Calibration, ConfidenceHead, Reading, TrainedHead};
+use crate::config::ModelConfig;
 use crate::generation::Generation;
 use crate::lora::{load_adapter, merge_into_checkpoint};
 use crate::quant::{cq_split, header_codebooks};
@@ -151,6 +153,57 @@ fn a_needle3_build_drops_the_confidence_head_with_an_adapter_and_keeps_the_rungs
     assert_eq!(rung.header.global_layers, 0);
     let probes = rung.records.iter().find(|r| r.name == "embedding_head.probes").unwrap();
     assert_eq!(probes.shape[0] % 4, 0, "a row per depth (embedding and three blocks) of 4 probes each");
+}
+
+#[test]
+fn a_trained_confidence_head_ships_in_the_build_as_the_reference_writes_a_head() {
+    // The adapter with the head `needle finetune --confidence` keeps beside it; 3.2.8's
+    // write_export of the same merged params with that head (its calibration folded into the
+    // projection) in place of the base's made the golden.
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = dir.path().join("adapter.safetensors");
+    std::fs::copy(fixture("golden/needle3_heads/adapter.safetensors"), &adapter).unwrap();
+    let head = companion_path(&adapter);
+    std::fs::copy(fixture("golden/needle3_heads/trained_head.safetensors"), &head).unwrap();
+    let options = ExportOptions {
+        checkpoint: fixture("models/needle3_heads.safetensors"),
+        lora: Some(adapter),
+        tokenizer: fixture("models/tokenizer.model"),
+        bits: None,
+        layers: None,
+        out: dir.path().join("tuned.cact"),
+    };
+    let mut events = Vec::new();
+    export(&options, |event| events.push(event)).unwrap();
+    assert!(events.iter().any(|e| matches!(e, ExportEvent::Merged { head: Some(h), .. } if *h == head)), "{events:?}");
+    let ours = CactFile::open(&options.out).unwrap();
+    let gold = CactFile::open(&fixture("golden/needle3_heads/lora_head.cact")).unwrap();
+    assert_agrees(&ours, &gold, "needle3_heads/lora_head");
+    ours.verify().unwrap();
+    assert!(ours.records.iter().any(|r| r.name == "confidence_head.probes"));
+}
+
+#[test]
+fn a_head_fitted_to_another_shape_is_refused_by_name() {
+    // needle3_heads' adapter with a head of the Needle 2 fixture's shape beside it.
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = dir.path().join("adapter.safetensors");
+    std::fs::copy(fixture("golden/needle3_heads/adapter.safetensors"), &adapter).unwrap();
+    let cfg = ModelConfig { d_model: 8, num_layers: 2, ..ModelConfig::needle3_defaults() };
+    let head = ConfidenceHead::initial(&cfg, &candle_core::Device::Cpu, 1).unwrap();
+    let trained = TrainedHead { head, calibration: Calibration::IDENTITY, reads: Reading::Prompt };
+    trained.save(&companion_path(&adapter)).unwrap();
+    let options = ExportOptions {
+        checkpoint: fixture("models/needle3_heads.safetensors"),
+        lora: Some(adapter),
+        tokenizer: fixture("models/tokenizer.model"),
+        bits: None,
+        layers: None,
+        out: dir.path().join("tuned.cact"),
+    };
+    let err = export(&options, drop).unwrap_err().to_string();
+    assert!(err.contains("adapter.safetensors.head.safetensors") && err.contains("does not fit"), "{err}");
+    assert!(!options.out.exists(), "nothing written");
 }
 
 /// How many bytes of two archives of one length differ.

@@ -9,7 +9,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use super::format::{self, FormatError, Header, Record, RecordProblem, TensorKind, ALIGN, RECORD_LEN};
-use super::layout::TOKENIZER;
+use super::layout::{HEADS_MANIFEST, TOKENIZER};
 use crate::quant::{self, CqBlobError};
 use crate::tokenizer;
 
@@ -174,6 +174,21 @@ impl CactFile {
     /// Index of the RAW tokenizer blob, which the writer always puts last.
     pub fn tokenizer_index(&self) -> Option<usize> {
         self.records.iter().rposition(|r| r.kind == TensorKind::Raw).filter(|&i| i + 1 == self.records.len())
+    }
+
+    /// The probe heads the file carries, in file order, by their keys (`confidence_head`, …; a head
+    /// of a code this generation does not know is `head<i>`): the tensors after the manifest.
+    pub fn probe_heads(&self) -> Vec<&str> {
+        let mut heads: Vec<&str> = Vec::new();
+        let after = self.records.iter().position(|r| r.name == HEADS_MANIFEST).map_or(self.records.len(), |i| i + 1);
+        for record in &self.records[after..] {
+            if let Some((key, _)) = record.name.split_once('.') {
+                if !heads.contains(&key) {
+                    heads.push(key);
+                }
+            }
+        }
+        heads
     }
 
     /// Names by position: the canonical order from the header geometry, then the heads the manifest

@@ -11,7 +11,7 @@ use crate::cact::bits::BitsChoice;
 use crate::cact::encode::{bad_shape, cq_tensor, fp16_tensor, fp32_tensor, BuildError, BuildProblem, Param, Tensor};
 use crate::cact::geometry::Geometry;
 use crate::checkpoint::Checkpoint;
-use crate::model::san::monarch;
+use crate::model::weights::monarch;
 use crate::model::Network;
 use crate::quant::HEAD_BITS;
 

@@ -14,6 +14,7 @@ use safetensors::{Dtype, SafeTensors};
 use super::fit::Calibration;
 use super::head::{ConfidenceHead, KEY};
 use crate::atomic::write_atomically;
+use crate::config::ModelConfig;
 use crate::generation::Generation;
 
 /// What follows the adapter's file name.
@@ -153,6 +154,53 @@ impl TrainedHead {
         let head = ConfidenceHead::from_tensors(generation, tensors);
         head.check_shapes().map_err(invalid)?;
         Ok(Self { head, calibration, reads })
+    }
+
+    /// Why the head cannot serve a model of `cfg`, if it cannot: it is of another generation, or its
+    /// shapes are not those of the head such a model has (its width, its depth rows, its probes and
+    /// queries).
+    pub fn misfit(&self, cfg: &ModelConfig) -> Option<String> {
+        let generation = self.head.generation();
+        if generation != cfg.generation {
+            return Some(format!(
+                "the head is a Needle {} head but the model is Needle {}",
+                generation.number(),
+                cfg.generation.number()
+            ));
+        }
+        let shapes = |head: &ConfidenceHead| head.tensors().iter().map(|t| t.dims().to_vec()).collect::<Vec<_>>();
+        let expected = match ConfidenceHead::initial(cfg, &Device::Cpu, 0) {
+            Ok(head) => shapes(&head),
+            Err(e) => return Some(format!("no head fits a model of this config ({e})")),
+        };
+        let found = shapes(&self.head);
+        (found != expected).then(|| {
+            format!(
+                "the head's shapes {found:?} do not fit a model of d_model {} with {} depth rows, whose head has {expected:?}",
+                cfg.d_model,
+                cfg.num_layers + 1
+            )
+        })
+    }
+
+    /// The head's parameters as a `.cact` ships them, each `(checkpoint name, shape, values)`: the
+    /// calibration folded into the projection — σ(a·(w·x + b) + c) = σ((a·w)·x + (a·b + c)) — so the
+    /// file's head alone gives the calibrated confidence. Float32 arithmetic, as the values are stored.
+    pub fn shipped_params(&self) -> Result<Vec<(String, Vec<usize>, Vec<f32>)>, candle_core::Error> {
+        let (scale, shift) = (self.calibration.scale as f32, self.calibration.shift as f32);
+        self.head
+            .named()
+            .into_iter()
+            .map(|(name, tensor)| {
+                let mut values = tensor.flatten_all()?.to_vec1::<f32>()?;
+                match name {
+                    "proj/kernel" => values.iter_mut().for_each(|v| *v *= scale),
+                    "proj/bias" => values.iter_mut().for_each(|v| *v = *v * scale + shift),
+                    _ => {}
+                }
+                Ok((format!("{KEY}/{name}"), tensor.dims().to_vec(), values))
+            })
+            .collect()
     }
 }
 

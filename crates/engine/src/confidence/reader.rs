@@ -11,7 +11,6 @@ use super::file::{companion_path, HeadFileError, Reading, TrainedHead};
 use super::fit::Calibration;
 use super::head::{ConfidenceHead, HeadError};
 use crate::config::ModelConfig;
-use crate::generation::Generation;
 use crate::model::{Forward, ModelError};
 
 /// A trained head ready to read turns, in the form it was calibrated in (Needle 3's through CQ-4,
@@ -45,25 +44,8 @@ impl TurnHead {
             other => other,
         })?;
         let invalid = |problem: String| HeadFileError::Invalid { path: path.clone(), problem };
-        let generation = trained.head.generation();
-        if generation != cfg.generation {
-            return Err(invalid(format!(
-                "the head is a Needle {} head but the model is Needle {}; {refit}",
-                generation.number(),
-                cfg.generation.number()
-            )));
-        }
-        let probes = trained.head.tensors()[0].dims().to_vec();
-        let (width, rows) = match generation {
-            Generation::Needle2 => (probes[1], None),
-            Generation::Needle3 => (probes[2], Some(probes[0])),
-        };
-        let depth = cfg.num_layers + 1;
-        if width != cfg.d_model || rows.is_some_and(|rows| rows != depth) {
-            return Err(invalid(format!(
-                "the head's probes {probes:?} do not fit a model of d_model {} with {depth} depth rows; {refit}",
-                cfg.d_model
-            )));
+        if let Some(problem) = trained.misfit(cfg) {
+            return Err(invalid(format!("{problem}; {refit}")));
         }
         let head = trained.head.through_cq().map_err(|e| invalid(e.to_string()))?;
         Ok(Some(Self { head, calibration: trained.calibration, reads: trained.reads, path }))

@@ -1,10 +1,11 @@
 //! The network, computed in f32: candle modules, and a hand-written CPU path.
 //!
-//! The network of both generations is the reference's `SimpleAttentionNetwork` ([`san`]: network,
-//! stack, block, attention, engram), Needle 3 adding to Needle 2's layers (q/k heads narrower than
+//! The network of both generations is the reference's `SimpleAttentionNetwork` (network, stack,
+//! block, attention, MLPs, engram: each part's weights in [`weights`], computed by [`san`] on candle
+//! and by `fast` by hand, in files of the same names), Needle 3 adding to Needle 2's layers (q/k heads narrower than
 //! the v heads, Q/K/V convolution taps, windowed layers, an output slice of the vocabulary) and
 //! changing its MLP (learned Monarch transforms where Needle 2 has fixed Walsh rotations); the
-//! config's [`crate::generation::Generation`] picks. Around it: the weights source ([`params`]),
+//! config's [`crate::generation::Generation`] picks. Under both paths: the weights source ([`params`]),
 //! linear and low-rank layers ([`linear`]), norms, the fused [`kernels`], the loss, batch
 //! [`packing`], evaluation and decoding.
 //!
@@ -26,8 +27,6 @@
 //! Parameters are read from a [`Params`] source whose paths are the checkpoint's own
 //! (`stack/layers/block/self_attn/q_proj/kernel`).
 
-#[cfg(test)]
-mod cpu_parity_tests;
 pub mod decode;
 mod error;
 pub mod eval;
@@ -44,6 +43,7 @@ pub mod params;
 mod parity_tests;
 mod qat;
 pub mod san;
+pub mod weights;
 
 pub use candle_core::Device;
 pub use decode::{Batch, Completion, Prefilled, Stop, Until};
@@ -55,4 +55,4 @@ pub use linear::{HostGrads, LowRank};
 pub use loss::{masked_ce_sum, masked_loss};
 pub use params::{ParamPath, Params};
 pub use qat::Qat;
-pub use san::Network;
+pub use weights::network::Network;

@@ -3,6 +3,8 @@
 pub mod adamw;
 pub mod bench;
 pub mod confidence;
+#[cfg(test)]
+mod cpu_parity_tests;
 mod error;
 pub mod events;
 pub mod finetune;

@@ -17,7 +17,7 @@ use crate::model::host::host;
 use crate::model::kernels::{fake_quant_row, rms_norm_backward_row, rms_norm_row};
 use crate::model::linear::Linear;
 use crate::model::qat::Qat;
-use crate::model::san::attention::Attention as CandleAttention;
+use crate::model::weights::attention::Attention as CandleAttention;
 use crate::simd::{logistic, widest};
 use crate::w4a8::{Activations, CqMatrix, LayerCodes};
 

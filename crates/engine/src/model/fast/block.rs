@@ -11,8 +11,8 @@ use super::pass::Pass;
 use crate::config::ModelConfig;
 use crate::generation::Generation;
 use crate::model::kernels::{fake_quant_row, rms_norm_backward_row, rms_norm_row};
-use crate::model::san::block::{Block as CandleBlock, Mlp as CandleMlp};
-use crate::model::san::stack::Layer;
+use crate::model::weights::block::{Block as CandleBlock, Mlp as CandleMlp};
+use crate::model::weights::stack::Layer;
 use crate::w4a8::LayerCodes;
 
 /// The MLP after attention: Needle 2's fixed Walsh rotations or Needle 3's Monarch transforms.

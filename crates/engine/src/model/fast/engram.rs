@@ -10,7 +10,7 @@ use crate::config::ENGRAM_CONV_TAPS;
 use crate::model::host::host;
 use crate::model::kernels::{fake_quant_row, inverse_rms};
 use crate::model::packing::Packing;
-use crate::model::san::engram::engram_rows;
+use crate::model::weights::engram::engram_rows;
 use crate::model::{Network, Result};
 use crate::simd::{dot, logistic, widest};
 

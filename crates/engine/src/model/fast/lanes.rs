@@ -13,7 +13,7 @@ use super::mat::{matmul, Mat, MatMut, Threads};
 use super::pass::Dims;
 use crate::model::kernels::{fake_quant_row, inverse_rms, sinkhorn_backward_row, sinkhorn_row};
 use crate::model::qat::Qat;
-use crate::model::san::stack::{LaneMix, SINKHORN_ITERS};
+use crate::model::weights::stack::{LaneMix, SINKHORN_ITERS};
 use crate::simd::{dot, logistic, widest};
 
 /// One layer's lane gates on the host.

@@ -9,7 +9,7 @@ use crate::model::kernels::HadamardMlp;
 pub(super) struct Hadamard(HadamardMlp);
 
 impl Hadamard {
-    pub(super) fn new(mlp: &crate::model::san::mlp::HadamardMlp) -> crate::model::Result<Self> {
+    pub(super) fn new(mlp: &crate::model::weights::mlp::HadamardMlp) -> crate::model::Result<Self> {
         Ok(Self(mlp.rows()?))
     }
 

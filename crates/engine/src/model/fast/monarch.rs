@@ -6,7 +6,7 @@
 
 use super::mat::{matmul, Mat, MatMut, Threads};
 use crate::config::ModelConfig;
-use crate::model::san::monarch::{MonarchMlp, COND_RANK};
+use crate::model::weights::monarch::{MonarchMlp, COND_RANK};
 use crate::simd::{dot, exp, logistic};
 
 /// One transform's factors, `A` `[a, a]` and `B` `[b, b]`, and `Bᵀ`: the backward multiplies by

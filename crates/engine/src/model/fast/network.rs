@@ -1,4 +1,4 @@
-//! The CPU path's network: its layers read from the candle network's weights, one pass forward (and
+//! The CPU path's network: its layers read from the network's weights ([`crate::model::weights`]), one pass forward (and
 //! back) over a packed batch, the loss and the adapter's gradients, in a [`Workspace`] kept from step
 //! to step.
 

@@ -19,7 +19,7 @@ use super::block::{Block, BlockScratch};
 use super::kept::{Kept, Work};
 use super::lanes::{LaneScratch, Lanes};
 use super::pass::{Dims, Pass, ProjectionLora};
-use crate::model::san::stack::Layer;
+use crate::model::weights::stack::Layer;
 use crate::simd::widest;
 
 /// Tokens per rayon task in the per-token passes: enough to amortise the hand-off.

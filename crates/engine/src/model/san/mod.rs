@@ -14,8 +14,8 @@
 //! on Q, K and V ([`conv`], which the engram values use too) and a window on all but its global
 //! layers, and scores only the first `out_vocab` rows of the embedding.
 //!
-//! [`Network`] holds them; the hand-written CPU path ([`super::CpuNetwork`]) computes the same
-//! layers from the same weights.
+//! Each part's weights are its namesake in [`super::weights`] ([`super::Network`] holds them all);
+//! the hand-written CPU path ([`super::CpuNetwork`]) computes the same layers from the same weights.
 
 pub mod attention;
 pub mod block;
@@ -26,5 +26,3 @@ pub mod mlp;
 pub mod monarch;
 pub mod network;
 pub mod stack;
-
-pub use network::Network;

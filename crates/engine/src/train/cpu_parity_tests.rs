@@ -2,6 +2,9 @@
 //! of a Needle 3 network (random weights, factors with `B ≠ 0` so that `A`'s gradients and the
 //! merged kernels matter) with each Needle 3 part switched on in turn, then all of them with QAT,
 //! on rows longer than the window whose shared prefix crosses it.
+//!
+//! They sit with training, above both the model and the adapters (`lora`) whose gradients they
+//! compare: under `model` they would make the model's folder import the adapters built on it.
 
 use candle_core::Device;
 
