@@ -15,11 +15,15 @@
 //!    linear layers, norms, kernels, packing), the two compute paths beside each other
 //!    ([`model::san`] on candle, `model::fast` hand-written for the CPU, neither importing the
 //!    other), and on top [`model::Forward`] and decoding, the one place that picks a path.
-//! 5. [`lora`] (adapters on the model) and [`settings`] (what a user chooses for a run and a build).
-//! 6. [`cact`]: a checkpoint quantized and written as a `.cact`, and read back.
-//! 7. [`calls`] (a model tried on prompts, its calls scored) and [`profile`] (each generation's
-//!    answers assembled in one place, for the app).
-//! 8. [`train`]: the fine-tuning loop.
+//! 5. [`lora`] (adapters on the model), [`settings`] (what a user chooses for a run and a build)
+//!    and [`checks`] (what a turn's answer is once checked).
+//! 6. [`cact`]: a checkpoint quantized and written as a `.cact`, and read back; [`w4a8`] computes
+//!    with its codes as the file stores them.
+//! 7. [`calls`] (a model tried on prompts, its calls scored), [`confidence`] (the head that says how
+//!    sure the model is) and [`train`] (the fine-tuning loop): one floor, whose folders still import
+//!    each other (no two of their files do, see `tests/tests/rooms.rs`).
+//! 8. [`profile`] (each generation's answers assembled in one place, for the app) and [`suite`]
+//!    (acceptance suites over everything below).
 //!
 //! The data path, one module per stage:
 //! file → examples ([`dataset`]) → tokens ([`tokenizer`]) → batches ([`model::packing`], shared

@@ -104,9 +104,11 @@ fn check(cfg: &ModelConfig, qat: bool, what: &str) {
             "{way}: forward-only loss {forward_only} vs {want_loss}"
         );
         let mut errors = Vec::new();
-        for ((path, layer), (a, b)) in low_rank.entries() {
-            let (got_a, got_b) = &grads[&(path.clone(), *layer)];
-            for (side, got, tensor) in [("A", got_a, a), ("B", got_b, b)] {
+        for (path, layer, a, b) in lora.factors.iter().flat_map(|factor| {
+            (factor.a.iter().zip(&factor.b).enumerate()).map(move |(layer, (a, b))| (&factor.path, layer, a, b))
+        }) {
+            let (got_a, got_b) = &grads[&(path.clone(), layer)];
+            for (side, got, tensor) in [("A", got_a, a.as_tensor()), ("B", got_b, b.as_tensor())] {
                 let want = store.get(tensor).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
                 errors.push((relative_error(got, &want), format!("{path} layer {layer} d{side}")));
             }
