@@ -47,7 +47,7 @@ function renderEvaluation(entry) {
   $('evaluation-rows').replaceChildren(...(scores ? [scoreRow('Base', scores.base), scoreRow('Tuned', scores.tuned)] : []));
   $('quant').hidden = !rows;
   $('quant-rows').replaceChildren(...(rows ? [scoreRow('Float', rows.float),
-    scoreRow('Quantization simulated', rows.simulated), scoreRow(`.cact (${entry?.cact?.scheme}): the file's weights, run by Needle Studio`, rows.cact)] : []));
+    scoreRow('Quantization simulated', rows.simulated), scoreRow(`.cact (${entry?.cact?.scheme}): the file's codes, run as W4A8 by Needle Studio`, rows.cact)] : []));
   const worse = rows &&
     (rows.cact.calls.exact_rate < rows.float.calls.exact_rate - 0.1 || rows.cact.loss > rows.float.loss * 1.1);
   setMessage($('evaluation-warning'), worse &&

@@ -37,8 +37,10 @@ pub struct Args {
     #[arg(long)]
     pub decode: Option<usize>,
     /// With --decode, time one precision alone (so that its peak memory is its own): `f32` (rows
-    /// one at a time, as scoring did before batching) or `simulated` (W4 weights and 8-bit
-    /// activations simulated in float, 16 rows together)
+    /// one at a time, as scoring did before batching), `simulated` (W4 weights and 8-bit
+    /// activations simulated in float, 16 rows together) or `w4a8` (the model built into a `.cact`
+    /// in memory, its projections and output head from the file's codes on the integer kernels,
+    /// 16 rows together)
     #[arg(long, requires = "decode")]
     pub precision: Option<String>,
     /// Force a backend (auto, cpu, cuda, metal); default: NEEDLE_DEVICE, else auto

@@ -64,7 +64,8 @@ pub struct Args {
     pub all_answers: bool,
     /// With --accuracy, three rows: the checkpoint (and adapter) as given; the same weights with the
     /// deployment's quantization simulated (CQ-W4 weights, 8-bit activations and KV cache, as a .cact
-    /// runs); and CACT, the .cact built from them, run the same way
+    /// runs); and CACT, the .cact built from them, run from its own codes (W4A8: its attention projections
+    /// and output head multiplied from the CQ codes with 8-bit activations on the integer kernels)
     #[arg(long, value_name = "CACT", requires = "accuracy", conflicts_with = "weights")]
     pub quant_rows: Option<PathBuf>,
     #[command(flatten)]
@@ -231,7 +232,8 @@ impl Held {
 }
 
 /// The networks of the two quantized rows: the given weights with the deployment's quantization
-/// simulated, and the `.cact` built from them, run the same way.
+/// simulated, and the `.cact` built from them, run from its own codes as the Needle engine runs
+/// it (W4A8).
 struct Quantized {
     simulated: Network,
     cact: Network,
@@ -240,7 +242,7 @@ struct Quantized {
 impl Quantized {
     fn load(weights: &WeightsInputs, device: &Device, model: &Model, cact: &Path) -> Result<Self> {
         let simulated = weights.load_as(device, Precision::Simulated)?.network;
-        let built = Weights::Cact(cact.to_path_buf()).load_as(device, Precision::Simulated)?.network;
+        let built = Weights::Cact(cact.to_path_buf()).load_as(device, Precision::W4a8)?.network;
         let (ours, theirs) = (model.network.config(), built.config());
         anyhow::ensure!(
             (ours.generation, ours.d_model, ours.vocab_size) == (theirs.generation, theirs.d_model, theirs.vocab_size),

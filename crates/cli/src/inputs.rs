@@ -47,7 +47,9 @@ pub struct WeightsInputs {
     /// LoRA adapter (.pkl or .safetensors) to merge into the checkpoint
     #[arg(long, conflicts_with = "weights")]
     pub lora: Option<PathBuf>,
-    /// A built .cact to run instead, dequantized (with the tokenizer it carries)
+    /// A built .cact to run instead, from its own codes as the Needle engine runs it (W4A8: its attention
+    /// projections and output head multiplied from the CQ codes with 8-bit activations, on the CPU), with
+    /// the tokenizer it carries
     #[arg(long)]
     pub weights: Option<PathBuf>,
     /// SentencePiece model [default: the .cact's own; else tokenizer.model beside the checkpoint, else the
@@ -74,8 +76,11 @@ pub struct Model {
 
 impl WeightsInputs {
     /// Loads the weights on `device`, and the tokenizer they need; checks the two belong together.
+    /// A `.cact` runs as the Needle engine runs it, from its own codes ([`Precision::W4a8`], on
+    /// the CPU); a checkpoint as stored.
     pub fn load(&self, device: &needle_engine::model::Device) -> anyhow::Result<Model> {
-        self.load_as(device, Precision::Float)
+        let precision = if self.weights.is_some() { Precision::W4a8 } else { Precision::Float };
+        self.load_as(device, precision)
     }
 
     /// [`WeightsInputs::load`], the weights run at `precision`.

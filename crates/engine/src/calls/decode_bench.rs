@@ -8,6 +8,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use super::score::w4a8_network;
+use crate::cact::synthetic::random_checkpoint;
 use crate::config::ModelConfig;
 use crate::model::{Batch, Device, Forward, ModelError, Network, Params, Result, Until};
 use crate::train::bench::peak_rss_bytes;
@@ -25,16 +27,21 @@ pub enum BenchPrecision {
     /// The weights a `.cact` ships (W4 through CQ, dequantized to float) with 8-bit activations
     /// simulated ([`super::Precision::Simulated`]), rows decoded [`BENCH_ROWS`] at a time.
     Simulated,
+    /// As the Needle engine runs a `.cact` ([`super::Precision::W4a8`]): the model built into a
+    /// `.cact` in memory, its attention projections and output head multiplied from the file's
+    /// codes on the integer kernels, rows decoded [`BENCH_ROWS`] at a time.
+    W4a8,
 }
 
 impl BenchPrecision {
-    pub const ALL: [BenchPrecision; 2] = [BenchPrecision::F32, BenchPrecision::Simulated];
+    pub const ALL: [BenchPrecision; 3] = [BenchPrecision::F32, BenchPrecision::Simulated, BenchPrecision::W4a8];
 
     /// The name `--precision` and the JSON give it.
     pub fn name(self) -> &'static str {
         match self {
             BenchPrecision::F32 => "f32",
             BenchPrecision::Simulated => "simulated",
+            BenchPrecision::W4a8 => "w4a8",
         }
     }
 
@@ -47,18 +54,27 @@ impl BenchPrecision {
     pub fn batch(self) -> usize {
         match self {
             BenchPrecision::F32 => 1,
-            BenchPrecision::Simulated => BENCH_ROWS,
+            BenchPrecision::Simulated | BenchPrecision::W4a8 => BENCH_ROWS,
         }
     }
 
-    /// The network of `config` at this precision from random-init weights.
+    /// The network of `config` at this precision from random-init weights (W4A8's from a random
+    /// checkpoint built into a `.cact` in memory, on the CPU whatever `device`).
     fn network(self, config: &ModelConfig, device: &Device) -> Result<Network> {
-        let params = Params::random_init(device);
+        let params = match self {
+            BenchPrecision::W4a8 => {
+                return w4a8_network(&random_checkpoint(config, false, 0)?).map_err(|e| ModelError::InvalidConfig {
+                    field: "bench",
+                    reason: format!("the shape does not build into a .cact for W4A8: {e}"),
+                })
+            }
+            BenchPrecision::F32 | BenchPrecision::Simulated => Params::random_init(device),
+        };
         // Building the network invents every weight; the precision's rounding then reads them.
         Network::load(config, &params)?;
         let params = match self {
-            BenchPrecision::F32 => params,
             BenchPrecision::Simulated => params.through_cq()?.fake_quantizing(config)?,
+            BenchPrecision::F32 | BenchPrecision::W4a8 => params,
         };
         Network::load(config, &params)
     }

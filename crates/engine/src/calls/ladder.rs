@@ -4,8 +4,9 @@
 //!
 //! Each rung is built as `needle build --layers N` builds it, in memory (its size is then the
 //! file's, byte for byte, with no second account of the `.cact` layout to keep in step), read back
-//! and run as the `.cact` runs ([`Precision::Simulated`]: its CQ-W4 weights, 8-bit activations,
-//! queries, keys and values), and asked the same held-out examples.
+//! and run as the Needle engine runs the `.cact` ([`Precision::W4a8`]: its attention projections
+//! and output head from the file's CQ-W4 codes with 8-bit activations on the integer kernels, the
+//! rest as the simulated path computes it), and asked the same held-out examples.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,10 +14,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
 
+use super::score::in_memory_cact;
 use super::{accuracy, cact_network, Accuracy, Precision, WeightsLoadError};
 use crate::cact::export::Shipping;
 use crate::cact::ladder::rung;
-use crate::cact::{build_cact, load_checked, merge_adapter, BitsChoice, CactFile, ExportError, ReadError};
+use crate::cact::{load_checked, merge_adapter, ExportError};
 use crate::checkpoint::Checkpoint;
 use crate::dataset::Example;
 use crate::generation::Generation;
@@ -200,13 +202,8 @@ impl LadderModel {
         let mut checkpoint = self.checkpoint.clone();
         rung(&mut checkpoint, Some(layers))
             .map_err(|source| ExportError::Ladder { checkpoint: checkpoint.source.clone(), source })?;
-        let bits = BitsChoice::resolve(None, &checkpoint.config)
-            .map_err(|source| ExportError::Bits { checkpoint: checkpoint.source.clone(), source })?;
-        let built = build_cact(&checkpoint, &bits, &self.tokenizer_blob).map_err(ExportError::from)?;
-        let cact_bytes = built.bytes.len() as u64;
-        let cact = CactFile::parse(built.bytes)
-            .map_err(|problem| WeightsLoadError::Cact(ReadError::Format { path: source.clone(), problem }))?;
-        Ok((cact_network(&cact, source, device, Precision::Simulated)?, cact_bytes))
+        let (cact, cact_bytes) = in_memory_cact(&checkpoint, &self.tokenizer_blob)?;
+        Ok((cact_network(&cact, source, device, Precision::W4a8)?, cact_bytes))
     }
 }
 

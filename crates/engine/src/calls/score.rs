@@ -13,7 +13,9 @@ use serde_json::Value;
 use super::breakdown::{Breakdown, Verdict};
 use super::parse::{parse_calls, tool_names};
 use super::reliability::{Reliability, Scored};
-use crate::cact::{CactFile, ReadError, WeightsError};
+use crate::cact::synthetic::placeholder_tokenizer_blob;
+use crate::cact::WeightsError;
+use crate::cact::{build_cact, load_checked, merge_adapter, BitsChoice, BuildError, CactFile, ExportError, ReadError};
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::checks::confidence::decode_probability;
 use crate::checks::{CheckedAnswer, Turn};
@@ -23,6 +25,7 @@ use crate::lora::{self, load_adapter, AdapterFileError, MergeError};
 use crate::model::packing::{shared_prefixes, MIN_SHARED};
 use crate::model::{Batch, Completion, Forward, ModelError, Network, Params, Prefilled, Until};
 use crate::tokenizer::{Tokenizer, TokenizerError, BOS_ID};
+use crate::w4a8::{NetworkCodes, W4a8Error};
 
 /// New tokens allowed beyond the expected answer's length when scoring: room for a near miss to
 /// close its call, never enough to run on.
@@ -43,6 +46,11 @@ pub enum Precision {
     /// As a `.cact` runs: those weights, and activations, queries, keys and values fake-quantized
     /// to the config's widths (8 bits) by the quantization-aware training's forward.
     Simulated,
+    /// As the Needle engine runs a `.cact`: [`Precision::Simulated`], but the attention
+    /// projections and the output head multiply the file's own CQ codes with 8-bit activations on
+    /// the integer kernels ([`crate::w4a8`]), on the CPU whatever device was asked. A checkpoint
+    /// is built into a `.cact` in memory first, as `needle build` builds it.
+    W4a8,
 }
 
 /// Which weights to run.
@@ -71,6 +79,13 @@ pub enum WeightsLoadError {
     Tokenizer { path: PathBuf, source: TokenizerError },
     #[error("{}: {source}", path.display())]
     Model { path: PathBuf, source: ModelError },
+    #[error("{}: {source}", path.display())]
+    W4a8 { path: PathBuf, source: W4a8Error },
+    /// Building a checkpoint into a `.cact` for [`Precision::W4a8`].
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    #[error(transparent)]
+    Export(#[from] ExportError),
 }
 
 /// A network ready to answer, with the tokenizer a `.cact` carries (a checkpoint has none).
@@ -96,6 +111,10 @@ impl Weights {
     /// [`Precision::Simulated`] changes how it runs.
     pub fn load_as(&self, device: &Device, precision: Precision) -> Result<Loaded, WeightsLoadError> {
         match self {
+            Weights::Checkpoint { checkpoint, lora } if precision == Precision::W4a8 => {
+                let cact = built_in_memory(checkpoint, lora.as_deref())?;
+                Ok(Loaded { network: cact_network(&cact, checkpoint, device, precision)?, tokenizer: None })
+            }
             Weights::Checkpoint { checkpoint, lora } => {
                 let loaded = Checkpoint::load(checkpoint)?;
                 let mut params = Params::from_checkpoint(&loaded, device).map_err(model(checkpoint))?;
@@ -106,7 +125,7 @@ impl Weights {
                 let params = match precision {
                     Precision::Float => params,
                     Precision::QuantizedWeights => params.through_cq().map_err(model(checkpoint))?,
-                    Precision::Simulated => params
+                    Precision::Simulated | Precision::W4a8 => params
                         .through_cq()
                         .and_then(|params| params.fake_quantizing(&loaded.config))
                         .map_err(model(checkpoint))?,
@@ -131,21 +150,58 @@ impl Weights {
 }
 
 /// The network a `.cact` holds, run at `precision` (its weights are already through CQ, so only
-/// [`Precision::Simulated`] changes how it runs); errors name `path`, where it was read from.
+/// [`Precision::Simulated`] and [`Precision::W4a8`] change how it runs); errors name `path`, where
+/// it was read from.
 pub(crate) fn cact_network(
     cact: &CactFile,
     path: &Path,
     device: &Device,
     precision: Precision,
 ) -> Result<Network, WeightsLoadError> {
+    // The integer kernels are the CPU's.
+    let device = if precision == Precision::W4a8 { &Device::Cpu } else { device };
     let params =
         cact.params(device).map_err(|source| WeightsLoadError::CactWeights { path: path.to_path_buf(), source })?;
     let config = cact.model_config();
     let params = match precision {
         Precision::Float | Precision::QuantizedWeights => params,
-        Precision::Simulated => params.fake_quantizing(&config).map_err(model(path))?,
+        Precision::Simulated | Precision::W4a8 => params.fake_quantizing(&config).map_err(model(path))?,
     };
-    Network::load(&config, &params).map_err(model(path))
+    let network = Network::load(&config, &params).map_err(model(path))?;
+    if precision != Precision::W4a8 {
+        return Ok(network);
+    }
+    let codes =
+        NetworkCodes::from_cact(cact).map_err(|source| WeightsLoadError::W4a8 { path: path.to_path_buf(), source })?;
+    network.with_codes(codes).map_err(model(path))
+}
+
+/// The `.cact` `needle build` would write from `checkpoint` (with `lora` merged), held in memory:
+/// the codes a checkpoint runs from at [`Precision::W4a8`]. Its tokenizer is a placeholder.
+fn built_in_memory(checkpoint: &Path, lora: Option<&Path>) -> Result<CactFile, WeightsLoadError> {
+    let mut ckpt = load_checked(checkpoint)?;
+    if let Some(lora) = lora {
+        merge_adapter(&mut ckpt, lora)?;
+    }
+    Ok(in_memory_cact(&ckpt, &placeholder_tokenizer_blob(ckpt.config.vocab_size))?.0)
+}
+
+/// `ckpt` built into a `.cact` as `needle build` builds it (`tokenizer_blob` its tokenizer:
+/// the network never reads it), held in memory, and the size of its file.
+pub(crate) fn in_memory_cact(ckpt: &Checkpoint, tokenizer_blob: &[u8]) -> Result<(CactFile, u64), WeightsLoadError> {
+    let bits = BitsChoice::resolve(None, &ckpt.config)
+        .map_err(|source| ExportError::Bits { checkpoint: ckpt.source.clone(), source })?;
+    let built = build_cact(ckpt, &bits, tokenizer_blob)?;
+    let bytes = built.bytes.len() as u64;
+    let cact =
+        CactFile::parse(built.bytes).map_err(|problem| ReadError::Format { path: ckpt.source.clone(), problem })?;
+    Ok((cact, bytes))
+}
+
+/// The network of `ckpt` at [`Precision::W4a8`], from the `.cact` it builds into in memory.
+pub(crate) fn w4a8_network(ckpt: &Checkpoint) -> Result<Network, WeightsLoadError> {
+    let (cact, _) = in_memory_cact(ckpt, &placeholder_tokenizer_blob(ckpt.config.vocab_size))?;
+    cact_network(&cact, &ckpt.source, &Device::Cpu, Precision::W4a8)
 }
 
 /// A model error as a load error that names the file the weights came from.

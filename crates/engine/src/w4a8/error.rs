@@ -6,6 +6,8 @@ use crate::quant::CqBlobError;
 /// Why a W4A8 product could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum W4a8Error {
+    #[error("the .cact has no tensor `{name}`; it is not a complete export (rebuild it with `needle build`)")]
+    Missing { name: String },
     #[error("the .cact has no tensor {index} (it lists {count})")]
     NoTensor { index: usize, count: usize },
     #[error("tensor {index} (`{name}`) is stored as {kind}, not CQ: only CQ weights multiply as W4A8")]

@@ -3,10 +3,7 @@
 
 use half::f16;
 
-use super::error::W4a8Error;
 use super::layout::{lane, Packing};
-use crate::cact::format::TensorKind;
-use crate::cact::reader::CactFile;
 use crate::quant::{cq_blob_len, cq_split, packed_row_bytes, padded_width, Bits, CqBlobError, GROUP};
 use crate::simd::walsh_row;
 
@@ -52,19 +49,6 @@ pub struct CqMatrix {
 }
 
 impl CqMatrix {
-    /// Tensor `index` of a parsed `.cact`, which must be a CQ tensor.
-    pub fn from_cact(file: &CactFile, index: usize) -> Result<Self, W4a8Error> {
-        let record = file.records.get(index).ok_or(W4a8Error::NoTensor { index, count: file.records.len() })?;
-        let name = || record.name.clone();
-        let TensorKind::Cq(bits) = record.kind else {
-            return Err(W4a8Error::NotCq { index, name: name(), kind: record.kind.label() });
-        };
-        // The reader checked at parse time that a CQ record is 2-D and its blob inside the file.
-        let (out, in_dim) = (record.shape[0] as usize, record.shape[1] as usize);
-        let blob = file.blob(index).ok_or(W4a8Error::NoTensor { index, count: file.records.len() })?;
-        Self::from_blob(blob, out, in_dim, bits).map_err(|source| W4a8Error::Blob { index, name: name(), source })
-    }
-
     /// A CQ blob (as [`crate::quant::cq_encode`] writes it) of an `[out, in_dim]` matrix.
     pub fn from_blob(blob: &[u8], out: usize, in_dim: usize, bits: Bits) -> Result<Self, CqBlobError> {
         let packing = Packing::of(bits);

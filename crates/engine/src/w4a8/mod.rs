@@ -33,19 +33,24 @@
 //! scale: the 4-bit quantization the simulated path already carries moves a product by about 10 %.
 
 mod activations;
+mod codes;
 mod error;
 mod isa;
 pub mod layout;
 mod matrix;
 mod portable;
 mod product;
+mod read;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
 #[cfg(test)]
 mod accuracy_tests;
+#[cfg(test)]
+mod decode_tests;
 
 pub use activations::Activations;
+pub use codes::{LayerCodes, NetworkCodes, PROJECTIONS};
 pub use error::W4a8Error;
 pub use isa::Isa;
 pub use matrix::{CqMatrix, Levels};

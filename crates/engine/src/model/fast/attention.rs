@@ -19,6 +19,7 @@ use crate::model::linear::Linear;
 use crate::model::qat::Qat;
 use crate::model::weights::attention::Attention as CandleAttention;
 use crate::simd::{logistic, widest};
+use crate::w4a8::{Activations, CqMatrix, LayerCodes};
 
 /// Tokens per rayon task in the per-token passes: enough to amortise the hand-off.
 const TOKENS_PER_TASK: usize = 8;
@@ -49,6 +50,9 @@ pub(super) struct Attention {
     conv: Option<Conv>,
     window: Option<usize>,
     qat: Option<Qat>,
+    /// Under W4A8, the projections' CQ codes: multiplied in place of `proj` by the integer
+    /// kernels, each product quantizing its own input ([`Attention::run_from_codes`]).
+    codes: Option<LayerCodes>,
 }
 
 impl Attention {
@@ -66,7 +70,15 @@ impl Attention {
             conv: attn.conv_taps.as_ref().map(Conv::new).transpose()?,
             window,
             qat: attn.qat,
+            codes: None,
         })
+    }
+
+    /// The projections multiplied from `codes` (W4A8) when no adapter factor changes them. Their
+    /// inputs are then quantized once, per rotated group, by the product itself, so the row-wise
+    /// fake quantization the simulated path applies before them is not applied too.
+    pub(super) fn run_from_codes(&mut self, codes: LayerCodes) {
+        self.codes = Some(codes);
     }
 
     /// The positions a query sees back to, itself included, in a windowed layer.
@@ -79,9 +91,10 @@ impl Attention {
         self.conv.as_ref()
     }
 
-    /// Under QAT, the bits the projections read their inputs at.
+    /// Under QAT, the bits the projections read their inputs at, fake-quantized row by row; none
+    /// under W4A8, whose products quantize their inputs themselves.
     pub(super) fn act_bits(&self) -> Option<u32> {
-        self.qat.map(|q| q.act_bits)
+        self.qat.filter(|_| self.codes.is_none()).map(|q| q.act_bits)
     }
 
     /// The geometry of the layer's attention call over the pass.
@@ -109,13 +122,21 @@ impl Attention {
     ) -> Result<()> {
         let dims = &pass.dims;
         let (t, d, r, pw, qkv) = (dims.tokens, dims.d, dims.rank, dims.proj_width(), dims.qkv_width());
+        // Under W4A8, `h1` rotated and quantized once for the four projections that read it.
+        let h1_codes = self.codes.as_ref().map(|_| Activations::quantize(&work.h1[..t * d], t, d)).transpose();
+        let h1_codes = h1_codes.map_err(candle_core::Error::wrap)?;
         for (p, (col, width)) in dims.proj_columns().into_iter().enumerate() {
-            let low = MatMut::strided(&mut kept.lora_in[p * r..], t, r, 4 * r);
             // Under the Q/K/V convolution, its input.
-            let y = match (&self.conv, p < 3) {
-                (Some(_), true) => MatMut::strided(&mut work.raw[col..], t, width, qkv),
-                _ => MatMut::strided(&mut kept.proj[col..], t, width, pw),
+            let (dst, stride) = match (&self.conv, p < 3) {
+                (Some(_), true) => (&mut work.raw[col..], qkv),
+                _ => (&mut kept.proj[col..], pw),
             };
+            if let (Some(codes), Some(x), None) = (&self.codes, &h1_codes, &lora[p]) {
+                integer_project(&codes[p], x, width, dst, stride)?;
+                continue;
+            }
+            let low = MatMut::strided(&mut kept.lora_in[p * r..], t, r, 4 * r);
+            let y = MatMut::strided(dst, t, width, stride);
             let x = Mat::new(&work.h1, t, d);
             with_kernel(&self.proj[p], lora[p].as_ref(), d, width, |w| {
                 project(x, w, lora[p].as_ref(), pass.lora_scale, low, y)
@@ -140,6 +161,10 @@ impl Attention {
         flash::forward(self.geometry(dims), &pass.segments, qh, kh, vh, &cached, &mut kept.out, &mut kept.lse);
         self.gated(dims, kept, &mut work.gated);
         let o = dims.o_width();
+        if let (Some(codes), None) = (&self.codes, &lora[O]) {
+            let x = Activations::quantize(&work.gated[..t * o], t, o).map_err(candle_core::Error::wrap)?;
+            return integer_project(&codes[O], &x, d, &mut kept.attn, d);
+        }
         let (low, y) = (MatMut::new(&mut kept.lora_out, t, r), MatMut::new(&mut kept.attn, t, d));
         let x = Mat::new(&work.gated, t, o);
         with_kernel(&self.proj[O], lora[O].as_ref(), o, d, |w| project(x, w, lora[O].as_ref(), pass.lora_scale, low, y))
@@ -338,6 +363,19 @@ fn with_kernel<R>(
     let weight = linear.weight().map_err(candle_core::Error::wrap)?;
     let values = host(&weight)?;
     Ok(f(Mat::new(&values, d_in, d_out)))
+}
+
+/// `y = x·Mᵀ` of a projection's CQ codes `m` `[width, in]` with quantized rows `x`, from the
+/// integer kernels (W4A8), into the `width` columns of `y` whose rows are `stride` apart.
+fn integer_project(m: &CqMatrix, x: &Activations, width: usize, y: &mut [f32], stride: usize) -> Result<()> {
+    if m.out() != width {
+        candle_core::bail!("a W4A8 projection has {} outputs where the layer reads {width}", m.out());
+    }
+    let product = m.product(x).map_err(candle_core::Error::wrap)?;
+    for (y, row) in y.chunks_mut(stride).zip(product.chunks_exact(width)) {
+        y[..width].copy_from_slice(row);
+    }
+    Ok(())
 }
 
 /// `y = x·W + s·(x·A)·B` for a projection with a LoRA `factor` (`x·W` without), keeping `low = x·A`.

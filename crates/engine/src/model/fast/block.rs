@@ -13,6 +13,7 @@ use crate::generation::Generation;
 use crate::model::kernels::{fake_quant_row, rms_norm_backward_row, rms_norm_row};
 use crate::model::weights::block::{Block as CandleBlock, Mlp as CandleMlp};
 use crate::model::weights::stack::Layer;
+use crate::w4a8::LayerCodes;
 
 /// The MLP after attention: Needle 2's fixed Walsh rotations or Needle 3's Monarch transforms.
 #[derive(Debug, Clone)]
@@ -121,6 +122,13 @@ impl Block {
             mlp: Mlp::new(&block.mlp)?,
             sites: layer.engram_sites.clone(),
         })
+    }
+
+    /// The attention's projections multiplied from `codes` (W4A8): `h1` is then quantized by the
+    /// products themselves, not row by row here.
+    pub(super) fn run_from_codes(&mut self, codes: LayerCodes) {
+        self.attention.run_from_codes(codes);
+        self.act_bits = self.attention.act_bits();
     }
 
     pub(super) fn scratch(&self, d: usize) -> BlockScratch {

@@ -17,6 +17,7 @@ use crate::model::host::host;
 use crate::model::kernels::RopeTables;
 use crate::model::packing::{Family, Packing, Segment};
 use crate::model::{ModelError, Result};
+use crate::w4a8::{Activations, CqMatrix};
 
 /// Steps of at most this many tokens run on one thread.
 const ONE_THREAD_TOKENS: usize = 8;
@@ -129,6 +130,9 @@ impl CpuNetwork {
         // Each run's last token, projected to the vocabulary together.
         let mut last: Vec<f32> =
             pass.segments.iter().flat_map(|s| &ws.hidden[(s.start + s.len - 1) * d..][..d]).copied().collect();
+        if let Some(codes) = self.network.codes() {
+            return integer_logits(codes.head(), &last, rows, d, vocab);
+        }
         self.as_output_reads(&mut last, d);
         let mut logits = vec![0f32; rows * vocab];
         let (last, embedding) = (Mat::new(&last, rows, d), Mat::new(&table[..vocab * d], vocab, d));
@@ -179,4 +183,18 @@ impl CpuNetwork {
             ones: vec![1.0; dims.d],
         })
     }
+}
+
+/// Logits `[vocab]` of each of `rows` hidden rows (of `d`) under W4A8: the rows quantized once,
+/// multiplied by the embedding's CQ codes `head` `[embedding rows, d]` on the integer kernels, and
+/// cut to the `vocab` rows the output head has.
+fn integer_logits(head: &CqMatrix, hidden: &[f32], rows: usize, d: usize, vocab: usize) -> Result<Vec<Vec<f32>>> {
+    let wrong = |what: String| ModelError::Unsupported { what };
+    if head.out() < vocab || head.in_dim() != d {
+        let shape = [head.out(), head.in_dim()];
+        return Err(wrong(format!("a W4A8 output head of shape {shape:?} for {vocab} logits of width {d}")));
+    }
+    let x = Activations::quantize(hidden, rows, d).map_err(|e| wrong(e.to_string()))?;
+    let logits = head.product(&x).map_err(|e| wrong(e.to_string()))?;
+    Ok(logits.chunks_exact(head.out()).map(|row| row[..vocab].to_vec()).collect())
 }

@@ -74,9 +74,15 @@ impl CpuNetwork {
 
     pub fn new(network: &Network) -> Result<Self> {
         let cfg = network.config();
-        let layers = (network.stack.layers.iter().enumerate())
+        let mut layers: Vec<HostLayer> = (network.stack.layers.iter().enumerate())
             .map(|(l, layer)| HostLayer::new(layer, cfg.attention_window(l)))
             .collect::<Result<_>>()?;
+        if let Some(codes) = network.codes() {
+            // `Network::with_codes` checked that there are codes for every layer.
+            for (layer, codes) in layers.iter_mut().zip(codes.layers()) {
+                layer.block.run_from_codes(Arc::clone(codes));
+            }
+        }
         Ok(Self { layers, final_gain: network.stack.final_norm.gain()?, network: network.clone() })
     }
 

@@ -19,6 +19,7 @@ use crate::model::weights::block::Block;
 use crate::model::weights::engram::{Engram, EngramGeometry};
 use crate::model::weights::stack::Stack;
 use crate::model::{ModelError, Result};
+use crate::w4a8::NetworkCodes;
 
 /// Probe counts of the reference's contrastive and confidence heads.
 const CONTRASTIVE_PROBES: usize = 4;
@@ -34,6 +35,9 @@ pub struct Network {
     pub(in crate::model) engrams: Vec<Engram>,
     pub(in crate::model) stack: Stack,
     pub(in crate::model) qat: Option<Qat>,
+    /// Under W4A8, the CQ codes the CPU path's projections and output head multiply by instead of
+    /// the float weights ([`Network::with_codes`]).
+    codes: Option<NetworkCodes>,
 }
 
 impl Network {
@@ -59,6 +63,7 @@ impl Network {
             engrams,
             cfg,
             qat: params.qat(),
+            codes: None,
         };
         if ["mtp_block", "mtp_combine", "mtp_emb_norm", "mtp_final_norm"].iter().any(|p| params.has_prefix(p)) {
             check_mtp(&network.cfg, &root)?;
@@ -89,6 +94,22 @@ impl Network {
 
     pub fn config(&self) -> &ModelConfig {
         &self.cfg
+    }
+
+    /// The network run as W4A8: its attention projections and output head multiply `codes` (the
+    /// `.cact`'s own, of these same weights) with 8-bit activations on the CPU path's integer
+    /// kernels ([`crate::w4a8`]); everything else computes as before. Only the CPU path reads them.
+    pub fn with_codes(self, codes: NetworkCodes) -> Result<Self> {
+        if codes.layers().len() != self.cfg.num_layers {
+            let reason = format!("has {} layers but the codes hold {}", self.cfg.num_layers, codes.layers().len());
+            return Err(ModelError::InvalidConfig { field: "num_layers", reason });
+        }
+        Ok(Self { codes: Some(codes), ..self })
+    }
+
+    /// The W4A8 codes, when the network runs from them.
+    pub fn codes(&self) -> Option<&NetworkCodes> {
+        self.codes.as_ref()
     }
 
     pub fn device(&self) -> &Device {
