@@ -10,6 +10,10 @@
 //! training events, the scores), and a derive there would put the desktop UI's concern into the
 //! engine, and into every crate the engine uses. `NEEDLE_UI_TYPES=write cargo test -p needle-studio
 //! --test ui_types` writes the file again after a change.
+//!
+//! Beside it, `ui/ground/elements.d.ts` is written from `ui/index.html`: each id there and the tag of the
+//! element that has it, which `ui/ground/dom.js`'s `$` returns, so an id the page does not have, or an
+//! element used as another kind (an `<input>` as a `<canvas>`), fails the same type check.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -671,6 +675,57 @@ fn generated(sources: &[(PathBuf, String)]) -> String {
 
 const TYPES: &str = "ui/ground/types.d.ts";
 
+// ---------- the page's elements ----------
+
+const PAGE: &str = "ui/index.html";
+const ELEMENTS: &str = "ui/ground/elements.d.ts";
+
+/// Each element of `html` with an id, as (id, tag), in the page's order. A page that gives one id to two
+/// elements is refused: `$` would return only the first.
+fn page_ids(html: &str) -> Vec<(String, String)> {
+    let mut found: Vec<(String, String)> = Vec::new();
+    let mut rest = html;
+    while let Some(open) = rest.find('<') {
+        rest = &rest[open + 1..];
+        if let Some(comment) = rest.strip_prefix("!--") {
+            rest = comment.split_once("-->").map_or("", |(_, after)| after);
+            continue;
+        }
+        let name_len = rest.find(|c: char| !c.is_ascii_alphanumeric()).unwrap_or(rest.len());
+        if name_len == 0 || !rest.starts_with(|c: char| c.is_ascii_alphabetic()) {
+            continue; // a closing tag or a doctype
+        }
+        let end =
+            rest.find('>').unwrap_or_else(|| panic!("{PAGE}: a tag that is never closed: <{}", &rest[..name_len]));
+        let (tag, attributes) = (rest[..name_len].to_ascii_lowercase(), &rest[name_len..end]);
+        let id = attributes
+            .split(|c: char| c.is_ascii_whitespace())
+            .find_map(|attribute| attribute.strip_prefix("id=\""))
+            .and_then(|value| value.split('"').next());
+        if let Some(id) = id {
+            assert!(!found.iter().any(|(seen, _)| seen == id), "{PAGE}: the id {id:?} is given twice");
+            found.push((id.to_string(), tag));
+        }
+        rest = &rest[end..];
+    }
+    found
+}
+
+/// `ui/ground/elements.d.ts` for the page `html`: its ids and their elements' tags.
+fn elements(html: &str) -> String {
+    let mut out = String::from(
+        "// The elements ui/index.html gives an id: each id and its element's tag (as HTMLElementTagNameMap\n\
+         // names it), which ui/ground/dom.js's `$` returns. Generated from the page by\n\
+         // src-tauri/tests/ui_types.rs; do not edit (NEEDLE_UI_TYPES=write cargo test -p needle-studio\n\
+         // --test ui_types writes it again).\n\nexport type Elements = {\n",
+    );
+    for (id, tag) in page_ids(html) {
+        out.push_str(&format!("  '{id}': '{tag}';\n"));
+    }
+    out.push_str("};\n");
+    out
+}
+
 // ---------- the type check ----------
 
 /// `tsc` where `scripts/setup.sh --test` installs it (the version it pins), else from the PATH; the test
@@ -715,6 +770,26 @@ fn the_ui_types_are_the_rust_types() {
     );
     for name in ["Startup", "HistoryEntry", "TrainingMessage", "DatasetReport", "Plan", "TrainSettings"] {
         assert!(generated.contains(&format!("export type {name} =")), "{name} missing from the generated types");
+    }
+}
+
+#[test]
+fn the_page_elements_are_the_page_ids() {
+    let page = std::fs::read_to_string(repo(PAGE)).unwrap();
+    let generated = elements(&page);
+    let path = repo(ELEMENTS);
+    if std::env::var("NEEDLE_UI_TYPES").as_deref() == Ok("write") {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "{ELEMENTS} is not what {PAGE} says; write it again with \
+         NEEDLE_UI_TYPES=write cargo test -p needle-studio --test ui_types, then fix what tsc says"
+    );
+    // Spread over the page: the header's, a panel's nested field's, a tag split over lines.
+    for line in ["  'app-error': 'p';", "  'device-select': 'select';", "  'checkpoint-path': 'input';"] {
+        assert!(generated.contains(line), "{line} missing from the page's elements:\n{generated}");
     }
 }
 
@@ -800,6 +875,38 @@ fn a_command_answering_another_type_fails_the_type_check() {
     assert!(types.contains("answer: number | null };"), "the change did not take");
     let errors = checked.expect_err("the UI still checks with a command answering another type");
     assert!(errors.contains("Promise<number | null>"), "{errors}");
+}
+
+/// The page's elements written again from `ui/index.html` with `from` replaced by `to` (once: the change
+/// must take) into a copy of the UI, and what tsc then says of it.
+fn type_check_page_changed(from: &str, to: &str) -> (String, Result<(), String>) {
+    let page = std::fs::read_to_string(repo(PAGE)).unwrap();
+    assert_eq!(page.matches(from).count(), 1, "{from:?} is not once in {PAGE}");
+    let elements = elements(&page.replace(from, to));
+    let copy = tempfile::tempdir().unwrap();
+    copy_ui(&repo("ui"), copy.path());
+    std::fs::write(copy.path().join("ground/elements.d.ts"), &elements).unwrap();
+    let checked = type_check(copy.path());
+    (elements, checked)
+}
+
+#[test]
+fn an_id_the_page_does_not_have_fails_the_type_check() {
+    // Train's hint beside Start renamed in the page: train.js's `$('start-hint')` asks for an id no element has.
+    let (elements, checked) = type_check_page_changed(r#"<span id="start-hint""#, r#"<span id="start-note""#);
+    assert!(elements.contains("'start-note': 'span';") && !elements.contains("start-hint"), "the rename did not take");
+    let errors = checked.expect_err("the UI still checks asking for an id the page does not have");
+    assert!(errors.contains("'\"start-hint\"'"), "{errors}");
+}
+
+#[test]
+fn an_element_of_another_kind_fails_the_type_check() {
+    // Evaluate's threshold slider made a canvas: evaluate.js reads its `value`, which a canvas has not.
+    let (elements, checked) =
+        type_check_page_changed(r#"<input type="range" id="threshold-range""#, r#"<canvas id="threshold-range""#);
+    assert!(elements.contains("'threshold-range': 'canvas';"), "the change did not take");
+    let errors = checked.expect_err("the UI still checks with an input made a canvas");
+    assert!(errors.contains("'value' does not exist on type 'HTMLCanvasElement'"), "{errors}");
 }
 
 /// The UI's scripts, types and `jsconfig.json`, copied into `to`.

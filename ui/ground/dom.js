@@ -2,13 +2,27 @@
 // Small DOM helpers and the formatters every panel shares.
 
 /** @typedef {import('./types.js').Backend} Backend */
+/** @typedef {import('./types.js').Generation} Generation */
+/** @typedef {import('./types.js').TrainSettings} TrainSettings */
 
 /**
- * The element with `id`; every id the modules ask for is in index.html or made by them.
- * @param {string} id
- * @returns {any}
+ * The elements by id: index.html's (elements.d.ts, generated from the page), and those the steps make
+ * themselves (model.js's rows of base models, train.js's fields), each as the element it is.
+ * @typedef {{ [Id in keyof import('./elements.js').Elements]: HTMLElementTagNameMap[import('./elements.js').Elements[Id]] }
+ *   & { [Id in `hub-${'status' | 'detail' | 'error'}-${Generation}`]: HTMLParagraphElement }
+ *   & { [Id in `hub-progress-${Generation}`]: HTMLProgressElement }
+ *   & { [Id in `field-${keyof TrainSettings}`]: HTMLInputElement }
+ *   & { [Id in `error-${keyof TrainSettings}`]: HTMLParagraphElement }} ById
  */
-export const $ = (id) => document.getElementById(id);
+
+/**
+ * The element with `id`, typed as what it is: an id no element has, or an element used as another
+ * kind, fails the type check.
+ * @template {keyof ById} Id
+ * @param {Id} id
+ * @returns {ById[Id]}
+ */
+export const $ = (id) => /** @type {ById[Id]} */ (document.getElementById(id));
 
 /** @param {unknown} error */
 export const errorText = (error) =>

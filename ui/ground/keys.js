@@ -7,10 +7,11 @@ import { $, setMessage } from './dom.js';
 
 /** @typedef {import('./types.js').KeySource} KeySource */
 /** @typedef {import('./types.js').SecretName} SecretName */
+/** The secrets' fields in index.html, whose ids their elements' ids start with. @typedef {'generate-key' | 'publish-token'} KeyField */
 
 /**
  * Shows where the secret whose elements' ids start with `prefix` comes from.
- * @param {string} prefix @param {KeySource} key
+ * @param {KeyField} prefix @param {KeySource} key
  */
 export function renderKey(prefix, key) {
   const typed = key.source === 'keychain' || key.source === 'session';
@@ -27,7 +28,7 @@ export function renderKey(prefix, key) {
 
 /**
  * Wires Keep and Forget of the secret `name`, whose elements' ids start with `prefix`.
- * @param {string} prefix @param {SecretName} name @param {HTMLElement} errorEl where a refusal is shown
+ * @param {KeyField} prefix @param {SecretName} name @param {HTMLElement} errorEl where a refusal is shown
  */
 export function wireKey(prefix, name, errorEl) {
   /** @param {() => Promise<KeySource>} change */

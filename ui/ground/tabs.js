@@ -4,24 +4,28 @@
 
 import { $ } from './dom.js';
 
+/** The steps, as index.html's tabs (`tab-<step>`) and panels (`panel-<step>`) name them. */
+const STEPS = /** @type {const} */ (['model', 'data', 'train', 'evaluate', 'export', 'history']);
+/** @typedef {typeof STEPS[number]} Step */
+
 /**
  * Shows one step's panel; the header (steps and the training strip) stays in view.
- * @param {string} name
+ * @param {Step} name
  */
 export function showTab(name) {
-  for (const tab of document.querySelectorAll('.steps [role="tab"]')) {
-    const { tab: tabName = '' } = /** @type {HTMLElement} */ (tab).dataset;
-    const selected = tabName === name;
+  for (const step of STEPS) {
+    const selected = step === name;
+    const tab = $(`tab-${step}`);
     tab.setAttribute('aria-selected', String(selected));
-    /** @type {HTMLElement} */ (tab).tabIndex = selected ? 0 : -1;
-    $(`panel-${tabName}`).hidden = !selected;
+    tab.tabIndex = selected ? 0 : -1;
+    $(`panel-${step}`).hidden = !selected;
   }
   window.scrollTo(0, 0); // a step starts at its top, not where the last one was left
 }
 
 /**
  * Marks a step that has news (a finished training to evaluate, say) until it is opened.
- * @param {string} name @param {string|null} badge
+ * @param {Step} name @param {string|null} badge
  */
 export function badgeTab(name, badge) {
   const tab = $(`tab-${name}`);
@@ -30,11 +34,10 @@ export function badgeTab(name, badge) {
 }
 
 export function wireTabs() {
-  for (const tab of document.querySelectorAll('.steps [role="tab"]')) {
-    const { tab: name = '' } = /** @type {HTMLElement} */ (tab).dataset;
-    tab.addEventListener('click', () => {
-      showTab(name);
-      badgeTab(name, null);
+  for (const step of STEPS) {
+    $(`tab-${step}`).addEventListener('click', () => {
+      showTab(step);
+      badgeTab(step, null);
     });
   }
 }

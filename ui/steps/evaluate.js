@@ -114,7 +114,7 @@ function renderConfidence(view) {
   $('confidence').hidden = !view;
   if (!view) return;
   $('reliability-chart').innerHTML = view.chart; // SVG markup from our own Rust: trusted
-  const range = /** @type {HTMLInputElement} */ ($('threshold-range'));
+  const range = $('threshold-range');
   range.value = String(view.threshold);
   renderTradeoff(view.threshold);
 }
@@ -150,7 +150,7 @@ function renderTradeoff(threshold) {
 async function pickThreshold() {
   const entry = state.entry;
   if (!entry) return;
-  const threshold = Number(/** @type {HTMLInputElement} */ ($('threshold-range')).value);
+  const threshold = Number($('threshold-range').value);
   try {
     const updated = await api.pickThreshold(entry.id, threshold);
     setMessage($('threshold-error'), null);
@@ -365,9 +365,9 @@ const CUT = {
   max_new_tokens: 'The answer was cut at the most new tokens a try may take.',
 };
 
-/** @param {string} id the answer's box @param {TryAnswer|null} answer */
+/** @param {'try-base' | 'try-tuned'} id the answer's box @param {TryAnswer|null} answer */
 function renderAnswer(id, answer) {
-  const body = $(id).querySelector('.answer-body');
+  const body = /** @type {HTMLElement} */ ($(id).querySelector('.answer-body'));
   if (!answer) {
     body.replaceChildren('No tuned model yet: start a training or open one from History.');
     return;
@@ -413,7 +413,7 @@ async function askModels() {
 export function wireEvaluate() {
   $('try-button').addEventListener('click', askModels);
   $('threshold-range').addEventListener('input', () =>
-    renderTradeoff(Number(/** @type {HTMLInputElement} */ ($('threshold-range')).value)));
+    renderTradeoff(Number($('threshold-range').value)));
   $('threshold-range').addEventListener('change', pickThreshold);
   $('acceptance-button').addEventListener('click', runAcceptance);
   $('suite-choose').addEventListener('click', chooseSuite);

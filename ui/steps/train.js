@@ -34,13 +34,18 @@ const PATH_FIELDS = ['dataset', 'checkpoint', 'tokenizer'];
 let fields = [];
 /** @type {Preset[]} */
 let presets = [];
+/** Each preset's button, by the preset's name. @type {Map<string, HTMLElement>} */
+let presetButtons = new Map();
 /** Whether a field of the training is missing or wrong. */
 let invalid = true;
 let planning = false;
 /** The training whose status the panel shows (Resume continues it). @type {HistoryEntry|null} */
 let statusEntry = null;
 
-/** The fields that show their own message; the app's other messages go beside Start. */
+/**
+ * The fields that show their own message; the app's other messages go beside Start.
+ * @returns {(TrainField | PathField | 'device')[]}
+ */
 const validated = () => [...fields.map((field) => field.name), ...PATH_FIELDS, 'device'];
 
 /**
@@ -56,7 +61,7 @@ function typedSettings() {
  * A field's input: a switch's checkbox, else a number's text box.
  * @param {TrainField} name
  */
-const fieldElement = (name) => /** @type {HTMLInputElement} */ ($(`field-${name}`));
+const fieldElement = (name) => $(`field-${name}`);
 
 /**
  * What a field holds, as the app reads it: a switch as `true` or `false`, a number as typed.
@@ -154,7 +159,7 @@ function renderValidation(errors) {
     if (message && !isTodo) input?.setAttribute('aria-invalid', 'true');
     else input?.removeAttribute('aria-invalid');
   }
-  const others = Object.entries(errors).filter(([field]) => !own.includes(field));
+  const others = Object.entries(errors).filter(([field]) => !own.some((name) => name === field));
   invalid = Object.keys(errors).length > 0;
   $('start-hint').textContent = others.length
     ? others.map(([, message]) => message).join(' ')
@@ -197,9 +202,7 @@ function presetButton(preset) {
 /** Marks the preset the fields match by value, if any, and says what it is for. */
 function renderPresets() {
   const active = presets.find((preset) => fields.every(({ name }) => typedNumber(name) === Number(preset.settings[name])));
-  for (const preset of presets) {
-    $(`preset-${preset.name}`).setAttribute('aria-pressed', String(preset === active));
-  }
+  for (const [name, button] of presetButtons) button.setAttribute('aria-pressed', String(name === active?.name));
   $('preset-description').textContent = active ? active.description : 'Custom settings';
 }
 
@@ -224,7 +227,8 @@ export function showTrainingSettings({ training_fields, presets: offered, prefer
   presets = offered;
   state.preset = preferences.preset;
   $('settings-fields').replaceChildren(...fields.map(fieldInput));
-  $('preset-description').before(...presets.map(presetButton));
+  presetButtons = new Map(presets.map((preset) => [preset.name, presetButton(preset)]));
+  $('preset-description').before(...presetButtons.values());
   const preset = presets.find((p) => p.name === state.preset) ?? presets[0];
   fillFields(preset?.settings ?? /** @type {TrainSettings} */ (Object.fromEntries(
     fields.map((field) => [field.name, field.default]))));

@@ -102,9 +102,8 @@ pub fn run(args: Args) -> Result<()> {
         layers: args.layers,
     };
     if args.events.is_some() {
-        export(&options, |event| drop(print_json(&event))).map_err(|error| {
+        export(&options, |event| drop(print_json(&event))).inspect_err(|error| {
             let _ = print_json(&ExportEvent::Failed { message: error.to_string() });
-            error
         })?;
         if let Some(repo) = &repo {
             upload(&options.out, repo, args.events)?;

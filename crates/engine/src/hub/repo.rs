@@ -115,7 +115,8 @@ pub enum HubError {
     #[error("the download of {} was cancelled at {got} of {total} bytes; it resumes from there next time", .file.name())]
     Cancelled { file: RepoFile, got: u64, total: u64 },
     #[error("the hub sent {} with {what} {actual} but announced {expected}; the damaged download was removed, try again", .file.name())]
-    Mismatch { file: RepoFile, what: &'static str, expected: String, actual: String },
+    // The file boxed: with both values it would make every `Result<_, HubError>` over clippy's size bound.
+    Mismatch { file: Box<RepoFile>, what: &'static str, expected: String, actual: String },
     #[error("{} is being downloaded by another process ({} is locked); wait for it to finish", .file.name(), .path.display())]
     Busy { file: RepoFile, path: PathBuf },
     #[error("{}: {source}; the hub cache must be a writable folder (set HF_HOME or HF_HUB_CACHE to move it)", .path.display())]

@@ -195,7 +195,7 @@ fn receive(
     if let Some((what, expected, actual)) = check.mismatch() {
         drop(partial);
         let _ = std::fs::remove_file(&partial_path);
-        return Err(HubError::Mismatch { file: file.clone(), what, expected, actual });
+        return Err(HubError::Mismatch { file: Box::new(file.clone()), what, expected, actual });
     }
     partial.sync_all().map_err(io)?;
     // Closed (and unlocked) before the rename, which Windows refuses on an open file.
@@ -219,7 +219,7 @@ impl Stop {
             Stop::TooLong => {
                 let _ = std::fs::remove_file(partial);
                 HubError::Mismatch {
-                    file: file.clone(),
+                    file: Box::new(file.clone()),
                     what: "size",
                     expected: format!("{total} bytes"),
                     actual: format!("over {total} bytes"),

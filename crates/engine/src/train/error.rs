@@ -50,14 +50,21 @@ pub enum TrainError {
     Model(#[from] ModelError),
     #[error(transparent)]
     Adapter(#[from] AdapterFileError),
+    /// Boxed, as `Golden`: the largest of the errors, it would make every `Result` of training carry its size.
     #[error(transparent)]
-    Weights(#[from] WeightsLoadError),
+    Weights(Box<WeightsLoadError>),
     #[error(transparent)]
     Head(#[from] HeadError),
     #[error(transparent)]
     HeadFile(#[from] HeadFileError),
     #[error(transparent)]
     Golden(Box<GoldenError>),
+}
+
+impl From<WeightsLoadError> for TrainError {
+    fn from(error: WeightsLoadError) -> Self {
+        TrainError::Weights(Box::new(error))
+    }
 }
 
 impl From<GoldenError> for TrainError {
