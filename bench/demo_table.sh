@@ -8,10 +8,13 @@
 # events, one a line), with meta.json (date, commit, CPU, each command line and its wall seconds);
 # then bench/demo/report.py prints the table's markdown rows and the gate's figures from those files.
 #
-#   bench/demo_table.sh [--generation 2|3] [--out DIR]
+#   bench/demo_table.sh [--generation 2|3] [--out DIR] [--confidence]
 #
 # --generation: one generation only (default both). --out: the results folder (default above; it
-# must not exist yet, so one run's files are never mixed with another's). The adapters and `.cact`
+# must not exist yet, so one run's files are never mixed with another's). --confidence: each
+# fine-tune fits its confidence head, and the tuned model is scored once more with the head moved
+# aside (nN-eval-tuned-decode.json: the decode probability alone); bench/demo/report.py confidence
+# then prints the held-out AUROC and ECE of each. The adapters and `.cact`
 # files go to a temporary folder, removed at the end. Needs python3 and a release `needle`: $NEEDLE,
 # else $CARGO_TARGET_DIR/release/needle (CARGO_TARGET_DIR defaults to target), built here when
 # $NEEDLE is not set. Two Quick trainings and their scoring: minutes on two CPU cores. Not run by CI.
@@ -20,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 usage() { sed -n '11,12s/^# \{0,1\}//p' "$0"; }
-generations=(2 3) out=""
+generations=(2 3) out="" confidence=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --generation)
@@ -30,6 +33,7 @@ while [[ $# -gt 0 ]]; do
             esac
             shift 2 ;;
         --out) out="${2:?--out needs a folder}"; shift 2 ;;
+        --confidence) confidence=1; shift ;;
         -h | --help) usage; exit 0 ;;
         *) echo "demo_table.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
     esac
@@ -95,12 +99,23 @@ for generation in "${generations[@]}"; do
     esac
     n="n$generation"
     cact="$work/$n.cact"
+    head_flag=()
+    ((confidence)) && head_flag=(--confidence)
     step "$n-finetune.jsonl" 0 "$NEEDLE" finetune --preset quick "$data" --checkpoint "$base" --out "$adapter" \
-        --events jsonl
+        --events jsonl "${head_flag[@]}"
     step "$n-build.jsonl" 0 "$NEEDLE" build "$base" --lora "$adapter" --out "$cact" --events jsonl
     step "$n-eval-base.json" 0 "$NEEDLE" eval "$data" --checkpoint "$base" --val-split "$val_split" --accuracy --json
     step "$n-eval-tuned.json" 0 "$NEEDLE" eval "$data" --checkpoint "$base" --lora "$adapter" \
         --val-split "$val_split" --accuracy --quant-rows "$cact" --json
+    head="$adapter.head.safetensors"
+    if ((confidence)) && [[ -e "$head" ]]; then
+        # The same answers with the decode probability alone: the head file put aside, then back
+        # for the suites.
+        mv "$head" "$work/$n.head.aside"
+        step "$n-eval-tuned-decode.json" 0 "$NEEDLE" eval "$data" --checkpoint "$base" --lora "$adapter" \
+            --val-split "$val_split" --accuracy --json
+        mv "$work/$n.head.aside" "$head"
+    fi
     for gate in 0 0.4; do
         suffix=""
         [[ "$gate" == 0 ]] || suffix="-gate$gate"

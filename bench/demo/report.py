@@ -3,12 +3,15 @@
     python3 bench/demo/report.py meta RESULTS COMMANDS.tsv --date D --commit C --cpu NAME --cores N \
         --dirty N --load "L1 L5 L15"
     python3 bench/demo/report.py table RESULTS
+    python3 bench/demo/report.py confidence RESULTS
 
 `meta` writes RESULTS/meta.json: the date, commit, CPU and load, and each command as run (its results
 file, argv, wall seconds) from COMMANDS.tsv (name, seconds, command line; tab-separated).
 `table` prints the README's demo table rows (markdown) for the generations RESULTS holds, then the
 figures its paragraphs quote: the fine-tune's own held-out report, eval's three rows of the tuned
-model, and the suite at the 0.4 gate. A file missing or unreadable is an error naming it.
+model, and the suite at the 0.4 gate. `confidence` (a run with --confidence) prints the held-out
+reliability of each model's confidence: AUROC and ECE with their 90% intervals, and the trade-off at
+the threshold eval proposes. A file missing or unreadable is an error naming it.
 """
 import argparse
 import json
@@ -100,6 +103,41 @@ def table(results):
     print("\n".join(notes))
 
 
+# The confidence rows: the label, the results file, and where its reliability sits in it.
+CONFIDENCE_ROWS = [
+    ("base, decode probability", "eval-base.json", ("accuracy",)),
+    ("tuned, min(head, decode)", "eval-tuned.json", ("quant_rows", "float", "calls")),
+    ("tuned, decode probability alone", "eval-tuned-decode.json", ("accuracy",)),
+    ("`.cact`, decode probability (eval reads no head for it)", "eval-tuned.json", ("quant_rows", "cact", "calls")),
+]
+
+
+def confidence(results):
+    read = lambda name: last_json_line(os.path.join(results, name))
+    found = [g for g in ("2", "3") if os.path.exists(os.path.join(results, f"n{g}-eval-tuned-decode.json"))]
+    if not found:
+        fail(f"{results}: no n2-/n3-eval-tuned-decode.json; run bench/demo_table.sh --confidence (a fine-tune "
+             "that wrote no head, its answers all right or all wrong, has none)")
+    interval = lambda i: f"[{i['low']:.3f}, {i['high']:.3f}]" if i else "n/a"
+    print("| | answers (right) | AUROC [90%] | ECE [90%] | proposed threshold | right kept | wrong stopped |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for g in found:
+        for label, name, path in CONFIDENCE_ROWS:
+            figures = read(f"n{g}-{name}")
+            for key in path:
+                figures = figures.get(key) or {}
+            figures = figures.get("confidence")
+            if not figures:
+                fail(f"{os.path.join(results, f'n{g}-{name}')}: no confidence figures under {'.'.join(path)}")
+            at = next(t for t in figures["tradeoff"] if abs(t["threshold"] - figures["proposed"]) < 1e-9)
+            share = lambda value: "n/a" if value is None else f"{value:.0%}"
+            auroc = "n/a" if figures["auroc"] is None else f"{figures['auroc']:.3f}"
+            print(f"| Needle {g} {label} | {figures['answers']} ({figures['right']}) "
+                  f"| {auroc} {interval(figures['auroc_interval'])} "
+                  f"| {figures['ece']:.3f} {interval(figures['ece_interval'])} | {figures['proposed']:.2f} "
+                  f"| {share(at['kept_right'])} | {share(at['stopped_wrong'])} |")
+
+
 def meta(args):
     commands = []
     with open(args.commands) as f:
@@ -130,10 +168,10 @@ def main():
     m.add_argument("commands")
     for flag in ("--date", "--commit", "--cpu", "--cores", "--dirty", "--load"):
         m.add_argument(flag, required=True)
-    t = sub.add_parser("table")
-    t.add_argument("results")
+    for what in ("table", "confidence"):
+        sub.add_parser(what).add_argument("results")
     args = parser.parse_args()
-    meta(args) if args.what == "meta" else table(args.results)
+    {"meta": meta, "table": lambda a: table(a.results), "confidence": lambda a: confidence(a.results)}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -139,17 +139,19 @@ impl ConfidenceHead {
 }
 
 /// Fits a head from `initial` to `labels` (whether each row's answer was exact) on `cells` (one
-/// `[1, T, R, d]` per row), calibrates it on cross-fitted logits, and fits the head that ships on
-/// every row. `shipped` is how the head is run where it ships (the `.cact`'s CQ round trip for
-/// Needle 3): the logits calibrated are those of the shipped form.
+/// `[1, T, R, d]` per row, the first `shared` tokens of every row alike: an app's tools prompt),
+/// calibrates it on cross-fitted logits, and fits the head that ships on every row. `shipped` is
+/// how the head is run where it ships (the `.cact`'s CQ round trip for Needle 3): the logits
+/// calibrated are those of the shipped form.
 pub fn cross_fit(
     initial: &ConfidenceHead,
     cells: &[Tensor],
+    shared: usize,
     labels: &[bool],
     seed: u64,
     shipped: impl Fn(ConfidenceHead) -> Result<ConfidenceHead>,
 ) -> Result<Fitted> {
-    let padded = Padded::new(cells)?;
+    let padded = Padded::new(cells, shared)?;
     let folds = folds(labels, seed);
     let mut logits = vec![0.0; labels.len()];
     for (fold, held) in folds.iter().enumerate() {
@@ -188,26 +190,45 @@ fn folds(labels: &[bool], seed: u64) -> Vec<Vec<usize>> {
     folds
 }
 
-/// Every row's cells padded to the longest, `[N, T, R, d]`, with the keep mask `[N, T]`: batches
-/// are then rows picked from them.
+/// The prefix every row shares, `[1, P, R, d]` (none when `P` is 0), and each row's own cells
+/// after it padded to the longest, `[N, T, R, d]`, with the keep mask `[N, T]`: batches are then
+/// rows picked from them, and every step pools the prefix once for all of its rows
+/// ([`ConfidenceHead::logits_after`]).
 struct Padded {
+    prefix: Option<Tensor>,
     cells: Tensor,
     keep: Tensor,
 }
 
 impl Padded {
-    fn new(rows: &[Tensor]) -> Result<Self> {
-        let longest = rows.iter().map(|cells| cells.dim(1)).collect::<candle_core::Result<Vec<_>>>()?;
-        let longest = longest.into_iter().max().unwrap_or(0);
+    fn new(rows: &[Tensor], shared: usize) -> Result<Self> {
+        let lengths = rows.iter().map(|cells| cells.dim(1)).collect::<candle_core::Result<Vec<_>>>()?;
+        let longest = lengths.iter().copied().max().unwrap_or(0);
+        // Every row keeps the prefix, and the rows keep a token of their own between them.
+        let shared = shared.min(lengths.iter().copied().min().unwrap_or(0)).min(longest.saturating_sub(1));
+        let prefix = match (shared, rows.first()) {
+            (0, _) | (_, None) => None,
+            (_, Some(first)) => Some(first.narrow(1, 0, shared)?.to_dtype(DType::F32)?),
+        };
+        let own = longest - shared;
         let (mut cells, mut keep) = (Vec::with_capacity(rows.len()), Vec::with_capacity(rows.len()));
         for row in rows {
             let (_, t, r, d) = row.dims4()?;
             let padding = Tensor::zeros((1, longest - t, r, d), DType::F32, row.device())?;
-            cells.push(Tensor::cat(&[&row.to_dtype(DType::F32)?, &padding], 1)?);
-            let mask: Vec<f32> = (0..longest).map(|i| f32::from(u8::from(i < t))).collect();
-            keep.push(Tensor::from_vec(mask, (1, longest), row.device())?);
+            cells.push(Tensor::cat(&[&row.narrow(1, shared, t - shared)?.to_dtype(DType::F32)?, &padding], 1)?);
+            let mask: Vec<f32> = (shared..longest).map(|i| f32::from(u8::from(i < t))).collect();
+            keep.push(Tensor::from_vec(mask, (1, own), row.device())?);
         }
-        Ok(Self { cells: Tensor::cat(&cells, 0)?, keep: Tensor::cat(&keep, 0)? })
+        Ok(Self { prefix, cells: Tensor::cat(&cells, 0)?, keep: Tensor::cat(&keep, 0)? })
+    }
+
+    /// The head's logits `[B]` of the rows `rows`, their prefix included.
+    fn forward(&self, head: &ConfidenceHead, rows: &[usize]) -> Result<Tensor> {
+        let (cells, keep) = self.batch(rows)?;
+        match &self.prefix {
+            Some(prefix) => head.logits_after(prefix, &cells, &keep),
+            None => head.logits(&cells, &keep, None),
+        }
     }
 
     /// `(cells, keep)` of the rows `rows`.
@@ -220,8 +241,7 @@ impl Padded {
     fn logits(&self, head: &ConfidenceHead, rows: &[usize]) -> Result<Vec<f64>> {
         let mut logits = Vec::with_capacity(rows.len());
         for chunk in rows.chunks(BATCH) {
-            let (cells, keep) = self.batch(chunk)?;
-            logits.extend(head.logits(&cells, &keep, None)?.to_vec1::<f32>()?.into_iter().map(f64::from));
+            logits.extend(self.forward(head, chunk)?.to_vec1::<f32>()?.into_iter().map(f64::from));
         }
         Ok(logits)
     }
@@ -253,8 +273,7 @@ fn train(
         let batch = &order[at..(at + BATCH).min(order.len())];
         at += BATCH;
         let head = initial.with_tensors(vars.iter().map(|v| v.as_tensor().clone()).collect());
-        let (cells, keep) = padded.batch(batch)?;
-        let logits = head.logits(&cells, &keep, None)?;
+        let logits = padded.forward(&head, batch)?;
         let (targets, weights): (Vec<f32>, Vec<f32>) = batch
             .iter()
             .map(|&row| match labels[row] {
@@ -320,6 +339,9 @@ mod tests {
             let mut rng = StdRng::seed_from_u64(3);
             let noise = Normal::new(0.0f32, 1.0).unwrap();
             let labels: Vec<bool> = (0..60).map(|i| i % 3 != 0).collect();
+            // Every row begins with the same 3 tokens, as rows share an app's tools prompt.
+            let prefix: Vec<f32> = (0..3 * 3 * 16).map(|_| noise.sample(&mut rng)).collect();
+            let prefix = Tensor::from_vec(prefix, (1, 3, 3, 16), &device).unwrap();
             let cells: Vec<Tensor> = labels
                 .iter()
                 .enumerate()
@@ -329,10 +351,11 @@ mod tests {
                     if right {
                         values.iter_mut().step_by(16).for_each(|v| *v += 1.5);
                     }
-                    Tensor::from_vec(values, (1, t, 3, 16), &device).unwrap()
+                    let own = Tensor::from_vec(values, (1, t, 3, 16), &device).unwrap();
+                    Tensor::cat(&[&prefix, &own], 1).unwrap()
                 })
                 .collect();
-            let fitted = cross_fit(&initial, &cells, &labels, 0, Ok).unwrap();
+            let fitted = cross_fit(&initial, &cells, 3, &labels, 0, Ok).unwrap();
             let auroc = fitted.auroc.unwrap();
             assert!(auroc > 0.9, "{generation:?}: cross-fitted AUROC {auroc}");
             assert!(fitted.calibration.scale > 0.0, "{:?}", fitted.calibration);
@@ -341,6 +364,41 @@ mod tests {
             assert_eq!(shapes(&fitted.head), shapes(&initial));
             let probes = |head: &ConfidenceHead| head.tensors()[0].flatten_all().unwrap().to_vec1::<f32>().unwrap();
             assert_ne!(probes(&fitted.head), probes(&initial), "the probes moved");
+            // Pooling the prefix once per step fits the head that pooling whole rows fits.
+            let whole = cross_fit(&initial, &cells, 0, &labels, 0, Ok).unwrap();
+            let apart =
+                probes(&fitted.head).iter().zip(probes(&whole.head)).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            assert!(apart < 1e-4, "{generation:?}: probes {apart} apart");
+            assert!((fitted.auroc.unwrap() - whole.auroc.unwrap()).abs() < 0.01, "{generation:?}");
+            assert!((fitted.calibration.scale - whole.calibration.scale).abs() < 1e-3, "{generation:?}");
+        }
+    }
+
+    /// Rows sharing a prefix, pooled with the prefix once: the logits of the whole rows, for both
+    /// generations, rows with no token of their own among them.
+    #[test]
+    fn pooling_a_shared_prefix_once_gives_the_whole_rows_logits() {
+        for generation in [Generation::Needle2, Generation::Needle3] {
+            let cfg = ModelConfig { d_model: 16, num_layers: 2, generation, ..ModelConfig::defaults_for(generation) };
+            let device = Device::Cpu;
+            let head = ConfidenceHead::initial(&cfg, &device, 4).unwrap();
+            let mut rng = StdRng::seed_from_u64(9);
+            let noise = Normal::new(0.0f32, 3.0).unwrap();
+            let mut random = |t: usize| {
+                let values: Vec<f32> = (0..t * 3 * 16).map(|_| noise.sample(&mut rng)).collect();
+                Tensor::from_vec(values, (1, t, 3, 16), &device).unwrap()
+            };
+            let prefix = random(7);
+            let rows: Vec<Tensor> =
+                [5, 0, 2, 9].iter().map(|&own| Tensor::cat(&[&prefix, &random(own)], 1).unwrap()).collect();
+            let padded = Padded::new(&rows, 7).unwrap();
+            assert!(padded.prefix.is_some());
+            let pooled = padded.forward(&head, &[0, 1, 2, 3]).unwrap().to_vec1::<f32>().unwrap();
+            for (row, cells) in rows.iter().enumerate() {
+                let keep = Tensor::ones((1, cells.dim(1).unwrap()), DType::F32, &device).unwrap();
+                let whole = head.logits(cells, &keep, None).unwrap().to_vec1::<f32>().unwrap()[0];
+                assert!((pooled[row] - whole).abs() < 1e-5, "{generation:?} row {row}: {} vs {whole}", pooled[row]);
+            }
         }
     }
 

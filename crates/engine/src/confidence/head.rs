@@ -195,6 +195,37 @@ impl ConfidenceHead {
             Self::Needle3(head) => head.logits(&cells, &keep, rows),
         }
     }
+
+    /// [`ConfidenceHead::logits`] of rows that all begin with the same tokens, `prefix [1, P, R, d]`
+    /// (every token kept, `P` ≥ 1), then continue with their own `cells [B, S, R, d]` under `keep
+    /// [B, S]` (a row may keep none of its own). The prefix's scores, and its cells summed under
+    /// them, are the same for every row, so they are computed once and each row's softmax is
+    /// completed with its own tokens (the merge flash attention makes): the logits are those of the
+    /// whole rows up to rounding, at the cost of the rows' own tokens. Fitting runs every step
+    /// so, over rows that share an app's tools prompt.
+    pub fn logits_after(&self, prefix: &Tensor, cells: &Tensor, keep: &Tensor) -> Result<Tensor> {
+        let (rows_pooled, d) = self.geometry()?;
+        let fits = match (prefix.dims(), cells.dims(), keep.dims()) {
+            (&[1, p, pr, pd], &[b, t, r, width], &[kb, kt]) => {
+                p > 0 && pr == r && pd == d && b == kb && t == kt && width == d && rows_pooled.is_none_or(|n| n == r)
+            }
+            _ => false,
+        };
+        if !fits {
+            return Err(HeadError::Inputs {
+                rows: rows_pooled.unwrap_or_else(|| cells.dims().get(2).copied().unwrap_or(0)),
+                d_model: d,
+                cells: [prefix.dims(), cells.dims()].concat(),
+                keep: keep.dims().to_vec(),
+            });
+        }
+        let (prefix, cells, keep) =
+            (prefix.to_dtype(DType::F32)?, cells.to_dtype(DType::F32)?, keep.to_dtype(DType::F32)?);
+        match self {
+            Self::Needle2(head) => head.logits_after(&prefix, &cells, &keep),
+            Self::Needle3(head) => head.logits_after(&prefix, &cells, &keep),
+        }
+    }
 }
 
 /// The uncalibrated confidence of each logit: its sigmoid.
@@ -233,28 +264,76 @@ fn checked_inputs(cells: &Tensor, keep: &Tensor, rows: Option<usize>, d: usize) 
 
 impl PooledHead {
     fn logits(&self, cells: &Tensor, keep: &Tensor) -> Result<Tensor> {
-        let (b, t, r, d) = cells.dims4()?;
-        // Token-major cells: every depth of token 0, then of token 1, … (the reference's reshape).
-        let cells = cells.reshape((b, t * r, d))?;
-        let keep = keep.unsqueeze(2)?.broadcast_as((b, t, r))?.reshape((b, t * r))?;
-        let scores = (cells.broadcast_matmul(&self.probes.t()?)?.transpose(1, 2)? / (d as f64).sqrt())?;
-        let weights = masked_softmax(&scores, &keep.unsqueeze(1)?)?;
-        let pooled = weights.matmul(&cells)?.reshape((b, ()))?;
+        let (cells, keep) = token_major(cells, keep)?;
+        let weights = masked_softmax(&self.scores(&cells)?, &keep.unsqueeze(1)?)?;
+        self.project(&weights.matmul(&cells)?)
+    }
+
+    fn logits_after(&self, prefix: &Tensor, cells: &Tensor, keep: &Tensor) -> Result<Tensor> {
+        let (cells, keep) = token_major(cells, keep)?;
+        let prefix = prefix.reshape((1, (), prefix.dim(3)?))?;
+        let pooled = pool_after(
+            &Pooling { scores: self.scores(&prefix)?, cells: prefix },
+            &Pooling { scores: self.scores(&cells)?, cells },
+            &keep.unsqueeze(1)?,
+        )?;
+        self.project(&pooled)
+    }
+
+    /// Each probe's score of every cell, `[B, k, T·R]`, from token-major cells `[B, T·R, d]`.
+    fn scores(&self, cells: &Tensor) -> Result<Tensor> {
+        let d = cells.dim(2)?;
+        Ok((cells.broadcast_matmul(&self.probes.t()?)?.transpose(1, 2)? / (d as f64).sqrt())?)
+    }
+
+    /// The logit of the probes' pooled cells `[B, k, d]`.
+    fn project(&self, pooled: &Tensor) -> Result<Tensor> {
+        let pooled = pooled.reshape((pooled.dim(0)?, ()))?;
         Ok(pooled.matmul(&self.kernel)?.broadcast_add(&self.bias)?.squeeze(1)?)
     }
 }
 
+/// Token-major cells `[B, T·R, d]` (every depth of token 0, then of token 1, …: the reference's
+/// reshape) and their keep mask `[B, T·R]`.
+fn token_major(cells: &Tensor, keep: &Tensor) -> Result<(Tensor, Tensor)> {
+    let (b, t, r, d) = cells.dims4()?;
+    let keep = keep.unsqueeze(2)?.broadcast_as((b, t, r))?.reshape((b, t * r))?;
+    Ok((cells.reshape((b, t * r, d))?, keep))
+}
+
 impl ProbeHead {
     fn logits(&self, cells: &Tensor, keep: &Tensor, rows: Option<&[bool]>) -> Result<Tensor> {
-        let (b, _, r, d) = cells.dims4()?;
-        let (k, q) = (self.probes.dim(1)?, self.query.dim(0)?);
-        let scale = (d as f64).sqrt();
         // Per depth row l: scores [B, R, k, T] of its k probes over the row's tokens, pooled to
-        // [B, R, k, d], RMS-normalised and scaled by the row's gains.
+        // [B, R, k, d].
         let by_row = cells.permute((0, 2, 1, 3))?.contiguous()?;
-        let scores = (by_row.broadcast_matmul(&self.probes.transpose(1, 2)?)?.transpose(2, 3)? / scale)?;
-        let weights = masked_softmax(&scores, &keep.unsqueeze(1)?.unsqueeze(1)?)?;
-        let pooled = rms_unit(&weights.contiguous()?.matmul(&by_row)?)?;
+        let weights = masked_softmax(&self.scores(&by_row)?, &keep.unsqueeze(1)?.unsqueeze(1)?)?;
+        self.mix(&weights.contiguous()?.matmul(&by_row)?, rows)
+    }
+
+    fn logits_after(&self, prefix: &Tensor, cells: &Tensor, keep: &Tensor) -> Result<Tensor> {
+        let prefix = prefix.permute((0, 2, 1, 3))?.contiguous()?;
+        let by_row = cells.permute((0, 2, 1, 3))?.contiguous()?;
+        let pooled = pool_after(
+            &Pooling { scores: self.scores(&prefix)?, cells: prefix },
+            &Pooling { scores: self.scores(&by_row)?, cells: by_row },
+            &keep.unsqueeze(1)?.unsqueeze(1)?,
+        )?;
+        self.mix(&pooled, None)
+    }
+
+    /// Each depth row's probes' scores of its tokens, `[B, R, k, T]`, from cells by row `[B, R, T, d]`.
+    fn scores(&self, by_row: &Tensor) -> Result<Tensor> {
+        let scale = (by_row.dim(3)? as f64).sqrt();
+        Ok((by_row.broadcast_matmul(&self.probes.transpose(1, 2)?)?.transpose(2, 3)? / scale)?)
+    }
+
+    /// The logit of the probes' pooled cells `[B, R, k, d]`: RMS-normalised and scaled by their
+    /// row's gains, then mixed by the queries and projected.
+    fn mix(&self, pooled: &Tensor, rows: Option<&[bool]>) -> Result<Tensor> {
+        let (b, r, k, d) = pooled.dims4()?;
+        let q = self.query.dim(0)?;
+        let scale = (d as f64).sqrt();
+        let pooled = rms_unit(pooled)?;
         let pooled = pooled.broadcast_mul(&self.gain.unsqueeze(2)?)?.reshape((b, r * k, d))?;
         // Each query over all R·k pooled vectors, with its bias per row and probe.
         let scores = (pooled.broadcast_matmul(&self.query.t()?)?.transpose(1, 2)? / scale)?;
@@ -266,6 +345,33 @@ impl ProbeHead {
         let mixed = weights.contiguous()?.matmul(&pooled)?.reshape((b, q * d))?;
         Ok(mixed.matmul(&self.kernel)?.broadcast_add(&self.bias)?.squeeze(1)?)
     }
+}
+
+/// Scores `[…, n]` of cells `[…, n, d]`: a shared prefix's (batch 1) or the rows' own.
+struct Pooling {
+    scores: Tensor,
+    cells: Tensor,
+}
+
+/// The softmax-weighted sum `[B, …, d]` of the prefix's cells and each row's own (where `keep`,
+/// broadcast to the rows' scores, is above 0), as one softmax over both would give it. The
+/// prefix's exponentials, shifted by its own maximum, and its cells summed under them are the
+/// same for every row; each row rescales them to the maximum over both parts and adds its own.
+fn pool_after(prefix: &Pooling, own: &Pooling, keep: &Tensor) -> Result<Tensor> {
+    // The shifts keep `exp` in range and cancel in the quotient, so no gradient flows through them.
+    let prefix_max = prefix.scores.max_keepdim(D::Minus1)?.detach();
+    let prefix_exp = prefix.scores.broadcast_sub(&prefix_max)?.exp()?;
+    let prefix_sum = prefix_exp.sum_keepdim(D::Minus1)?;
+    let prefix_pooled = prefix_exp.contiguous()?.matmul(&prefix.cells)?;
+    let kept = keep.gt(0.0)?.broadcast_as(own.scores.shape())?;
+    let masked =
+        kept.where_cond(&own.scores, &Tensor::full(f32::NEG_INFINITY, own.scores.shape(), own.scores.device())?)?;
+    let shift = masked.max_keepdim(D::Minus1)?.broadcast_maximum(&prefix_max)?.detach();
+    let own_exp = masked.broadcast_sub(&shift)?.exp()?;
+    let rescale = prefix_max.broadcast_sub(&shift)?.exp()?;
+    let total = (own_exp.sum_keepdim(D::Minus1)? + rescale.broadcast_mul(&prefix_sum)?)?;
+    let pooled = (own_exp.contiguous()?.matmul(&own.cells)? + rescale.broadcast_mul(&prefix_pooled)?)?;
+    Ok(pooled.broadcast_div(&total)?)
 }
 
 /// `[1, 1, R·k]`: 1 on the pooled vectors of the kept depth rows.

@@ -123,7 +123,7 @@ pub fn fit_head(run: HeadRun, examples: &[Example], device: &Device, cancel: &At
         let rows: Vec<Vec<u32>> =
             prompts.iter().zip(&answers).map(|((prompt, _), (answer, _))| reads.tokens(prompt, answer)).collect();
         let cells = row_cells(&mut forward, &rows, None)?;
-        let fitted = cross_fit(&initial, &cells, &labels, run.seed, |head| head.through_cq())?;
+        let fitted = cross_fit(&initial, &cells, shared_prefix(&rows), &labels, run.seed, |head| head.through_cq())?;
         fits.push((reads, fitted));
     }
     let auroc = |reads: Reading| fits.iter().find(|(r, _)| *r == reads).and_then(|(_, fitted)| fitted.auroc);
@@ -147,6 +147,12 @@ pub fn fit_head(run: HeadRun, examples: &[Example], device: &Device, cancel: &At
         seconds: started.elapsed().as_secs_f64(),
         answer_seconds,
     }))
+}
+
+/// How many tokens every row begins with alike (an app's system and tools prompt).
+fn shared_prefix(rows: &[Vec<u32>]) -> usize {
+    let Some((first, rest)) = rows.split_first() else { return 0 };
+    rest.iter().fold(first.len(), |shared, row| first[..shared].iter().zip(row).take_while(|(a, b)| a == b).count())
 }
 
 #[cfg(test)]
