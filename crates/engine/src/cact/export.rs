@@ -9,11 +9,11 @@ use serde::{Deserialize, Serialize};
 use super::ladder::{rung, LadderError};
 use super::tensors::check_params;
 use super::{build_cact, write_cact, Bits, BitsChoice, BitsMapError, BuildError, WriteError};
-use crate::checkpoint::{Checkpoint, CheckpointError};
+use crate::checkpoint::Checkpoint;
 use crate::confidence::file::{companion_path, HeadFileError, TrainedHead};
 use crate::confidence::head::KEY;
 use crate::generation::Generation;
-use crate::lora::{load_adapter, merge_into_checkpoint, AdapterFileError, MergeError};
+use crate::lora::{merge_adapter_file, LoadError, MergeInto};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 
 /// What to export, and where.
@@ -61,11 +61,7 @@ pub enum ExportEvent {
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
     #[error(transparent)]
-    Checkpoint(#[from] CheckpointError),
-    #[error(transparent)]
-    Adapter(#[from] AdapterFileError),
-    #[error(transparent)]
-    Merge(#[from] MergeError),
+    Load(#[from] LoadError),
     #[error("{}: config weight_bits: {source}", checkpoint.display())]
     Bits { checkpoint: PathBuf, source: BitsMapError },
     #[error("{}: {refusal}; leave out --bits", checkpoint.display())]
@@ -169,7 +165,7 @@ pub fn export(options: &ExportOptions, emit: impl FnMut(ExportEvent)) -> Result<
 /// quantizer slice and loop over the params' dimensions, so those must be the config's before
 /// either runs.
 pub fn load_checked(path: &Path) -> Result<Checkpoint, ExportError> {
-    let ckpt = Checkpoint::load(path)?;
+    let ckpt = Checkpoint::load(path).map_err(LoadError::from)?;
     check_params(&ckpt)?;
     Ok(ckpt)
 }
@@ -185,8 +181,7 @@ pub struct MergedAdapter {
 /// Merges the adapter at `lora` into `ckpt` as `needle build` does, then puts the confidence head
 /// `needle finetune --confidence` trained for it, if it kept one, where the base's was.
 pub fn merge_adapter(ckpt: &mut Checkpoint, lora: &Path) -> Result<MergedAdapter, ExportError> {
-    let adapter = load_adapter(lora)?;
-    merge_into_checkpoint(ckpt, &adapter)?;
+    let adapter = merge_adapter_file(lora, MergeInto::Checkpoint(ckpt))?;
     // As 3.x's build: a probe head the adapter did not train would judge the tuned model's
     // answers with the base's judgement; the runtime then reports none.
     let dropped = Shipping::of(ckpt.config.generation).dropped_on_merge;

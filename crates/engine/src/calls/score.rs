@@ -14,14 +14,15 @@ use super::breakdown::{Breakdown, Verdict};
 use super::parse::{parse_calls, tool_names};
 use super::reliability::{Reliability, Scored};
 use crate::cact::synthetic::placeholder_tokenizer_blob;
-use crate::cact::WeightsError;
-use crate::cact::{build_cact, load_checked, merge_adapter, BitsChoice, BuildError, CactFile, ExportError, ReadError};
-use crate::checkpoint::{Checkpoint, CheckpointError};
+use crate::cact::{
+    build_cact, load_checked, merge_adapter, BitsChoice, BuildError, CactFile, ExportError, ReadError, WeightsError,
+};
+use crate::checkpoint::Checkpoint;
 use crate::checks::confidence::decode_probability;
 use crate::checks::{CheckedAnswer, Turn};
 use crate::confidence::TurnHead;
 use crate::dataset::{render, Example};
-use crate::lora::{self, load_adapter, AdapterFileError, MergeError};
+use crate::lora::{merge_adapter_file, LoadError, MergeInto};
 use crate::model::packing::{shared_prefixes, MIN_SHARED};
 use crate::model::{Batch, Completion, Forward, ModelError, Network, Params, Prefilled, Until};
 use crate::tokenizer::{Tokenizer, TokenizerError, BOS_ID};
@@ -65,12 +66,7 @@ pub enum Weights {
 #[derive(Debug, thiserror::Error)]
 pub enum WeightsLoadError {
     #[error(transparent)]
-    Checkpoint(#[from] CheckpointError),
-    #[error(transparent)]
-    Adapter(#[from] AdapterFileError),
-    /// Names the adapter file and the weight.
-    #[error(transparent)]
-    Merge(#[from] MergeError),
+    Load(#[from] LoadError),
     #[error(transparent)]
     Cact(#[from] ReadError),
     #[error("{}: {source}", path.display())]
@@ -116,11 +112,10 @@ impl Weights {
                 Ok(Loaded { network: cact_network(&cact, checkpoint, device, precision)?, tokenizer: None })
             }
             Weights::Checkpoint { checkpoint, lora } => {
-                let loaded = Checkpoint::load(checkpoint)?;
+                let loaded = Checkpoint::load(checkpoint).map_err(LoadError::from)?;
                 let mut params = Params::from_checkpoint(&loaded, device).map_err(model(checkpoint))?;
                 if let Some(lora) = lora {
-                    let adapter = load_adapter(lora)?;
-                    lora::merge_into_params(&mut params, &adapter)?;
+                    merge_adapter_file(lora, MergeInto::Params(&mut params))?;
                 }
                 let params = match precision {
                     Precision::Float => params,
@@ -537,7 +532,7 @@ mod tests {
     fn an_adapter_is_checked_against_the_checkpoint_before_anything_is_multiplied() {
         use std::collections::HashMap;
 
-        use crate::lora::FitProblem;
+        use crate::lora::{FitProblem, MergeError};
 
         let checkpoint = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/models/tiny_f32.pkl"));
         let q_proj = "stack/layers/block/self_attn/q_proj/kernel";
@@ -558,7 +553,7 @@ mod tests {
             std::fs::write(&lora, bytes).unwrap();
             let weights = Weights::Checkpoint { checkpoint: checkpoint.into(), lora: Some(lora.clone()) };
             match weights.load(&Device::Cpu) {
-                Err(WeightsLoadError::Merge(MergeError::Fit(fit))) => {
+                Err(WeightsLoadError::Load(LoadError::Merge(MergeError::Fit(fit)))) => {
                     assert_eq!((&fit.adapter, &fit.tensor), (&lora, &format!("{q_proj}/{wrong}")));
                     assert!(matches!(fit.problem, FitProblem::Shape { .. }), "{fit}");
                 }

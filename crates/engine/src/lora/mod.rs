@@ -9,9 +9,11 @@
 mod adapter;
 pub mod file;
 pub mod fit;
+pub mod load;
 pub mod merge;
 
 pub use adapter::*;
 pub use file::{adapter_kind, load_adapter, save_adapter, AdapterFileError, AdapterMeta};
 pub use fit::{check_fit, FactorDims, FitError, FitProblem, MAX_RANK};
+pub use load::{merge_adapter_file, LoadError, MergeInto};
 pub use merge::{merge_into_checkpoint, merge_into_params, MergeError};

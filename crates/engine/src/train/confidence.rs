@@ -24,6 +24,7 @@ use crate::confidence::file::{companion_path, Reading, TrainedHead};
 use crate::confidence::fit::{cross_fit, Fitted};
 use crate::confidence::head::ConfidenceHead;
 use crate::dataset::{render, Example};
+use crate::lora::LoadError;
 use crate::model::{Device, Forward, Params};
 use crate::tokenizer::Tokenizer;
 
@@ -106,7 +107,7 @@ pub fn fit_head(run: HeadRun, examples: &[Example], device: &Device, cancel: &At
         return Ok(HeadFit::AllAlike { rows: labels.len(), right });
     }
 
-    let checkpoint = Checkpoint::load(run.checkpoint)?;
+    let checkpoint = Checkpoint::load(run.checkpoint).map_err(LoadError::from)?;
     let base = ConfidenceHead::load(&checkpoint.config, &Params::from_checkpoint(&checkpoint, device)?)?;
     let from_base = base.is_some();
     let initial = match base {

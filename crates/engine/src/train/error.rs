@@ -3,11 +3,10 @@
 use std::path::PathBuf;
 
 use crate::calls::WeightsLoadError;
-use crate::checkpoint::CheckpointError;
 use crate::confidence::file::HeadFileError;
 use crate::confidence::head::HeadError;
 use crate::dataset::DatasetError;
-use crate::lora::AdapterFileError;
+use crate::lora::{AdapterFileError, LoadError};
 use crate::model::ModelError;
 use crate::settings::OutOfRange;
 use crate::tokenizer::TokenizerError;
@@ -45,9 +44,11 @@ pub enum TrainError {
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
     #[error(transparent)]
-    Checkpoint(#[from] CheckpointError),
+    Load(#[from] LoadError),
     #[error(transparent)]
     Model(#[from] ModelError),
+    /// Writing the adapter or the run's state, or reading the state back for `--resume`: the
+    /// run's own files, where [`LoadError`] is the weights it starts from.
     #[error(transparent)]
     Adapter(#[from] AdapterFileError),
     /// Boxed, as `Golden`: the largest of the errors, it would make every `Result` of training carry its size.

@@ -36,7 +36,7 @@ use crate::confidence::file::{companion_path, HeadFileError};
 use crate::confidence::reader::TurnHead;
 use crate::config::Recipe;
 use crate::dataset::{Dataset, Encoded, Example, Tokenized};
-use crate::lora::{save_adapter, AdapterMeta, Lora};
+use crate::lora::{save_adapter, AdapterMeta, LoadError, Lora};
 use crate::model::packing::Packing;
 use crate::model::{evaluate, CpuNetwork, Device, Forward, Network, Params};
 use crate::settings::TrainSettings;
@@ -133,7 +133,7 @@ impl Session {
         let s = options.settings;
         check_ranges(&s)?;
         check_writable(&options.out)?;
-        let checkpoint = Checkpoint::load(&options.checkpoint)?;
+        let checkpoint = Checkpoint::load(&options.checkpoint).map_err(LoadError::from)?;
         let params = Params::from_checkpoint(&checkpoint, device)?.for_training(&checkpoint.config, s.qat)?;
         let cfg = checkpoint.config.clone();
         drop(checkpoint);

@@ -13,7 +13,7 @@ use super::error::{GoldenError, Result};
 use super::{Schedule, Trainer};
 use crate::checkpoint::Checkpoint;
 use crate::dataset::Encoded;
-use crate::lora::{target_paths, Lora};
+use crate::lora::{target_paths, LoadError, Lora};
 use crate::model::{ModelError, Network, Params};
 
 /// Every tensor of a safetensors file, on the CPU.
@@ -58,7 +58,7 @@ pub fn trainer(
     schedule: Schedule,
     device: &Device,
 ) -> Result<(Trainer, HashMap<String, Tensor>)> {
-    let loaded = Checkpoint::load(checkpoint)?;
+    let loaded = Checkpoint::load(checkpoint).map_err(LoadError::from)?;
     let params = Params::from_checkpoint(&loaded, device)?.for_training(&loaded.config, qat)?;
     let tensors = read(adapter)?;
     let mut paths: Vec<&str> = tensors.keys().filter_map(|key| key.strip_suffix("/A")).collect();
