@@ -39,6 +39,8 @@ if [[ -z "$needle" ]]; then
     needle="$target/release/needle"
 fi
 needle=$(realpath "$needle")
+# Files the checkout changes from its commit: a binary built here from a changed tree is not that commit's.
+changed=$(git status --porcelain --untracked-files=no | wc -l)
 [[ -x "$needle" ]] || { echo "record.sh: no needle binary at $needle" >&2; exit 2; }
 commit=$(git rev-parse --short=7 "${commit:-HEAD}")
 cpu=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)
@@ -117,13 +119,13 @@ if [[ -z "$only" || "$only" == decode ]]; then
     done
 fi
 
-python3 - "$out" "$commit" "$cpu" "$needle" <<'PY'
-import json, os, subprocess, sys, time
-out, commit, cpu, needle = sys.argv[1:]
+python3 - "$out" "$commit" "$cpu" "$needle" "$changed" <<'PY'
+import json, os, sys, time
+out, commit, cpu, needle, changed = sys.argv[1:]
 meta = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": commit, "cpu": cpu,
         "cores": os.cpu_count(), "needle": needle,
         "needle_built": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(os.path.getmtime(needle))),
-        "runs": "runs.jsonl", "script": "bench/record.sh"}
+        "tree_changed_files": int(changed), "runs": "runs.jsonl", "script": "bench/record.sh"}
 with open(os.path.join(out, "meta.json"), "w") as f:
     json.dump(meta, f, indent=1)
     f.write("\n")

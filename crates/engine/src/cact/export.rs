@@ -203,7 +203,10 @@ fn ship_trained_head(ckpt: &mut Checkpoint, lora: &Path) -> Result<Option<PathBu
     if let Some(problem) = trained.misfit(&ckpt.config) {
         return Err(mismatch(problem));
     }
-    let params = trained.shipped_params().map_err(|e| mismatch(e.to_string()))?;
+    let params = trained.shipped_params().map_err(|e| HeadFileError::Invalid {
+        path: path.clone(),
+        problem: format!("its values cannot be read ({e})"),
+    })?;
     let prefix = format!("{KEY}/");
     ckpt.params.retain(|name, _| !name.starts_with(&prefix));
     ckpt.params.extend(params);

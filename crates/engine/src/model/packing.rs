@@ -298,7 +298,7 @@ fn used_len(row: &Encoded) -> usize {
 }
 
 /// Length of the common prefix of two rows.
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+pub(crate) fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 

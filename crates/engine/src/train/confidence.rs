@@ -25,6 +25,7 @@ use crate::confidence::fit::{cross_fit, Fitted};
 use crate::confidence::head::ConfidenceHead;
 use crate::dataset::{render, Example};
 use crate::lora::LoadError;
+use crate::model::packing::common_prefix;
 use crate::model::{Device, Forward, Params};
 use crate::tokenizer::Tokenizer;
 
@@ -152,7 +153,7 @@ pub fn fit_head(run: HeadRun, examples: &[Example], device: &Device, cancel: &At
 /// How many tokens every row begins with alike (an app's system and tools prompt).
 fn shared_prefix(rows: &[Vec<u32>]) -> usize {
     let Some((first, rest)) = rows.split_first() else { return 0 };
-    rest.iter().fold(first.len(), |shared, row| first[..shared].iter().zip(row).take_while(|(a, b)| a == b).count())
+    rest.iter().fold(first.len(), |shared, row| common_prefix(&first[..shared], row))
 }
 
 #[cfg(test)]

@@ -38,9 +38,4 @@ impl NetworkCodes {
     pub fn head(&self) -> &CqMatrix {
         &self.head
     }
-
-    /// Bytes of codes and norms held.
-    pub fn bytes(&self) -> usize {
-        self.head.bytes() + self.layers.iter().flat_map(|l| l.iter()).map(CqMatrix::bytes).sum::<usize>()
-    }
 }
