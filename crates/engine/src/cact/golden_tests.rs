@@ -155,24 +155,30 @@ fn a_needle3_build_drops_the_confidence_head_with_an_adapter_and_keeps_the_rungs
     assert_eq!(probes.shape[0] % 4, 0, "a row per depth (embedding and three blocks) of 4 probes each");
 }
 
+/// A build of the Needle 3 build fixture with its golden adapter copied into `dir`, so that a head
+/// file can be put beside it.
+fn tuned_needle3_build(dir: &Path) -> ExportOptions {
+    let adapter = dir.join("adapter.safetensors");
+    std::fs::copy(fixture("golden/needle3_heads/adapter.safetensors"), &adapter).unwrap();
+    ExportOptions {
+        checkpoint: fixture("models/needle3_heads.safetensors"),
+        lora: Some(adapter),
+        tokenizer: fixture("models/tokenizer.model"),
+        bits: None,
+        layers: None,
+        out: dir.join("tuned.cact"),
+    }
+}
+
 #[test]
 fn a_trained_confidence_head_ships_in_the_build_as_the_reference_writes_a_head() {
     // The adapter with the head `needle finetune --confidence` keeps beside it; 3.2.8's
     // write_export of the same merged params with that head (its calibration folded into the
     // projection) in place of the base's made the golden.
     let dir = tempfile::tempdir().unwrap();
-    let adapter = dir.path().join("adapter.safetensors");
-    std::fs::copy(fixture("golden/needle3_heads/adapter.safetensors"), &adapter).unwrap();
-    let head = companion_path(&adapter);
+    let options = tuned_needle3_build(dir.path());
+    let head = companion_path(options.lora.as_ref().unwrap());
     std::fs::copy(fixture("golden/needle3_heads/trained_head.safetensors"), &head).unwrap();
-    let options = ExportOptions {
-        checkpoint: fixture("models/needle3_heads.safetensors"),
-        lora: Some(adapter),
-        tokenizer: fixture("models/tokenizer.model"),
-        bits: None,
-        layers: None,
-        out: dir.path().join("tuned.cact"),
-    };
     let mut events = Vec::new();
     export(&options, |event| events.push(event)).unwrap();
     assert!(events.iter().any(|e| matches!(e, ExportEvent::Merged { head: Some(h), .. } if *h == head)), "{events:?}");
@@ -185,22 +191,13 @@ fn a_trained_confidence_head_ships_in_the_build_as_the_reference_writes_a_head()
 
 #[test]
 fn a_head_fitted_to_another_shape_is_refused_by_name() {
-    // needle3_heads' adapter with a head of the Needle 2 fixture's shape beside it.
+    // needle3_heads' adapter with a head of a smaller Needle 3's shape beside it.
     let dir = tempfile::tempdir().unwrap();
-    let adapter = dir.path().join("adapter.safetensors");
-    std::fs::copy(fixture("golden/needle3_heads/adapter.safetensors"), &adapter).unwrap();
+    let options = tuned_needle3_build(dir.path());
     let cfg = ModelConfig { d_model: 8, num_layers: 2, ..ModelConfig::needle3_defaults() };
     let head = ConfidenceHead::initial(&cfg, &candle_core::Device::Cpu, 1).unwrap();
     let trained = TrainedHead { head, calibration: Calibration::IDENTITY, reads: Reading::Prompt };
-    trained.save(&companion_path(&adapter)).unwrap();
-    let options = ExportOptions {
-        checkpoint: fixture("models/needle3_heads.safetensors"),
-        lora: Some(adapter),
-        tokenizer: fixture("models/tokenizer.model"),
-        bits: None,
-        layers: None,
-        out: dir.path().join("tuned.cact"),
-    };
+    trained.save(&companion_path(options.lora.as_ref().unwrap())).unwrap();
     let err = export(&options, drop).unwrap_err().to_string();
     assert!(err.contains("adapter.safetensors.head.safetensors") && err.contains("does not fit"), "{err}");
     assert!(!options.out.exists(), "nothing written");
