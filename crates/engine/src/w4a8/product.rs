@@ -16,12 +16,21 @@ use crate::simd::widest;
 /// Multiply-adds a thread takes on at the least: below this rayon's hand-off costs more.
 const PARALLEL_MIN: usize = 1 << 16;
 
+/// Rows from which the VNNI kernel takes outputs a tile at a time: a tile's transposition costs
+/// about what one row's horizontal sums do, and every further row gains.
+const TILE_ROWS: usize = 2;
+
+/// Outputs a task takes a multiple of: whole tiles of the VNNI kernel (`x86::TILE`).
+const TASK_OUTPUTS: usize = 16;
+
 impl Isa {
     /// Outputs `first..` of `x·Mᵀ`, as many as `y` holds rows of `x.rows()` (`y` is output-major).
     /// The caller has checked that this CPU runs `self`.
     fn block(self, m: &CqMatrix, x: &Activations, first: usize, y: &mut [f32]) {
         match self {
             // SAFETY: the caller checked `supported`, which is each function's target features.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Vnni if x.rows() >= TILE_ROWS => unsafe { vnni_tiles(m, x, first, y) },
             #[cfg(target_arch = "x86_64")]
             Isa::Vnni => unsafe { vnni_block(m, x, first, y) },
             #[cfg(target_arch = "x86_64")]
@@ -67,6 +76,16 @@ fn avx2_block(m: &CqMatrix, x: &Activations, first: usize, y: &mut [f32]) {
     drive(m, x, first, y, |codes, g, acc| x86::avx2_group_dots(levels, packing, codes, x, g, acc))
 }
 
+/// Outputs `first..` in tiles of [`x86::TILE`] ([`x86::vnni_tile`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn vnni_tiles(m: &CqMatrix, x: &Activations, first: usize, y: &mut [f32]) {
+    let rows = x.rows();
+    for (t, y) in y.chunks_mut(x86::TILE * rows).enumerate() {
+        x86::vnni_tile(m, x, first + t * x86::TILE, y.len() / rows, y);
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 fn vnni_block(m: &CqMatrix, x: &Activations, first: usize, y: &mut [f32]) {
@@ -93,7 +112,7 @@ impl CqMatrix {
             return Ok(Vec::new());
         }
         let mut by_output = vec![0f32; out * rows];
-        let per_task = PARALLEL_MIN.div_ceil((self.groups() * GROUP * rows).max(1));
+        let per_task = PARALLEL_MIN.div_ceil((self.groups() * GROUP * rows).max(1)).next_multiple_of(TASK_OUTPUTS);
         by_output
             .par_chunks_mut(per_task * rows)
             .enumerate()

@@ -4,6 +4,13 @@
 //! lane order, and then take its product with every activation row: the unpacking is shared by the
 //! batch. Each returns the same exact integers as [`super::portable::group_dots`].
 //!
+//! For two rows and more, [`vnni_tile`] takes [`TILE`] outputs at once instead: their groups
+//! unpacked, then transposed (a gather) so that one register holds four weights of each of the
+//! 16 outputs, and each `vpdpbusd` against four activation codes broadcast sums four products into
+//! every output's lane. A group's 16 products are then whole in one register, with no horizontal
+//! sum per output and row (which the group-at-a-time kernel pays, and which dominated a prompt's
+//! pass), and the float epilogue runs on 16 outputs at once, in the same order of operations.
+//!
 //! The instructions multiply an unsigned byte by a signed one. VNNI sums in i32 and cannot
 //! overflow, so its weights are offset to `level + 128` (0…255) and `128·Σx` is subtracted after.
 //! AVX2's `vpmaddubsw` saturates a pair of products at i16, which `255·127·2` would overflow, so it
@@ -13,11 +20,23 @@ use std::arch::x86_64::*;
 
 use super::activations::Activations;
 use super::layout::Packing;
+use super::matrix::CqMatrix;
 use crate::quant::GROUP;
 
+/// Outputs [`vnni_tile`] computes together: one per 32-bit lane of a register.
+pub const TILE: usize = 16;
+
+/// Four-code steps of a group.
+const QUADS: usize = GROUP / 4;
+
 /// A group's weights, unpacked.
+#[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Unpacked([u8; GROUP]);
+
+/// A tile's group of weights transposed: quad `k` of output `j` at `[k·TILE + j]`.
+#[repr(C, align(64))]
+struct Quads([u32; QUADS * TILE]);
 
 /// The 16-entry `table` (one copy in each 128-bit half) looked up by every code of one group's
 /// bytes, into `out` in lane order.
@@ -94,5 +113,63 @@ pub fn vnni_group_dots(levels: &[i8; 16], packing: Packing, codes: &[u8], x: &Ac
         let [x0, x1] = unsafe { [0, 64].map(|at| _mm512_loadu_si512(xs.as_ptr().add(at).cast())) };
         let sum = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], x0), w[1], x1);
         *acc = _mm512_reduce_add_epi32(sum) - 128 * x.sum(r, g);
+    }
+}
+
+/// Outputs `first .. first + count` (`count ≤ TILE`) of `x·Mᵀ` for every row of `x`, into `y`
+/// (output-major, `y[(o − first)·rows + r]`): the same values, bit for bit, as the group products
+/// of [`super::portable::group_dots`] summed by the product's epilogue.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub fn vnni_tile(m: &CqMatrix, x: &Activations, first: usize, count: usize, y: &mut [f32]) {
+    assert!(count <= TILE && y.len() >= count * x.rows());
+    let (rows, packing) = (x.rows(), m.packing());
+    let table = table(&m.levels().int8.map(|l| (l as u8) ^ 0x80));
+    // Outputs past `count` keep the offset of level 0: their lanes are computed and dropped.
+    let mut unpacked = [Unpacked([0x80; GROUP]); TILE];
+    let mut quads = Quads([0; QUADS * TILE]);
+    // The byte offset of each output's unpacked group: the gather's indices.
+    let offsets =
+        _mm512_setr_epi32(0, 128, 256, 384, 512, 640, 768, 896, 1024, 1152, 1280, 1408, 1536, 1664, 1792, 1920);
+    let mut sums = vec![_mm512_setzero_ps(); rows];
+    for g in 0..m.groups() {
+        let mut weight_scales = [0f32; TILE];
+        for (j, (weights, scale)) in unpacked.iter_mut().zip(&mut weight_scales).take(count).enumerate() {
+            unpack(table, packing, m.group_codes(first + j, g), weights);
+            *scale = m.norm(first + j, g) * m.levels().scale;
+        }
+        let base = unpacked.as_ptr().cast::<u8>();
+        for (k, quad) in quads.0.chunks_exact_mut(TILE).enumerate() {
+            // SAFETY: every offset plus `4·k + 4` stays inside the `TILE` unpacked groups, and
+            // `quad` is `TILE` u32s.
+            unsafe {
+                let gathered = _mm512_i32gather_epi32::<1>(offsets, base.add(4 * k).cast());
+                _mm512_storeu_si512(quad.as_mut_ptr().cast(), gathered);
+            }
+        }
+        // SAFETY: `weight_scales` is `TILE` f32s.
+        let weight_scales = unsafe { _mm512_loadu_ps(weight_scales.as_ptr()) };
+        for (r, sum) in sums.iter_mut().enumerate() {
+            let codes = x.group(r, g).as_ptr();
+            let mut acc = _mm512_setzero_si512();
+            for (k, quad) in quads.0.chunks_exact(TILE).enumerate() {
+                // SAFETY: a group is `GROUP` codes, read four at `4·k < GROUP`; `quad` is `TILE` u32s.
+                let (w, four) = unsafe {
+                    (_mm512_loadu_si512(quad.as_ptr().cast()), codes.add(4 * k).cast::<i32>().read_unaligned())
+                };
+                acc = _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(four));
+            }
+            let exact = _mm512_sub_epi32(acc, _mm512_set1_epi32(128 * x.sum(r, g)));
+            let scaled =
+                _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(exact), weight_scales), _mm512_set1_ps(x.scale(r, g)));
+            *sum = _mm512_add_ps(*sum, scaled);
+        }
+    }
+    let mut lanes = [0f32; TILE];
+    for (r, sum) in sums.iter().enumerate() {
+        // SAFETY: `lanes` is `TILE` f32s.
+        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), *sum) };
+        for (j, &v) in lanes[..count].iter().enumerate() {
+            y[j * rows + r] = v;
+        }
     }
 }
