@@ -7,8 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 
+use super::format::TensorKind;
 use super::layout::{
     engram_name, layer_name, LayerStore, ENGRAM_TENSORS, FINAL_NORM, MHC_FP16_TENSORS, MHC_PHI_TENSORS,
 };
@@ -35,16 +36,32 @@ impl CactFile {
 
     /// Every weight the network reads, dequantized to f32 under its checkpoint path, on `device`.
     pub fn params(&self, device: &Device) -> Result<Params, WeightsError> {
+        self.params_as(device, false)
+    }
+
+    /// [`CactFile::params`] for a network that multiplies and looks up the file's CQ tensors from
+    /// their codes ([`crate::w4a8::NetworkCodes`]): every CQ tensor is a placeholder of its shape
+    /// (zeros broadcast from one value: no memory), so no f32 copy of a coded weight is made. The
+    /// CPU path reads the codes instead, and refuses to read a placeholder (it is not contiguous).
+    pub fn params_beside_codes(&self, device: &Device) -> Result<Params, WeightsError> {
+        self.params_as(device, true)
+    }
+
+    /// The params, the CQ tensors as placeholders when `beside_codes`.
+    fn params_as(&self, device: &Device, beside_codes: bool) -> Result<Params, WeightsError> {
         let by_name: BTreeMap<&str, usize> =
             self.records.iter().enumerate().map(|(i, r)| (r.name.as_str(), i)).collect();
         let tensor = |name: &str| -> Result<Tensor, WeightsError> {
             let &index = by_name.get(name).ok_or_else(|| WeightsError::Missing(name.into()))?;
             let problem = |problem: String| WeightsError::Tensor { name: name.into(), problem };
+            let shape: Vec<usize> = self.records[index].shape.iter().map(|&d| d as usize).collect();
+            if beside_codes && matches!(self.records[index].kind, TensorKind::Cq(_)) {
+                return placeholder(&shape, device).map_err(|e| problem(e.to_string()));
+            }
             let values = self
                 .values(index)
                 .ok_or_else(|| problem("it holds raw bytes".into()))?
                 .map_err(|e| problem(e.to_string()))?;
-            let shape: Vec<usize> = self.records[index].shape.iter().map(|&d| d as usize).collect();
             Tensor::from_vec(values, shape, device).map_err(|e| problem(e.to_string()))
         };
         fn shaped<T>(name: &str, result: candle_core::Result<T>) -> Result<T, WeightsError> {
@@ -66,7 +83,11 @@ impl CactFile {
                     }
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            let stacked = shaped(spec.name, Tensor::stack(&layers, 0))?;
+            let stacked = match layers.first().filter(|t| is_placeholder(t)) {
+                Some(first) => placeholder(&[&[layers.len()], first.dims()].concat(), device),
+                None => Tensor::stack(&layers, 0),
+            };
+            let stacked = shaped(spec.name, stacked)?;
             params.insert(format!("stack/layers/block/{}", spec.path), stacked);
         }
         for name in MHC_FP16_TENSORS {
@@ -77,7 +98,10 @@ impl CactFile {
             // Rows `[L·k, nC]` back to `[L, nC, k]` (k is lanes, or lanes² for `phi_res`).
             let rows = tensor(name)?;
             let (count, n_c) = shaped(name, rows.dims2())?;
-            let phi = rows.reshape((layers, count / layers.max(1), n_c)).and_then(|t| t.transpose(1, 2));
+            let grouped = [layers, count / layers.max(1), n_c];
+            let grouped =
+                if is_placeholder(&rows) { placeholder(&grouped, device) } else { rows.reshape(grouped.as_slice()) };
+            let phi = grouped.and_then(|t| t.transpose(1, 2));
             params.insert(format!("stack/{name}"), shaped(name, phi)?);
         }
         // The header's table geometry, checked against each site's tensor before it shapes one: the
@@ -96,7 +120,10 @@ impl CactFile {
                     ),
                 });
             }
-            let tables = tables.reshape(table_shape.as_slice());
+            let tables = match is_placeholder(&tables) {
+                true => placeholder(&table_shape, device),
+                false => tables.reshape(table_shape.as_slice()),
+            };
             let prefix = format!("engrams_{site}");
             params.insert(format!("{prefix}/embedding"), shaped(&tables_name, tables)?);
             params.insert(format!("{prefix}/key_proj/kernel"), shaped(&key_name, tensor(&key_name)?.t())?);
@@ -106,10 +133,23 @@ impl CactFile {
         params.insert("stack/final_norm/scale".to_string(), tensor(FINAL_NORM)?);
         let contiguous = params
             .into_iter()
-            .map(|(path, t)| Ok((path.clone(), shaped(&path, t.contiguous())?)))
+            .map(|(path, t)| match is_placeholder(&t) {
+                true => Ok((path, t)),
+                false => Ok((path.clone(), shaped(&path, t.contiguous())?)),
+            })
             .collect::<Result<BTreeMap<_, _>, WeightsError>>()?;
         Ok(Params::from_tensors(contiguous, device)?)
     }
+}
+
+/// Zeros of `shape` that take no memory: one value broadcast.
+fn placeholder(shape: &[usize], device: &Device) -> candle_core::Result<Tensor> {
+    Tensor::zeros((), DType::F32, device)?.broadcast_as(shape)
+}
+
+/// Whether `t` is a [`placeholder`] (or a view of one): every stride 0.
+fn is_placeholder(t: &Tensor) -> bool {
+    t.rank() > 0 && t.stride().iter().all(|&s| s == 0)
 }
 
 #[cfg(test)]
@@ -175,6 +215,35 @@ mod tests {
             assert!(diff < 0.25 * size, "{built}: mean |Δ| {diff} against mean |logit| {size}");
             assert_eq!(got.dtype(), DType::F32);
         }
+    }
+
+    /// Beside the codes, every CQ tensor (the embedding, the attention kernels, the mHC phi
+    /// projections, each engram site's tables and projections) is a placeholder holding no values,
+    /// and every other tensor is the one [`CactFile::params`] reads.
+    #[test]
+    fn beside_the_codes_no_cq_tensor_is_held_in_float() {
+        let cact = CactFile::open(&fixture("golden/needle3_heads/base.cact")).unwrap();
+        let (float, coded) = (cact.params(&Device::Cpu).unwrap(), cact.params_beside_codes(&Device::Cpu).unwrap());
+        assert_eq!(float.shapes(), coded.shapes());
+        let mut placeholders = Vec::new();
+        for path in float.paths() {
+            let (f, c) = (float.get(&path).unwrap(), coded.get(&path).unwrap());
+            match is_placeholder(&c) {
+                true => placeholders.push(path),
+                false => assert_eq!(
+                    f.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                    c.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                    "{path}"
+                ),
+            }
+        }
+        let sites = cact.header.engram_layers.len();
+        assert_eq!(placeholders.len(), 1 + 5 + 3 + 3 * sites, "{placeholders:?}");
+        assert!(placeholders
+            .iter()
+            .all(|p| p.ends_with("kernel") || p.ends_with("embedding") || p.contains("mhc_phi")));
+        let config = cact.model_config();
+        Network::load(&config, &coded).unwrap();
     }
 
     #[test]

@@ -47,10 +47,11 @@ pub enum Precision {
     /// As a `.cact` runs: those weights, and activations, queries, keys and values fake-quantized
     /// to the config's widths (8 bits) by the quantization-aware training's forward.
     Simulated,
-    /// As the Needle engine runs a `.cact`: [`Precision::Simulated`], but the attention
-    /// projections and the output head multiply the file's own CQ codes with 8-bit activations on
-    /// the integer kernels ([`crate::w4a8`]), on the CPU whatever device was asked. A checkpoint
-    /// is built into a `.cact` in memory first, as `needle build` builds it.
+    /// As the Needle engine runs a `.cact`: [`Precision::Simulated`], but every CQ weight is read
+    /// from the file's own codes, with no f32 copy (the attention, mHC and engram projections and
+    /// the output head multiplied with 8-bit activations on the integer kernels, the embedding and
+    /// engram tables looked up a row at a time: [`crate::w4a8`]), on the CPU whatever device was
+    /// asked. A checkpoint is built into a `.cact` in memory first, as `needle build` builds it.
     W4a8,
 }
 
@@ -155,8 +156,12 @@ pub(crate) fn cact_network(
 ) -> Result<Network, WeightsLoadError> {
     // The integer kernels are the CPU's.
     let device = if precision == Precision::W4a8 { &Device::Cpu } else { device };
-    let params =
-        cact.params(device).map_err(|source| WeightsLoadError::CactWeights { path: path.to_path_buf(), source })?;
+    // W4A8 reads the CQ tensors from their codes: no f32 copy of them is made.
+    let params = match precision {
+        Precision::W4a8 => cact.params_beside_codes(device),
+        _ => cact.params(device),
+    };
+    let params = params.map_err(|source| WeightsLoadError::CactWeights { path: path.to_path_buf(), source })?;
     let config = cact.model_config();
     let params = match precision {
         Precision::Float | Precision::QuantizedWeights => params,
@@ -191,12 +196,6 @@ pub(crate) fn in_memory_cact(ckpt: &Checkpoint, tokenizer_blob: &[u8]) -> Result
     let cact =
         CactFile::parse(built.bytes).map_err(|problem| ReadError::Format { path: ckpt.source.clone(), problem })?;
     Ok((cact, bytes))
-}
-
-/// The network of `ckpt` at [`Precision::W4a8`], from the `.cact` it builds into in memory.
-pub(crate) fn w4a8_network(ckpt: &Checkpoint) -> Result<Network, WeightsLoadError> {
-    let (cact, _) = in_memory_cact(ckpt, &placeholder_tokenizer_blob(ckpt.config.vocab_size))?;
-    cact_network(&cact, &ckpt.source, &Device::Cpu, Precision::W4a8)
 }
 
 /// A model error as a load error that names the file the weights came from.

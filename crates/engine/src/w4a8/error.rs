@@ -14,6 +14,11 @@ pub enum W4a8Error {
     NotCq { index: usize, name: String, kind: &'static str },
     #[error("tensor {index} (`{name}`): {source}; the file is corrupt, rebuild it with `needle build`")]
     Blob { index: usize, name: String, source: CqBlobError },
+    #[error(
+        "the .cact's `{name}` has {rows} rows, not a whole number of rows for each of its {layers} layers; the file \
+         is corrupt, rebuild it with `needle build`"
+    )]
+    Layers { name: String, rows: usize, layers: usize },
     #[error("{len} activation values do not make {rows} rows of {in_dim}")]
     Rows { len: usize, rows: usize, in_dim: usize },
     #[error("activation rows are {found} wide but the matrix takes rows of {expected}")]

@@ -73,6 +73,19 @@ impl CqMatrix {
         Ok(Self { out, in_dim, bits, packing, codes, norms, levels: Levels::of(bits) })
     }
 
+    /// Rows `rows` of this matrix, as a matrix of their own (their codes and norms copied): one
+    /// layer's share of a tensor that stacks every layer's rows.
+    pub fn rows(&self, rows: std::ops::Range<usize>) -> Self {
+        let (code_bytes, groups) = (self.groups() * self.packing.group_bytes(), self.groups());
+        Self {
+            out: rows.len(),
+            codes: self.codes[rows.start * code_bytes..rows.end * code_bytes].to_vec(),
+            norms: self.norms[rows.start * groups..rows.end * groups].to_vec(),
+            levels: self.levels.clone(),
+            ..*self
+        }
+    }
+
     /// Output rows.
     pub fn out(&self) -> usize {
         self.out
@@ -164,6 +177,23 @@ mod tests {
             for (o, want) in want.chunks_exact(in_dim).enumerate() {
                 m.row(o, &mut row);
                 assert!(row.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()), "{bits} bits, row {o}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_run_of_rows_is_those_rows_of_the_matrix() {
+        for bits in WIDTHS {
+            let (out, in_dim) = (6, 300);
+            let blob = cq_encode(&random(out * in_dim, 3), in_dim, bits);
+            let m = CqMatrix::from_blob(&blob, out, in_dim, bits).unwrap();
+            let part = m.rows(2..5);
+            assert_eq!((part.out(), part.in_dim(), part.groups()), (3, in_dim, m.groups()));
+            let (mut want, mut got) = (vec![0f32; in_dim], vec![0f32; in_dim]);
+            for o in 0..3 {
+                m.row(2 + o, &mut want);
+                part.row(o, &mut got);
+                assert_eq!(got, want, "{bits} bits, row {o}");
             }
         }
     }

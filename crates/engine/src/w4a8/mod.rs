@@ -50,7 +50,7 @@ mod accuracy_tests;
 mod decode_tests;
 
 pub use activations::Activations;
-pub use codes::{LayerCodes, NetworkCodes, PROJECTIONS};
+pub use codes::{EngramCodes, LaneCodes, LayerCodes, NetworkCodes, PROJECTIONS};
 pub use error::W4a8Error;
 pub use isa::Isa;
 pub use matrix::{CqMatrix, Levels};

@@ -5,11 +5,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::codes::{NetworkCodes, PROJECTIONS};
+use super::codes::{EngramCodes, NetworkCodes, PROJECTIONS};
 use super::error::W4a8Error;
 use super::matrix::CqMatrix;
 use crate::cact::format::TensorKind;
-use crate::cact::layout::layer_name;
+use crate::cact::layout::{engram_name, layer_name, ENGRAM_TENSORS, MHC_PHI_TENSORS};
 use crate::cact::reader::CactFile;
 
 impl CqMatrix {
@@ -28,7 +28,9 @@ impl CqMatrix {
 }
 
 impl NetworkCodes {
-    /// Every layer's projections and the embedding of `file`, which must store them as CQ.
+    /// Every CQ tensor of `file` the network reads: each layer's attention projections, each
+    /// layer's rows of the three mHC gate projections, each engram site's tables and projections,
+    /// and the embedding.
     pub fn from_cact(file: &CactFile) -> Result<Self, W4a8Error> {
         let by_name: BTreeMap<&str, usize> =
             file.records.iter().enumerate().map(|(i, r)| (r.name.as_str(), i)).collect();
@@ -36,12 +38,35 @@ impl NetworkCodes {
             let &index = by_name.get(name).ok_or_else(|| W4a8Error::Missing { name: name.to_string() })?;
             CqMatrix::from_cact(file, index)
         };
-        let layers = (0..file.header.num_layers as usize)
+        let layer_count = file.header.num_layers as usize;
+        let layers = (0..layer_count)
             .map(|l| {
                 let [q, k, v, gate, out] = PROJECTIONS.map(|p| matrix(&layer_name(l, p)));
                 Ok(Arc::new([q?, k?, v?, gate?, out?]))
             })
             .collect::<Result<_, W4a8Error>>()?;
-        Ok(Self::new(layers, matrix("embedding")?))
+        // Each phi tensor stacks the layers' rows: `[L·k, n·d]`, layer `l`'s `k` rows together.
+        let [pre, post, res] = MHC_PHI_TENSORS.map(matrix);
+        let phi = [pre?, post?, res?];
+        for (m, name) in phi.iter().zip(MHC_PHI_TENSORS) {
+            if layer_count == 0 || m.out() % layer_count != 0 {
+                return Err(W4a8Error::Layers { name: name.to_string(), rows: m.out(), layers: layer_count });
+            }
+        }
+        let lanes =
+            (0..layer_count).map(|l| Arc::new(phi.each_ref().map(|m| m.rows(layer_rows(m, l, layer_count))))).collect();
+        let engrams = (0..file.header.engram_layers.len())
+            .map(|site| {
+                let [tables, key, value] = [0, 1, 2].map(|t| matrix(&engram_name(site, ENGRAM_TENSORS[t])));
+                Ok(EngramCodes { tables: tables?, key: key?, value: value? })
+            })
+            .collect::<Result<_, W4a8Error>>()?;
+        Ok(Self::new(layers, lanes, engrams, matrix("embedding")?))
     }
+}
+
+/// Layer `l`'s rows of `m`, which stacks `layers` layers' rows.
+fn layer_rows(m: &CqMatrix, l: usize, layers: usize) -> std::ops::Range<usize> {
+    let per_layer = m.out() / layers;
+    l * per_layer..(l + 1) * per_layer
 }

@@ -125,7 +125,6 @@ impl CpuNetwork {
         }
         states.iter_mut().zip(new).for_each(|(state, new)| state.history.extend_from_slice(new));
         self.finish(&dims, ws);
-        let table = host(&self.network.embedding)?;
         let (d, vocab, rows) = (dims.d, self.network.output_rows(), pass.segments.len());
         // Each run's last token, projected to the vocabulary together.
         let mut last: Vec<f32> =
@@ -134,6 +133,7 @@ impl CpuNetwork {
             return integer_logits(codes.head(), &last, rows, d, vocab);
         }
         self.as_output_reads(&mut last, d);
+        let table = host(&self.network.embedding)?;
         let mut logits = vec![0f32; rows * vocab];
         let (last, embedding) = (Mat::new(&last, rows, d), Mat::new(&table[..vocab * d], vocab, d));
         matmul(MatMut::new(&mut logits, rows, vocab), last, embedding.t(), 1.0, false, Threads::All);

@@ -3,6 +3,7 @@
 //! `x1 = u + Σₛ σ(⟨û, k̂ₛ⟩/√d)·vₛ`, every site's gate reading the same `u`. The memories (`k̂ₛ`,
 //! `vₛ`) depend on no trainable weight: they are computed once per pass, forward only.
 
+use candle_core::Tensor;
 use rayon::prelude::*;
 
 use super::mat::{matmul, Mat, MatMut, Threads};
@@ -10,9 +11,10 @@ use crate::config::ENGRAM_CONV_TAPS;
 use crate::model::host::host;
 use crate::model::kernels::{fake_quant_row, inverse_rms};
 use crate::model::packing::Packing;
-use crate::model::weights::engram::engram_rows;
+use crate::model::weights::engram::{engram_rows, Engram};
 use crate::model::{Network, Result};
 use crate::simd::{dot, logistic, widest};
+use crate::w4a8::{Activations, CqMatrix};
 
 /// One engram site's memory of a pass, on the host: unit keys and values `[N, d]`.
 pub(super) struct Site {
@@ -47,31 +49,18 @@ pub(super) fn memories(network: &Network, packing: &Packing, from: usize) -> Res
         .flat_map(|i| (1..ENGRAM_CONV_TAPS).map(move |j| packing.earlier(i, j * geometry.dims.dilation)))
         .collect();
     let mut entries = vec![0f32; tokens * width];
-    let mut projected = vec![0f32; tokens * d];
+    // `Network::with_codes` checked that there are codes for every site.
+    let codes = network.codes().map(|codes| codes.engrams());
     engrams
         .iter()
-        .map(|engram| -> Result<Site> {
-            let table = host(&engram.embedding)?;
-            entries.par_chunks_mut(width).enumerate().for_each(|(i, row)| {
-                widest(
-                    #[inline(always)]
-                    || {
-                        for (part, read) in row.chunks_mut(sub).zip(&rows[i * tables..][..tables]) {
-                            match read {
-                                Some(r) => part.copy_from_slice(&table[*r as usize * sub..][..sub]),
-                                None => part.fill(0.0),
-                            }
-                        }
-                        if let Some(qat) = engram.qat {
-                            fake_quant_row(row, qat.act_bits);
-                        }
-                    },
-                )
-            });
-            let mut key_unit = vec![0f32; count * d];
-            let key_proj = host(&engram.key_proj)?;
-            let read = Mat::new(&entries[from * width..], count, width);
-            matmul(MatMut::new(&mut key_unit, count, d), read, Mat::new(&key_proj, width, d), 1.0, false, Threads::All);
+        .enumerate()
+        .map(|(s, engram)| -> Result<Site> {
+            let codes = codes.map(|codes| &codes[s]);
+            look_up(engram, codes.map(|c| &c.tables), &rows, tables, sub, &mut entries)?;
+            let mut key_unit = match codes {
+                Some(codes) => integer_product(&codes.key, &entries[from * width..], count, width)?,
+                None => float_product(&engram.key_proj, &entries[from * width..], count, width, d)?,
+            };
             key_unit.par_chunks_mut(d).for_each(|key| {
                 widest(
                     #[inline(always)]
@@ -81,16 +70,10 @@ pub(super) fn memories(network: &Network, packing: &Packing, from: usize) -> Res
                     },
                 )
             });
-            let value_proj = host(&engram.value_proj)?;
-            let read = Mat::new(&entries, tokens, width);
-            matmul(
-                MatMut::new(&mut projected, tokens, d),
-                read,
-                Mat::new(&value_proj, width, d),
-                1.0,
-                false,
-                Threads::All,
-            );
+            let projected = match codes {
+                Some(codes) => integer_product(&codes.value, &entries, tokens, width)?,
+                None => float_product(&engram.value_proj, &entries, tokens, width, d)?,
+            };
             let taps = host(&engram.taps)?;
             let mut value = vec![0f32; count * d];
             value.par_chunks_mut(d).zip(reads.par_chunks(back)).enumerate().for_each(|(c, (value, reads))| {
@@ -111,6 +94,65 @@ pub(super) fn memories(network: &Network, packing: &Packing, from: usize) -> Res
             Ok(Site { key_unit, value })
         })
         .collect()
+}
+
+/// Each token's table rows at its n-gram hashes `rows` (zeros for an n-gram that would reach
+/// before its row's start) into `entries` `[N, tables·sub]`: from the table's codes under W4A8
+/// (each row decoded exactly as the simulated path's float table holds it), else from the float
+/// table, then under QAT at the activations' bits (W4A8's products quantize their inputs
+/// themselves).
+fn look_up(
+    engram: &Engram,
+    codes: Option<&CqMatrix>,
+    rows: &[Option<u32>],
+    tables: usize,
+    sub: usize,
+    entries: &mut [f32],
+) -> Result<()> {
+    /// Where the rows are read.
+    enum Table<'a, V> {
+        Codes(&'a CqMatrix),
+        Float(V),
+    }
+    let table = match codes {
+        Some(codes) => Table::Codes(codes),
+        None => Table::Float(host(&engram.embedding)?),
+    };
+    let qat = engram.qat.filter(|_| codes.is_none());
+    entries.par_chunks_mut(tables * sub).enumerate().for_each(|(i, row)| {
+        widest(
+            #[inline(always)]
+            || {
+                for (part, read) in row.chunks_mut(sub).zip(&rows[i * tables..][..tables]) {
+                    match (read, &table) {
+                        (None, _) => part.fill(0.0),
+                        (Some(r), Table::Codes(codes)) => codes.row(*r as usize, part),
+                        (Some(r), Table::Float(table)) => part.copy_from_slice(&table[*r as usize * sub..][..sub]),
+                    }
+                }
+                if let Some(qat) = qat {
+                    fake_quant_row(row, qat.act_bits);
+                }
+            },
+        )
+    });
+    Ok(())
+}
+
+/// `x·W` of `rows` rows of `x` (of `width`) with a float kernel `W` `[width, d]`.
+fn float_product(kernel: &Tensor, x: &[f32], rows: usize, width: usize, d: usize) -> Result<Vec<f32>> {
+    let mut y = vec![0f32; rows * d];
+    let kernel = host(kernel)?;
+    let x = Mat::new(&x[..rows * width], rows, width);
+    matmul(MatMut::new(&mut y, rows, d), x, Mat::new(&kernel, width, d), 1.0, false, Threads::All);
+    Ok(y)
+}
+
+/// `x·Mᵀ` of `rows` rows of `x` (of `width`) with a projection's CQ codes `M` `[d, width]`, on
+/// the integer kernels.
+fn integer_product(m: &CqMatrix, x: &[f32], rows: usize, width: usize) -> Result<Vec<f32>> {
+    let x = Activations::quantize(&x[..rows * width], rows, width).map_err(candle_core::Error::wrap)?;
+    Ok(m.product(&x).map_err(candle_core::Error::wrap)?)
 }
 
 /// The gate of site `site` for token `t` with block input `u` (whose inverse RMS is `r_u`).

@@ -7,6 +7,9 @@
 //! The products `x̂·Φ` (and their backward `dZ·Φᵀ`) run over every token at once; the gates, the
 //! Sinkhorn iterations and the mixing run per token inside the layer's token loops.
 
+use std::sync::Arc;
+
+use candle_core::Result;
 use rayon::prelude::*;
 
 use super::mat::{matmul, Mat, MatMut, Threads};
@@ -15,14 +18,24 @@ use crate::model::kernels::{fake_quant_row, inverse_rms, sinkhorn_backward_row, 
 use crate::model::qat::Qat;
 use crate::model::weights::stack::{LaneMix, SINKHORN_ITERS};
 use crate::simd::{dot, logistic, widest};
+use crate::w4a8::{Activations, LaneCodes};
+
+/// The gate projections `Φ`, as the layer multiplies them.
+#[derive(Debug, Clone)]
+enum Phi {
+    /// `[Φ_pre | Φ_post | Φ_res]` `[n·d, 2n + n²]`: the three families side by side, copied once
+    /// (a few hundred kB a layer), so that one product reads `x̂` for all of them, and one writes
+    /// its gradient.
+    Float(Vec<f32>),
+    /// Under W4A8, the three families' CQ codes, multiplied on the integer kernels with `x̂`
+    /// quantized once for the three (forward only).
+    Codes(LaneCodes),
+}
 
 /// One layer's lane gates on the host.
 #[derive(Debug, Clone)]
 pub(super) struct Lanes {
-    /// `[Φ_pre | Φ_post | Φ_res]` `[n·d, 2n + n²]`: the three families side by side, copied once
-    /// (a few hundred kB a layer), so that one product reads `x̂` for all of them, and one writes
-    /// its gradient.
-    phi: Vec<f32>,
+    phi: Phi,
     /// `a_pre`, `a_post`, `a_res`.
     a: [f32; 3],
     bias_pre: Vec<f32>,
@@ -49,10 +62,18 @@ impl LaneScratch {
 }
 
 impl Lanes {
-    pub(super) fn new(mix: &LaneMix) -> crate::model::Result<Self> {
+    /// The lane gates of `mix`, their projections multiplied from `codes` (W4A8) when given: the
+    /// float `Φ` is then never read (it may be a placeholder).
+    pub(super) fn new(mix: &LaneMix, codes: Option<&LaneCodes>) -> crate::model::Result<Self> {
         let scalar = |t: &candle_core::Tensor| t.to_scalar::<f32>();
+        let phi = match codes {
+            Some(codes) => Phi::Codes(Arc::clone(codes)),
+            None => Phi::Float(
+                candle_core::Tensor::cat(&[&mix.phi_pre, &mix.phi_post, &mix.phi_res], 1)?.flatten_all()?.to_vec1()?,
+            ),
+        };
         Ok(Self {
-            phi: candle_core::Tensor::cat(&[&mix.phi_pre, &mix.phi_post, &mix.phi_res], 1)?.flatten_all()?.to_vec1()?,
+            phi,
             a: [scalar(&mix.a_pre)?, scalar(&mix.a_post)?, scalar(&mix.a_res)?],
             bias_pre: mix.bias_pre.to_vec1()?,
             bias_post: mix.bias_post.to_vec1()?,
@@ -64,9 +85,10 @@ impl Lanes {
     /// `Z = x̂·Φ` of every token for the three gate families into `mix` (rows of
     /// [`Dims::mix_width`], the last column each token's inverse RMS), with `unit` `[N, n·d]` a
     /// scratch buffer for `x̂`.
-    pub(super) fn logits(&self, dims: &Dims, x: &[f32], unit: &mut [f32], mix: &mut [f32]) {
+    pub(super) fn logits(&self, dims: &Dims, x: &[f32], unit: &mut [f32], mix: &mut [f32]) -> Result<()> {
         let (t, nd, mw) = (dims.tokens, dims.lanes * dims.d, dims.mix_width());
-        let bits = self.qat.map(|q| q.act_bits);
+        // Under W4A8 the products quantize `x̂` themselves, per rotated group.
+        let bits = self.qat.filter(|_| matches!(self.phi, Phi::Float(_))).map(|q| q.act_bits);
         (unit.par_chunks_mut(nd), mix.par_chunks_mut(mw), x.par_chunks(nd)).into_par_iter().for_each(|(unit, m, x)| {
             widest(
                 #[inline(always)]
@@ -80,8 +102,25 @@ impl Lanes {
                 },
             )
         });
-        let dst = MatMut::strided(mix, t, mw - 1, mw);
-        matmul(dst, Mat::new(unit, t, nd), Mat::new(&self.phi, nd, mw - 1), 1.0, false, Threads::All);
+        match &self.phi {
+            Phi::Float(phi) => {
+                let dst = MatMut::strided(mix, t, mw - 1, mw);
+                matmul(dst, Mat::new(unit, t, nd), Mat::new(phi, nd, mw - 1), 1.0, false, Threads::All);
+            }
+            Phi::Codes(codes) => {
+                let x = Activations::quantize(&unit[..t * nd], t, nd).map_err(candle_core::Error::wrap)?;
+                let mut column = 0;
+                for family in codes.iter() {
+                    let z = family.product(&x).map_err(candle_core::Error::wrap)?;
+                    let width = family.out();
+                    for (m, z) in mix.chunks_mut(mw).zip(z.chunks_exact(width)) {
+                        m[column..column + width].copy_from_slice(z);
+                    }
+                    column += width;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The gates of one token from its row of `mix`: `h_pre = σ(a·Z + b)`, `h_post = 2σ(…)`, and
@@ -196,10 +235,11 @@ impl Lanes {
         dz: &[f32],
         unit: &mut [f32],
         dx: &mut [f32],
-    ) {
+    ) -> Result<()> {
+        let Phi::Float(phi) = &self.phi else { candle_core::bail!("a W4A8 network's lane gates have no backward") };
         let (t, nd, mw, lw) = (dims.tokens, dims.lanes * dims.d, dims.mix_width(), dims.mix_width() - 1);
         let dz = Mat::new(dz, t, lw);
-        matmul(MatMut::new(unit, t, nd), dz, Mat::new(&self.phi, nd, lw).t(), 1.0, false, Threads::All);
+        matmul(MatMut::new(unit, t, nd), dz, Mat::new(phi, nd, lw).t(), 1.0, false, Threads::All);
         (dx.par_chunks_mut(nd), unit.par_chunks(nd), x.par_chunks(nd), mix.par_chunks(mw)).into_par_iter().for_each(
             |(dx, g, x, m)| {
                 widest(
@@ -213,5 +253,6 @@ impl Lanes {
                 )
             },
         );
+        Ok(())
     }
 }

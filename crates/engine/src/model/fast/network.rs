@@ -74,15 +74,14 @@ impl CpuNetwork {
 
     pub fn new(network: &Network) -> Result<Self> {
         let cfg = network.config();
-        let mut layers: Vec<HostLayer> = (network.stack.layers.iter().enumerate())
-            .map(|(l, layer)| HostLayer::new(layer, cfg.attention_window(l)))
+        // `Network::with_codes` checked that there are codes for every layer.
+        let codes = network.codes();
+        let layers: Vec<HostLayer> = (network.stack.layers.iter().enumerate())
+            .map(|(l, layer)| {
+                let codes = codes.map(|c| (&c.layers()[l], &c.lanes()[l]));
+                HostLayer::new(layer, cfg.attention_window(l), codes)
+            })
             .collect::<Result<_>>()?;
-        if let Some(codes) = network.codes() {
-            // `Network::with_codes` checked that there are codes for every layer.
-            for (layer, codes) in layers.iter_mut().zip(codes.layers()) {
-                layer.block.run_from_codes(Arc::clone(codes));
-            }
-        }
         Ok(Self { layers, final_gain: network.stack.final_norm.gain()?, network: network.clone() })
     }
 
@@ -140,15 +139,16 @@ impl CpuNetwork {
     }
 
     /// The embedded tokens `ids` spread over every lane, into `lanes` `[N, n·d]`.
+    /// Under W4A8 each row is looked up in the embedding's codes (decoded exactly as the simulated
+    /// path's float table holds it), ids checked by the caller.
     pub(super) fn embed(&self, ids: &[u32], dims: &Dims, lanes: &mut [f32]) -> Result<()> {
-        let table = host(&self.network.embedding)?;
-        let (d, scale) = (dims.d, (dims.d as f32).sqrt());
-        lanes.par_chunks_mut(dims.lanes * d).zip(ids.par_iter()).for_each(|(row, &id)| {
-            let embedding = &table[id as usize * d..][..d];
-            for lane in row.chunks_mut(d) {
-                lane.iter_mut().zip(embedding).for_each(|(l, e)| *l = e * scale);
+        match self.network.codes() {
+            Some(codes) => spread_rows(ids, dims, lanes, |id, row| codes.head().row(id as usize, row)),
+            None => {
+                let (table, d) = (host(&self.network.embedding)?, dims.d);
+                spread_rows(ids, dims, lanes, |id, row| row.copy_from_slice(&table[id as usize * d..][..d]));
             }
-        });
+        }
         Ok(())
     }
 
@@ -299,6 +299,7 @@ impl CpuNetwork {
 
     /// `(Σ ce·mask, Σ mask)` of a packed batch under its adapter's `factors`, forward only.
     pub fn masked_ce_sum(&self, packing: &Packing, factors: &HostFactors, ws: &mut Workspace) -> Result<(f64, f64)> {
+        self.network.check_float_weights("a loss")?;
         self.network.check_ids(packing)?;
         let pass = self.pass(packing, factors)?;
         ws.resize(&pass.dims, self.layers.len(), false, false);
@@ -320,6 +321,7 @@ impl CpuNetwork {
         ws: &mut Workspace,
         grads: &mut HostGrads,
     ) -> Result<f32> {
+        self.network.check_float_weights("training")?;
         self.network.check_ids(packing)?;
         let pass = self.pass(packing, factors)?;
         let lora = &factors.layers;
@@ -402,6 +404,17 @@ impl Workspace {
             resize_zeroed(&mut self.grad_out, t * lanes);
         }
     }
+}
+
+/// Each token's row (written by `lookup(id, row)`), scaled by `√d`, into every lane of `lanes`.
+fn spread_rows(ids: &[u32], dims: &Dims, lanes: &mut [f32], lookup: impl Fn(u32, &mut [f32]) + Sync) {
+    let (d, scale) = (dims.d, (dims.d as f32).sqrt());
+    lanes.par_chunks_mut(dims.lanes * d).zip(ids.par_iter()).for_each(|(row, &id)| {
+        let (first, rest) = row.split_at_mut(d);
+        lookup(id, first);
+        first.iter_mut().for_each(|v| *v *= scale);
+        rest.chunks_mut(d).for_each(|lane| lane.copy_from_slice(first));
+    });
 }
 
 /// The mean of a token's lanes (`[n·d]`, `n` lanes of `mean`'s width) into `mean`.

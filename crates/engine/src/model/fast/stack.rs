@@ -10,6 +10,8 @@
 //! token, which costs a few vector passes and saves storing them. The layer's input lanes are the
 //! previous layer's output, kept by the caller.
 
+use std::sync::Arc;
+
 use candle_core::Result;
 use rayon::iter::Either;
 use rayon::prelude::*;
@@ -21,6 +23,7 @@ use super::lanes::{LaneScratch, Lanes};
 use super::pass::{Dims, Pass, ProjectionLora};
 use crate::model::weights::stack::Layer;
 use crate::simd::widest;
+use crate::w4a8::{LaneCodes, LayerCodes};
 
 /// Tokens per rayon task in the per-token passes: enough to amortise the hand-off.
 const TOKENS_PER_TASK: usize = 8;
@@ -33,9 +36,18 @@ pub(super) struct HostLayer {
 }
 
 impl HostLayer {
-    /// Layer `layer` seen through `window` (a windowed layer's, or `None`).
-    pub(super) fn new(layer: &Layer, window: Option<usize>) -> crate::model::Result<Self> {
-        Ok(Self { lanes: Lanes::new(&layer.mix)?, block: Block::new(layer, window)? })
+    /// Layer `layer` seen through `window` (a windowed layer's, or `None`), its attention
+    /// projections and lane gates multiplied from `codes` (W4A8) when given.
+    pub(super) fn new(
+        layer: &Layer,
+        window: Option<usize>,
+        codes: Option<(&LayerCodes, &LaneCodes)>,
+    ) -> crate::model::Result<Self> {
+        let mut block = Block::new(layer, window)?;
+        if let Some((attention, _)) = codes {
+            block.run_from_codes(Arc::clone(attention));
+        }
+        Ok(Self { lanes: Lanes::new(&layer.mix, codes.map(|(_, lanes)| lanes))?, block })
     }
 }
 
@@ -88,7 +100,7 @@ impl HostLayer {
         next: &mut [f32],
         past: &[Past],
     ) -> Result<()> {
-        self.lanes.logits(&pass.dims, x, &mut work.unit, &mut kept.mix);
+        self.lanes.logits(&pass.dims, x, &mut work.unit, &mut kept.mix)?;
         self.block_inputs(pass, x, &kept.mix, work);
         self.block.attention.forward(pass, lora, kept, work, past)?;
         self.write_update(pass, x, kept, work, next);
@@ -148,7 +160,7 @@ impl HostLayer {
         self.block.attention.backward(pass, lora, kept, work, grads, input_gradient)?;
         if input_gradient {
             self.inputs_backward(pass, x, kept, work, dx);
-            self.lanes.logits_backward(&pass.dims, x, &kept.mix, &work.dl, &mut work.unit, dx);
+            self.lanes.logits_backward(&pass.dims, x, &kept.mix, &work.dl, &mut work.unit, dx)?;
         }
         Ok(())
     }

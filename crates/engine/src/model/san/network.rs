@@ -74,6 +74,7 @@ impl Network {
     /// What every layer reads besides the lanes, from the packed tokens: none of it depends on a
     /// trainable weight, so none of it is part of the gradient graph.
     fn inputs(&self, packing: &Packing) -> Result<LayerInputs> {
+        self.check_float_weights("candle's passes")?;
         self.check_ids(packing)?;
         let device = self.device();
         let ids = Tensor::from_slice(&packing.ids, packing.len(), device)?;
@@ -153,6 +154,7 @@ impl Network {
     /// and join them: one decoding step (the prompt's prefill when `state` is empty). Attention reads
     /// the cached keys; engram memories are recomputed from the window of history they reach.
     pub(in crate::model) fn decode_step(&self, new: &[u32], state: &mut DecodeState) -> Result<Tensor> {
+        self.check_float_weights("candle's decoding")?;
         let (past, s) = (state.history.len(), new.len());
         let device = self.device();
         let window_start = past - self.engram_window().map_or(0, |w| past.min(w));

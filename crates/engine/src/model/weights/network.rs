@@ -96,13 +96,21 @@ impl Network {
         &self.cfg
     }
 
-    /// The network run as W4A8: its attention projections and output head multiply `codes` (the
-    /// `.cact`'s own, of these same weights) with 8-bit activations on the CPU path's integer
-    /// kernels ([`crate::w4a8`]); everything else computes as before. Only the CPU path reads them.
+    /// The network run as W4A8 from `codes` (the `.cact`'s own, of these same weights): its
+    /// attention, mHC and engram projections and its output head multiply them with 8-bit
+    /// activations on the CPU path's integer kernels, its embedding and engram tables are looked
+    /// up in them ([`crate::w4a8`]); everything else computes as before. Only the CPU path's
+    /// forward reads them; the float tensors of those weights may be placeholders
+    /// ([`crate::cact::reader::CactFile::params_beside_codes`]).
     pub fn with_codes(self, codes: NetworkCodes) -> Result<Self> {
-        if codes.layers().len() != self.cfg.num_layers {
+        if codes.layers().len() != self.cfg.num_layers || codes.lanes().len() != self.cfg.num_layers {
             let reason = format!("has {} layers but the codes hold {}", self.cfg.num_layers, codes.layers().len());
             return Err(ModelError::InvalidConfig { field: "num_layers", reason });
+        }
+        if codes.engrams().len() != self.engrams.len() {
+            let reason =
+                format!("has {} engram sites but the codes hold {}", self.engrams.len(), codes.engrams().len());
+            return Err(ModelError::InvalidConfig { field: "engram_layers", reason });
         }
         Ok(Self { codes: Some(codes), ..self })
     }
@@ -110,6 +118,17 @@ impl Network {
     /// The W4A8 codes, when the network runs from them.
     pub fn codes(&self) -> Option<&NetworkCodes> {
         self.codes.as_ref()
+    }
+
+    /// Fails, saying it cannot `what`, for a network that reads its CQ weights from their codes:
+    /// its float tensors of them are placeholders that only the CPU path's forward passes over.
+    pub(in crate::model) fn check_float_weights(&self, what: &str) -> Result<()> {
+        match self.codes {
+            None => Ok(()),
+            Some(_) => Err(ModelError::Unsupported {
+                what: format!("{what} with a W4A8 network: it runs from the .cact's codes, forward on the CPU only"),
+            }),
+        }
     }
 
     pub fn device(&self) -> &Device {
