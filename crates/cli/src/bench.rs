@@ -39,8 +39,8 @@ pub struct Args {
     /// With --decode, time one precision alone (so that its peak memory is its own): `f32` (rows
     /// one at a time, as scoring did before batching), `simulated` (W4 weights and 8-bit
     /// activations simulated in float, 16 rows together) or `w4a8` (the model built into a `.cact`
-    /// in memory, its projections and output head from the file's codes on the integer kernels,
-    /// 16 rows together)
+    /// in memory and run from the file's codes, no f32 copy of them, on the integer kernels, 16
+    /// rows together; its peak memory counted from the built .cact)
     #[arg(long, requires = "decode")]
     pub precision: Option<String>,
     /// Force a backend (auto, cpu, cuda, metal); default: NEEDLE_DEVICE, else auto

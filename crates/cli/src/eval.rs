@@ -64,8 +64,8 @@ pub struct Args {
     pub all_answers: bool,
     /// With --accuracy, three rows: the checkpoint (and adapter) as given; the same weights with the
     /// deployment's quantization simulated (CQ-W4 weights, 8-bit activations and KV cache, as a .cact
-    /// runs); and CACT, the .cact built from them, run from its own codes (W4A8: its attention projections
-    /// and output head multiplied from the CQ codes with 8-bit activations on the integer kernels)
+    /// runs); and CACT, the .cact built from them, run from its own codes (W4A8: every CQ weight read
+    /// from the codes, the projections and output head multiplied with 8-bit activations on the integer kernels)
     #[arg(long, value_name = "CACT", requires = "accuracy", conflicts_with = "weights")]
     pub quant_rows: Option<PathBuf>,
     #[command(flatten)]

@@ -47,9 +47,9 @@ pub struct WeightsInputs {
     /// LoRA adapter (.pkl or .safetensors) to merge into the checkpoint
     #[arg(long, conflicts_with = "weights")]
     pub lora: Option<PathBuf>,
-    /// A built .cact to run instead, from its own codes as the Needle engine runs it (W4A8: its attention
-    /// projections and output head multiplied from the CQ codes with 8-bit activations, on the CPU), with
-    /// the tokenizer it carries
+    /// A built .cact to run instead, from its own codes as the Needle engine runs it (W4A8: every CQ weight
+    /// read from the codes, the projections and output head multiplied with 8-bit activations, on the CPU),
+    /// with the tokenizer it carries
     #[arg(long)]
     pub weights: Option<PathBuf>,
     /// SentencePiece model [default: the .cact's own; else tokenizer.model beside the checkpoint, else the
