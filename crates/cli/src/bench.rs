@@ -48,7 +48,7 @@ pub struct Args {
     pub device: Option<String>,
     /// Print one JSON line {"startup_s", "first_step_s", "step_s", "tokens_per_s", "peak_rss_mb", …};
     /// with --decode {"cpu", "preset", …, "precisions": [{"precision", "prefill_s", "turn_s",
-    /// "decode_tokens_per_s", "rows_per_s", "peak_rss_mb", "batch"}]}
+    /// "decode_tokens_per_s", "rows_per_s", "peak_rss_mb", "batch"}, w4a8's with "cact_mb"]}
     #[arg(long)]
     pub json: bool,
 }
@@ -141,6 +141,9 @@ fn decode(args: &Args, config: ModelConfig, new_tokens: usize, selected: &Select
                     format!("  ({} together)", got.batch)
                 }
             )?;
+            if let Some(mb) = got.cact_mb {
+                outln!("  {:<11} the .cact it runs from: {mb:.0} MB (its peak counted from it held in memory)", "")?;
+            }
         }
         figures.push(got);
     }

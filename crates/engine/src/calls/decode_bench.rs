@@ -60,8 +60,9 @@ impl BenchPrecision {
     }
 
     /// The network of `config` at this precision from random-init weights (W4A8's from a random
-    /// checkpoint built into a `.cact` in memory, on the CPU whatever `device`).
-    fn network(self, config: &ModelConfig, device: &Device) -> Result<Network> {
+    /// checkpoint built into a `.cact` in memory, on the CPU whatever `device`), and for W4A8 the
+    /// size of that `.cact`'s file in bytes.
+    fn network(self, config: &ModelConfig, device: &Device) -> Result<(Network, Option<u64>)> {
         let params = match self {
             BenchPrecision::W4a8 => {
                 let invalid = |e: WeightsLoadError| ModelError::InvalidConfig {
@@ -70,13 +71,15 @@ impl BenchPrecision {
                 };
                 let checkpoint = random_checkpoint(config, false, 0)?;
                 let tokenizer = placeholder_tokenizer_blob(config.vocab_size);
-                let (cact, _) = in_memory_cact(&checkpoint, &tokenizer).map_err(invalid)?;
+                let (cact, bytes) = in_memory_cact(&checkpoint, &tokenizer).map_err(invalid)?;
                 let source = checkpoint.source.clone();
                 // The checkpoint stands for the file a `.cact` is read from: what runs holds the
                 // file's bytes, not the float weights they were built from.
                 drop(checkpoint);
+                return_freed_memory();
                 restart_peak();
-                return cact_network(&cact, &source, &Device::Cpu, Precision::W4a8).map_err(invalid);
+                let network = cact_network(&cact, &source, &Device::Cpu, Precision::W4a8).map_err(invalid)?;
+                return Ok((network, Some(bytes)));
             }
             BenchPrecision::F32 | BenchPrecision::Simulated => Params::random_init(device),
         };
@@ -86,7 +89,7 @@ impl BenchPrecision {
             BenchPrecision::Simulated => params.through_cq()?.fake_quantizing(config)?,
             BenchPrecision::F32 | BenchPrecision::W4a8 => params,
         };
-        Network::load(config, &params)
+        Ok((Network::load(config, &params)?, None))
     }
 }
 
@@ -105,6 +108,9 @@ pub struct DecodeFigures {
     pub rows_per_s: f64,
     /// Rows decoded together for `rows_per_s`.
     pub batch: usize,
+    /// W4A8's: the size of the `.cact` it runs from, which its peak memory compares with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cact_mb: Option<f64>,
     /// The process's peak resident memory once this precision has run (every precision run
     /// before it included: `--precision` runs one alone). W4A8's counts (where the system can
     /// restart the count: Linux) from the moment its built `.cact` is held in memory, as a file
@@ -135,7 +141,8 @@ impl DecodeBench {
                 ),
             });
         }
-        let mut forward = Forward::new(precision.network(&self.config, device)?)?;
+        let (network, cact_bytes) = precision.network(&self.config, device)?;
+        let mut forward = Forward::new(network)?;
         let turn_start = Instant::now();
         let turn = decode(&mut forward, &[self.prompt(0)], new_tokens, 1)?.remove(0);
         let turn_s = turn_start.elapsed().as_secs_f64();
@@ -150,6 +157,7 @@ impl DecodeBench {
             decode_tokens_per_s: turn.ids.len().saturating_sub(1) as f64 / turn.decode_seconds.max(1e-9),
             rows_per_s: BENCH_ROWS as f64 / rows_s.max(1e-9),
             batch: precision.batch(),
+            cact_mb: cact_bytes.map(|b| b as f64 / 1e6),
             peak_rss_mb: peak_bytes() as f64 / 1e6,
         })
     }
@@ -159,6 +167,16 @@ impl DecodeBench {
     fn prompt(&self, row: usize) -> Vec<u32> {
         let vocab = self.config.vocab_size.max(21) - 20;
         (0..self.prompt_tokens).map(|i| 20 + ((i + 131 * row) * 7919 % vocab) as u32).collect()
+    }
+}
+
+/// Hands the heap's free pages back to the system where the allocator keeps them (glibc keeps
+/// freed blocks below its mmap threshold, so the dropped checkpoint would still count as resident).
+fn return_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` only releases memory the allocator holds free; it reads no pointer.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
@@ -210,7 +228,7 @@ mod tests {
     fn every_precision_decodes_exactly_the_asked_tokens_and_reports_its_figures() {
         let bench = DecodeBench { config: preset("tiny").unwrap(), prompt_tokens: 24, new_tokens: 6 };
         let mut forward =
-            Forward::new(BenchPrecision::Simulated.network(&bench.config, &Device::Cpu).unwrap()).unwrap();
+            Forward::new(BenchPrecision::Simulated.network(&bench.config, &Device::Cpu).unwrap().0).unwrap();
         let prompts: Vec<Vec<u32>> = (0..5).map(|row| bench.prompt(row)).collect();
         assert_ne!(prompts[0], prompts[1], "each row its own prompt");
         for completion in decode(&mut forward, &prompts, bench.new_tokens, 3).unwrap() {
@@ -219,6 +237,7 @@ mod tests {
         for precision in BenchPrecision::ALL {
             let figures = bench.run(precision, &Device::Cpu).unwrap();
             assert_eq!((figures.precision, figures.batch), (precision, precision.batch()));
+            assert_eq!(figures.cact_mb.is_some_and(|mb| mb > 0.0), precision == BenchPrecision::W4a8, "{figures:?}");
             for (what, value) in [
                 ("prefill_s", figures.prefill_s),
                 ("turn_s", figures.turn_s),
