@@ -9,7 +9,7 @@ use super::attention::Past;
 use super::engram::Site;
 use super::kv_cache::{LayerCache, Shape};
 use super::mat::{matmul, Mat, MatMut, Threads};
-use super::network::{dims_of, CpuNetwork, Workspace};
+use super::network::{dims_of, integer_logits, CpuNetwork, Workspace};
 use super::pass::{lane_pair, Pass};
 use crate::config::ModelConfig;
 use crate::dataset::Encoded;
@@ -17,7 +17,6 @@ use crate::model::host::host;
 use crate::model::kernels::RopeTables;
 use crate::model::packing::{Family, Packing, Segment};
 use crate::model::{ModelError, Result};
-use crate::w4a8::{Activations, CqMatrix};
 
 /// Steps of at most this many tokens run on one thread.
 const ONE_THREAD_TOKENS: usize = 8;
@@ -183,18 +182,4 @@ impl CpuNetwork {
             ones: vec![1.0; dims.d],
         })
     }
-}
-
-/// Logits `[vocab]` of each of `rows` hidden rows (of `d`) under W4A8: the rows quantized once,
-/// multiplied by the embedding's CQ codes `head` `[embedding rows, d]` on the integer kernels, and
-/// cut to the `vocab` rows the output head has.
-fn integer_logits(head: &CqMatrix, hidden: &[f32], rows: usize, d: usize, vocab: usize) -> Result<Vec<Vec<f32>>> {
-    let wrong = |what: String| ModelError::Unsupported { what };
-    if head.out() < vocab || head.in_dim() != d {
-        let shape = [head.out(), head.in_dim()];
-        return Err(wrong(format!("a W4A8 output head of shape {shape:?} for {vocab} logits of width {d}")));
-    }
-    let x = Activations::quantize(hidden, rows, d).map_err(|e| wrong(e.to_string()))?;
-    let logits = head.product(&x).map_err(|e| wrong(e.to_string()))?;
-    Ok(logits.chunks_exact(head.out()).map(|row| row[..vocab].to_vec()).collect())
 }

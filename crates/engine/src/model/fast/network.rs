@@ -22,9 +22,10 @@ use crate::model::kernels::{fake_quant_row, log_sum_exp, rms_norm_backward_row, 
 use crate::model::linear::{HostGrads, LowRank};
 use crate::model::packing::Packing;
 use crate::model::qat::QAT_WEIGHT_BITS;
-use crate::model::{Network, Result};
+use crate::model::{ModelError, Network, Result};
 use crate::quant::cq_round_trip_columns;
 use crate::simd::{exp, widest};
+use crate::w4a8::{Activations, CqMatrix};
 
 /// Scored positions projected to the vocabulary at a time: bounds the logits buffer.
 const LOGIT_ROWS: usize = 512;
@@ -232,9 +233,14 @@ impl CpuNetwork {
     fn scored_loss(&self, packing: &Packing, dims: &Dims, ws: &mut Workspace, gradient: Option<f64>) -> Result<f64> {
         let scored = packing.scored();
         let d = dims.d;
-        let table = host(&self.network.embedding)?;
         let vocab = self.network.output_rows();
-        let embedding = Mat::new(&table[..vocab * d], vocab, d);
+        // Under W4A8 (forward only) the logits multiply the embedding's codes; else its floats.
+        let codes = self.network.codes().filter(|_| gradient.is_none());
+        let table = match codes {
+            Some(_) => None,
+            None => Some(host(&self.network.embedding)?),
+        };
+        let embedding = table.as_ref().map(|table| Mat::new(&table[..vocab * d], vocab, d));
         if gradient.is_some() {
             ws.grad_hidden.fill(0.0);
         }
@@ -248,16 +254,19 @@ impl CpuNetwork {
             for &p in &scored.positions[start..end] {
                 gathered.extend_from_slice(&ws.hidden[p as usize * d..][..d]);
             }
-            self.as_output_reads(&mut gathered, d);
             resize_zeroed(&mut ws.logits, rows * vocab);
-            matmul(
-                MatMut::new(&mut ws.logits, rows, vocab),
-                Mat::new(&gathered, rows, d),
-                embedding.t(),
-                1.0,
-                false,
-                Threads::All,
-            );
+            match (codes, embedding) {
+                (Some(codes), _) => {
+                    let logits = integer_logits(codes.head(), &gathered, rows, d, vocab)?;
+                    ws.logits.chunks_mut(vocab).zip(&logits).for_each(|(dst, row)| dst.copy_from_slice(row));
+                }
+                (None, Some(embedding)) => {
+                    self.as_output_reads(&mut gathered, d);
+                    let (logits, x) = (MatMut::new(&mut ws.logits, rows, vocab), Mat::new(&gathered, rows, d));
+                    matmul(logits, x, embedding.t(), 1.0, false, Threads::All);
+                }
+                (None, None) => return Err(ModelError::Unsupported { what: "a loss without an output head".into() }),
+            }
             let (targets, weights) = (&scored.targets[start..end], &scored.weights[start..end]);
             total += ws
                 .logits
@@ -279,7 +288,7 @@ impl CpuNetwork {
                     )
                 })
                 .sum::<f64>();
-            if gradient.is_some() {
+            if let (Some(_), Some(embedding)) = (gradient, embedding) {
                 grad_rows.resize(rows * d, 0.0);
                 matmul(
                     MatMut::new(&mut grad_rows, rows, d),
@@ -297,9 +306,9 @@ impl CpuNetwork {
         Ok(total)
     }
 
-    /// `(Σ ce·mask, Σ mask)` of a packed batch under its adapter's `factors`, forward only.
+    /// `(Σ ce·mask, Σ mask)` of a packed batch under its adapter's `factors`, forward only (under
+    /// W4A8, its logits from the embedding's codes as a decoding step's are).
     pub fn masked_ce_sum(&self, packing: &Packing, factors: &HostFactors, ws: &mut Workspace) -> Result<(f64, f64)> {
-        self.network.check_float_weights("a loss")?;
         self.network.check_ids(packing)?;
         let pass = self.pass(packing, factors)?;
         ws.resize(&pass.dims, self.layers.len(), false, false);
@@ -471,4 +480,24 @@ pub(super) fn dims_of(cfg: &ModelConfig, rank: usize, tokens: usize) -> Dims {
         conv: cfg.qkv_conv_taps > 0,
         mlp_kept: block::Mlp::kept_width(cfg),
     }
+}
+
+/// Logits `[vocab]` of each of `rows` hidden rows (of `d`) under W4A8: the rows quantized once,
+/// multiplied by the embedding's CQ codes `head` `[embedding rows, d]` on the integer kernels, and
+/// cut to the `vocab` rows the output head has.
+pub(super) fn integer_logits(
+    head: &CqMatrix,
+    hidden: &[f32],
+    rows: usize,
+    d: usize,
+    vocab: usize,
+) -> Result<Vec<Vec<f32>>> {
+    let wrong = |what: String| ModelError::Unsupported { what };
+    if head.out() < vocab || head.in_dim() != d {
+        let shape = [head.out(), head.in_dim()];
+        return Err(wrong(format!("a W4A8 output head of shape {shape:?} for {vocab} logits of width {d}")));
+    }
+    let x = Activations::quantize(hidden, rows, d).map_err(|e| wrong(e.to_string()))?;
+    let logits = head.product(&x).map_err(|e| wrong(e.to_string()))?;
+    Ok(logits.chunks_exact(head.out()).map(|row| row[..vocab].to_vec()).collect())
 }
