@@ -699,8 +699,9 @@ fn generate_writes_new_rows_after_the_dataset_with_the_typed_key_in_the_workers_
     assert_eq!(kept["source"], "session", "no keychain in the tests' app: {kept}");
 
     generate(&app, &llm, &dataset, 4);
-    let written = wait_for_generation(&app, "finish", |state| state["state"] != "running");
-    assert_eq!(written["state"], "written", "{written}");
+    let finished = wait_for_generation(&app, "finish", |state| state["state"] != "running");
+    assert_eq!((finished["state"].as_str(), &finished["suite"]), (Some("written"), &Value::Null), "{finished}");
+    let written = &finished["data"];
     assert_eq!((written["generated"].as_u64(), written["cancelled"].as_bool()), (Some(4), Some(false)));
     let output = dir.path().join("smart_home.augmented.jsonl");
     assert_eq!(written["path"], json!(output), "beside the dataset, as --augment names it");
@@ -774,7 +775,8 @@ fn a_no_call_share_is_kept_to_and_a_share_outside_zero_to_one_is_refused() {
                          "endpoint": llm.url(), "negative_share": "0.5"});
     app.ok("generate_examples", json!({ "request": request, "onEvent": CHANNEL }));
     let written = wait_for_generation(&app, "finish", |state| state["state"] != "running");
-    assert_eq!((written["state"].as_str(), written["generated"].as_u64()), (Some("written"), Some(2)), "{written}");
+    let generated = written["data"]["generated"].as_u64();
+    assert_eq!((written["state"].as_str(), generated), (Some("written"), Some(2)), "{written}");
     let prompt = llm.seen()[0].body["messages"][1]["content"].as_str().unwrap().to_owned();
     assert!(prompt.contains("Of the 2 examples, write 1 that must get no call"), "{prompt}");
     let (originals, lines) = (lines_of(&dataset), lines_of(&dir.path().join("smart_home.augmented.jsonl")));
@@ -806,11 +808,75 @@ fn cancel_keeps_the_rows_that_arrived_and_writes_them() {
     let again = app.error("generate_examples", json!({ "request": request, "onEvent": CHANNEL }));
     assert!(again.contains("already being generated"), "{again}");
     assert_eq!(app.ok("cancel_generation", json!({})), "stopping");
-    let written = wait_for_generation(&app, "write what arrived", |state| state["state"] != "running");
-    assert_eq!(written["state"], "written", "{written}");
+    let finished = wait_for_generation(&app, "write what arrived", |state| state["state"] != "running");
+    assert_eq!(finished["state"], "written", "{finished}");
+    let written = &finished["data"];
     assert_eq!((written["generated"].as_u64(), written["cancelled"].as_bool()), (Some(2), Some(true)));
     assert_eq!(written["path"], json!(output), "a .jsonl, as the output is always named");
     assert_eq!(lines_of(&output).len(), lines_of(&dataset).len() + 2);
+}
+
+/// A suite case as the LLM writes it: its query, category and expected calls.
+fn case(query: &str, category: &str, calls: Value) -> Value {
+    json!({"query": query, "category": category, "calls": calls})
+}
+
+/// A reply with a 3-case suite for the example's tools (which bound no value, so no invalid case is asked
+/// for): two positive cases and a missing one, as upstream's proportions give 3.
+fn suite_reply() -> Answer {
+    let warm =
+        |room: &str, celsius: u32| json!([{"name": "set_thermostat", "arguments": {"room": room, "celsius": celsius}}]);
+    reply(&[
+        case("Warm the den up to 23 degrees", "positive", warm("den", 23)),
+        case("Could the cellar sit at 16 degrees", "positive", warm("cellar", 16)),
+        case("Change the thermostat in the den", "missing", json!([])),
+    ])
+}
+
+#[test]
+fn a_suite_follows_the_rows_when_asked_and_alone_with_no_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (app, dataset) = generating_app(dir.path());
+    let llm = FakeLlm::start(
+        [reply(&[thermostat("office", 20), thermostat("garage", 12)]), suite_reply(), suite_reply()],
+        Answer::Status { status: 500, retry_now: true },
+    );
+    let request = |count: &str, suite_path: &str| {
+        json!({"dataset": dataset, "output": "", "count": count, "model": "stub/model", "endpoint": llm.url(),
+               "suite": true, "suite_path": suite_path, "suite_cases": "3"})
+    };
+    assert_eq!(app.ok("generate_setup", json!({}))["suite_cases"], 32, "upstream's size");
+    app.ok("generate_examples", json!({ "request": request("2", ""), "onEvent": CHANNEL }));
+    let finished = wait_for_generation(&app, "finish", |state| state["state"] != "running");
+    assert_eq!((finished["state"].as_str(), finished["data"]["generated"].as_u64()), (Some("written"), Some(2)));
+    let suite = &finished["suite"];
+    let beside = dir.path().join("smart_home.augmented.suite.json");
+    assert_eq!(suite["path"], json!(beside), "beside the rows' file: {finished}");
+    assert_eq!(suite["cases"], 3);
+    let wanted = json!({"positive": 2, "missing": 1, "irrelevant": 0, "negation": 0, "parallel": 0});
+    assert_eq!((&suite["wanted"], &suite["written"]), (&wanted, &json!({"positive": 2, "missing": 1})));
+    assert_eq!(finished["suite_failed"], Value::Null);
+    let written = needle_engine::suite::Suite::load(&beside).expect("a suite `needle suite` reads");
+    assert_eq!(written.cases.len(), 3);
+    let suite_asked = llm.seen()[1].body["messages"][1]["content"].as_str().unwrap().to_owned();
+    assert!(suite_asked.contains("- 2 positive: ") && suite_asked.contains("- 1 missing: "), "{suite_asked}");
+
+    // No rows: the suite alone, to the file chosen (always a .json); the rows' file is left as it was.
+    let rows_before = lines_of(&dir.path().join("smart_home.augmented.jsonl"));
+    let chosen = dir.path().join("home");
+    app.ok("generate_examples", json!({ "request": request("0", &chosen.to_string_lossy()), "onEvent": CHANNEL }));
+    let alone = wait_for_generation(&app, "finish", |state| state["state"] != "running");
+    assert_eq!((alone["state"].as_str(), &alone["data"]), (Some("written"), &Value::Null), "{alone}");
+    assert_eq!(alone["suite"]["path"], json!(dir.path().join("home.json")));
+    assert_eq!(lines_of(&dir.path().join("smart_home.augmented.jsonl")), rows_before);
+    assert_eq!(llm.seen().len(), 3, "no request for rows");
+
+    let refused = app.error(
+        "generate_examples",
+        json!({ "request": {"dataset": dataset, "output": "", "count": "2", "model": "", "endpoint": "",
+                            "suite": true, "suite_cases": "0"}, "onEvent": CHANNEL }),
+    );
+    assert!(refused.starts_with("Suite cases:"), "{refused}");
 }
 
 /// Every file under `dir`.

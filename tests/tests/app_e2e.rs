@@ -11,8 +11,9 @@
 //! see each one's PASS or FAIL, cancel a publish mid-upload and see the hub as it was, then publish it to a model repository on the
 //! hub (a loopback one); then download Needle 2 and
 //! Needle 3 from the hub, tune Needle 3 with a short training, ask it in Try and build its `.cact` (format v3); then
-//! generate more examples from an OpenAI-compatible endpoint on loopback, with progress, and open a
-//! doctor's finding's line.
+//! generate more examples from an OpenAI-compatible endpoint on loopback, with progress, and an acceptance
+//! suite for the same tools, which Evaluate's Acceptance section is offered, and open a doctor's finding's
+//! line.
 //!
 //! Needs `Xvfb`, `WebKitWebDriver` (Debian: `xvfb`, `webkit2gtk-driver`) and `tauri-driver`
 //! (`cargo install tauri-driver --locked`); `.ci/run` installs them. Without them this test fails and
@@ -553,7 +554,8 @@ async fn ladder(ui: &Ui<'_>, whole: &Path) -> Result<(), String> {
 }
 
 /// The Data step's Generate: six rows from the loopback endpoint (the key from the app's environment),
-/// the progress bar full, the rows shown, the written file the dataset; then a doctor's line opened.
+/// the progress bar full, the rows shown, the written file the dataset, and a suite of three cases beside
+/// it, named in the status and offered in Evaluate's Acceptance section; then a doctor's line opened.
 async fn generate_more(ui: &Ui<'_>, llm: &FakeLlm, dataset: &Path, scratch: &Path) -> Result<(), String> {
     ui.click("tab-data").await?;
     let source = ui.text("generate-key-source").await?;
@@ -564,6 +566,8 @@ async fn generate_more(ui: &Ui<'_>, llm: &FakeLlm, dataset: &Path, scratch: &Pat
     ui.type_path("generate-endpoint", Path::new(llm.url())).await?;
     let out = scratch.join("more.jsonl");
     ui.type_path("generate-output", &out).await?;
+    ui.click("generate-suite").await?;
+    ui.eval("document.getElementById('generate-suite-cases').value = '3'; return ''").await?;
     ui.click("generate-button").await?;
     let ended = ui.wait_status("generate-status", &["written", "failed"], UI_TIMEOUT).await?;
     if ended != "written" {
@@ -577,6 +581,17 @@ async fn generate_more(ui: &Ui<'_>, llm: &FakeLlm, dataset: &Path, scratch: &Pat
     if (progress.as_str(), shown.as_str()) != ("6/6", "6") || written.lines().count() != originals.lines().count() + 6 {
         return Err(format!("progress {progress}, {shown} rows shown, {} lines written", written.lines().count()));
     }
+    // The suite, beside the rows' file as it is named: whole, said in the status, offered in Evaluate.
+    let suite = scratch.join("more.suite.json");
+    let cases = needle_engine::suite::Suite::load(&suite).map_err(|e| format!("the generated suite: {e}"))?.cases;
+    let status = ui.text("generate-status").await?;
+    if cases.len() != 3 || !status.contains(&format!("Acceptance suite: 3 cases in {}", suite.display())) {
+        return Err(format!("{} cases in {}; the status says {status:?}", cases.len(), suite.display()));
+    }
+    let offered = ui.eval("return document.getElementById('suite-path').value").await?;
+    if offered != suite.display().to_string() {
+        return Err(format!("Evaluate's Acceptance offers {offered:?}, not the suite just written"));
+    }
     ui.wait_for_text("dataset-path", &out.display().to_string()).await?;
     ui.wait("the written file's report", "return !document.getElementById('dataset-report').hidden").await?;
     ui.shot("9-generate", "generate").await?;
@@ -588,16 +603,25 @@ async fn generate_more(ui: &Ui<'_>, llm: &FakeLlm, dataset: &Path, scratch: &Pat
     ui.shot("2-doctor", "doctor").await
 }
 
-/// Three replies of two new rows for the example's tools.
+/// Three replies of two new rows for the example's tools, then one with a suite of three cases for them:
+/// two positive and one missing, as upstream's proportions give three (no tool bounds a value, so no
+/// invalid case is asked for).
 fn generated_replies() -> Vec<Answer> {
+    let set =
+        |room: &str, celsius: u32| json!([{"name": "set_thermostat", "arguments": {"room": room, "celsius": celsius}}]);
     let row = |room: &str, celsius: u32| {
         json!({"query": format!("Set the {room} to {celsius} degrees"), "reasoning": "from the query",
-               "answers": [{"name": "set_thermostat", "arguments": {"room": room, "celsius": celsius}}]})
+               "answers": set(room, celsius)})
     };
-    [[("office", 20), ("garage", 12)], [("attic", 15), ("hallway", 19)], [("study", 22), ("porch", 10)]]
+    let rows = [[("office", 20), ("garage", 12)], [("attic", 15), ("hallway", 19)], [("study", 22), ("porch", 10)]]
         .iter()
-        .map(|pair| Answer::Reply(Value::Array(pair.iter().map(|(room, c)| row(room, *c)).collect()).to_string()))
-        .collect()
+        .map(|pair| Answer::Reply(Value::Array(pair.iter().map(|(room, c)| row(room, *c)).collect()).to_string()));
+    let suite = json!([
+        {"query": "Warm the den up to 23 degrees", "category": "positive", "calls": set("den", 23)},
+        {"query": "Could the cellar sit at 16 degrees", "category": "positive", "calls": set("cellar", 16)},
+        {"query": "Change the thermostat in the den", "category": "missing", "calls": []},
+    ]);
+    rows.chain([Answer::Reply(suite.to_string())]).collect()
 }
 
 /// How many usable examples the engine finds in `dataset` at the Quick preset's length.

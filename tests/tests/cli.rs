@@ -579,6 +579,56 @@ fn a_confidence_head_beside_the_adapter_is_read_by_eval_and_run() {
     );
 }
 
+/// A `.cact` answers with the confidence head it carries: `eval --weights` writes each answer's `head`
+/// (here the trained head `needle build` ships, its calibration folded into the projection) and the
+/// confidence is the smaller of it and the decode probability; `run --weights --json` prints it. A
+/// file without one (3.2.8's build of an adapter drops the base's head) answers with the decode
+/// probability alone.
+#[test]
+fn a_cact_answers_with_the_confidence_head_it_carries() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = golden_questions(dir.path());
+    let (tools, query, _) = golden_question(dir.path());
+    let answers = dir.path().join("answers.jsonl");
+    for (cact, ships_a_head) in [("lora_head.cact", true), ("lora.cact", false)] {
+        let cact = fixture(&format!("golden/needle3_heads/{cact}"));
+        let output = run(&[
+            "eval",
+            data.to_str().unwrap(),
+            "--weights",
+            cact.to_str().unwrap(),
+            "--accuracy",
+            "--json",
+            "--answers",
+            answers.to_str().unwrap(),
+            "--all-answers",
+        ]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        let every: Vec<Value> = std::fs::read_to_string(&answers)
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        assert!(every.len() >= 6, "{} answers", every.len());
+        let asked = ["run", "--weights", cact.to_str().unwrap(), "--tools", tools.to_str().unwrap(), "--query", &query];
+        let output = run(&[&asked[..], &["--json"]].concat());
+        assert!(output.status.success(), "{}", stderr(&output));
+        let answer: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+        for row in every.iter().chain([&answer]) {
+            let (decode, confidence) = (row["decode"].as_f64().unwrap(), row["confidence"].as_f64().unwrap());
+            match (ships_a_head, row["head"].as_f64()) {
+                (true, Some(head)) => assert_eq!(confidence, head.min(decode), "{}: {row}", cact.display()),
+                (false, None) => assert_eq!(confidence, decode, "{}: {row}", cact.display()),
+                _ => panic!("{}: {row}", cact.display()),
+            }
+        }
+        let text = run(&asked);
+        assert!(text.status.success(), "{}", stderr(&text));
+        let said = if ships_a_head { "; confidence head " } else { "; no confidence head)" };
+        assert!(stdout(&text).contains(said), "{}", stdout(&text));
+    }
+}
+
 /// `needle eval --quant-rows`: the tuned model as trained, with the deployment's quantization
 /// simulated, and its golden build read back and run the same way. The simulation says what the
 /// file does: within one exact call and 1% of loss, on both generations' golden builds.

@@ -24,7 +24,8 @@ const ENGINE: Rules = Rules {
         // has the tree turn the arena into values, counting its copies against the same budget.
         "the pickle machine, the callables it interprets and the tree it ends in",
     )],
-    ground: &["generation", "quant", "simd"],
+    // `level_log` is the tests' record of the quantizers' levels, which `quant` feeds.
+    ground: &["generation", "level_log", "quant", "simd"],
     apart: &[("model::fast", "model::san")],
     // Top-level folders still importing each other round a circle, though no two of their files
     // do: cact, calls, confidence and train (the confidence head is fitted with train's optimizer

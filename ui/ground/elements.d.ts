@@ -75,6 +75,11 @@ export type Elements = {
   'generate-key-forget': 'button';
   'generate-output': 'input';
   'generate-output-choose': 'button';
+  'generate-suite': 'input';
+  'generate-suite-fields': 'div';
+  'generate-suite-path': 'input';
+  'generate-suite-choose': 'button';
+  'generate-suite-cases': 'input';
   'generate-button': 'button';
   'generate-cancel': 'button';
   'generate-progress': 'progress';

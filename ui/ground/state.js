@@ -32,6 +32,7 @@ export const state = {
  * @property {null} inputs Something a training is made of changed (Train checks it again).
  * @property {null} reportInputs Something the dataset's report depends on changed (Data reads it again).
  * @property {DatasetReport} report The dataset's report arrived (Evaluate's Try takes its first sample).
+ * @property {string} suite An acceptance suite was generated at this path (Evaluate's Acceptance offers it).
  * @property {null} preferences A remembered choice changed (Model saves them).
  * @property {null} busy A training or a build started or ended (buttons follow).
  * @property {HistoryEntry|null} shown Another training is shown in Export and Evaluate.

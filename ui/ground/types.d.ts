@@ -710,11 +710,19 @@ export type GenerateRequest = {
   endpoint: string;
   /** The share of the new rows that must get no call (0.3 for 30%) [default, empty: the LLM's own mix]. */
   negative_share?: string;
+  /** Also write an acceptance suite for the same tools (with a count of 0, the suite alone). */
+  suite?: boolean;
+  /** Where the suite goes [default, empty: beside the output, as `OUT.suite.json`]. */
+  suite_path?: string;
+  /** Cases in the suite [default, empty: upstream's 32]. */
+  suite_cases?: string;
 };
 
 /** What the Generate form starts with. */
 export type GenerateSetup = {
   count: number;
+  /** Cases in a suite, as upstream's. */
+  suite_cases: number;
   model: string;
   /** The endpoint used when the field is left empty. */
   endpoint: string;
@@ -744,8 +752,10 @@ export type GenerationState =
     rejected: Record<string, number>;
     /** Cancel was pressed: what arrived is being written. */
     stopping: boolean;
+    /** The suite's cases so far, once the rows are written and the suite is being asked for. */
+    suite: SuiteProgress | null;
   }
-  | ({ state: "written" } & Written)
+  | ({ state: "written" } & Outcome)
   | {
     state: "failed";
     message: string;
@@ -1089,6 +1099,16 @@ export type Opened = {
   chart: string | null;
 };
 
+/** What a generation wrote: the rows, the suite, or both. */
+export type Outcome = {
+  /** The dataset's file (its rows, then the new ones); none when the suite alone was asked for. */
+  data: Written | null;
+  /** The acceptance suite, where one was asked for and written. */
+  suite: SuiteWritten | null;
+  /** Why the suite asked for was not written, where the rows were. */
+  suite_failed: string | null;
+};
+
 /** What a run will do, known before it starts (`--dry-run` prints it). */
 export type Plan = {
   examples: number;
@@ -1379,6 +1399,15 @@ export type Startup = {
   history: HistoryEntry[];
 };
 
+/** The suite's cases so far (the worker's `suite_progress` line). */
+export type SuiteProgress = {
+  cases: number;
+  wanted: number;
+  failed_requests: number;
+  /** Cases not kept so far, by reason (`ungrounded`, `repeated_query`, ...). */
+  rejected: Record<string, number>;
+};
+
 /** One model on the suite. */
 export type SuiteScore = {
   /** `Base`, `Tuned` or `.cact`. */
@@ -1394,6 +1423,22 @@ export type SuiteScore = {
   categories: CategoryScore[];
   /** The critical cases failed, in file order. */
   critical: FailedCase[];
+};
+
+/** The suite is written (the worker's `suite_written` line). */
+export type SuiteWritten = {
+  path: string;
+  cases: number;
+  /**
+   * Cases asked for and written, per category (no invalid one asked for when no tool has an enum
+   * or a bound).
+   */
+  wanted: Record<string, number>;
+  written: Record<string, number>;
+  failed_requests: number;
+  rejected: Record<string, number>;
+  /** Stopped by Cancel before the suite was whole. */
+  cancelled: boolean;
 };
 
 export type ToolChart = {

@@ -2,8 +2,8 @@
 // The Data step: choose or drop a .jsonl file, and show the report the worker makes of it, with the
 // doctor's findings beside it (each line a button that shows the file's line); and Generate, more
 // examples from an LLM (count, model, endpoint and the key, then the worker's progress, Cancel, and
-// the new rows), whose written file becomes the dataset. The app checks the request and says what is
-// missing.
+// the new rows), whose written file becomes the dataset, and when asked an acceptance suite for the
+// same tools, which Evaluate is told of. The app checks the request and says what is missing.
 
 import * as api from '../ground/api.js';
 import { resetCancel, wireCancel } from '../ground/cancel.js';
@@ -18,6 +18,8 @@ import { hear, state, tell } from '../ground/state.js';
 /** @typedef {import('../ground/types.js').DatasetReport} DatasetReport */
 /** @typedef {import('../ground/types.js').GenerateMessage} GenerateMessage */
 /** @typedef {import('../ground/types.js').GenerationState} GenerationState */
+/** @typedef {import('../ground/types.js').Outcome} Outcome */
+/** @typedef {import('../ground/types.js').SuiteWritten} SuiteWritten */
 /** @typedef {import('../ground/types.js').Sample} Sample */
 /** @typedef {import('../ground/types.js').Written} Written */
 
@@ -214,18 +216,21 @@ function renderState(generation) {
       setStatus(status, 'idle', '');
       break;
     case 'running': {
-      $('generate-progress').max = generation.wanted;
-      $('generate-progress').value = generation.generated;
-      const parts = [`${formatCount(generation.generated)} of ${formatCount(generation.wanted)} new rows`];
-      if (generation.failed_requests) parts.push(`${formatCount(generation.failed_requests)} failed request(s)`);
-      const rejected = byReason(generation.rejected);
-      if (rejected) parts.push(`not kept: ${rejected}`);
-      const doing = generation.stopping ? 'Stopping: writing the rows that arrived' : 'Generating';
+      // The rows first, then the suite's cases, when one was asked for.
+      const { suite } = generation;
+      const [done, wanted] = suite ? [suite.cases, suite.wanted] : [generation.generated, generation.wanted];
+      $('generate-progress').max = Math.max(1, wanted);
+      $('generate-progress').value = done;
+      const parts = [`${formatCount(done)} of ${formatCount(wanted)} ${suite ? 'suite cases' : 'new rows'}`];
+      const { failed_requests: failed, rejected } = suite ?? generation;
+      if (failed) parts.push(`${formatCount(failed)} failed request(s)`);
+      if (byReason(rejected)) parts.push(`not kept: ${byReason(rejected)}`);
+      const doing = generation.stopping ? 'Stopping: writing what arrived' : suite ? 'Writing the suite' : 'Generating';
       setStatus(status, generation.stopping ? 'stopping' : 'running', `${doing} · ${parts.join(' · ')}`);
       break;
     }
     case 'written':
-      renderWritten(generation);
+      renderOutcome(generation);
       break;
     case 'failed':
       setStatus(status, 'failed', generation.message);
@@ -233,20 +238,36 @@ function renderState(generation) {
   }
 }
 
+/** What was written: the rows, the suite, or both, and why a suite asked for was not. @param {Outcome} outcome */
+function renderOutcome({ data, suite, suite_failed: suiteFailed }) {
+  const said = [data && rowsWritten(data), suite && suiteWritten(suite), suiteFailed && `No suite: ${suiteFailed}`];
+  setStatus($('generate-status'), 'written', said.filter(Boolean).join('. '));
+  $('generate-progress').max = Math.max(1, data ? data.wanted : suite?.cases ?? 0);
+  $('generate-progress').value = data ? data.generated : suite?.cases ?? 0;
+  // Each new row as written: a JSON object with its query and answers, shown as they are.
+  const rows = /** @type {{query?: unknown, answers?: unknown}[]} */ (data?.rows ?? []);
+  $('generate-rows').replaceChildren(...rows.map((row) =>
+    h('li', {}, String(row.query ?? ''), h('code', {}, JSON.stringify(row.answers ?? [])))));
+}
+
 /** @param {Written} written */
-function renderWritten(written) {
-  $('generate-progress').max = Math.max(1, written.wanted);
-  $('generate-progress').value = written.generated;
+function rowsWritten(written) {
   const cut = written.cancelled ? ' (cancelled: what arrived is kept)' : '';
   const notes = [byReason(written.rejected) && `not kept: ${byReason(written.rejected)}`,
     byReason(written.advice) && `kept with advice: ${byReason(written.advice)}`].filter(Boolean);
-  setStatus($('generate-status'), 'written',
-    `${formatCount(written.generated)} new rows${cut}; ${formatCount(written.written)} in ${written.path}` +
-      (notes.length ? ` · ${notes.join(' · ')}` : ''));
-  // Each new row as written: a JSON object with its query and answers, shown as they are.
-  const rows = /** @type {{query?: unknown, answers?: unknown}[]} */ (written.rows ?? []);
-  $('generate-rows').replaceChildren(...rows.map((row) =>
-    h('li', {}, String(row.query ?? ''), h('code', {}, JSON.stringify(row.answers ?? [])))));
+  return `${formatCount(written.generated)} new rows${cut}; ${formatCount(written.written)} in ${written.path}` +
+    (notes.length ? ` · ${notes.join(' · ')}` : '');
+}
+
+/** The suite's cases per category against those asked for. @param {SuiteWritten} suite */
+function suiteWritten(suite) {
+  const cut = suite.cancelled ? ' (cancelled: the cases that arrived are kept)' : '';
+  const per = Object.entries(suite.wanted).filter(([, wanted]) => wanted > 0)
+    .map(([category, wanted]) => `${suite.written[category] ?? 0}/${wanted} ${category}`).join(', ');
+  const notes = [per, byReason(suite.rejected) && `not kept: ${byReason(suite.rejected)}`,
+    suite.failed_requests && `${formatCount(suite.failed_requests)} failed request(s)`].filter(Boolean);
+  return `Acceptance suite: ${formatCount(suite.cases)} cases${cut} in ${suite.path}, offered in Evaluate · ` +
+    notes.join(' · ');
 }
 
 /** @param {GenerateMessage} message */
@@ -261,8 +282,10 @@ function handleGenerateEvent(message) {
     case 'finished':
       setGenerating(false);
       renderState(message.state);
+      if (message.state.state !== 'written') break;
       // The written file is the dataset from now on: its report is read again.
-      if (message.state.state === 'written') loadDataset(message.state.path);
+      if (message.state.data) loadDataset(message.state.data.path);
+      if (message.state.suite) tell('suite', message.state.suite.path);
       break;
   }
 }
@@ -281,6 +304,9 @@ async function generate() {
     model: $('generate-model').value,
     endpoint: $('generate-endpoint').value,
     negative_share: $('generate-negative-share').value,
+    suite: $('generate-suite').checked,
+    suite_path: $('generate-suite-path').value.trim(),
+    suite_cases: $('generate-suite-cases').value,
   };
   try {
     await api.generateExamples(request, handleGenerateEvent);
@@ -296,6 +322,7 @@ export async function showGenerateSetup() {
   try {
     const setup = await api.generateSetup();
     $('generate-count').value = String(setup.count);
+    $('generate-suite-cases').value = String(setup.suite_cases);
     $('generate-model').value = setup.model;
     $('generate-endpoint').placeholder = setup.endpoint;
     renderKey('generate-key', setup.key);
@@ -311,7 +338,7 @@ function wireGenerate() {
   $('generate-button').addEventListener('click', generate);
   wireCancel($('generate-cancel'), {
     cancel: api.cancelGeneration,
-    stopping: 'Stopping: writing the rows that arrived…',
+    stopping: 'Stopping: writing what arrived…',
     say: (text) => setStatus($('generate-status'), 'stopping', text),
     failed: (error) => setMessage(errorEl, error),
   });
@@ -320,6 +347,14 @@ function wireGenerate() {
     const current = $('generate-output').value.trim() || state.dataset;
     const path = await pickPath({ name: 'JSONL dataset', ext: 'jsonl', current, errorEl, save: true });
     if (path) $('generate-output').value = path;
+  });
+  $('generate-suite').addEventListener('change', () => {
+    $('generate-suite-fields').hidden = !$('generate-suite').checked;
+  });
+  $('generate-suite-choose').addEventListener('click', async () => {
+    const current = $('generate-suite-path').value.trim() || $('generate-output').value.trim() || state.dataset;
+    const path = await pickPath({ name: 'Acceptance suite', ext: 'json', current, errorEl, save: true });
+    if (path) $('generate-suite-path').value = path;
   });
   setGenerating(false);
 }

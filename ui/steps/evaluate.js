@@ -236,13 +236,23 @@ async function chooseSuite() {
 }
 
 /**
+ * A suite just generated (Data's Generate) is the one the Acceptance section offers next, as a
+ * dropped one is.
+ * @param {string} path
+ */
+function offerSuite(path) {
+  $('suite-path').value = path;
+  setMessage($('acceptance-error'), null);
+}
+
+/**
  * A suite file dropped on the window goes to the Acceptance section.
  * @param {DragDrop} payload
  */
 function takeDroppedSuite(payload) {
   const path = payload.type === 'drop' && (payload.paths ?? []).find((p) => p.toLowerCase().endsWith('.json'));
   if (!path) return;
-  $('suite-path').value = path;
+  offerSuite(path);
   showTab('evaluate');
 }
 
@@ -422,4 +432,5 @@ export function wireEvaluate() {
   hear('shown', renderEvaluation);
   hear('rebuilt', renderEvaluation);
   hear('report', prefillTry);
+  hear('suite', offerSuite);
 }

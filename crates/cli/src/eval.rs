@@ -59,13 +59,15 @@ pub struct Args {
     #[arg(long, requires = "accuracy")]
     pub answers: Option<PathBuf>,
     /// With --answers, write every answer, the right ones too, each with "exact", "confidence",
-    /// "decode" and "head" (null without a trained confidence head): what the figures are made from
+    /// "decode" and "head" (null without a confidence head: a trained one beside the adapter, or the one a
+    /// .cact carries): what the figures are made from
     #[arg(long, requires = "answers")]
     pub all_answers: bool,
     /// With --accuracy, three rows: the checkpoint (and adapter) as given; the same weights with the
     /// deployment's quantization simulated (CQ-W4 weights, 8-bit activations and KV cache, as a .cact
     /// runs); and CACT, the .cact built from them, run from its own codes (W4A8: its attention projections
-    /// and output head multiplied from the CQ codes with 8-bit activations on the integer kernels)
+    /// and output head multiplied from the CQ codes with 8-bit activations on the integer kernels), its
+    /// answers read by the confidence head it carries, if any
     #[arg(long, value_name = "CACT", requires = "accuracy", conflicts_with = "weights")]
     pub quant_rows: Option<PathBuf>,
     #[command(flatten)]
@@ -142,10 +144,10 @@ pub fn run(args: Args) -> Result<()> {
     let quant_rows = match (quantized, &answered) {
         (Some(quantized), Some((calls, all))) => {
             let float = ModelScore { loss: loss.loss, calls: calls.clone(), wrong: wrong_of(all) };
-            // The simulated weights are the same model's, so its head reads them; a `.cact` carries
-            // no trained head yet.
+            // The simulated weights are the same model's, so its head reads them; the `.cact`'s
+            // answers are read by the head it carries, if any.
             let simulated = held.score(&quantized.simulated, model.head.as_ref(), &model.tokenizer, "simulated")?;
-            let cact = held.score(&quantized.cact, None, &model.tokenizer, "cact")?;
+            let cact = held.score(&quantized.cact, quantized.head.as_ref(), &model.tokenizer, "cact")?;
             Some(QuantRows { float, simulated, cact })
         }
         _ => None,
@@ -233,16 +235,18 @@ impl Held {
 
 /// The networks of the two quantized rows: the given weights with the deployment's quantization
 /// simulated, and the `.cact` built from them, run from its own codes as the Needle engine runs
-/// it (W4A8).
+/// it (W4A8), with the confidence head the `.cact` carries.
 struct Quantized {
     simulated: Network,
     cact: Network,
+    head: Option<TurnHead>,
 }
 
 impl Quantized {
     fn load(weights: &WeightsInputs, device: &Device, model: &Model, cact: &Path) -> Result<Self> {
         let simulated = weights.load_as(device, Precision::Simulated)?.network;
-        let built = Weights::Cact(cact.to_path_buf()).load_as(device, Precision::W4a8)?.network;
+        let built = Weights::Cact(cact.to_path_buf()).load_as(device, Precision::W4a8)?;
+        let (head, built) = (built.head, built.network);
         let (ours, theirs) = (model.network.config(), built.config());
         anyhow::ensure!(
             (ours.generation, ours.d_model, ours.vocab_size) == (theirs.generation, theirs.d_model, theirs.vocab_size),
@@ -257,7 +261,7 @@ impl Quantized {
             ours.d_model,
             ours.vocab_size
         );
-        Ok(Self { simulated, cact: built })
+        Ok(Self { simulated, cact: built, head })
     }
 }
 

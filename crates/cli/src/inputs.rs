@@ -49,7 +49,7 @@ pub struct WeightsInputs {
     pub lora: Option<PathBuf>,
     /// A built .cact to run instead, from its own codes as the Needle engine runs it (W4A8: its attention
     /// projections and output head multiplied from the CQ codes with 8-bit activations, on the CPU), with
-    /// the tokenizer it carries
+    /// the tokenizer and the confidence head it carries
     #[arg(long)]
     pub weights: Option<PathBuf>,
     /// SentencePiece model [default: the .cact's own; else tokenizer.model beside the checkpoint, else the
@@ -67,8 +67,8 @@ pub struct WeightsInputs {
 pub struct Model {
     pub network: needle_engine::model::Network,
     pub tokenizer: needle_engine::tokenizer::Tokenizer,
-    /// The trained confidence head kept beside the adapter (`ADAPTER.head.safetensors`), when
-    /// there is one.
+    /// The confidence head that reads every answer, when there is one: the trained head kept beside
+    /// the adapter (`ADAPTER.head.safetensors`), or the head a `.cact` carries.
     pub head: Option<needle_engine::confidence::TurnHead>,
     /// What was loaded, for messages: the checkpoint (and adapter) or the `.cact`.
     pub label: String,
@@ -108,7 +108,7 @@ impl WeightsInputs {
         loaded.network.check_tokenizer_vocab(tokenizer.vocab_size(), &tokenizer_label)?;
         let head = match &self.lora {
             Some(lora) => needle_engine::confidence::TurnHead::beside(lora, loaded.network.config())?,
-            None => None,
+            None => loaded.head,
         };
         let label = match (&weights, &self.lora) {
             (Weights::Checkpoint { checkpoint, .. }, Some(lora)) => {

@@ -117,7 +117,7 @@ fn print_answer(out: &mut impl Write, answer: &Answer, checked: &CheckedAnswer) 
     }
     let head = match answer.head {
         Some(head) => format!("confidence head {head:.3}"),
-        None => "no trained confidence head".to_string(),
+        None => "no confidence head".to_string(),
     };
     writeln!(out, "  {:<9} {:.3} (decode probability {:.3}; {head})", "confident", answer.confidence, answer.decode)
 }
@@ -161,7 +161,7 @@ mod tests {
                 r#"call      {"name":"set_thermostat","arguments":{"temperature":21}}"#,
                 r#"withheld  {"name":"set_thermostat","arguments":{"temperature":45}}: temperature is 45, outside maximum 30"#,
                 r#"withheld  {"name":"open_door","arguments":{}}: unknown tool "open_door""#,
-                "confident 0.420 (decode probability 0.420; no trained confidence head)",
+                "confident 0.420 (decode probability 0.420; no confidence head)",
             ]
         );
         // A turn whose only call is withheld acts on nothing, and says what it held back, not "(no call)".

@@ -5,7 +5,8 @@
 //! round a circle):
 //!
 //! 0. [`generation`] (which Needle a model is), [`quant`] (the CQ quantizer), [`simd`] (the row
-//!    primitives), and [`atomic`], [`pyjson`], [`backend`]: nothing of the crate below them.
+//!    primitives), and [`atomic`], [`pyjson`], [`backend`]: nothing of the crate below them (nor,
+//!    in the tests, below `level_log`, which the quantizers feed their levels).
 //! 1. [`config`] (a model's geometry, each generation's defaults and recipe) and [`tokenizer`]
 //!    (SentencePiece, each generation's chat markers): the formats that answer for a generation.
 //! 2. [`checkpoint`] (pickle and safetensors checkpoints) and [`dataset`] (rows → examples → tokens,
@@ -72,3 +73,5 @@ pub mod w4a8;
 
 #[cfg(test)]
 mod fixtures;
+#[cfg(test)]
+mod level_log;

@@ -330,7 +330,13 @@ fn round_trip_row(row: &[f32], cb: &[f32], out: &mut [f32]) {
         let norm = sum_of_squares(&group).sqrt();
         let divisor = norm.max(1e-12);
         group.iter_mut().for_each(|v| *v /= divisor);
+        // In the parity tests, the levels are logged, and on the path under test may follow the
+        // reference's.
+        #[cfg(test)]
+        let inputs = group;
         nearest_levels(&mut group, cb);
+        #[cfg(test)]
+        crate::level_log::observe(crate::level_log::Quantizer::Cq, &inputs, &mut group);
         let norm = f16::from_f32(norm).to_f32();
         group.iter_mut().for_each(|v| *v *= norm);
         walsh_row(&mut group);

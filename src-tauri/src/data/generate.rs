@@ -1,21 +1,26 @@
 //! More examples for the chosen dataset, from the app: `needle generate-data --augment DATA --events
 //! jsonl` in the worker, its progress passed on, Cancel keeping what arrived (a second Cancel ends
-//! the worker), and the new rows read back from the written file. The key reaches the worker through
-//! its environment ([`crate::secrets`]). One generation at a time.
+//! the worker), and the new rows read back from the written file; when asked, an acceptance suite
+//! for the same tools after them (`--suite`, or the suite alone with no new rows), which Evaluate's
+//! Acceptance section is offered. The key reaches the worker through its environment
+//! ([`crate::secrets`]). One generation at a time.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use needle_engine::generate::{self, DEFAULT_BATCH_SIZE, DEFAULT_ENDPOINT, DEFAULT_MODEL, DEFAULT_NUM_SAMPLES};
+use needle_engine::generate::{
+    self, DEFAULT_BATCH_SIZE, DEFAULT_ENDPOINT, DEFAULT_MODEL, DEFAULT_NUM_SAMPLES, DEFAULT_SUITE_CASES,
+};
+use needle_engine::suite::Category;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tauri::ipc::Channel;
 
 use crate::ground::{ending_in, lock};
 use crate::secrets::keys::{KeySource, Keys};
-use crate::worker::job::Job;
+use crate::worker::job::{Job, SuiteOut};
 use crate::worker::process::{CancelAnswer, Exit, Line, Process, Watcher, Worker};
 
 /// How many of the new rows the window is shown (the file has them all).
@@ -23,6 +28,10 @@ const SHOWN_ROWS: usize = 50;
 
 /// The most rows one generation may ask for.
 const MAX_COUNT: usize = 100_000;
+
+/// The most cases one suite may ask for: a bound against a slip of the keyboard (upstream's suites
+/// have 32, and the LLM is asked a few times at most).
+const MAX_SUITE_CASES: usize = 1_000;
 
 /// What the window sends: each field as typed.
 #[derive(Debug, Clone, Deserialize)]
@@ -39,12 +48,23 @@ pub struct GenerateRequest {
     /// The share of the new rows that must get no call (0.3 for 30%) [default, empty: the LLM's own mix].
     #[serde(default)]
     pub negative_share: String,
+    /// Also write an acceptance suite for the same tools (with a count of 0, the suite alone).
+    #[serde(default)]
+    pub suite: bool,
+    /// Where the suite goes [default, empty: beside the output, as `OUT.suite.json`].
+    #[serde(default)]
+    pub suite_path: PathBuf,
+    /// Cases in the suite [default, empty: upstream's 32].
+    #[serde(default)]
+    pub suite_cases: String,
 }
 
 /// What the Generate form starts with.
 #[derive(Debug, Clone, Serialize)]
 pub struct GenerateSetup {
     pub count: usize,
+    /// Cases in a suite, as upstream's.
+    pub suite_cases: usize,
     pub model: &'static str,
     /// The endpoint used when the field is left empty.
     pub endpoint: String,
@@ -65,11 +85,49 @@ pub enum GenerationState {
         rejected: BTreeMap<String, usize>,
         /// Cancel was pressed: what arrived is being written.
         stopping: bool,
+        /// The suite's cases so far, once the rows are written and the suite is being asked for.
+        suite: Option<SuiteProgress>,
     },
-    Written(Box<Written>),
+    Written(Box<Outcome>),
     Failed {
         message: String,
     },
+}
+
+/// What a generation wrote: the rows, the suite, or both.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Outcome {
+    /// The dataset's file (its rows, then the new ones); none when the suite alone was asked for.
+    pub data: Option<Written>,
+    /// The acceptance suite, where one was asked for and written.
+    pub suite: Option<SuiteWritten>,
+    /// Why the suite asked for was not written, where the rows were.
+    pub suite_failed: Option<String>,
+}
+
+/// The suite's cases so far (the worker's `suite_progress` line).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SuiteProgress {
+    pub cases: usize,
+    pub wanted: usize,
+    pub failed_requests: usize,
+    /// Cases not kept so far, by reason (`ungrounded`, `repeated_query`, ...).
+    pub rejected: BTreeMap<String, usize>,
+}
+
+/// The suite is written (the worker's `suite_written` line).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SuiteWritten {
+    pub path: PathBuf,
+    pub cases: usize,
+    /// Cases asked for and written, per category (no invalid one asked for when no tool has an enum
+    /// or a bound).
+    pub wanted: BTreeMap<Category, usize>,
+    pub written: BTreeMap<Category, usize>,
+    pub failed_requests: usize,
+    pub rejected: BTreeMap<String, usize>,
+    /// Stopped by Cancel before the suite was whole.
+    pub cancelled: bool,
 }
 
 /// The file is written: the originals, then the new rows.
@@ -101,14 +159,16 @@ pub enum GenerateMessage {
     Finished { state: GenerationState },
 }
 
-/// The worker's `--events jsonl` lines (`needle_engine::generate::GenerateEvent`, then the CLI's
-/// `written`).
+/// The worker's `--events jsonl` lines (`needle_engine::generate::GenerateEvent`, the CLI's `written`,
+/// then with a suite the engine's `suite_progress` and the CLI's `suite_written`).
 #[derive(Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 enum Printed {
     Progress { generated: usize, wanted: usize, failed_requests: usize, rejected: BTreeMap<String, usize> },
     RequestFailed { message: String },
     Written(Box<Written>),
+    SuiteProgress(SuiteProgress),
+    SuiteWritten(Box<SuiteWritten>),
 }
 
 /// The one generation slot: its state and its worker.
@@ -139,17 +199,12 @@ impl Generations {
         }
     }
 
-    fn update(&self, state: GenerationState) -> GenerationState {
+    /// The generation's state after `change` (a running one's `stopping` is Cancel's to set).
+    fn update(&self, change: impl FnOnce(&mut GenerationState)) -> GenerationState {
         let mut slot = lock(&self.0);
-        let stopping = matches!(slot.state, Some(GenerationState::Running { stopping: true, .. }));
-        let state = match state {
-            GenerationState::Running { generated, wanted, failed_requests, rejected, .. } => {
-                GenerationState::Running { generated, wanted, failed_requests, rejected, stopping }
-            }
-            other => other,
-        };
-        slot.state = Some(state.clone());
-        state
+        let state = slot.state.get_or_insert(GenerationState::Idle);
+        change(state);
+        state.clone()
     }
 
     fn finish(&self, state: GenerationState) {
@@ -168,6 +223,7 @@ pub fn setup(key: &Keys, generations: &Generations) -> GenerateSetup {
         .unwrap_or(DEFAULT_ENDPOINT.into());
     GenerateSetup {
         count: DEFAULT_NUM_SAMPLES,
+        suite_cases: DEFAULT_SUITE_CASES,
         model: DEFAULT_MODEL,
         endpoint,
         key: key.source(),
@@ -184,6 +240,39 @@ pub fn output_path(dataset: &Path, output: &Path) -> PathBuf {
     ending_in(output, "jsonl")
 }
 
+/// The suite file as the window names it: its choice (always a `.json`), else beside the rows'
+/// file `output` as `OUT.suite.json` (never the dataset's own name: a suite hand-made for it, as the
+/// bundled example's, may lie beside it).
+fn suite_path(output: &Path, typed: &Path) -> PathBuf {
+    if typed.as_os_str().is_empty() {
+        return output.with_extension("suite.json");
+    }
+    ending_in(typed, "json")
+}
+
+/// The count of new rows as typed: from 1, or from 0 when a suite is asked for (the suite alone).
+fn count(typed: &str, suite: bool) -> Result<usize, String> {
+    let least = usize::from(!suite);
+    match typed.trim().parse() {
+        Ok(count) if (least..=MAX_COUNT).contains(&count) => Ok(count),
+        _ if suite => Err(format!("Count: a whole number from 0 (the suite alone) to {MAX_COUNT}")),
+        _ => Err(format!("Count: a whole number from 1 to {MAX_COUNT} (0 with a suite ticked: the suite alone)")),
+    }
+}
+
+/// The suite's cases as typed: empty for upstream's size, else a whole number from 1.
+fn suite_cases(typed: &str) -> Result<usize, String> {
+    let typed = typed.trim();
+    if typed.is_empty() {
+        return Ok(DEFAULT_SUITE_CASES);
+    }
+    typed
+        .parse()
+        .ok()
+        .filter(|n| (1..=MAX_SUITE_CASES).contains(n))
+        .ok_or_else(|| format!("Suite cases: a whole number from 1 to {MAX_SUITE_CASES} (upstream's suites have 32)"))
+}
+
 /// The no-call share as typed: empty for none, else a number from 0 to 1.
 fn negative_share(typed: &str) -> Result<Option<f64>, String> {
     let typed = typed.trim();
@@ -196,7 +285,46 @@ fn negative_share(typed: &str) -> Result<Option<f64>, String> {
     }
 }
 
-/// Starts writing `request.count` more rows of `request.dataset`; the outcome comes on `channel`.
+/// A generation as asked: the worker's job, the new rows it wants and the suite's cases, if any.
+struct Asked {
+    job: Job,
+    count: usize,
+    suite_cases: Option<usize>,
+}
+
+/// What `request` asks of the worker, each field checked; a field that does not read is named.
+fn asked(request: &GenerateRequest) -> Result<Asked, String> {
+    let count = count(&request.count, request.suite)?;
+    let negative_share = negative_share(&request.negative_share)?;
+    let suite_cases = request.suite.then(|| suite_cases(&request.suite_cases)).transpose()?;
+    if request.dataset.as_os_str().is_empty() {
+        return Err("choose a dataset first: its tools are what the new examples call".into());
+    }
+    let output = output_path(&request.dataset, &request.output);
+    let suite = suite_cases.map(|cases| SuiteOut { path: suite_path(&output, &request.suite_path), cases });
+    let model = Some(request.model.trim()).filter(|m| !m.is_empty()).unwrap_or(DEFAULT_MODEL);
+    let job = Job::Generate {
+        dataset: request.dataset.clone(),
+        count,
+        // A few rows are asked for in batches of that few: no request writes rows nobody keeps, and
+        // the bar moves with each reply. (No rows, the suite alone: the batch is never asked.)
+        batch_size: DEFAULT_BATCH_SIZE.min(count.max(1)),
+        negative_share,
+        model: model.into(),
+        endpoint: Some(request.endpoint.trim()).filter(|url| !url.is_empty()).map(Into::into),
+        output,
+        suite,
+    };
+    Ok(Asked { job, count, suite_cases })
+}
+
+/// A suite none of whose cases has arrived yet.
+fn suite_begun(wanted: usize) -> SuiteProgress {
+    SuiteProgress { cases: 0, wanted, failed_requests: 0, rejected: BTreeMap::new() }
+}
+
+/// Starts writing `request.count` more rows of `request.dataset`, then the suite when one is asked
+/// for; the outcome comes on `channel`.
 pub fn start(
     worker: &Worker,
     key: &Keys,
@@ -204,30 +332,7 @@ pub fn start(
     request: &GenerateRequest,
     channel: Channel<GenerateMessage>,
 ) -> Result<(), String> {
-    let count: usize = request
-        .count
-        .trim()
-        .parse()
-        .ok()
-        .filter(|n| (1..=MAX_COUNT).contains(n))
-        .ok_or_else(|| format!("Count: a whole number from 1 to {MAX_COUNT}"))?;
-    let negative_share = negative_share(&request.negative_share)?;
-    if request.dataset.as_os_str().is_empty() {
-        return Err("choose a dataset first: its tools are what the new examples call".into());
-    }
-    let output = output_path(&request.dataset, &request.output);
-    let model = Some(request.model.trim()).filter(|m| !m.is_empty()).unwrap_or(DEFAULT_MODEL);
-    let job = Job::Generate {
-        dataset: request.dataset.clone(),
-        count,
-        // A few rows are asked for in batches of that few: no request writes rows nobody keeps, and
-        // the bar moves with each reply.
-        batch_size: DEFAULT_BATCH_SIZE.min(count),
-        negative_share,
-        model: model.into(),
-        endpoint: Some(request.endpoint.trim()).filter(|url| !url.is_empty()).map(Into::into),
-        output,
-    };
+    let Asked { job, count, suite_cases } = asked(request)?;
     let env = key.worker_env();
     let env: Vec<(&str, Option<&str>)> = env.iter().map(|(name, value)| (*name, value.as_deref())).collect();
 
@@ -241,8 +346,11 @@ pub fn start(
         failed_requests: 0,
         rejected: BTreeMap::new(),
         stopping: false,
+        // No rows asked for: the suite is asked for at once.
+        suite: suite_cases.filter(|_| count == 0).map(suite_begun),
     };
-    let watcher = GenerateWatcher { generations: Arc::clone(generations), channel, written: None };
+    let watcher =
+        GenerateWatcher { generations: Arc::clone(generations), channel, suite_cases, written: None, suite: None };
     // Spawned under the slot's lock: the watcher's first update waits until the process is in the slot.
     let process = worker.spawn_with_env(&job, &env, watcher)?;
     *slot = Slot { state: Some(running), process: Some(process) };
@@ -252,37 +360,50 @@ pub fn start(
 struct GenerateWatcher {
     generations: Arc<Generations>,
     channel: Channel<GenerateMessage>,
+    /// The suite's cases asked for, where a suite was.
+    suite_cases: Option<usize>,
     written: Option<Box<Written>>,
+    suite: Option<Box<SuiteWritten>>,
 }
 
 impl Watcher for GenerateWatcher {
     fn line(&mut self, line: Line) {
         // Stderr only matters if the worker fails; `Exit` keeps its tail.
         let Line::Stdout(text) = line else { return };
-        match serde_json::from_str::<Printed>(&text) {
-            Ok(Printed::Progress { generated, wanted, failed_requests, rejected }) => {
-                let running =
-                    GenerationState::Running { generated, wanted, failed_requests, rejected, stopping: false };
-                let state = self.generations.update(running);
+        let Ok(printed) = serde_json::from_str::<Printed>(&text) else { return };
+        match printed {
+            Printed::RequestFailed { message } => self.send(GenerateMessage::RequestFailed { message }),
+            Printed::Written(written) => {
+                // The rows are written; the suite, when one was asked for, is asked for next.
+                if let Some(cases) = self.suite_cases.filter(|_| !written.cancelled) {
+                    self.progress(|suite| *suite = Some(suite_begun(cases)));
+                }
+                self.written = Some(written);
+            }
+            Printed::SuiteWritten(suite) => self.suite = Some(suite),
+            Printed::Progress { generated, wanted, failed_requests, rejected } => {
+                let state = self.generations.update(|state| {
+                    if let GenerationState::Running {
+                        generated: g, wanted: w, failed_requests: f, rejected: r, ..
+                    } = state
+                    {
+                        (*g, *w, *f, *r) = (generated, wanted, failed_requests, rejected);
+                    }
+                });
                 self.send(GenerateMessage::Progress { state });
             }
-            Ok(Printed::RequestFailed { message }) => self.send(GenerateMessage::RequestFailed { message }),
-            Ok(Printed::Written(written)) => self.written = Some(written),
-            Err(_) => {}
+            Printed::SuiteProgress(progress) => self.progress(|suite| *suite = Some(progress)),
         }
     }
 
     fn exit(mut self, exit: Exit) {
-        let state = match self.written.take() {
-            Some(mut written) => {
-                written.rows = new_rows(&written.path, written.written.saturating_sub(written.generated));
-                GenerationState::Written(written)
-            }
-            None if exit.killed => GenerationState::Failed {
-                message: "generation was ended by a second Cancel; nothing was written".into(),
-            },
-            None => GenerationState::Failed { message: exit.describe("the generation worker") },
-        };
+        let data = self.written.take().map(|mut written| {
+            written.rows = new_rows(&written.path, written.written.saturating_sub(written.generated));
+            *written
+        });
+        let failure =
+            |what: &str| if exit.killed { format!("{what} was ended by a second Cancel") } else { exit.describe(what) };
+        let state = outcome(data, self.suite.take().map(|suite| *suite), self.suite_cases.is_some(), failure);
         self.generations.finish(state.clone());
         self.send(GenerateMessage::Finished { state });
     }
@@ -293,6 +414,37 @@ impl GenerateWatcher {
         // A closed window drops its channel; the file is written all the same.
         let _ = self.channel.send(message);
     }
+
+    /// The suite's progress changed: the window hears the running state.
+    fn progress(&self, change: impl FnOnce(&mut Option<SuiteProgress>)) {
+        let state = self.generations.update(|state| {
+            if let GenerationState::Running { suite, .. } = state {
+                change(suite);
+            }
+        });
+        self.send(GenerateMessage::Progress { state });
+    }
+}
+
+/// How a generation ended: what it wrote, or, where it wrote nothing, why (`failure` says why the
+/// worker stopped, of what it names). A suite asked for and not written, after the rows were, says
+/// why beside them.
+fn outcome(
+    data: Option<Written>,
+    suite: Option<SuiteWritten>,
+    suite_asked: bool,
+    failure: impl Fn(&str) -> String,
+) -> GenerationState {
+    if data.is_none() && suite.is_none() {
+        return GenerationState::Failed {
+            message: format!("{}; nothing was written", failure("the generation worker")),
+        };
+    }
+    let suite_failed = (suite_asked && suite.is_none()).then(|| match &data {
+        Some(data) if data.cancelled => "no suite was written: Cancel stopped the generation".into(),
+        _ => failure("the suite's generation"),
+    });
+    GenerationState::Written(Box::new(Outcome { data, suite, suite_failed }))
 }
 
 /// The first [`SHOWN_ROWS`] rows of `path` after its first `originals` lines: the new ones.
@@ -310,4 +462,107 @@ fn new_rows(path: &Path, originals: usize) -> Vec<Value> {
         line.clear();
     }
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(count: &str, suite: bool) -> GenerateRequest {
+        GenerateRequest {
+            dataset: "/data/smart_home.jsonl".into(),
+            output: PathBuf::new(),
+            count: count.into(),
+            model: String::new(),
+            endpoint: String::new(),
+            negative_share: String::new(),
+            suite,
+            suite_path: PathBuf::new(),
+            suite_cases: String::new(),
+        }
+    }
+
+    /// The rows and the suite the worker is asked for.
+    fn asks(request: &GenerateRequest) -> Result<(usize, Option<SuiteOut>), String> {
+        match asked(request)?.job {
+            Job::Generate { count, suite, .. } => Ok((count, suite)),
+            other => panic!("a generation asked for {other:?}"),
+        }
+    }
+
+    #[test]
+    fn no_new_rows_are_the_suite_alone_and_without_a_suite_an_error_naming_the_count() {
+        let alone = asks(&request("0", true)).unwrap();
+        let beside = PathBuf::from("/data/smart_home.augmented.suite.json");
+        assert_eq!(alone, (0, Some(SuiteOut { path: beside, cases: DEFAULT_SUITE_CASES })));
+        let error = asks(&request("0", false)).unwrap_err();
+        assert!(error.starts_with("Count:") && error.contains("suite alone"), "{error}");
+        assert_eq!(asks(&request(" 6 ", false)).unwrap(), (6, None));
+        for typed in ["-1", "six", "100001"] {
+            for suite in [false, true] {
+                let error = asks(&request(typed, suite)).unwrap_err();
+                assert!(error.starts_with("Count:"), "{typed}: {error}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_suite_goes_beside_the_rows_file_unless_chosen_and_its_cases_are_checked() {
+        let chosen = GenerateRequest {
+            output: "/out/more".into(),
+            suite_path: "/suites/home".into(),
+            suite_cases: "8".into(),
+            ..request("6", true)
+        };
+        let (_, suite) = asks(&chosen).unwrap();
+        assert_eq!(suite, Some(SuiteOut { path: "/suites/home.json".into(), cases: 8 }), "a .json, as chosen");
+        let beside = GenerateRequest { output: "/out/more.jsonl".into(), ..request("6", true) };
+        assert_eq!(asks(&beside).unwrap().1.map(|suite| suite.path), Some("/out/more.suite.json".into()));
+        for typed in ["0", "x", "1001"] {
+            let error = asks(&GenerateRequest { suite_cases: typed.into(), ..request("6", true) }).unwrap_err();
+            assert!(error.starts_with("Suite cases:"), "{typed}: {error}");
+        }
+        // Unticked, the suite's fields are not read.
+        let unticked = GenerateRequest { suite_cases: "x".into(), ..request("6", false) };
+        assert_eq!(asks(&unticked).unwrap(), (6, None));
+    }
+
+    /// The worker's last lines for rows and a suite, as `needle generate-data --events jsonl` prints them.
+    fn printed() -> (Written, SuiteWritten) {
+        let rows = r#"{"event":"written","path":"/d/more.jsonl","written":30,"generated":6,"wanted":6,
+            "failed_requests":0,"rejected":{},"advice":{},"cancelled":false}"#;
+        let suite = r#"{"event":"suite_written","path":"/d/more.suite.json","cases":3,
+            "wanted":{"positive":2,"missing":1},"written":{"positive":2,"missing":1},"failed_requests":0,
+            "rejected":{"ungrounded":1},"cancelled":false}"#;
+        match (serde_json::from_str(rows), serde_json::from_str(suite)) {
+            (Ok(Printed::Written(rows)), Ok(Printed::SuiteWritten(suite))) => (*rows, *suite),
+            _ => panic!("the worker's lines are not read as written rows and suite"),
+        }
+    }
+
+    #[test]
+    fn the_outcome_holds_what_was_written_and_why_a_suite_was_not() {
+        let (rows, suite) = printed();
+        assert_eq!(suite.written.get(&Category::Missing), Some(&1));
+        let failure = |what: &str| format!("{what} failed");
+        let outcome = |data: Option<Written>, suite: Option<SuiteWritten>, asked| match super::outcome(
+            data, suite, asked, failure,
+        ) {
+            GenerationState::Written(outcome) => Ok(*outcome),
+            GenerationState::Failed { message } => Err(message),
+            other => panic!("a generation ended {other:?}"),
+        };
+        let both = outcome(Some(rows.clone()), Some(suite.clone()), true).unwrap();
+        assert_eq!((both.data.as_ref(), both.suite.as_ref(), both.suite_failed), (Some(&rows), Some(&suite), None));
+        let alone = outcome(None, Some(suite.clone()), true).unwrap();
+        assert!(alone.data.is_none() && alone.suite.is_some());
+        let broke = outcome(Some(rows.clone()), None, true).unwrap();
+        assert_eq!(broke.suite_failed.as_deref(), Some("the suite's generation failed"));
+        let cancelled = Written { cancelled: true, ..rows.clone() };
+        let stopped = outcome(Some(cancelled), None, true).unwrap();
+        assert!(stopped.suite_failed.is_some_and(|why| why.contains("Cancel")));
+        assert_eq!(outcome(Some(rows), None, false).unwrap().suite_failed, None, "no suite was asked for");
+        let nothing = outcome(None, None, true).unwrap_err();
+        assert_eq!(nothing, "the generation worker failed; nothing was written");
+    }
 }

@@ -27,6 +27,13 @@ pub struct Finetune {
     pub adapter: PathBuf,
 }
 
+/// Where `needle generate-data --suite` writes its suite, and how many cases it holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SuiteOut {
+    pub path: PathBuf,
+    pub cases: usize,
+}
+
 /// One piece of work for the worker.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Job {
@@ -60,7 +67,8 @@ pub enum Job {
         examples: usize,
     },
     /// `needle generate-data --augment`: `count` more rows of a dataset, in requests of `batch_size`,
-    /// written after its own to `output`.
+    /// written after its own to `output`; with `suite`, an acceptance suite for the same tools too
+    /// (`count` 0: the suite alone).
     Generate {
         dataset: PathBuf,
         count: usize,
@@ -70,6 +78,7 @@ pub enum Job {
         model: String,
         endpoint: Option<String>,
         output: PathBuf,
+        suite: Option<SuiteOut>,
     },
     /// `needle data`: the dataset's report, its lines read as `generation` reads them.
     Report { dataset: PathBuf, tokenizer: PathBuf, max_len: usize, generation: Generation },
@@ -127,15 +136,16 @@ impl Job {
                 ladder: LadderArgs { ladder: true, rungs: Vec::new(), events: Some(EventFormat::Jsonl) },
                 ..held_out(checkpoint, adapter, tokenizer, dataset, settings, *examples)
             }),
-            Job::Generate { dataset, count, batch_size, negative_share, model, endpoint, output } => {
+            Job::Generate { dataset, count, batch_size, negative_share, model, endpoint, output, suite } => {
                 Command::GenerateData(args::GenerateData {
                     tools: None,
                     augment: Some(dataset.clone()),
                     num_samples: *count,
                     negative_share: *negative_share,
                     parallel_share: None,
-                    suite: None,
-                    suite_cases: DEFAULT_SUITE_CASES,
+                    suite: suite.as_ref().map(|suite| suite.path.clone()),
+                    // The CLI takes a count only with a suite.
+                    suite_cases: suite.as_ref().map_or(DEFAULT_SUITE_CASES, |suite| suite.cases),
                     batch_size: *batch_size,
                     workers: DEFAULT_WORKERS,
                     llm: Llm { model: model.clone(), endpoint: endpoint.clone(), timeout: DEFAULT_TIMEOUT_S },
@@ -389,6 +399,17 @@ mod tests {
                 model: "stub/model".into(),
                 endpoint: Some("http://127.0.0.1:9/v1/chat/completions".into()),
                 output: "/data/more.jsonl".into(),
+                suite: None,
+            },
+            Job::Generate {
+                dataset: "/data/smart_home.jsonl".into(),
+                count: 0,
+                batch_size: 1,
+                negative_share: None,
+                model: "stub/model".into(),
+                endpoint: None,
+                output: "/data/smart_home.augmented.jsonl".into(),
+                suite: Some(SuiteOut { path: "/data/-smart home.suite.json".into(), cases: 8 }),
             },
             Job::Report {
                 dataset: "/data/smart_home.jsonl".into(),
@@ -447,5 +468,35 @@ mod tests {
         assert!(argv.contains(&"--dry-run".into()) && argv.contains(&"--lr=0.002".into()), "{argv:?}");
         assert_eq!(argv[0], "finetune");
         assert_eq!(argv[argv.len() - 2..], ["--", "/data/-smart home.jsonl"]);
+    }
+
+    #[test]
+    fn a_generation_asks_for_a_suite_only_when_it_has_one() {
+        let generate = |count, suite| Job::Generate {
+            dataset: "/data/smart_home.jsonl".into(),
+            count,
+            batch_size: 6,
+            negative_share: None,
+            model: "stub/model".into(),
+            endpoint: None,
+            output: "/data/more.jsonl".into(),
+            suite,
+        };
+        let written = |job: Job| -> Vec<String> {
+            job.argv().unwrap().iter().map(|arg| arg.to_string_lossy().into_owned()).collect()
+        };
+        let rows = written(generate(6, None));
+        assert!(rows.contains(&"--num-samples=6".into()), "{rows:?}");
+        assert!(!rows.iter().any(|arg| arg.starts_with("--suite")), "no suite was asked for: {rows:?}");
+        let suite = SuiteOut { path: "/data/more.suite.json".into(), cases: 8 };
+        let both = written(generate(0, Some(suite)));
+        for expected in ["--num-samples=0", "--suite=/data/more.suite.json", "--suite-cases=8", "--events=jsonl"] {
+            assert!(both.contains(&expected.into()), "{expected} missing from {both:?}");
+        }
+        // Upstream's size is the CLI's default, so it is left to the CLI.
+        let upstream = SuiteOut { path: "/data/more.suite.json".into(), cases: DEFAULT_SUITE_CASES };
+        let upstream = written(generate(6, Some(upstream)));
+        assert!(upstream.contains(&"--suite=/data/more.suite.json".into()), "{upstream:?}");
+        assert!(!upstream.iter().any(|arg| arg.starts_with("--suite-cases")), "{upstream:?}");
     }
 }

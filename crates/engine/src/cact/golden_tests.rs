@@ -14,12 +14,14 @@ use std::path::{Path, PathBuf};
 use half::f16;
 
 use super::format::header_len;
+use super::layout::HEADS_MANIFEST;
 use super::{build_cact, export, Bits, BitsChoice, CactFile, ExportEvent, ExportOptions, TensorKind};
 use crate::checkpoint::{Checkpoint, DType, NdArray, PickledAdapter};
 use crate::confidence::{companion_path, Calibration, ConfidenceHead, Reading, TrainedHead};
 use crate::config::ModelConfig;
 use crate::generation::Generation;
-use crate::lora::{load_adapter, merge_into_checkpoint};
+use crate::lora::{load_adapter, merge_into_checkpoint, save_adapter, AdapterMeta, Lora};
+use crate::model::Params;
 use crate::quant::{cq_split, header_codebooks};
 use crate::tokenizer::Tokenizer;
 
@@ -37,9 +39,17 @@ fn ulp_distance(a: f16, b: f16) -> u16 {
 /// Compares our image with the golden one; `label` names the case in failures.
 fn assert_agrees(ours: &CactFile, gold: &CactFile, label: &str) {
     assert_eq!(ours.preamble(), gold.preamble(), "{label}: header/codebooks/directory differ");
+    assert_blobs_agree(ours, gold, (0..gold.records.len()).map(|i| (i, i)), label);
+}
+
+/// Compares the blobs of our records with the golden ones they are paired with (`(ours, gold)`
+/// indices): FP16, FP32 and RAW byte for byte, CQ as [`assert_agrees`] allows.
+fn assert_blobs_agree(ours: &CactFile, gold: &CactFile, pairs: impl Iterator<Item = (usize, usize)>, label: &str) {
     let (mut same, mut total) = (0usize, 0usize);
-    for (i, r) in gold.records.iter().enumerate() {
-        let (a, b) = (ours.blob(i).unwrap(), gold.blob(i).unwrap());
+    for (o, g) in pairs {
+        let r = &gold.records[g];
+        assert_eq!((&ours.records[o].name, ours.records[o].kind), (&r.name, r.kind), "{label}: records differ");
+        let (a, b) = (ours.blob(o).unwrap(), gold.blob(g).unwrap());
         match r.kind {
             TensorKind::Cq(bits) => {
                 let (out, in_dim) = (r.shape[0] as usize, r.shape[1] as usize);
@@ -201,6 +211,109 @@ fn a_head_fitted_to_another_shape_is_refused_by_name() {
     let err = export(&options, drop).unwrap_err().to_string();
     assert!(err.contains("adapter.safetensors.head.safetensors") && err.contains("does not fit"), "{err}");
     assert!(!options.out.exists(), "nothing written");
+}
+
+/// The adapter Needle Studio's writer writes for the Needle 3 build fixture, and 3.2.8's own
+/// `needle build --lora` of it (`build_main`, run by make_needle3_fixtures.py's
+/// `make_studio_adapter_build_golden` with our trained head's companion file beside the adapter,
+/// which 3.2.8 must ignore).
+const STUDIO_ADAPTER: &str = "golden/needle3_heads/studio_adapter.safetensors";
+const STUDIO_LORA_CACT: &str = "golden/needle3_heads/studio_lora.cact";
+/// Set, the adapter test writes [`STUDIO_ADAPTER`] anew before comparing (then run
+/// `regen.sh --needle3` for 3.2.8's build of it).
+const WRITE_STUDIO_ADAPTER: &str = "NEEDLE_WRITE_STUDIO_ADAPTER";
+
+/// Writes to `path`, with `save_adapter` (what `needle finetune` saves with), an adapter of rank 4
+/// and alpha 8 for the Needle 3 build fixture: a factor for every target `Lora::init` finds, each
+/// of the shape it gives, the values a fixed integer pattern scaled into [-0.25, 0.25] for A and
+/// [-0.05, 0.05] for B — no random generator, whose stream may change with the crate's version,
+/// and no transcendental function, which may round differently on another platform, so that only
+/// the writer decides the bytes. Every B is nonzero, so the merge moves every adapted weight.
+fn write_studio_adapter(path: &Path) {
+    let ckpt = Checkpoint::load(&fixture("models/needle3_heads.safetensors")).unwrap();
+    let params = Params::from_checkpoint(&ckpt, &candle_core::Device::Cpu).unwrap();
+    let (rank, alpha) = (4, 8.0);
+    let pattern = |like: &candle_core::Tensor, seed: usize, size: f32| {
+        let values = (0..like.elem_count()).map(|i| ((i * 7919 + seed * 104_729) % 2001) as f32 / 1000.0 - 1.0);
+        candle_core::Tensor::from_vec(values.map(|v| v * size).collect(), like.dims(), &candle_core::Device::Cpu)
+            .unwrap()
+    };
+    let shapes = Lora::init(&params, rank, alpha, 0).unwrap();
+    let factors = shapes.factors.iter().enumerate().map(|(k, factor)| {
+        let (a, b) = (factor.stacked_a().unwrap(), factor.stacked_b().unwrap());
+        (factor.path.clone(), pattern(&a, 2 * k, 0.25), pattern(&b, 2 * k + 1, 0.05))
+    });
+    let lora = Lora::from_factors(&params, rank, alpha, factors.collect::<Vec<_>>()).unwrap();
+    let meta = AdapterMeta {
+        base: "needle3_heads.safetensors".into(),
+        partial: false,
+        generation: Generation::Needle3,
+        seed: 0,
+    };
+    save_adapter(path, &lora, &meta).unwrap();
+}
+
+/// A safetensors file's header, read as JSON, and the tensor bytes after it.
+fn header_and_data(bytes: &[u8]) -> (serde_json::Value, &[u8]) {
+    let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    (serde_json::from_slice(&bytes[8..8 + len]).unwrap(), &bytes[8 + len..])
+}
+
+#[test]
+fn our_writer_writes_the_adapter_3_2_8_builds_from() {
+    // Tensor for tensor and field for field: every tensor's name, dtype, shape and offsets and every
+    // metadata field the same, and the tensor bytes byte for byte. Not the header's bytes: the
+    // writer hands the safetensors crate its metadata in a HashMap, whose order (so the order of
+    // the header's JSON keys) changes from one run to the next.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("adapter.safetensors");
+    write_studio_adapter(&path);
+    if std::env::var_os(WRITE_STUDIO_ADAPTER).is_some() {
+        std::fs::copy(&path, fixture(STUDIO_ADAPTER)).unwrap();
+    }
+    let (ours, golden) = (std::fs::read(&path).unwrap(), std::fs::read(fixture(STUDIO_ADAPTER)).unwrap());
+    let again = "if it changed on purpose, write it again with NEEDLE_WRITE_STUDIO_ADAPTER=1 and rebuild 3.2.8's \
+                 build of it with `regen.sh --needle3`";
+    let ((ours_header, ours_data), (golden_header, golden_data)) = (header_and_data(&ours), header_and_data(&golden));
+    assert_eq!(ours_header, golden_header, "our writer no longer writes {STUDIO_ADAPTER}'s header; {again}");
+    assert!(ours_data == golden_data, "our writer no longer writes {STUDIO_ADAPTER}'s tensors; {again}");
+    assert_eq!(ours.len(), golden.len());
+}
+
+#[test]
+fn needle_build_of_our_adapter_is_3_2_8s_build_of_it_with_the_trained_head_added() {
+    // 3.2.8 built the golden from our adapter with the trained head's companion file beside it:
+    // it read the adapter, ignored the companion and dropped the base's confidence head. Ours,
+    // without the companion, writes the same archive; with it, the same records and the head.
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = dir.path().join("adapter.safetensors");
+    std::fs::copy(fixture(STUDIO_ADAPTER), &adapter).unwrap();
+    let options = ExportOptions {
+        checkpoint: fixture("models/needle3_heads.safetensors"),
+        lora: Some(adapter.clone()),
+        tokenizer: fixture("models/tokenizer.model"),
+        bits: None,
+        layers: None,
+        out: dir.path().join("tuned.cact"),
+    };
+    export(&options, drop).unwrap();
+    let gold = CactFile::open(&fixture(STUDIO_LORA_CACT)).unwrap();
+    let ours = CactFile::open(&options.out).unwrap();
+    assert_agrees(&ours, &gold, "needle3_heads/studio_lora");
+    ours.verify().unwrap();
+
+    std::fs::copy(fixture("golden/needle3_heads/trained_head.safetensors"), companion_path(&adapter)).unwrap();
+    export(&options, drop).unwrap();
+    let shipped = CactFile::open(&options.out).unwrap();
+    assert_eq!(gold.probe_heads(), ["embedding_head", "router_head"], "3.2.8 dropped the confidence head");
+    assert_eq!(shipped.probe_heads(), ["embedding_head", "confidence_head", "router_head"]);
+    // Every record of 3.2.8's build but the manifest, which lists one head more in ours.
+    let pairs = (gold.records.iter().enumerate()).filter(|(_, r)| r.name != HEADS_MANIFEST).map(|(g, r)| {
+        let o = shipped.records.iter().position(|o| o.name == r.name).unwrap_or_else(|| panic!("no {}", r.name));
+        (o, g)
+    });
+    assert_blobs_agree(&shipped, &gold, pairs, "needle3_heads/studio_lora with the head");
+    shipped.verify().unwrap();
 }
 
 /// How many bytes of two archives of one length differ.

@@ -3,16 +3,18 @@
 //!
 //! The inverse of the writer's layout: CQ kernels are `[out, in]` and go back to `[in, out]`, the
 //! per-layer tensors are stacked on a leading layer axis again, the mHC phi rows are regrouped per
-//! lane, and the engram tables regain their `[tables, slots, sub_dim]` shape.
+//! lane, and the engram tables regain their `[tables, slots, sub_dim]` shape. The confidence head
+//! a file carries is read back the same way ([`CactFile::confidence_head`]).
 
 use std::collections::BTreeMap;
 
 use candle_core::{Device, Tensor};
 
 use super::layout::{
-    engram_name, layer_name, LayerStore, ENGRAM_TENSORS, FINAL_NORM, MHC_FP16_TENSORS, MHC_PHI_TENSORS,
+    engram_name, layer_name, HeadSource, LayerStore, ENGRAM_TENSORS, FINAL_NORM, MHC_FP16_TENSORS, MHC_PHI_TENSORS,
 };
 use crate::cact::reader::CactFile;
+use crate::confidence::head::{ConfidenceHead, KEY};
 use crate::config::ModelConfig;
 use crate::model::{ModelError, Params};
 
@@ -39,17 +41,8 @@ impl CactFile {
             self.records.iter().enumerate().map(|(i, r)| (r.name.as_str(), i)).collect();
         let tensor = |name: &str| -> Result<Tensor, WeightsError> {
             let &index = by_name.get(name).ok_or_else(|| WeightsError::Missing(name.into()))?;
-            let problem = |problem: String| WeightsError::Tensor { name: name.into(), problem };
-            let values = self
-                .values(index)
-                .ok_or_else(|| problem("it holds raw bytes".into()))?
-                .map_err(|e| problem(e.to_string()))?;
-            let shape: Vec<usize> = self.records[index].shape.iter().map(|&d| d as usize).collect();
-            Tensor::from_vec(values, shape, device).map_err(|e| problem(e.to_string()))
+            self.decoded(index, device)
         };
-        fn shaped<T>(name: &str, result: candle_core::Result<T>) -> Result<T, WeightsError> {
-            result.map_err(|e| WeightsError::Tensor { name: name.into(), problem: e.to_string() })
-        }
         let h = &self.header;
         let mut params = BTreeMap::new();
         params.insert("embedding/embedding".to_string(), tensor("embedding")?);
@@ -110,6 +103,71 @@ impl CactFile {
             .collect::<Result<BTreeMap<_, _>, WeightsError>>()?;
         Ok(Params::from_tensors(contiguous, device)?)
     }
+
+    /// The confidence head the file carries (the manifest lists code 2), or `None` when it carries
+    /// none (3.2.8's build of an adapter drops it): its tensors as the file stores them — Needle 3's
+    /// probes, queries and projection decoded from their CQ-4 codes, the rest (and all of a Needle 2
+    /// head) widened from FP16 — laid out under the checkpoint's names again and checked against
+    /// the model the header describes. The file records no calibration and no reading: a head built
+    /// by `needle build` from a trained one has its calibration folded into the projection.
+    pub fn confidence_head(&self, device: &Device) -> Result<Option<ConfidenceHead>, WeightsError> {
+        let layout = super::format::layout(self.header.generation);
+        let Some(head) = layout.heads.iter().find(|head| head.key == KEY) else { return Ok(None) };
+        let found = |name: &str| self.records.iter().position(|r| r.name == format!("{KEY}.{name}"));
+        if found("probes").is_none() {
+            return Ok(None);
+        }
+        let config = self.model_config();
+        let mut params = BTreeMap::new();
+        for spec in layout.tensors_of(Some(head)) {
+            let name = format!("{KEY}.{}", spec.name);
+            let index = found(spec.name).ok_or_else(|| WeightsError::Missing(name.clone()))?;
+            let stored = self.decoded(index, device)?;
+            let (path, tensor) = match spec.source {
+                HeadSource::Kernel => ("proj/kernel".to_string(), shaped(&name, stored.t())?),
+                HeadSource::Bias => ("proj/bias".to_string(), stored),
+                // Needle 3's probes are stored as CQ rows `[R·k, d]`, one depth row's k after another.
+                HeadSource::Param if spec.cq && spec.name == "probes" => {
+                    let (rows, d, depths) = (stored.dim(0).unwrap_or(0), config.d_model, config.num_layers + 1);
+                    if rows % depths != 0 {
+                        return Err(WeightsError::Tensor {
+                            name,
+                            problem: format!(
+                                "{rows} probe rows are not a whole number of probes for {depths} depth rows"
+                            ),
+                        });
+                    }
+                    (spec.name.to_string(), shaped(&name, stored.reshape((depths, rows / depths, d)))?)
+                }
+                HeadSource::Param | HeadSource::Calibration(_) => (spec.name.to_string(), stored),
+            };
+            params.insert(format!("{KEY}/{path}"), shaped(&name, tensor.contiguous())?);
+        }
+        let params = Params::from_tensors(params, device)?;
+        ConfidenceHead::load(&config, &params).map_err(|e| WeightsError::Tensor {
+            name: KEY.into(),
+            problem: format!(
+                "it does not fit the model the header describes ({e}); rebuild the file with `needle build`"
+            ),
+        })
+    }
+
+    /// Tensor `index` as f32 in its stored shape (CQ decoded), on `device`.
+    fn decoded(&self, index: usize, device: &Device) -> Result<Tensor, WeightsError> {
+        let name = &self.records[index].name;
+        let problem = |problem: String| WeightsError::Tensor { name: name.clone(), problem };
+        let values = self
+            .values(index)
+            .ok_or_else(|| problem("it holds raw bytes".into()))?
+            .map_err(|e| problem(e.to_string()))?;
+        let shape: Vec<usize> = self.records[index].shape.iter().map(|&d| d as usize).collect();
+        Tensor::from_vec(values, shape, device).map_err(|e| problem(e.to_string()))
+    }
+}
+
+/// A reshaping's error as the tensor's.
+fn shaped<T>(name: &str, result: candle_core::Result<T>) -> Result<T, WeightsError> {
+    result.map_err(|e| WeightsError::Tensor { name: name.into(), problem: e.to_string() })
 }
 
 #[cfg(test)]

@@ -6,7 +6,8 @@
 //! file's, byte for byte, with no second account of the `.cact` layout to keep in step), read back
 //! and run as the Needle engine runs the `.cact` ([`Precision::W4a8`]: its attention projections
 //! and output head from the file's CQ-W4 codes with 8-bit activations on the integer kernels, the
-//! rest as the simulated path computes it), and asked the same held-out examples.
+//! rest as the simulated path computes it), and asked the same held-out examples, each answer read
+//! by the confidence head the rung's file carries (its rows for the kept depths), as it ships.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +21,7 @@ use crate::cact::export::Shipping;
 use crate::cact::ladder::rung;
 use crate::cact::{load_checked, merge_adapter, ExportError};
 use crate::checkpoint::Checkpoint;
+use crate::confidence::TurnHead;
 use crate::dataset::Example;
 use crate::generation::Generation;
 use crate::model::{ModelError, Network};
@@ -179,9 +181,9 @@ impl LadderModel {
         let mut ladder = Ladder { num_layers, examples: examples.len(), rungs: Vec::new() };
         for (index, &layers) in rungs.iter().enumerate() {
             emit(LadderEvent::Rung { layers, index: index + 1, of: rungs.len() });
-            let (network, cact_bytes) = self.built(layers, device)?;
+            let (network, head, cact_bytes) = self.built(layers, device)?;
             let progress = |done, total| emit(LadderEvent::Answered { layers, done, total });
-            let calls = accuracy(&network, None, &self.tokenizer, examples, cancel, progress, |_| {})
+            let calls = accuracy(&network, head.as_ref(), &self.tokenizer, examples, cancel, progress, |_| {})
                 .map_err(|source| LadderScoreError::Answer { layers, source })?;
             if cancel.load(Ordering::Relaxed) {
                 emit(LadderEvent::Cancelled { scored: ladder.rungs.len() });
@@ -196,14 +198,15 @@ impl LadderModel {
     }
 
     /// The rung of depth `layers` as `needle build --layers` writes it, read back and run as the
-    /// `.cact` runs, with the size of its file.
-    fn built(&self, layers: usize, device: &Device) -> Result<(Network, u64), LadderScoreError> {
+    /// `.cact` runs, with the confidence head it carries and the size of its file.
+    fn built(&self, layers: usize, device: &Device) -> Result<(Network, Option<TurnHead>, u64), LadderScoreError> {
         let source = &self.checkpoint.source;
         let mut checkpoint = self.checkpoint.clone();
         rung(&mut checkpoint, Some(layers))
             .map_err(|source| ExportError::Ladder { checkpoint: checkpoint.source.clone(), source })?;
         let (cact, cact_bytes) = in_memory_cact(&checkpoint, &self.tokenizer_blob)?;
-        Ok((cact_network(&cact, source, device, Precision::W4a8)?, cact_bytes))
+        let head = TurnHead::in_cact(&cact, source).map_err(WeightsLoadError::from)?;
+        Ok((cact_network(&cact, source, device, Precision::W4a8)?, head, cact_bytes))
     }
 }
 
@@ -251,6 +254,26 @@ mod tests {
         assert_eq!((events.first(), events.last()), (Some(&started), Some(&LadderEvent::Finished { ladder })));
         let answered = events.iter().filter(|event| matches!(event, LadderEvent::Answered { .. })).count();
         assert_eq!(answered, 3 * 3);
+    }
+
+    #[test]
+    fn each_rung_answers_with_the_confidence_head_its_file_carries() {
+        // The build fixture's base has a confidence head, which every rung keeps its rows of; an
+        // adapter without a trained head beside it drops it, as 3.2.8's build does.
+        let checkpoint = fixture("models/needle3_heads.safetensors");
+        let adapter = fixture("golden/needle3_heads/adapter.safetensors");
+        for (lora, carries) in [(None, true), (Some(adapter.as_path()), false)] {
+            let model = LadderModel::load(&checkpoint, lora, tokenizer()).unwrap();
+            for layers in model.depths() {
+                let (network, head, _) = model.built(layers, &Device::Cpu).unwrap();
+                assert_eq!(head.is_some(), carries, "rung {layers}, adapter {lora:?}");
+                let Some(head) = head else { continue };
+                let mut forward = crate::model::Forward::new(network).unwrap();
+                // Its rows read the rung's own cells, one per kept depth.
+                let read = head.confidence(&mut forward, &[2, 40, 41, 7], &[300, 12]).unwrap();
+                assert!((0.0..=1.0).contains(&read), "rung {layers}: {read}");
+            }
+        }
     }
 
     #[test]

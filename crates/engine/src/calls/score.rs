@@ -20,7 +20,7 @@ use crate::cact::{
 use crate::checkpoint::Checkpoint;
 use crate::checks::confidence::decode_probability;
 use crate::checks::{CheckedAnswer, Turn};
-use crate::confidence::TurnHead;
+use crate::confidence::{HeadFileError, TurnHead};
 use crate::dataset::{render, Example};
 use crate::lora::{merge_adapter_file, LoadError, MergeInto};
 use crate::model::packing::{shared_prefixes, MIN_SHARED};
@@ -82,12 +82,18 @@ pub enum WeightsLoadError {
     Build(#[from] BuildError),
     #[error(transparent)]
     Export(#[from] ExportError),
+    /// The confidence head a `.cact` carries.
+    #[error(transparent)]
+    Head(#[from] HeadFileError),
 }
 
-/// A network ready to answer, with the tokenizer a `.cact` carries (a checkpoint has none).
+/// A network ready to answer, with the tokenizer and the confidence head a `.cact` carries (a
+/// checkpoint has no tokenizer, and an adapter keeps its trained head beside it:
+/// [`TurnHead::beside`]).
 pub struct Loaded {
     pub network: Network,
     pub tokenizer: Option<Tokenizer>,
+    pub head: Option<TurnHead>,
 }
 
 impl Weights {
@@ -109,7 +115,8 @@ impl Weights {
         match self {
             Weights::Checkpoint { checkpoint, lora } if precision == Precision::W4a8 => {
                 let cact = built_in_memory(checkpoint, lora.as_deref())?;
-                Ok(Loaded { network: cact_network(&cact, checkpoint, device, precision)?, tokenizer: None })
+                let network = cact_network(&cact, checkpoint, device, precision)?;
+                Ok(Loaded { network, tokenizer: None, head: None })
             }
             Weights::Checkpoint { checkpoint, lora } => {
                 let loaded = Checkpoint::load(checkpoint).map_err(LoadError::from)?;
@@ -126,7 +133,7 @@ impl Weights {
                         .map_err(model(checkpoint))?,
                 };
                 let network = Network::load(&loaded.config, &params).map_err(model(checkpoint))?;
-                Ok(Loaded { network, tokenizer: None })
+                Ok(Loaded { network, tokenizer: None, head: None })
             }
             Weights::Cact(path) => {
                 let cact = CactFile::open(path)?;
@@ -138,7 +145,9 @@ impl Weights {
                     ),
                     None => None,
                 };
-                Ok(Loaded { network, tokenizer })
+                // Whatever the precision, the head reads the cells of the network that answers.
+                let head = TurnHead::in_cact(&cact, path)?;
+                Ok(Loaded { network, tokenizer, head })
             }
         }
     }

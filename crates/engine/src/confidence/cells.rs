@@ -18,8 +18,10 @@ const PASS_TOKENS: usize = 8192;
 /// whose cells are then every such row's own: attention is causal, so a prefix's cells do not
 /// depend on what follows it.
 pub fn row_cells(forward: &mut Forward, rows: &[Vec<u32>], low_rank: Option<&LowRank>) -> Result<Vec<Tensor>> {
+    // No position is scored: the cells need no next-token targets, and a Needle 3 head that scores
+    // only its text slice (`out_vocab`) has no logit for a token past it, which a prompt may hold.
     let encoded: Vec<Encoded> =
-        rows.iter().map(|ids| Encoded { mask: vec![1.0; ids.len()], ids: ids.clone(), truncated: false }).collect();
+        rows.iter().map(|ids| Encoded { mask: vec![0.0; ids.len()], ids: ids.clone(), truncated: false }).collect();
     let mut cells: Vec<Option<Tensor>> = vec![None; rows.len()];
     for pass in Packing::new(&encoded, true)?.passes(PASS_TOKENS) {
         let members: Vec<Encoded> = pass.iter().map(|&row| encoded[row].clone()).collect();

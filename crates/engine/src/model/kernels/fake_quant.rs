@@ -32,8 +32,18 @@ pub(crate) fn fake_quant_row(x: &mut [f32], bits: u32) {
     let qmax = FakeQuant { bits }.qmax();
     let absmax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
     let scale = if absmax > 0.0 { absmax / qmax } else { 1.0 };
+    let level = |u: f32| u.round_ties_even().clamp(-qmax - 1.0, qmax);
+    // In the parity tests, the levels are logged, and on the path under test may follow the reference's.
+    #[cfg(test)]
+    if crate::level_log::feeding() {
+        let inputs: Vec<f32> = x.iter().map(|x| x / scale).collect();
+        let mut levels: Vec<f32> = inputs.iter().map(|&u| level(u)).collect();
+        crate::level_log::observe(crate::level_log::Quantizer::Activations(bits), &inputs, &mut levels);
+        x.iter_mut().zip(levels).for_each(|(x, l)| *x = l * scale);
+        return;
+    }
     for x in x.iter_mut() {
-        *x = (*x / scale).round_ties_even().clamp(-qmax - 1.0, qmax) * scale;
+        *x = level(*x / scale) * scale;
     }
 }
 

@@ -203,6 +203,7 @@ mod tests {
     use candle_core::Device;
 
     use crate::config::ModelConfig;
+    use crate::fixtures::seeded_normal;
     use crate::model::params::Params;
     use crate::model::ModelError;
 
@@ -255,7 +256,8 @@ mod tests {
             let path = format!("stack/layers/block/self_attn/{projection}/kernel");
             let (layers, d_in, d_out) = params.get(&path).unwrap().dims3().unwrap();
             for layer in 0..layers {
-                let a = Var::randn(0f32, 0.25, (d_in, 4), &Device::Cpu).unwrap();
+                let seed = factors_b.len() as u64;
+                let a = Var::from_tensor(&seeded_normal(0.0, 0.25, &[d_in, 4], seed)).unwrap();
                 let b = Var::zeros((4, d_out), DType::F32, &Device::Cpu).unwrap();
                 low_rank.insert(&path, layer, a.as_tensor().clone(), b.as_tensor().clone());
                 factors_b.push((format!("{path} B{layer}"), b));
