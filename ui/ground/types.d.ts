@@ -539,6 +539,16 @@ export type Event =
     event: "saved";
     path: string;
   }
+  /** The held-out examples are being answered, to score the calls of the base and tuned models. */
+  | {
+    event: "scoring";
+    examples: number;
+  }
+  /** The held-out examples could not be scored (the adapter is saved all the same). */
+  | {
+    event: "unscored";
+    message: string;
+  }
   /**
    * The confidence head was fitted to the tuned model and saved beside the adapter (after the
    * last `saved`, before `scoring`).
@@ -559,16 +569,6 @@ export type Event =
   /** No confidence head was fitted, and why (the adapter is saved all the same). */
   | {
     event: "no_head";
-    message: string;
-  }
-  /** The held-out examples are being answered, to score the calls of the base and tuned models. */
-  | {
-    event: "scoring";
-    examples: number;
-  }
-  /** The held-out examples could not be scored (the adapter is saved all the same). */
-  | {
-    event: "unscored";
     message: string;
   }
   | {
