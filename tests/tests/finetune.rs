@@ -76,7 +76,8 @@ fn one_epoch_emits_typed_events_and_writes_an_adapter_eval_accepts() {
         assert!(finished["accuracy"][model]["loss"].as_f64().unwrap().is_finite(), "{finished}");
     }
     assert!(adapter.with_extension("safetensors.state.safetensors").exists());
-    // Not asked for, no confidence head is fitted, and the stale one is gone.
+    // Not asked for, no confidence head is fitted (no event says one was, or why not), and the stale
+    // one is gone.
     assert!(!stale_head.exists());
     assert!(eval_loss("tiny_f32", Some(&adapter)).is_finite());
 }
@@ -107,9 +108,19 @@ fn fine_tuning_lowers_the_held_out_loss_of_the_pretrained_fixture() {
     // The base model is confidently wrong on the fixture's unseen tools; the adapter must fix much of it.
     let (before, after) = (eval_loss("pretrained", None), eval_loss("pretrained", Some(&adapter)));
     assert!(after < before - 1.0, "eval loss {before} → {after}");
-    // Asked for, the confidence head is fitted to the tuned model and kept beside the adapter, and
+    // Asked for, the confidence head is fitted to the tuned model and kept beside the adapter, an
+    // event says so with the rows it labelled and its time (before the held-out scoring), and it
     // reads the tuned model's held-out answers (the base has none).
-    assert!(dir.path().join("pretrained.pkl.head.safetensors").exists());
+    let head = dir.path().join("pretrained.pkl.head.safetensors");
+    assert!(head.exists());
+    let kinds = kinds(&events);
+    let fitted = kinds.iter().position(|&kind| kind == "head_fitted").expect("a head_fitted event");
+    assert_eq!(kinds[fitted + 1..], ["scoring", "finished"]);
+    let fitted = &events[fitted];
+    assert_eq!(fitted["path"].as_str(), head.to_str());
+    assert_eq!(fitted["rows"], events[0]["examples"], "{fitted}");
+    assert!(fitted["right"].as_u64().unwrap() < fitted["rows"].as_u64().unwrap(), "{fitted}");
+    assert!(fitted["seconds"].as_f64().unwrap() > 0.0, "{fitted}");
     let accuracy = &events.last().unwrap()["accuracy"];
     let wrong = |model: &str| accuracy[model]["wrong"].as_array().unwrap().clone();
     assert!(!wrong("tuned").is_empty(), "{accuracy}");

@@ -498,7 +498,8 @@ export type Evaluation = {
 
 /**
  * One thing that happened during `needle finetune`, in order: `started`, then `step`s with an
- * `epoch` and a `saved` after each epoch, then `finished` — or `failed` at any point.
+ * `epoch` and a `saved` after each epoch, `head_fitted` or `no_head` when a confidence head was
+ * asked for, then `finished` — or `failed` at any point.
  */
 export type Event =
   | {
@@ -546,6 +547,28 @@ export type Event =
   /** The held-out examples could not be scored (the adapter is saved all the same). */
   | {
     event: "unscored";
+    message: string;
+  }
+  /**
+   * The confidence head was fitted to the tuned model and saved beside the adapter (after the
+   * last `saved`, before `scoring`).
+   */
+  | {
+    event: "head_fitted";
+    path: string;
+    /** Training rows labelled by the shipped model's answers, and how many it answered right. */
+    rows: number;
+    right: number;
+    /** The area under the ROC curve of the cross-fitted logits (`None` when every label is alike). */
+    auroc: number | null;
+    /** Whether the fit started from the base's own head. */
+    from_base: boolean;
+    /** Seconds it took: answering the training rows, collecting their cells, fitting. */
+    seconds: number;
+  }
+  /** No confidence head was fitted, and why (the adapter is saved all the same). */
+  | {
+    event: "no_head";
     message: string;
   }
   | {

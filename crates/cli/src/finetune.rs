@@ -14,7 +14,7 @@ use needle_engine::backend::{self, DeviceRequest};
 use needle_engine::hub::BaseModel;
 use needle_engine::settings::{preset, presets, Field, FieldKind, TrainSettings};
 use needle_engine::train::state::state_path;
-use needle_engine::train::{Event, FinetuneOptions, HeadFit, Plan, Session};
+use needle_engine::train::{Event, FinetuneOptions, Plan, Session};
 
 /// `--checkpoint-dir` when none is given.
 pub const CHECKPOINT_DIR: &str = "checkpoints";
@@ -47,8 +47,8 @@ pub struct Args {
     #[arg(long)]
     pub dry_run: bool,
     /// Fit a confidence head to the tuned model after training, kept beside the adapter
-    /// (ADAPTER.head.safetensors), which eval, run and suite then read. Off by default: it costs far
-    /// more than the 15% of a run it is allowed (docs/confidence.md)
+    /// (ADAPTER.head.safetensors), which eval, run, suite and build then read. Off by default: it
+    /// costs more than the 15% of a run it is allowed (docs/confidence.md)
     #[arg(long)]
     pub confidence: bool,
     /// First write this many more rows with an LLM, as `needle generate-data --augment DATA` does, and train on
@@ -124,7 +124,6 @@ pub fn run(mut args: Args) -> Result<()> {
     match result {
         Ok(outcome) => {
             if args.events.is_none() {
-                print_head(&outcome.confidence)?;
                 outln!("  {:<9} {}", "adapter", outcome.adapter.display())?;
                 let build =
                     format!("needle build {} --lora {}", options.checkpoint.display(), outcome.adapter.display());
@@ -239,36 +238,6 @@ fn options(args: &Args, base: BaseModel, out: PathBuf) -> FinetuneOptions {
     }
 }
 
-/// What fitting the confidence head gave, in the run's summary.
-fn print_head(fit: &HeadFit) -> Result<()> {
-    let auroc = |value: Option<f64>| value.map_or("n/a".to_string(), |v| format!("{v:.3}"));
-    match fit {
-        HeadFit::NotAsked => {}
-        HeadFit::Fitted(head) => {
-            outln!(
-                "  {:<9} {} ({} training rows, {} answered right as shipped; cross-fitted AUROC {} reading the prompt, {} \
-                 the prompt and answer; reads {}; {:.1}s, {:.1}s of it answering the rows)",
-                "head",
-                head.path.display(),
-                head.rows,
-                head.right,
-                auroc(head.auroc_prompt),
-                auroc(head.auroc_prompt_and_answer),
-                head.reads.as_str(),
-                head.seconds,
-                head.answer_seconds
-            )?;
-        }
-        HeadFit::AllAlike { rows, right } => outln!(
-            "  {:<9} none: the shipped model answered {right} of {rows} training rows right, nothing to tell apart",
-            "head"
-        )?,
-        HeadFit::Cancelled => outln!("  {:<9} none: cancelled", "head")?,
-        HeadFit::Failed { message } => outln!("  {:<9} none: {message}", "head")?,
-    }
-    Ok(())
-}
-
 fn print_plan(plan: &Plan, options: &FinetuneOptions, json: bool) -> Result<()> {
     if json {
         outln!("{}", serde_json::to_string(plan)?)?;
@@ -343,6 +312,17 @@ impl TextView {
             Event::Unscored { message } => {
                 self.bar.println(format!("  {:<9} the held-out examples were not scored: {message}", "warning"));
             }
+            Event::HeadFitted { path, rows, right, auroc, from_base, seconds } => {
+                let auroc = auroc.map_or("n/a".to_string(), |v| format!("{v:.3}"));
+                let start = if *from_base { "; from the base's head" } else { "" };
+                self.bar.println(format!(
+                    "  {:<9} {} ({rows} training rows, {right} answered right as shipped; cross-fitted AUROC \
+                     {auroc}{start}; {seconds:.1}s)",
+                    "head",
+                    path.display()
+                ));
+            }
+            Event::NoHead { message } => self.bar.println(format!("  {:<9} none: {message}", "head")),
             Event::Scoring { examples } => {
                 self.bar.println(format!("  {:<9} answering {examples} held-out examples, base and tuned", "calls"));
             }

@@ -209,6 +209,13 @@ impl TrainingWatcher {
             Event::Unscored { message } => {
                 self.log(format!("the held-out examples were not scored: {message}"));
             }
+            Event::HeadFitted { rows, right, auroc, seconds, .. } => {
+                let auroc = auroc.map_or(String::new(), |v| format!(", cross-fitted AUROC {v:.3}"));
+                self.log(format!(
+                    "fitted the confidence head on {rows} training rows ({right} answered right){auroc}, in {seconds:.1} s"
+                ));
+            }
+            Event::NoHead { message } => self.log(format!("no confidence head: {message}")),
             Event::Scoring { examples } => {
                 self.log(format!("answering {examples} held-out examples with the base and the tuned model"));
             }

@@ -7,12 +7,13 @@
 //! logit comes from a head that never saw it; `σ(a·logit + b)` is fitted on those logits, and the
 //! head that ships is then fitted on every row.
 
-use candle_core::{DType, Tensor, Var, D};
+use candle_core::{DType, Tensor, Var};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Normal};
 
+use super::forward::HeadStack;
 use super::head::{ConfidenceHead, Result};
 use crate::calls::reliability::{auroc, Scored};
 use crate::config::ModelConfig;
@@ -153,20 +154,53 @@ pub fn cross_fit(
 ) -> Result<Fitted> {
     let padded = Padded::new(cells, shared)?;
     let folds = folds(labels, seed);
-    let mut logits = vec![0.0; labels.len()];
-    for (fold, held) in folds.iter().enumerate() {
-        let kept: Vec<usize> = (0..labels.len()).filter(|row| !held.contains(row)).collect();
-        let head = shipped(train(initial, &padded, labels, &kept, seed + fold as u64)?)?;
-        for (&row, logit) in held.iter().zip(padded.logits(&head, held)?) {
-            logits[row] = logit;
-        }
-    }
+    let fits = fits(&folds, labels.len(), seed);
+    let mut heads = train(initial, &padded, labels, &fits)?;
+    let head = heads.pop().expect("the head that ships is the last fitted");
+    let logits = out_of_fold(&padded, &folds, heads, shipped)?;
     let calibration = Calibration::platt(&logits, labels);
-    let every: Vec<usize> = (0..labels.len()).collect();
-    let head = train(initial, &padded, labels, &every, seed)?;
     let scored: Vec<Scored> =
         logits.iter().zip(labels).map(|(&confidence, &exact)| Scored { exact, confidence }).collect();
     Ok(Fitted { head, calibration, auroc: auroc(&scored) })
+}
+
+/// The rows one head is fitted on, and the seed of their order.
+#[derive(Debug, Clone)]
+struct Fit {
+    rows: Vec<usize>,
+    seed: u64,
+}
+
+/// The heads a cross-fit fits: one per fold, on every other fold's rows, then the head that ships,
+/// on all `count` rows.
+fn fits(folds: &[Vec<usize>], count: usize, seed: u64) -> Vec<Fit> {
+    let mut fits: Vec<Fit> = folds
+        .iter()
+        .enumerate()
+        .map(|(fold, held)| Fit {
+            rows: (0..count).filter(|row| !held.contains(row)).collect(),
+            seed: seed + fold as u64,
+        })
+        .collect();
+    fits.push(Fit { rows: (0..count).collect(), seed });
+    fits
+}
+
+/// Each row's logit from the head that did not see it: fold `i`'s rows scored by `heads[i]` as it
+/// ships.
+fn out_of_fold(
+    padded: &Padded,
+    folds: &[Vec<usize>],
+    heads: Vec<ConfidenceHead>,
+    shipped: impl Fn(ConfidenceHead) -> Result<ConfidenceHead>,
+) -> Result<Vec<f64>> {
+    let mut logits = vec![0.0; padded.keep.dim(0)?];
+    for (held, head) in folds.iter().zip(heads) {
+        for (&row, logit) in held.iter().zip(padded.logits(&shipped(head)?, held)?) {
+            logits[row] = logit;
+        }
+    }
+    Ok(logits)
 }
 
 /// Rows split into folds with the right and wrong answers spread evenly (stratified), seeded;
@@ -191,13 +225,14 @@ fn folds(labels: &[bool], seed: u64) -> Vec<Vec<usize>> {
 }
 
 /// The prefix every row shares, `[1, P, R, d]` (none when `P` is 0), and each row's own cells
-/// after it padded to the longest, `[N, T, R, d]`, with the keep mask `[N, T]`: batches are then
-/// rows picked from them, and every step pools the prefix once for all of its rows
-/// ([`ConfidenceHead::logits_after`]).
+/// after it padded to the longest, `[N, T, R, d]`, with the keep mask `[N, T]` and each row's own
+/// length: batches are then rows picked from them, cut to their longest row, and every update
+/// pools the prefix once for all of its rows and heads ([`HeadStack::logits`]).
 struct Padded {
     prefix: Option<Tensor>,
     cells: Tensor,
     keep: Tensor,
+    own: Vec<usize>,
 }
 
 impl Padded {
@@ -219,79 +254,144 @@ impl Padded {
             let mask: Vec<f32> = (shared..longest).map(|i| f32::from(u8::from(i < t))).collect();
             keep.push(Tensor::from_vec(mask, (1, own), row.device())?);
         }
-        Ok(Self { prefix, cells: Tensor::cat(&cells, 0)?, keep: Tensor::cat(&keep, 0)? })
+        let own = lengths.iter().map(|t| t - shared).collect();
+        Ok(Self { prefix, cells: Tensor::cat(&cells, 0)?, keep: Tensor::cat(&keep, 0)?, own })
     }
 
-    /// The head's logits `[B]` of the rows `rows`, their prefix included.
-    fn forward(&self, head: &ConfidenceHead, rows: &[usize]) -> Result<Tensor> {
-        let (cells, keep) = self.batch(rows)?;
-        match &self.prefix {
-            Some(prefix) => head.logits_after(prefix, &cells, &keep),
-            None => head.logits(&cells, &keep, None),
-        }
+    /// The logits `[H, B]` of `stack`'s heads, head `h` reading the rows `batches[h]` (`B` each),
+    /// their prefix included.
+    fn forward(&self, stack: &HeadStack, batches: &[&[usize]]) -> Result<Tensor> {
+        let rows = batches.iter().map(|rows| self.batch(rows)).collect::<Result<Vec<_>>>()?;
+        stack.logits(self.prefix.as_ref(), &rows, None)
     }
 
-    /// `(cells, keep)` of the rows `rows`.
+    /// `(cells, keep)` of the rows `rows`, cut to the longest of them (a row with no token of its
+    /// own keeps one padding position, masked).
     fn batch(&self, rows: &[usize]) -> Result<(Tensor, Tensor)> {
-        let index = Tensor::from_vec(rows.iter().map(|&r| r as u32).collect(), rows.len(), self.cells.device())?;
-        Ok((self.cells.index_select(&index, 0)?, self.keep.index_select(&index, 0)?))
+        let longest = rows.iter().map(|&row| self.own[row]).max().unwrap_or(0).max(1);
+        // A row's first tokens are one contiguous block of it: each is copied once.
+        let pick = |all: &Tensor| {
+            let picked =
+                rows.iter().map(|&row| all.get(row)?.narrow(0, 0, longest)).collect::<candle_core::Result<Vec<_>>>()?;
+            Tensor::stack(&picked, 0)
+        };
+        Ok((pick(&self.cells)?, pick(&self.keep)?))
     }
 
-    /// The head's logit of each of `rows`.
+    /// `head`'s logit of each of `rows`.
     fn logits(&self, head: &ConfidenceHead, rows: &[usize]) -> Result<Vec<f64>> {
+        let stack = HeadStack::of(std::slice::from_ref(head))?;
         let mut logits = Vec::with_capacity(rows.len());
         for chunk in rows.chunks(BATCH) {
-            logits.extend(self.forward(head, chunk)?.to_vec1::<f32>()?.into_iter().map(f64::from));
+            logits.extend(self.forward(&stack, &[chunk])?.flatten_all()?.to_vec1::<f32>()?.into_iter().map(f64::from));
         }
         Ok(logits)
     }
 }
 
-/// A head fitted from `initial` on `rows`: Adam on the binary cross-entropy of its logits, each
-/// label weighted so that right and wrong answers count alike (a tuned model gets most of its
-/// training rows right).
-fn train(
-    initial: &ConfidenceHead,
-    padded: &Padded,
-    labels: &[bool],
-    rows: &[usize],
-    seed: u64,
-) -> Result<ConfidenceHead> {
-    let vars = initial.tensors().into_iter().map(|t| Var::from_tensor(&t)).collect::<candle_core::Result<Vec<_>>>()?;
+/// A head's rows in batches of [`BATCH`] (all of them when fewer), reshuffled (seeded) whenever a
+/// whole batch no longer fits in what is left.
+struct Batches {
+    rng: StdRng,
+    order: Vec<usize>,
+    at: usize,
+}
+
+impl Batches {
+    fn new(fit: &Fit) -> Self {
+        Self { rng: StdRng::seed_from_u64(fit.seed), order: fit.rows.clone(), at: fit.rows.len() }
+    }
+
+    fn next(&mut self) -> &[usize] {
+        if self.at + BATCH > self.order.len() {
+            self.order.shuffle(&mut self.rng);
+            self.at = 0;
+        }
+        let start = self.at;
+        self.at += BATCH;
+        &self.order[start..self.at.min(self.order.len())]
+    }
+}
+
+/// Heads fitted from `initial`, one per entry of `fits` (in order), all at once: Adam on the binary
+/// cross-entropy of their logits, each head on its own batches of its own rows, each label weighted
+/// so that right and wrong answers count alike in it (a tuned model gets most of its training rows
+/// right). The heads run as one stack, and the loss is the sum of each head's mean over its batch,
+/// so each head's gradient is its own fit's; clipping is per head, and Adam's moments are per
+/// parameter, so each head is fitted as if it were fitted alone (up to rounding).
+fn train(initial: &ConfidenceHead, padded: &Padded, labels: &[bool], fits: &[Fit]) -> Result<Vec<ConfidenceHead>> {
+    let stack = HeadStack::of(&vec![initial.clone(); fits.len()])?;
+    let vars = stack.tensors().iter().map(Var::from_tensor).collect::<candle_core::Result<Vec<_>>>()?;
     let config = AdamWConfig { weight_decay: 0.0, ..AdamWConfig::default() };
     let mut optimizer = AdamW::new(config, &vars)?;
-    let positives = rows.iter().filter(|&&row| labels[row]).count().max(1) as f64;
-    let negatives = (rows.len() as f64 - positives).max(1.0);
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut order = rows.to_vec();
-    let mut at = order.len();
+    // Each head's weight of a right and of a wrong answer, divided by its batches' size: the sum
+    // over a batch is then the head's weighted mean.
+    let weights: Vec<(f32, f32)> = fits
+        .iter()
+        .map(|fit| {
+            let rows = fit.rows.len() as f64;
+            let positives = fit.rows.iter().filter(|&&row| labels[row]).count().max(1) as f64;
+            let negatives = (rows - positives).max(1.0);
+            let batch = fit.rows.len().min(BATCH) as f64;
+            ((rows / (2.0 * positives) / batch) as f32, (rows / (2.0 * negatives) / batch) as f32)
+        })
+        .collect();
+    let width = fits.iter().map(|fit| fit.rows.len().min(BATCH)).max().unwrap_or(0);
+    let mut batches: Vec<Batches> = fits.iter().map(Batches::new).collect();
+    let device = padded.cells.device();
     for _ in 0..STEPS {
-        if at + BATCH > order.len() {
-            order.shuffle(&mut rng);
-            at = 0;
+        // A head with fewer rows than the widest batch fills it with a row weighted 0.
+        let (mut rows, mut targets, mut scales) = (Vec::new(), Vec::new(), Vec::new());
+        for (batch, &(right, wrong)) in batches.iter_mut().zip(&weights) {
+            let batch = batch.next();
+            let mut filled = Vec::with_capacity(width);
+            for slot in 0..width {
+                let row = batch.get(slot).copied();
+                let label = labels[row.unwrap_or(batch[0])];
+                filled.push(row.unwrap_or(batch[0]));
+                targets.push(f32::from(u8::from(label)));
+                scales.push(match (row, label) {
+                    (None, _) => 0.0,
+                    (Some(_), true) => right,
+                    (Some(_), false) => wrong,
+                });
+            }
+            rows.push(filled);
         }
-        let batch = &order[at..(at + BATCH).min(order.len())];
-        at += BATCH;
-        let head = initial.with_tensors(vars.iter().map(|v| v.as_tensor().clone()).collect());
-        let logits = padded.forward(&head, batch)?;
-        let (targets, weights): (Vec<f32>, Vec<f32>) = batch
-            .iter()
-            .map(|&row| match labels[row] {
-                true => (1.0, (rows.len() as f64 / (2.0 * positives)) as f32),
-                false => (0.0, (rows.len() as f64 / (2.0 * negatives)) as f32),
-            })
-            .unzip();
-        let device = logits.device();
-        let (targets, weights) = (Tensor::new(targets, device)?, Tensor::new(weights, device)?);
-        let loss = (binary_cross_entropy(&logits, &targets)? * weights)?.mean(D::Minus1)?;
+        let stack = stack.with_tensors(vars.iter().map(|v| v.as_tensor().clone()).collect());
+        let logits = padded.forward(&stack, &rows.iter().map(Vec::as_slice).collect::<Vec<_>>())?;
+        let targets = Tensor::from_vec(targets, logits.shape(), device)?;
+        let scales = Tensor::from_vec(scales, logits.shape(), device)?;
+        let loss = (binary_cross_entropy(&logits, &targets)? * scales)?.sum_all()?;
         let grads = loss.backward()?;
         let grads = vars
             .iter()
             .map(|v| grads.get(v.as_tensor()).map_or_else(|| v.zeros_like(), |g| Ok(g.clone())))
             .collect::<candle_core::Result<Vec<_>>>()?;
-        optimizer.step(&vars, &grads, LEARNING_RATE)?;
+        optimizer.update(&vars, &clip_each(&grads, config.max_grad_norm)?, LEARNING_RATE)?;
     }
-    Ok(initial.with_tensors(vars.iter().map(|v| v.as_tensor().detach()).collect()))
+    stack.with_tensors(vars.iter().map(|v| v.as_tensor().detach()).collect()).heads()
+}
+
+/// Stacked gradients `[H, …]` clipped head by head to a global norm of at most `limit` over that
+/// head's own parameters: optax's `clip_by_global_norm` of each head's separate fit.
+fn clip_each(grads: &[Tensor], limit: f64) -> Result<Vec<Tensor>> {
+    let heads = grads[0].dim(0)?;
+    let mut squares = Tensor::zeros(heads, DType::F32, grads[0].device())?;
+    for grad in grads {
+        squares = (squares + grad.sqr()?.reshape((heads, ()))?.sum(1)?)?;
+    }
+    let norm = squares.sqrt()?;
+    // Unchanged below the limit, else scaled to it.
+    let factor = norm.ge(limit)?.where_cond(&(norm.recip()? * limit)?, &norm.ones_like()?)?;
+    grads
+        .iter()
+        .map(|grad| {
+            let mut shape = vec![1; grad.rank()];
+            shape[0] = heads;
+            Ok(grad.broadcast_mul(&factor.reshape(shape)?)?)
+        })
+        .collect()
 }
 
 /// `softplus(x) − t·x`: the cross-entropy of `σ(x)` against targets `t`, stable for large `|x|`.
@@ -328,33 +428,40 @@ mod tests {
         assert!((fit.scale - 2.0).abs() < 0.2 && (fit.shift + 1.0).abs() < 0.15, "{fit:?}");
     }
 
-    /// Rows whose right answers carry a direction in their cells that the wrong ones lack: a head
-    /// fitted from the reference's initialisation learns to tell them apart on rows it never saw.
+    /// 60 rows of cells `[1, 3 + 5…8, 3, 16]` beginning with the same 3 tokens, as rows share an
+    /// app's tools prompt, and their labels: the right answers' cells carry a direction the wrong
+    /// ones lack.
+    fn separable_rows(device: &Device) -> (Vec<Tensor>, Vec<bool>) {
+        let mut rng = StdRng::seed_from_u64(3);
+        let noise = Normal::new(0.0f32, 1.0).unwrap();
+        let labels: Vec<bool> = (0..60).map(|i| i % 3 != 0).collect();
+        let prefix: Vec<f32> = (0..3 * 3 * 16).map(|_| noise.sample(&mut rng)).collect();
+        let prefix = Tensor::from_vec(prefix, (1, 3, 3, 16), device).unwrap();
+        let cells = labels
+            .iter()
+            .enumerate()
+            .map(|(i, &right)| {
+                let t = 5 + i % 4;
+                let mut values: Vec<f32> = (0..t * 3 * 16).map(|_| noise.sample(&mut rng)).collect();
+                if right {
+                    values.iter_mut().step_by(16).for_each(|v| *v += 1.5);
+                }
+                let own = Tensor::from_vec(values, (1, t, 3, 16), device).unwrap();
+                Tensor::cat(&[&prefix, &own], 1).unwrap()
+            })
+            .collect();
+        (cells, labels)
+    }
+
+    /// A head fitted from the reference's initialisation learns to tell right from wrong answers on
+    /// rows it never saw.
     #[test]
     fn a_cross_fitted_head_learns_what_tells_right_from_wrong() {
         for generation in [Generation::Needle2, Generation::Needle3] {
             let cfg = ModelConfig { d_model: 16, num_layers: 2, generation, ..ModelConfig::defaults_for(generation) };
             let device = Device::Cpu;
             let initial = ConfidenceHead::initial(&cfg, &device, 1).unwrap();
-            let mut rng = StdRng::seed_from_u64(3);
-            let noise = Normal::new(0.0f32, 1.0).unwrap();
-            let labels: Vec<bool> = (0..60).map(|i| i % 3 != 0).collect();
-            // Every row begins with the same 3 tokens, as rows share an app's tools prompt.
-            let prefix: Vec<f32> = (0..3 * 3 * 16).map(|_| noise.sample(&mut rng)).collect();
-            let prefix = Tensor::from_vec(prefix, (1, 3, 3, 16), &device).unwrap();
-            let cells: Vec<Tensor> = labels
-                .iter()
-                .enumerate()
-                .map(|(i, &right)| {
-                    let t = 5 + i % 4;
-                    let mut values: Vec<f32> = (0..t * 3 * 16).map(|_| noise.sample(&mut rng)).collect();
-                    if right {
-                        values.iter_mut().step_by(16).for_each(|v| *v += 1.5);
-                    }
-                    let own = Tensor::from_vec(values, (1, t, 3, 16), &device).unwrap();
-                    Tensor::cat(&[&prefix, &own], 1).unwrap()
-                })
-                .collect();
+            let (cells, labels) = separable_rows(&device);
             let fitted = cross_fit(&initial, &cells, 3, &labels, 0, Ok).unwrap();
             let auroc = fitted.auroc.unwrap();
             assert!(auroc > 0.9, "{generation:?}: cross-fitted AUROC {auroc}");
@@ -393,12 +500,57 @@ mod tests {
                 [5, 0, 2, 9].iter().map(|&own| Tensor::cat(&[&prefix, &random(own)], 1).unwrap()).collect();
             let padded = Padded::new(&rows, 7).unwrap();
             assert!(padded.prefix.is_some());
-            let pooled = padded.forward(&head, &[0, 1, 2, 3]).unwrap().to_vec1::<f32>().unwrap();
+            let stack = HeadStack::of(std::slice::from_ref(&head)).unwrap();
+            let pooled =
+                padded.forward(&stack, &[&[0, 1, 2, 3]]).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
             for (row, cells) in rows.iter().enumerate() {
                 let keep = Tensor::ones((1, cells.dim(1).unwrap()), DType::F32, &device).unwrap();
                 let whole = head.logits(cells, &keep, None).unwrap().to_vec1::<f32>().unwrap()[0];
                 assert!((pooled[row] - whole).abs() < 1e-5, "{generation:?} row {row}: {} vs {whole}", pooled[row]);
             }
+        }
+    }
+
+    /// The heads of a cross-fit fitted at once, as one stack, are the heads fitted one at a time:
+    /// the same out-of-fold logits (through CQ for Needle 3, as they are calibrated), the same
+    /// calibration, the same head shipped. A fold that keeps fewer rows than a batch (fitted beside
+    /// heads with more) is among them.
+    #[test]
+    fn heads_fitted_together_are_the_heads_fitted_one_at_a_time() {
+        for generation in [Generation::Needle2, Generation::Needle3] {
+            let cfg = ModelConfig { d_model: 16, num_layers: 2, generation, ..ModelConfig::defaults_for(generation) };
+            let device = Device::Cpu;
+            let initial = ConfidenceHead::initial(&cfg, &device, 1).unwrap();
+            let (cells, labels) = separable_rows(&device);
+            let padded = Padded::new(&cells, 3).unwrap();
+            let folds = folds(&labels, 0);
+            let mut fits = fits(&folds, labels.len(), 0);
+            fits.push(Fit { rows: (0..BATCH - 5).collect(), seed: 9 });
+            let together = train(&initial, &padded, &labels, &fits).unwrap();
+            let alone: Vec<ConfidenceHead> = fits
+                .iter()
+                .map(|fit| train(&initial, &padded, &labels, std::slice::from_ref(fit)).unwrap().remove(0))
+                .collect();
+            let shipped = |head: ConfidenceHead| head.through_cq();
+            let oof = |heads: &[ConfidenceHead]| out_of_fold(&padded, &folds, heads.to_vec(), shipped).unwrap();
+            let (a, b) = (oof(&together), oof(&alone));
+            let apart = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+            assert!(apart < 1e-4, "{generation:?}: out-of-fold logits {apart} apart");
+            let (ca, cb) = (Calibration::platt(&a, &labels), Calibration::platt(&b, &labels));
+            assert!((ca.scale - cb.scale).abs() < 1e-3 && (ca.shift - cb.shift).abs() < 1e-3, "{ca:?} vs {cb:?}");
+            for (fit, (x, y)) in together.iter().zip(&alone).enumerate() {
+                for (p, q) in x.tensors().iter().zip(y.tensors()) {
+                    let (p, q) = (
+                        p.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                        q.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                    );
+                    let apart = p.iter().zip(&q).map(|(p, q)| (p - q).abs()).fold(0.0, f32::max);
+                    assert!(apart < 1e-4, "{generation:?}: head {fit}'s parameters {apart} apart");
+                }
+            }
+            // The heads did learn apart from one another: the stack does not tie them.
+            let probes = |head: &ConfidenceHead| head.tensors()[0].flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            assert_ne!(probes(&together[0]), probes(&together[1]));
         }
     }
 

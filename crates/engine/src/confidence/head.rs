@@ -1,12 +1,11 @@
-//! The head's forward: its parameters as a checkpoint names them, and the logit of each row of
-//! hidden cells.
+//! The head's parameters as a checkpoint names them: loaded from one, and put through CQ as the
+//! `.cact` runs them. Its forward is [`super::forward`]'s, its fit [`super::fit`]'s.
 
-use candle_core::{DType, Tensor, D};
+use candle_core::{Tensor, D};
 
 use crate::config::ModelConfig;
 use crate::generation::Generation;
 use crate::model::kernels::sigmoid;
-use crate::model::norm::rms_unit;
 use crate::model::{ModelError, ParamPath, Params};
 use crate::quant::{cq_round_trip, cq_round_trip_columns, HEAD_BITS};
 
@@ -56,21 +55,21 @@ pub enum ConfidenceHead {
 /// `bias [1]`).
 #[derive(Debug, Clone)]
 pub struct PooledHead {
-    probes: Tensor,
-    kernel: Tensor,
-    bias: Tensor,
+    pub(super) probes: Tensor,
+    pub(super) kernel: Tensor,
+    pub(super) bias: Tensor,
 }
 
 /// 3.2.8's head: `probes [R, k, d]` and `gain [R, k]` per depth row, `query [q, d]` with
 /// `row_bias [q, R, k]` over the rows' pooled probes, then `proj` (`kernel [q·d, 1]`, `bias [1]`).
 #[derive(Debug, Clone)]
 pub struct ProbeHead {
-    probes: Tensor,
-    gain: Tensor,
-    query: Tensor,
-    row_bias: Tensor,
-    kernel: Tensor,
-    bias: Tensor,
+    pub(super) probes: Tensor,
+    pub(super) gain: Tensor,
+    pub(super) query: Tensor,
+    pub(super) row_bias: Tensor,
+    pub(super) kernel: Tensor,
+    pub(super) bias: Tensor,
 }
 
 impl ConfidenceHead {
@@ -175,56 +174,11 @@ impl ConfidenceHead {
 
     /// The depth rows the head pools (the embedding, then one per block; any number for a Needle 2
     /// head, which pools all cells alike) and the cells' width.
-    fn geometry(&self) -> Result<(Option<usize>, usize)> {
+    pub(super) fn geometry(&self) -> Result<(Option<usize>, usize)> {
         Ok(match self {
             Self::Needle2(head) => (None, head.probes.dim(1)?),
             Self::Needle3(head) => (Some(head.probes.dim(0)?), head.probes.dim(2)?),
         })
-    }
-
-    /// One logit per batch row (before the sigmoid), `[B]`: `cells [B, T, R, d]` (f32) are the
-    /// hidden cells of every depth, `keep [B, T]` is 1 on the tokens to pool (0 on PAD), and
-    /// `rows` (Needle 3 only) keeps the depth rows of a shallower rung of the depth ladder when the
-    /// cells come from the whole network (a rung built on its own has only its rows and needs none).
-    pub fn logits(&self, cells: &Tensor, keep: &Tensor, rows: Option<&[bool]>) -> Result<Tensor> {
-        let (rows_pooled, d) = self.geometry()?;
-        let (cells, keep) = checked_inputs(cells, keep, rows_pooled, d)?;
-        match self {
-            Self::Needle2(_) if rows.is_some() => Err(HeadError::NoLadder),
-            Self::Needle2(head) => head.logits(&cells, &keep),
-            Self::Needle3(head) => head.logits(&cells, &keep, rows),
-        }
-    }
-
-    /// [`ConfidenceHead::logits`] of rows that all begin with the same tokens, `prefix [1, P, R, d]`
-    /// (every token kept, `P` ≥ 1), then continue with their own `cells [B, S, R, d]` under `keep
-    /// [B, S]` (a row may keep none of its own). The prefix's scores, and its cells summed under
-    /// them, are the same for every row, so they are computed once and each row's softmax is
-    /// completed with its own tokens (the merge flash attention makes): the logits are those of the
-    /// whole rows up to rounding, at the cost of the rows' own tokens. Fitting runs every step
-    /// so, over rows that share an app's tools prompt.
-    pub fn logits_after(&self, prefix: &Tensor, cells: &Tensor, keep: &Tensor) -> Result<Tensor> {
-        let (rows_pooled, d) = self.geometry()?;
-        let fits = match (prefix.dims(), cells.dims(), keep.dims()) {
-            (&[1, p, pr, pd], &[b, t, r, width], &[kb, kt]) => {
-                p > 0 && pr == r && pd == d && b == kb && t == kt && width == d && rows_pooled.is_none_or(|n| n == r)
-            }
-            _ => false,
-        };
-        if !fits {
-            return Err(HeadError::Inputs {
-                rows: rows_pooled.unwrap_or_else(|| cells.dims().get(2).copied().unwrap_or(0)),
-                d_model: d,
-                cells: [prefix.dims(), cells.dims()].concat(),
-                keep: keep.dims().to_vec(),
-            });
-        }
-        let (prefix, cells, keep) =
-            (prefix.to_dtype(DType::F32)?, cells.to_dtype(DType::F32)?, keep.to_dtype(DType::F32)?);
-        match self {
-            Self::Needle2(head) => head.logits_after(&prefix, &cells, &keep),
-            Self::Needle3(head) => head.logits_after(&prefix, &cells, &keep),
-        }
     }
 }
 
@@ -237,168 +191,6 @@ pub fn confidence(logits: &Tensor) -> Result<Tensor> {
 fn projection(head: &ParamPath, inputs: usize) -> Result<(Tensor, Tensor)> {
     let proj = head.pp("proj");
     Ok((proj.get(&[inputs, 1], "kernel")?, proj.get(&[1], "bias")?))
-}
-
-/// Cells `[B, T, R, d]` and keep `[B, T]` as f32, checked against the head's rows (any for a
-/// Needle 2 head) and width, every batch row keeping a token.
-fn checked_inputs(cells: &Tensor, keep: &Tensor, rows: Option<usize>, d: usize) -> Result<(Tensor, Tensor)> {
-    let fits = match (cells.dims(), keep.dims()) {
-        (&[b, t, r, width], &[kb, kt]) => b == kb && t == kt && width == d && rows.is_none_or(|rows| rows == r),
-        _ => false,
-    };
-    if !fits {
-        return Err(HeadError::Inputs {
-            rows: rows.unwrap_or_else(|| cells.dims().get(2).copied().unwrap_or(0)),
-            d_model: d,
-            cells: cells.dims().to_vec(),
-            keep: keep.dims().to_vec(),
-        });
-    }
-    let keep = keep.to_dtype(DType::F32)?;
-    let kept = keep.gt(0.0)?.to_dtype(DType::F32)?.sum(1)?.to_vec1::<f32>()?;
-    if let Some(row) = kept.iter().position(|&n| n == 0.0) {
-        return Err(HeadError::EmptyRow { row });
-    }
-    Ok((cells.to_dtype(DType::F32)?, keep))
-}
-
-impl PooledHead {
-    fn logits(&self, cells: &Tensor, keep: &Tensor) -> Result<Tensor> {
-        let (cells, keep) = token_major(cells, keep)?;
-        let weights = masked_softmax(&self.scores(&cells)?, &keep.unsqueeze(1)?)?;
-        self.project(&weights.matmul(&cells)?)
-    }
-
-    fn logits_after(&self, prefix: &Tensor, cells: &Tensor, keep: &Tensor) -> Result<Tensor> {
-        let (cells, keep) = token_major(cells, keep)?;
-        let prefix = prefix.reshape((1, (), prefix.dim(3)?))?;
-        let pooled = pool_after(
-            &Pooling { scores: self.scores(&prefix)?, cells: prefix },
-            &Pooling { scores: self.scores(&cells)?, cells },
-            &keep.unsqueeze(1)?,
-        )?;
-        self.project(&pooled)
-    }
-
-    /// Each probe's score of every cell, `[B, k, T·R]`, from token-major cells `[B, T·R, d]`.
-    fn scores(&self, cells: &Tensor) -> Result<Tensor> {
-        let d = cells.dim(2)?;
-        Ok((cells.broadcast_matmul(&self.probes.t()?)?.transpose(1, 2)? / (d as f64).sqrt())?)
-    }
-
-    /// The logit of the probes' pooled cells `[B, k, d]`.
-    fn project(&self, pooled: &Tensor) -> Result<Tensor> {
-        let pooled = pooled.reshape((pooled.dim(0)?, ()))?;
-        Ok(pooled.matmul(&self.kernel)?.broadcast_add(&self.bias)?.squeeze(1)?)
-    }
-}
-
-/// Token-major cells `[B, T·R, d]` (every depth of token 0, then of token 1, …: the reference's
-/// reshape) and their keep mask `[B, T·R]`.
-fn token_major(cells: &Tensor, keep: &Tensor) -> Result<(Tensor, Tensor)> {
-    let (b, t, r, d) = cells.dims4()?;
-    let keep = keep.unsqueeze(2)?.broadcast_as((b, t, r))?.reshape((b, t * r))?;
-    Ok((cells.reshape((b, t * r, d))?, keep))
-}
-
-impl ProbeHead {
-    fn logits(&self, cells: &Tensor, keep: &Tensor, rows: Option<&[bool]>) -> Result<Tensor> {
-        // Per depth row l: scores [B, R, k, T] of its k probes over the row's tokens, pooled to
-        // [B, R, k, d].
-        let by_row = cells.permute((0, 2, 1, 3))?.contiguous()?;
-        let weights = masked_softmax(&self.scores(&by_row)?, &keep.unsqueeze(1)?.unsqueeze(1)?)?;
-        self.mix(&weights.contiguous()?.matmul(&by_row)?, rows)
-    }
-
-    fn logits_after(&self, prefix: &Tensor, cells: &Tensor, keep: &Tensor) -> Result<Tensor> {
-        let prefix = prefix.permute((0, 2, 1, 3))?.contiguous()?;
-        let by_row = cells.permute((0, 2, 1, 3))?.contiguous()?;
-        let pooled = pool_after(
-            &Pooling { scores: self.scores(&prefix)?, cells: prefix },
-            &Pooling { scores: self.scores(&by_row)?, cells: by_row },
-            &keep.unsqueeze(1)?.unsqueeze(1)?,
-        )?;
-        self.mix(&pooled, None)
-    }
-
-    /// Each depth row's probes' scores of its tokens, `[B, R, k, T]`, from cells by row `[B, R, T, d]`.
-    fn scores(&self, by_row: &Tensor) -> Result<Tensor> {
-        let scale = (by_row.dim(3)? as f64).sqrt();
-        Ok((by_row.broadcast_matmul(&self.probes.transpose(1, 2)?)?.transpose(2, 3)? / scale)?)
-    }
-
-    /// The logit of the probes' pooled cells `[B, R, k, d]`: RMS-normalised and scaled by their
-    /// row's gains, then mixed by the queries and projected.
-    fn mix(&self, pooled: &Tensor, rows: Option<&[bool]>) -> Result<Tensor> {
-        let (b, r, k, d) = pooled.dims4()?;
-        let q = self.query.dim(0)?;
-        let scale = (d as f64).sqrt();
-        let pooled = rms_unit(pooled)?;
-        let pooled = pooled.broadcast_mul(&self.gain.unsqueeze(2)?)?.reshape((b, r * k, d))?;
-        // Each query over all R·k pooled vectors, with its bias per row and probe.
-        let scores = (pooled.broadcast_matmul(&self.query.t()?)?.transpose(1, 2)? / scale)?;
-        let scores = scores.broadcast_add(&self.row_bias.reshape((q, r * k))?)?;
-        let weights = match rows {
-            None => softmax(&scores)?,
-            Some(rows) => masked_softmax(&scores, &row_mask(rows, r, k, scores.device())?)?,
-        };
-        let mixed = weights.contiguous()?.matmul(&pooled)?.reshape((b, q * d))?;
-        Ok(mixed.matmul(&self.kernel)?.broadcast_add(&self.bias)?.squeeze(1)?)
-    }
-}
-
-/// Scores `[…, n]` of cells `[…, n, d]`: a shared prefix's (batch 1) or the rows' own.
-struct Pooling {
-    scores: Tensor,
-    cells: Tensor,
-}
-
-/// The softmax-weighted sum `[B, …, d]` of the prefix's cells and each row's own (where `keep`,
-/// broadcast to the rows' scores, is above 0), as one softmax over both would give it. The
-/// prefix's exponentials, shifted by its own maximum, and its cells summed under them are the
-/// same for every row; each row rescales them to the maximum over both parts and adds its own.
-fn pool_after(prefix: &Pooling, own: &Pooling, keep: &Tensor) -> Result<Tensor> {
-    // The shifts keep `exp` in range and cancel in the quotient, so no gradient flows through them.
-    let prefix_max = prefix.scores.max_keepdim(D::Minus1)?.detach();
-    let prefix_exp = prefix.scores.broadcast_sub(&prefix_max)?.exp()?;
-    let prefix_sum = prefix_exp.sum_keepdim(D::Minus1)?;
-    let prefix_pooled = prefix_exp.contiguous()?.matmul(&prefix.cells)?;
-    let kept = keep.gt(0.0)?.broadcast_as(own.scores.shape())?;
-    let masked =
-        kept.where_cond(&own.scores, &Tensor::full(f32::NEG_INFINITY, own.scores.shape(), own.scores.device())?)?;
-    let shift = masked.max_keepdim(D::Minus1)?.broadcast_maximum(&prefix_max)?.detach();
-    let own_exp = masked.broadcast_sub(&shift)?.exp()?;
-    let rescale = prefix_max.broadcast_sub(&shift)?.exp()?;
-    let total = (own_exp.sum_keepdim(D::Minus1)? + rescale.broadcast_mul(&prefix_sum)?)?;
-    let pooled = (own_exp.contiguous()?.matmul(&own.cells)? + rescale.broadcast_mul(&prefix_pooled)?)?;
-    Ok(pooled.broadcast_div(&total)?)
-}
-
-/// `[1, 1, R·k]`: 1 on the pooled vectors of the kept depth rows.
-fn row_mask(rows: &[bool], r: usize, k: usize, device: &candle_core::Device) -> Result<Tensor> {
-    let kept = rows.iter().filter(|&&keep| keep).count();
-    if rows.len() != r || kept == 0 {
-        return Err(HeadError::RowMask { given: rows.len(), rows: r, kept });
-    }
-    let mask: Vec<f32> = rows.iter().flat_map(|&keep| std::iter::repeat_n(f32::from(u8::from(keep)), k)).collect();
-    Ok(Tensor::from_vec(mask, (1, 1, r * k), device)?)
-}
-
-/// Softmax over the last axis.
-fn softmax(scores: &Tensor) -> Result<Tensor> {
-    // The shift only keeps `exp` in range; the result does not depend on it, so no gradient flows
-    // through it.
-    let shifted = scores.broadcast_sub(&scores.max_keepdim(D::Minus1)?.detach())?.exp()?;
-    Ok(shifted.broadcast_div(&shifted.sum_keepdim(D::Minus1)?)?)
-}
-
-/// Softmax over the last axis of the entries where `keep` (broadcast to `scores`) is above 0; the
-/// others get weight 0, as the reference's `-inf` scores do. Every slice keeps an entry (the
-/// callers check it).
-fn masked_softmax(scores: &Tensor, keep: &Tensor) -> Result<Tensor> {
-    let kept = keep.gt(0.0)?.broadcast_as(scores.shape())?;
-    let masked = kept.where_cond(scores, &Tensor::full(f32::NEG_INFINITY, scores.shape(), scores.device())?)?;
-    softmax(&masked)
 }
 
 /// A matrix `[…, in]` through CQ at [`HEAD_BITS`] and back, its groups along the last axis.

@@ -23,6 +23,7 @@ pub mod cells;
 mod cells_tests;
 pub mod file;
 pub mod fit;
+pub mod forward;
 pub mod head;
 #[cfg(test)]
 mod parity_tests;
@@ -32,5 +33,6 @@ mod reader_tests;
 
 pub use file::{companion_path, HeadFileError, Reading, TrainedHead};
 pub use fit::{cross_fit, Calibration, Fitted};
+pub use forward::HeadStack;
 pub use head::{confidence, ConfidenceHead, HeadError, PooledHead, ProbeHead, Result, KEY};
 pub use reader::TurnHead;

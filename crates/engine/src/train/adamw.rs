@@ -50,22 +50,29 @@ impl AdamW {
         Ok(squares.sqrt())
     }
 
-    /// One update of `vars` by `grads` (same order and shapes) at learning rate `lr`.
+    /// One update of `vars` by `grads` (same order and shapes) at learning rate `lr`, the gradients
+    /// first clipped to the configured global norm.
     pub fn step(&mut self, vars: &[Var], grads: &[Tensor], lr: f32) -> Result<()> {
-        let c = self.config;
+        let limit = self.config.max_grad_norm as f32;
         let norm = Self::global_norm(grads)?;
         // optax: g unchanged below the limit, else g / ‖g‖ · limit.
-        let clip = (norm >= c.max_grad_norm as f32).then_some(c.max_grad_norm as f32 / norm);
+        let clipped = match norm >= limit {
+            true => grads.iter().map(|g| g * f64::from(limit / norm)).collect::<candle_core::Result<Vec<_>>>()?,
+            false => grads.to_vec(),
+        };
+        self.update(vars, &clipped, lr)
+    }
+
+    /// One update of `vars` by gradients already clipped (a caller that clips its own way: the
+    /// confidence fit, which clips each of the heads it fits at once on its own).
+    pub fn update(&mut self, vars: &[Var], grads: &[Tensor], lr: f32) -> Result<()> {
+        let c = self.config;
         self.count += 1;
         let step = i32::try_from(self.count).unwrap_or(i32::MAX);
         let correction1 = 1.0 - (c.b1 as f32).powi(step);
         let correction2 = 1.0 - (c.b2 as f32).powi(step);
         for ((var, grad), (mu, nu)) in vars.iter().zip(grads).zip(self.moments.iter_mut()) {
-            let grad = match clip {
-                Some(factor) => (grad * f64::from(factor))?,
-                None => grad.clone(),
-            };
-            *mu = ((&grad * (1.0 - c.b1))? + (&*mu * c.b1)?)?;
+            *mu = ((grad * (1.0 - c.b1))? + (&*mu * c.b1)?)?;
             *nu = ((grad.sqr()? * (1.0 - c.b2))? + (&*nu * c.b2)?)?;
             let mu_hat = (&*mu / f64::from(correction1))?;
             let nu_hat = (&*nu / f64::from(correction2))?;

@@ -5,10 +5,10 @@
 //! (the adapter merged, then every kernel through CQ), and labelled by whether the answer's calls
 //! are exactly the expected ones. The head reads the hidden cells of that same network, computed
 //! once: LoRA is frozen and nothing flows back into the network. A base with a head starts from
-//! it; one without gets a head initialised as the reference initialises one. Both readings of a
-//! turn (the prompt alone, the prompt and the answer) are cross-fitted on the training rows, and
-//! the one whose cross-fitted logits tell right from wrong answers better (AUROC) is kept. The
-//! held-out split is never read.
+//! it; one without gets a head initialised as the reference initialises one. The head reads the
+//! prompt and the answer the model gave ([`Reading::PromptAndAnswer`]: it told right from wrong
+//! answers better than the prompt alone, docs/confidence.md), and is cross-fitted on the training
+//! rows. The held-out split is never read.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,13 +21,16 @@ use crate::calls::{answer_each, prompt_ids, Precision, Verdict, Weights, ANSWER_
 use crate::checkpoint::Checkpoint;
 use crate::confidence::cells::row_cells;
 use crate::confidence::file::{companion_path, Reading, TrainedHead};
-use crate::confidence::fit::{cross_fit, Fitted};
+use crate::confidence::fit::cross_fit;
 use crate::confidence::head::ConfidenceHead;
 use crate::dataset::{render, Example};
 use crate::lora::LoadError;
 use crate::model::packing::common_prefix;
 use crate::model::{Device, Forward, Params};
 use crate::tokenizer::Tokenizer;
+
+/// What the head reads of a turn: the prompt and the answer the model gave.
+const READS: Reading = Reading::PromptAndAnswer;
 
 /// What fitting the head found, for the run's summary.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -38,16 +41,12 @@ pub struct HeadSummary {
     /// exactly.
     pub rows: usize,
     pub right: usize,
-    /// The reading kept, and the cross-fitted AUROC of each reading.
-    pub reads: Reading,
-    pub auroc_prompt: Option<f64>,
-    pub auroc_prompt_and_answer: Option<f64>,
+    /// The area under the ROC curve of the cross-fitted logits (`None` when every label is alike).
+    pub auroc: Option<f64>,
     /// Whether the fit started from the base's own head.
     pub from_base: bool,
-    /// Seconds in all, and answering the training rows within them (the rest collects the cells
-    /// and fits).
+    /// Seconds in all: answering the training rows, collecting their cells, fitting.
     pub seconds: f64,
-    pub answer_seconds: f64,
 }
 
 /// How fitting the head ended.
@@ -68,6 +67,20 @@ pub enum HeadFit {
     Failed {
         message: String,
     },
+}
+
+impl HeadFit {
+    /// Why no head was written, for the run's log: `None` when one was, or none was asked for.
+    pub fn missing(&self) -> Option<String> {
+        match self {
+            Self::NotAsked | Self::Fitted(_) => None,
+            Self::AllAlike { rows, right } => {
+                Some(format!("the shipped model answered {right} of {rows} training rows right, nothing to tell apart"))
+            }
+            Self::Cancelled => Some("cancelled".into()),
+            Self::Failed { message } => Some(message.clone()),
+        }
+    }
 }
 
 /// The run a head is fitted for: its base, tokenizer and saved adapter, and its seed.
@@ -101,7 +114,6 @@ pub fn fit_head(run: HeadRun, examples: &[Example], device: &Device, cancel: &At
     let Some(answers) = answers.into_iter().collect::<Option<Vec<_>>>() else {
         return Ok(HeadFit::Cancelled);
     };
-    let answer_seconds = started.elapsed().as_secs_f64();
     let labels: Vec<bool> = answers.iter().map(|(_, right)| *right).collect();
     let right = labels.iter().filter(|&&right| right).count();
     if right == 0 || right == labels.len() {
@@ -115,38 +127,22 @@ pub fn fit_head(run: HeadRun, examples: &[Example], device: &Device, cancel: &At
         Some(head) => head,
         None => ConfidenceHead::initial(&checkpoint.config, device, run.seed)?,
     };
-    let mut forward = Forward::new(network)?;
-    let mut fits: Vec<(Reading, Fitted)> = Vec::new();
-    for reads in [Reading::Prompt, Reading::PromptAndAnswer] {
-        if cancel.load(Ordering::Relaxed) {
-            return Ok(HeadFit::Cancelled);
-        }
-        let rows: Vec<Vec<u32>> =
-            prompts.iter().zip(&answers).map(|((prompt, _), (answer, _))| reads.tokens(prompt, answer)).collect();
-        let cells = row_cells(&mut forward, &rows, None)?;
-        let fitted = cross_fit(&initial, &cells, shared_prefix(&rows), &labels, run.seed, |head| head.through_cq())?;
-        fits.push((reads, fitted));
+    if cancel.load(Ordering::Relaxed) {
+        return Ok(HeadFit::Cancelled);
     }
-    let auroc = |reads: Reading| fits.iter().find(|(r, _)| *r == reads).and_then(|(_, fitted)| fitted.auroc);
-    let (auroc_prompt, auroc_prompt_and_answer) = (auroc(Reading::Prompt), auroc(Reading::PromptAndAnswer));
-    // The prompt and the answer unless the prompt alone told them apart better.
-    let keep = match (auroc_prompt, auroc_prompt_and_answer) {
-        (Some(prompt), Some(both)) if prompt > both => Reading::Prompt,
-        _ => Reading::PromptAndAnswer,
-    };
-    let (reads, fitted) = fits.into_iter().find(|(reads, _)| *reads == keep).expect("both readings were fitted");
+    let rows: Vec<Vec<u32>> =
+        prompts.iter().zip(&answers).map(|((prompt, _), (answer, _))| READS.tokens(prompt, answer)).collect();
+    let cells = row_cells(&mut Forward::new(network)?, &rows, None)?;
+    let fitted = cross_fit(&initial, &cells, shared_prefix(&rows), &labels, run.seed, |head| head.through_cq())?;
     let path = companion_path(run.adapter);
-    TrainedHead { head: fitted.head, calibration: fitted.calibration, reads }.save(&path)?;
+    TrainedHead { head: fitted.head, calibration: fitted.calibration, reads: READS }.save(&path)?;
     Ok(HeadFit::Fitted(HeadSummary {
         path,
         rows: labels.len(),
         right,
-        reads,
-        auroc_prompt,
-        auroc_prompt_and_answer,
+        auroc: fitted.auroc,
         from_base,
         seconds: started.elapsed().as_secs_f64(),
-        answer_seconds,
     }))
 }
 

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 use crate::calls::CallScores;
 
 /// One thing that happened during `needle finetune`, in order: `started`, then `step`s with an
-/// `epoch` and a `saved` after each epoch, then `finished` — or `failed` at any point.
+/// `epoch` and a `saved` after each epoch, `head_fitted` or `no_head` when a confidence head was
+/// asked for, then `finished` — or `failed` at any point.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 // `finished` carries two models' scores and is sent once a run; boxing them would only make the
@@ -60,6 +61,26 @@ pub enum Event {
     },
     /// The held-out examples could not be scored (the adapter is saved all the same).
     Unscored {
+        message: String,
+    },
+    /// The confidence head was fitted to the tuned model and saved beside the adapter (after the
+    /// last `saved`, before `scoring`).
+    HeadFitted {
+        path: PathBuf,
+        /// Training rows labelled by the shipped model's answers, and how many it answered right.
+        rows: usize,
+        right: usize,
+        /// The area under the ROC curve of the cross-fitted logits (`None` when every label is alike).
+        #[serde(deserialize_with = "number::optional_f64")]
+        auroc: Option<f64>,
+        /// Whether the fit started from the base's own head.
+        from_base: bool,
+        /// Seconds it took: answering the training rows, collecting their cells, fitting.
+        #[serde(deserialize_with = "number::f64")]
+        seconds: f64,
+    },
+    /// No confidence head was fitted, and why (the adapter is saved all the same).
+    NoHead {
         message: String,
     },
     Finished {
@@ -141,6 +162,16 @@ mod tests {
             Event::Epoch { epoch: 1, loss: 2.25, val: Some(2.75) },
             Event::Epoch { epoch: 2, loss: 2.0, val: None },
             Event::Saved { path: "adapter.pkl".into() },
+            Event::HeadFitted {
+                path: "adapter.pkl.head.safetensors".into(),
+                rows: 24,
+                right: 17,
+                auroc: Some(0.75),
+                from_base: false,
+                seconds: 3.5,
+            },
+            Event::HeadFitted { path: "h".into(), rows: 2, right: 1, auroc: None, from_base: true, seconds: 0.25 },
+            Event::NoHead { message: "cancelled".into() },
             Event::Scoring { examples: 3 },
             Event::Unscored { message: "out of memory".into() },
             Event::Finished { adapter: "adapter.pkl".into(), seconds: 1.5, partial: true, accuracy: None },

@@ -391,6 +391,9 @@ impl Session {
             true => fit_head(run, &train_examples, &device, cancel)
                 .unwrap_or_else(|error| HeadFit::Failed { message: error.to_string() }),
         };
+        if let Some(event) = head_event(&confidence) {
+            emit(event);
+        }
         let seconds = started.elapsed().as_secs_f64();
         let scored = &val_examples[..val_examples.len().min(SCORED_EXAMPLES)];
         // The adapter is saved: scoring it is a bonus, never a reason to call the run failed.
@@ -410,6 +413,21 @@ impl Session {
         };
         emit(Event::Finished { adapter: options.out.clone(), seconds, partial: false, accuracy });
         Ok(Outcome { adapter: options.out, partial: false, epochs, confidence })
+    }
+}
+
+/// What a run says of its confidence head: fitted, or why not (nothing when none was asked for).
+fn head_event(fit: &HeadFit) -> Option<Event> {
+    match fit {
+        HeadFit::Fitted(head) => Some(Event::HeadFitted {
+            path: head.path.clone(),
+            rows: head.rows,
+            right: head.right,
+            auroc: head.auroc,
+            from_base: head.from_base,
+            seconds: head.seconds,
+        }),
+        other => other.missing().map(|message| Event::NoHead { message }),
     }
 }
 
