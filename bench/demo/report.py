@@ -108,7 +108,7 @@ CONFIDENCE_ROWS = [
     ("base, decode probability", "eval-base.json", ("accuracy",)),
     ("tuned, min(head, decode)", "eval-tuned.json", ("quant_rows", "float", "calls")),
     ("tuned, decode probability alone", "eval-tuned-decode.json", ("accuracy",)),
-    ("`.cact`, decode probability (eval reads no head for it)", "eval-tuned.json", ("quant_rows", "cact", "calls")),
+    ("`.cact`, min(head it carries, decode)", "eval-tuned.json", ("quant_rows", "cact", "calls")),
 ]
 
 
