@@ -243,11 +243,16 @@ pub fn output_path(dataset: &Path, output: &Path) -> PathBuf {
 /// The suite file as the window names it: its choice (always a `.json`), else beside the rows'
 /// file `output` as `OUT.suite.json` (never the dataset's own name: a suite hand-made for it, as the
 /// bundled example's, may lie beside it).
-fn suite_path(output: &Path, typed: &Path) -> PathBuf {
-    if typed.as_os_str().is_empty() {
-        return output.with_extension("suite.json");
+fn suite_path(dataset: &Path, output: &Path, typed: &Path) -> PathBuf {
+    if !typed.as_os_str().is_empty() {
+        return ending_in(typed, "json");
     }
-    ending_in(typed, "json")
+    let beside = output.with_extension("suite.json");
+    if beside == dataset.with_extension("suite.json") {
+        // The rows are written over the dataset itself: its augmented name's suite instead.
+        return generate::augmented_path(dataset).with_extension("suite.json");
+    }
+    beside
 }
 
 /// The count of new rows as typed: from 1, or from 0 when a suite is asked for (the suite alone).
@@ -301,7 +306,8 @@ fn asked(request: &GenerateRequest) -> Result<Asked, String> {
         return Err("choose a dataset first: its tools are what the new examples call".into());
     }
     let output = output_path(&request.dataset, &request.output);
-    let suite = suite_cases.map(|cases| SuiteOut { path: suite_path(&output, &request.suite_path), cases });
+    let suite =
+        suite_cases.map(|cases| SuiteOut { path: suite_path(&request.dataset, &output, &request.suite_path), cases });
     let model = Some(request.model.trim()).filter(|m| !m.is_empty()).unwrap_or(DEFAULT_MODEL);
     let job = Job::Generate {
         dataset: request.dataset.clone(),
@@ -518,6 +524,10 @@ mod tests {
         assert_eq!(suite, Some(SuiteOut { path: "/suites/home.json".into(), cases: 8 }), "a .json, as chosen");
         let beside = GenerateRequest { output: "/out/more.jsonl".into(), ..request("6", true) };
         assert_eq!(asks(&beside).unwrap().1.map(|suite| suite.path), Some("/out/more.suite.json".into()));
+        // Rows written over the dataset leave the suite hand-made for it alone.
+        let over = GenerateRequest { output: "/data/smart_home.jsonl".into(), ..request("6", true) };
+        let suite = asks(&over).unwrap().1.map(|suite| suite.path);
+        assert_eq!(suite, Some("/data/smart_home.augmented.suite.json".into()));
         for typed in ["0", "x", "1001"] {
             let error = asks(&GenerateRequest { suite_cases: typed.into(), ..request("6", true) }).unwrap_err();
             assert!(error.starts_with("Suite cases:"), "{typed}: {error}");

@@ -10,7 +10,7 @@ use super::ladder::{rung, LadderError};
 use super::tensors::check_params;
 use super::{build_cact, write_cact, Bits, BitsChoice, BitsMapError, BuildError, WriteError};
 use crate::checkpoint::Checkpoint;
-use crate::confidence::file::{companion_path, HeadFileError, TrainedHead};
+use crate::confidence::file::{companion_path, HeadFileError, Reading, TrainedHead};
 use crate::confidence::head::KEY;
 use crate::generation::Generation;
 use crate::lora::{merge_adapter_file, LoadError, MergeInto};
@@ -202,6 +202,13 @@ fn ship_trained_head(ckpt: &mut Checkpoint, lora: &Path) -> Result<Option<PathBu
     let mismatch = |problem: String| ExportError::HeadMismatch { head: path.clone(), problem };
     if let Some(problem) = trained.misfit(&ckpt.config) {
         return Err(mismatch(problem));
+    }
+    // A `.cact` records no reading: a head read from one reads the prompt and the answer, so a
+    // head an earlier run fitted to the prompt alone would be read the wrong way.
+    if trained.reads != Reading::PromptAndAnswer {
+        return Err(mismatch(
+            "it reads the prompt alone, while a head in a .cact is read on the prompt and the answer".into(),
+        ));
     }
     let params = trained.shipped_params().map_err(|e| HeadFileError::Invalid {
         path: path.clone(),

@@ -213,6 +213,21 @@ fn a_head_fitted_to_another_shape_is_refused_by_name() {
     assert!(!options.out.exists(), "nothing written");
 }
 
+#[test]
+fn a_head_fitted_to_the_prompt_alone_is_refused_by_name() {
+    // A `.cact` records no reading and its head is read on the prompt and the answer, so a head an
+    // earlier run fitted to the prompt alone would be read the wrong way.
+    let dir = tempfile::tempdir().unwrap();
+    let options = tuned_needle3_build(dir.path());
+    let path = companion_path(options.lora.as_ref().unwrap());
+    let mut trained = TrainedHead::load(&fixture("golden/needle3_heads/trained_head.safetensors")).unwrap();
+    trained.reads = Reading::Prompt;
+    trained.save(&path).unwrap();
+    let err = export(&options, drop).unwrap_err().to_string();
+    assert!(err.contains("head.safetensors") && err.contains("reads the prompt alone"), "{err}");
+    assert!(!options.out.exists(), "nothing written");
+}
+
 /// The adapter Needle Studio's writer writes for the Needle 3 build fixture, and 3.2.8's own
 /// `needle build --lora` of it (`build_main`, run by make_needle3_fixtures.py's
 /// `make_studio_adapter_build_golden` with our trained head's companion file beside the adapter,

@@ -4,9 +4,9 @@
 //!
 //! Each rung is built as `needle build --layers N` builds it, in memory (its size is then the
 //! file's, byte for byte, with no second account of the `.cact` layout to keep in step), read back
-//! and run as the Needle engine runs the `.cact` ([`Precision::W4a8`]: its attention projections
-//! and output head from the file's CQ-W4 codes with 8-bit activations on the integer kernels, the
-//! rest as the simulated path computes it), and asked the same held-out examples, each answer read
+//! and run as the Needle engine runs the `.cact` ([`Precision::W4a8`]: every CQ-W4 weight from the
+//! file's codes with 8-bit activations on the integer kernels, the FP16 tensors as stored), and
+//! asked the same held-out examples, each answer read
 //! by the confidence head the rung's file carries (its rows for the kept depths), as it ships.
 
 use std::path::{Path, PathBuf};

@@ -62,7 +62,7 @@ impl TurnHead {
     pub fn in_cact(cact: &CactFile, path: &Path) -> Result<Option<Self>, HeadFileError> {
         let head = cact.confidence_head(&Device::Cpu).map_err(|e| HeadFileError::Invalid {
             path: path.to_path_buf(),
-            problem: format!("its confidence head cannot be read: {e}"),
+            problem: format!("its confidence head cannot be read: {e}; build the file again with `needle build`"),
         })?;
         Ok(head.map(|head| Self {
             head,

@@ -76,8 +76,8 @@ fn relative_error(got: &[f32], want: &[f32]) -> f32 {
 /// candle path's quantizers record their rows, and every row the CPU path quantizes must pair
 /// with one of them, its inputs within [`GAP`] (a thousandth of a level) of the candle path's (else
 /// the test fails, naming the quantizer and the gap). Where paired inputs straddle a boundary the
-/// CPU path takes the candle path's level (a flip, counted, and bounded at one row in
-/// [`MAX_FLIP_SHARE`]: 2 to 4 a pass on an AVX-512 Xeon, of 23 000 to 31 000 rows whose inputs
+/// CPU path takes the candle path's level (a flip, counted, and bounded at one input per
+/// [`MAX_FLIP_SHARE`] rows: 2 to 4 a pass on an AVX-512 Xeon, of 23 000 to 31 000 rows whose inputs
 /// differ by 1.5e-4 of a level at most), so no
 /// machine's rounding can move the comparison by a level, and anything else the CPU path computes
 /// differently still shows: its output head's quantizer skipped moves the loss by 1.5e-5 relative
@@ -87,7 +87,7 @@ fn check(cfg: &ModelConfig, qat: bool, what: &str) {
     pool.install(|| compare(cfg, qat, what, &log));
 }
 
-/// At most one quantized row in this many may take the candle path's level.
+/// At most one input per this many quantized rows may take the candle path's level.
 const MAX_FLIP_SHARE: usize = 1000;
 
 /// [`check`] on the pool that feeds `log`.
@@ -136,7 +136,10 @@ fn compare(cfg: &ModelConfig, qat: bool, what: &str, log: &Mutex<LevelLog>) {
         // A flip needs two inputs within a ten-thousandth of a level of one boundary: rare by
         // nature (4 in 23 000 rows at most here). Many would mean the paths drifted apart, which
         // taking the candle path's levels would hide.
-        assert!(levels.flips * MAX_FLIP_SHARE <= levels.paired, "{way}: more than one row in {MAX_FLIP_SHARE} flipped");
+        assert!(
+            levels.flips * MAX_FLIP_SHARE <= levels.paired,
+            "{way}: more than one flipped input per {MAX_FLIP_SHARE} quantized rows"
+        );
         assert!(((got_loss - want_loss) / want_loss).abs() <= 1e-5, "{way}: loss {got_loss} vs {want_loss}");
         assert!(
             ((forward_only - want_loss) / want_loss).abs() <= 1e-5,
