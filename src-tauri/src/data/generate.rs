@@ -555,24 +555,23 @@ mod tests {
         let (rows, suite) = printed();
         assert_eq!(suite.written.get(&Category::Missing), Some(&1));
         let failure = |what: &str| format!("{what} failed");
-        let outcome = |data: Option<Written>, suite: Option<SuiteWritten>, asked| match super::outcome(
-            data, suite, asked, failure,
-        ) {
-            GenerationState::Written(outcome) => Ok(*outcome),
-            GenerationState::Failed { message } => Err(message),
-            other => panic!("a generation ended {other:?}"),
-        };
-        let both = outcome(Some(rows.clone()), Some(suite.clone()), true).unwrap();
+        let ended =
+            |data: Option<Written>, suite: Option<SuiteWritten>, asked| match outcome(data, suite, asked, failure) {
+                GenerationState::Written(outcome) => Ok(*outcome),
+                GenerationState::Failed { message } => Err(message),
+                other => panic!("a generation ended {other:?}"),
+            };
+        let both = ended(Some(rows.clone()), Some(suite.clone()), true).unwrap();
         assert_eq!((both.data.as_ref(), both.suite.as_ref(), both.suite_failed), (Some(&rows), Some(&suite), None));
-        let alone = outcome(None, Some(suite.clone()), true).unwrap();
+        let alone = ended(None, Some(suite.clone()), true).unwrap();
         assert!(alone.data.is_none() && alone.suite.is_some());
-        let broke = outcome(Some(rows.clone()), None, true).unwrap();
+        let broke = ended(Some(rows.clone()), None, true).unwrap();
         assert_eq!(broke.suite_failed.as_deref(), Some("the suite's generation failed"));
         let cancelled = Written { cancelled: true, ..rows.clone() };
-        let stopped = outcome(Some(cancelled), None, true).unwrap();
+        let stopped = ended(Some(cancelled), None, true).unwrap();
         assert!(stopped.suite_failed.is_some_and(|why| why.contains("Cancel")));
-        assert_eq!(outcome(Some(rows), None, false).unwrap().suite_failed, None, "no suite was asked for");
-        let nothing = outcome(None, None, true).unwrap_err();
+        assert_eq!(ended(Some(rows), None, false).unwrap().suite_failed, None, "no suite was asked for");
+        let nothing = ended(None, None, true).unwrap_err();
         assert_eq!(nothing, "the generation worker failed; nothing was written");
     }
 }
